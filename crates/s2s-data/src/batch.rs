@@ -1,0 +1,305 @@
+//! Token-budget batches from length buckets, with padding masks and seed-only shuffling.
+//!
+//! As in fairseq and Joey NMT: an epoch shuffles the examples (seed and epoch number only),
+//! cuts the shuffled list into pools of `pool_batches` batches' worth, sorts each pool by
+//! length, fills batches up to `max_tokens` *padded* tokens on the budget side, and shuffles
+//! the batch order. Evaluation uses [`Batcher::ordered`]: sorted by length, no shuffle.
+//! The source gets `</s>` appended; the target is split into `<s> y` (decoder input) and
+//! `y </s>` (prediction target).
+
+use serde::{Deserialize, Serialize};
+
+use crate::rng::SplitMix64;
+use crate::vocab::{BOS, EOS, PAD};
+
+/// One tokenised pair, ids without specials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    /// Source ids.
+    pub src: Vec<u32>,
+    /// Target ids.
+    pub tgt: Vec<u32>,
+}
+
+/// Which side's padded size the token budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetSide {
+    /// Source tokens (with `</s>`).
+    Source,
+    /// Target tokens (with `</s>`).
+    Target,
+    /// The larger of the two.
+    Max,
+}
+
+/// How batches are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Padded tokens per batch on the budget side (a single longer example still forms a batch).
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// Side the budget counts.
+    #[serde(default = "default_side")]
+    pub budget_on: BudgetSide,
+    /// Batches' worth of examples sorted together: larger means less padding, less randomness.
+    #[serde(default = "default_pool")]
+    pub pool_batches: usize,
+    /// Most sentences in a batch (0: no limit).
+    #[serde(default)]
+    pub max_sentences: usize,
+}
+
+fn default_max_tokens() -> usize {
+    4096
+}
+fn default_side() -> BudgetSide {
+    BudgetSide::Max
+}
+fn default_pool() -> usize {
+    100
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self { max_tokens: 4096, budget_on: BudgetSide::Max, pool_batches: 100, max_sentences: 0 }
+    }
+}
+
+/// A padded batch, row-major, ready for tensors.
+///
+/// # Shapes
+/// - `src`: `[batch, src_len]`, `</s>` then [`PAD`]
+/// - `tgt_in`: `[batch, tgt_len]`, `<s> y` then padding
+/// - `tgt_out`: `[batch, tgt_len]`, `y </s>` then padding
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Example indices (into the slice given to the batcher), in row order.
+    pub indices: Vec<usize>,
+    /// Source ids, `[batch, src_len]`.
+    pub src: Vec<u32>,
+    /// Real source length per row (with `</s>`).
+    pub src_lens: Vec<usize>,
+    /// Padded source length.
+    pub src_len: usize,
+    /// Decoder input ids, `[batch, tgt_len]`.
+    pub tgt_in: Vec<u32>,
+    /// Prediction targets, `[batch, tgt_len]`.
+    pub tgt_out: Vec<u32>,
+    /// Real target length per row (with `</s>`).
+    pub tgt_lens: Vec<usize>,
+    /// Padded target length.
+    pub tgt_len: usize,
+}
+
+impl Batch {
+    /// Collates examples into a padded batch.
+    pub fn collate(examples: &[Example], indices: &[usize]) -> Self {
+        let src_lens: Vec<usize> = indices.iter().map(|&i| examples[i].src.len() + 1).collect();
+        let tgt_lens: Vec<usize> = indices.iter().map(|&i| examples[i].tgt.len() + 1).collect();
+        let src_len = src_lens.iter().copied().max().unwrap_or(1);
+        let tgt_len = tgt_lens.iter().copied().max().unwrap_or(1);
+        let b = indices.len();
+        let (mut src, mut tgt_in, mut tgt_out) =
+            (vec![PAD; b * src_len], vec![PAD; b * tgt_len], vec![PAD; b * tgt_len]);
+        for (row, &i) in indices.iter().enumerate() {
+            let e = &examples[i];
+            let s = &mut src[row * src_len..];
+            s[..e.src.len()].copy_from_slice(&e.src);
+            s[e.src.len()] = EOS;
+            let ti = &mut tgt_in[row * tgt_len..];
+            ti[0] = BOS;
+            ti[1..=e.tgt.len()].copy_from_slice(&e.tgt);
+            let to = &mut tgt_out[row * tgt_len..];
+            to[..e.tgt.len()].copy_from_slice(&e.tgt);
+            to[e.tgt.len()] = EOS;
+        }
+        Self { indices: indices.to_vec(), src, src_lens, src_len, tgt_in, tgt_out, tgt_lens, tgt_len }
+    }
+
+    /// Sentences in the batch.
+    pub fn size(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Source padding mask, `[batch, src_len]`: true on real tokens.
+    pub fn src_mask(&self) -> Vec<bool> {
+        mask(&self.src_lens, self.src_len)
+    }
+
+    /// Target padding mask, `[batch, tgt_len]`: true on real tokens.
+    pub fn tgt_mask(&self) -> Vec<bool> {
+        mask(&self.tgt_lens, self.tgt_len)
+    }
+
+    /// Real target tokens (the loss is summed over these).
+    pub fn tgt_tokens(&self) -> usize {
+        self.tgt_lens.iter().sum()
+    }
+
+    /// (real tokens, padded slots) over both sides.
+    pub fn padding(&self) -> (usize, usize) {
+        let real = self.src_lens.iter().sum::<usize>() + self.tgt_tokens();
+        let slots = self.size() * (self.src_len + self.tgt_len);
+        (real, slots)
+    }
+}
+
+fn mask(lens: &[usize], len: usize) -> Vec<bool> {
+    lens.iter().flat_map(|&l| (0..len).map(move |j| j < l)).collect()
+}
+
+/// Plans batches (as index lists) over a fixed set of examples.
+#[derive(Debug, Clone)]
+pub struct Batcher {
+    cfg: BatchConfig,
+    /// (source length, target length) with `</s>`, per example.
+    lens: Vec<(usize, usize)>,
+}
+
+impl Batcher {
+    /// A batcher over `examples`.
+    pub fn new(examples: &[Example], cfg: BatchConfig) -> Self {
+        Self { cfg, lens: examples.iter().map(|e| (e.src.len() + 1, e.tgt.len() + 1)).collect() }
+    }
+
+    /// The batches of epoch `epoch` (0-based), a function of `seed` and `epoch` only.
+    pub fn epoch(&self, seed: u64, epoch: u64) -> Vec<Vec<usize>> {
+        let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut order: Vec<usize> = (0..self.lens.len()).collect();
+        rng.shuffle(&mut order);
+        let mean = self.lens.iter().map(|&(s, t)| self.side(s, t)).sum::<usize>() / self.lens.len().max(1);
+        let pool = (self.cfg.pool_batches * self.cfg.max_tokens / mean.max(1)).max(1);
+        let mut batches = Vec::new();
+        for chunk in order.chunks_mut(pool) {
+            chunk.sort_by_key(|&i| (self.lens[i], i));
+            batches.extend(self.fill(chunk));
+        }
+        rng.shuffle(&mut batches);
+        batches
+    }
+
+    /// All examples sorted by length into budget-filled batches, no shuffling (evaluation).
+    pub fn ordered(&self) -> Vec<Vec<usize>> {
+        let mut order: Vec<usize> = (0..self.lens.len()).collect();
+        order.sort_by_key(|&i| (self.lens[i], i));
+        self.fill(&order)
+    }
+
+    fn side(&self, s: usize, t: usize) -> usize {
+        match self.cfg.budget_on {
+            BudgetSide::Source => s,
+            BudgetSide::Target => t,
+            BudgetSide::Max => s.max(t),
+        }
+    }
+
+    /// Greedy fill of sorted indices: add while `rows × longest ≤ max_tokens`.
+    fn fill(&self, sorted: &[usize]) -> Vec<Vec<usize>> {
+        let mut out = Vec::new();
+        let mut cur: Vec<usize> = Vec::new();
+        let mut longest = 0;
+        for &i in sorted {
+            let (s, t) = self.lens[i];
+            let l = longest.max(self.side(s, t));
+            let full = (cur.len() + 1) * l > self.cfg.max_tokens
+                || (self.cfg.max_sentences > 0 && cur.len() >= self.cfg.max_sentences);
+            if full && !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+                longest = self.side(s, t);
+            } else {
+                longest = l;
+            }
+            cur.push(i);
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+}
+
+/// Padding ratio (padded slots that are padding) over a set of batches, both sides.
+pub fn padding_ratio(examples: &[Example], batches: &[Vec<usize>]) -> f64 {
+    let (mut real, mut slots) = (0usize, 0usize);
+    for b in batches {
+        let (r, s) = Batch::collate(examples, b).padding();
+        real += r;
+        slots += s;
+    }
+    if slots == 0 { 0.0 } else { 1.0 - real as f64 / slots as f64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn examples(n: usize) -> Vec<Example> {
+        let mut rng = SplitMix64::new(3);
+        (0..n)
+            .map(|_| {
+                // Target length correlates with source length, as in real corpora.
+                let a = 1 + rng.below(40) as usize;
+                let b = (a + rng.below(5) as usize).saturating_sub(2).max(1);
+                Example { src: vec![7; a], tgt: vec![9; b] }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn collate_pads_and_shifts() {
+        let ex =
+            vec![Example { src: vec![5, 6], tgt: vec![8] }, Example { src: vec![5], tgt: vec![8, 9, 10] }];
+        let b = Batch::collate(&ex, &[0, 1]);
+        assert_eq!((b.src_len, b.tgt_len), (3, 4));
+        assert_eq!(b.src, vec![5, 6, EOS, 5, EOS, PAD]);
+        assert_eq!(b.tgt_in, vec![BOS, 8, PAD, PAD, BOS, 8, 9, 10]);
+        assert_eq!(b.tgt_out, vec![8, EOS, PAD, PAD, 8, 9, 10, EOS]);
+        assert_eq!(b.src_mask(), vec![true, true, true, true, true, false]);
+        assert_eq!(b.tgt_tokens(), 6);
+    }
+
+    #[test]
+    fn batches_respect_the_budget_and_cover_every_example_once() {
+        let ex = examples(2000);
+        let cfg = BatchConfig { max_tokens: 500, ..Default::default() };
+        let batcher = Batcher::new(&ex, cfg);
+        let batches = batcher.epoch(1, 0);
+        let mut seen: Vec<usize> = batches.iter().flatten().copied().collect();
+        seen.sort();
+        assert_eq!(seen, (0..2000).collect::<Vec<_>>());
+        for b in &batches {
+            let c = Batch::collate(&ex, b);
+            assert!(c.size() * c.src_len.max(c.tgt_len) <= 500, "over budget");
+        }
+        assert!(padding_ratio(&ex, &batches) < 0.10, "{}", padding_ratio(&ex, &batches));
+    }
+
+    #[test]
+    fn shuffling_depends_only_on_seed_and_epoch() {
+        let ex = examples(500);
+        let batcher = Batcher::new(&ex, BatchConfig { max_tokens: 300, ..Default::default() });
+        assert_eq!(
+            batcher.epoch(7, 2),
+            Batcher::new(&ex, BatchConfig { max_tokens: 300, ..Default::default() }).epoch(7, 2)
+        );
+        assert_ne!(batcher.epoch(7, 2), batcher.epoch(7, 3));
+        assert_ne!(batcher.epoch(7, 2), batcher.epoch(8, 2));
+    }
+
+    #[test]
+    fn an_example_over_budget_forms_its_own_batch() {
+        let ex =
+            vec![Example { src: vec![1; 50], tgt: vec![1; 5] }, Example { src: vec![1; 2], tgt: vec![1; 2] }];
+        let batcher = Batcher::new(&ex, BatchConfig { max_tokens: 10, ..Default::default() });
+        assert_eq!(batcher.ordered(), vec![vec![1], vec![0]]);
+    }
+
+    #[test]
+    fn max_sentences_caps_rows() {
+        let ex = examples(100);
+        let cfg = BatchConfig { max_tokens: 100_000, max_sentences: 16, ..Default::default() };
+        assert!(Batcher::new(&ex, cfg).ordered().iter().all(|b| b.len() <= 16));
+    }
+}

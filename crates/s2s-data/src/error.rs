@@ -1,0 +1,99 @@
+//! Errors of the data pipeline: each names the file, the line and what to do.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading, tokenising or batching a corpus.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// A file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Aligned source and target files differ in length.
+    #[error(
+        "{src_path} has {src_lines} lines but {tgt_path} has {tgt_lines}: aligned corpus files \
+         must have one sentence per line on both sides"
+    )]
+    LineCountMismatch {
+        /// Source file.
+        src_path: PathBuf,
+        /// Lines in the source file.
+        src_lines: usize,
+        /// Target file.
+        tgt_path: PathBuf,
+        /// Lines in the target file.
+        tgt_lines: usize,
+    },
+    /// A line is not valid UTF-8.
+    #[error("{path}:{line}: invalid UTF-8; re-encode the file as UTF-8 (e.g. `iconv -t UTF-8`)")]
+    InvalidUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+    },
+    /// A TSV row has fewer columns than asked for.
+    #[error(
+        "{path}:{line}: expected at least {needed} tab-separated columns, found {found}; \
+         check --src-col/--tgt-col (0-based) and that the file is tab-separated"
+    )]
+    MissingColumn {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// Columns needed (highest requested index + 1).
+        needed: usize,
+        /// Columns on the line.
+        found: usize,
+    },
+    /// A corpus file has no lines at all.
+    #[error("{path}: the file is empty; give a corpus with one sentence per line")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Every line pair was skipped (empty sides or too long).
+    #[error("{path}: no usable sentence pairs ({skipped_empty} empty, {skipped_long} too long)")]
+    NothingUsable {
+        /// The (source) file.
+        path: PathBuf,
+        /// Pairs skipped because one side was empty.
+        skipped_empty: usize,
+        /// Pairs skipped because a side was longer than the maximum.
+        skipped_long: usize,
+    },
+    /// The `tokenizers` crate failed (training, saving or loading BPE).
+    #[error("tokenizer {path}: {message}")]
+    Tokenizer {
+        /// The tokenizer file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A saved vocabulary or tokenizer file is corrupt.
+    #[error("{path}: corrupt or truncated ({message}); retrain or restore the run directory")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A bad option value.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl DataError {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        DataError::Io { path: path.into(), source }
+    }
+}
+
+/// Result alias for the data crate.
+pub type Result<T> = std::result::Result<T, DataError>;

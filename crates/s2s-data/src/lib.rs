@@ -1,0 +1,52 @@
+//! # s2s-data: from corpus files to padded id batches (no burn)
+//!
+//! Data flows one way: corpus files ([`corpus`]) → normalised pairs ([`normalize`]) →
+//! tokenizers ([`tokenizer`], [`vocab`]) → examples → token-budget batches ([`batch`]).
+//! [`synth`] generates the built-in language pair; [`stats`] describes a corpus.
+
+pub mod batch;
+pub mod corpus;
+pub mod error;
+pub mod normalize;
+pub mod rng;
+pub mod stats;
+pub mod synth;
+pub mod tokenizer;
+pub mod vocab;
+
+pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example};
+pub use corpus::{Corpus, CorpusFiles, Pair, ReadOptions, ReadReport, SplitFiles, read_corpus};
+pub use error::{DataError, Result};
+pub use normalize::normalize;
+pub use tokenizer::{Level, Tokenizer, TokenizerConfig, Tokenizers};
+pub use vocab::{BOS, EOS, PAD, SPECIALS, UNK, Vocab};
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, then renamed over
+/// `path` (and the directory fsynced), so readers see the old file or the new one, never half.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        DataError::io(path, e)
+    })
+}
+
+/// Tokenises pairs into examples (ids without specials).
+pub fn encode_pairs(tok: &Tokenizers, pairs: &[Pair]) -> Vec<Example> {
+    pairs.iter().map(|p| Example { src: tok.src.encode(&p.src), tgt: tok.tgt.encode(&p.tgt) }).collect()
+}

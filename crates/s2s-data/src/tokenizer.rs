@@ -1,0 +1,386 @@
+//! Tokenizers at three levels — BPE subwords (the `tokenizers` crate), whitespace words and
+//! characters — behind one type, plus the source/target pair saved in a run directory.
+//!
+//! Every level maps text to ids without specials ([`Tokenizer::encode`]) and back to plain text
+//! ([`Tokenizer::decode`], which drops specials). For text already normalised by
+//! [`crate::normalize`], `decode(encode(s)) == s` unless `s` holds tokens the vocabulary lacks.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokenizers::decoders::metaspace::Metaspace as MetaspaceDecoder;
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::metaspace::Metaspace;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{AddedToken, TokenizerBuilder, TokenizerImpl};
+
+use crate::error::{DataError, Result};
+use crate::vocab::{SPECIALS, Vocab};
+
+/// Tokenisation granularity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Byte-pair-encoding subwords learned on the training split (Sennrich et al., 2016), with
+    /// an NFC normaliser and the Metaspace (`▁`) pre-tokenizer and decoder.
+    Bpe,
+    /// Whitespace-separated words.
+    Word,
+    /// Unicode characters (the space is a token).
+    Char,
+}
+
+impl std::str::FromStr for Level {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "bpe" => Ok(Level::Bpe),
+            "word" => Ok(Level::Word),
+            "char" => Ok(Level::Char),
+            _ => Err(format!("unknown tokenizer level `{s}`: use bpe, word or char")),
+        }
+    }
+}
+
+/// How to build the tokenizers of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerConfig {
+    /// Granularity.
+    #[serde(default = "default_level")]
+    pub level: Level,
+    /// Vocabulary size (specials included): the BPE target size, or the cap for word/char
+    /// vocabularies (0: no cap).
+    #[serde(default = "default_vocab_size")]
+    pub vocab_size: usize,
+    /// One vocabulary for both sides (trained on source and target text together).
+    #[serde(default = "default_joint")]
+    pub joint: bool,
+    /// Minimum count for a word/char/merge to enter the vocabulary.
+    #[serde(default = "default_min_freq")]
+    pub min_freq: usize,
+}
+
+fn default_level() -> Level {
+    Level::Bpe
+}
+fn default_vocab_size() -> usize {
+    8000
+}
+fn default_joint() -> bool {
+    true
+}
+fn default_min_freq() -> usize {
+    1
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        Self { level: Level::Bpe, vocab_size: 8000, joint: true, min_freq: 1 }
+    }
+}
+
+type Bpe = TokenizerImpl<BPE, NFC, Metaspace, PostProcessorWrapper, MetaspaceDecoder>;
+
+/// One side's tokenizer.
+#[derive(Clone)]
+pub enum Tokenizer {
+    /// BPE through the `tokenizers` crate.
+    Bpe(Box<Bpe>),
+    /// Whitespace words.
+    Word(Vocab),
+    /// Characters.
+    Char(Vocab),
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokenizer({:?}, {} entries)", self.level(), self.vocab_size())
+    }
+}
+
+/// The on-disk form of word and char tokenizers.
+#[derive(Serialize, Deserialize)]
+struct VocabTokenizerFile {
+    level: Level,
+    vocab: Vocab,
+}
+
+impl Tokenizer {
+    /// Learns a tokenizer from `texts` (normalised sentences).
+    pub fn train<S: AsRef<str> + Send + Sync>(cfg: &TokenizerConfig, texts: &[S]) -> Result<Self> {
+        match cfg.level {
+            Level::Bpe => train_bpe(cfg, texts),
+            Level::Word => Ok(Tokenizer::Word(Vocab::build(
+                texts.iter().flat_map(|t| t.as_ref().split(' ')),
+                cfg.vocab_size,
+                cfg.min_freq,
+            ))),
+            Level::Char => {
+                let chars: Vec<String> =
+                    texts.iter().flat_map(|t| t.as_ref().chars().map(String::from)).collect();
+                Ok(Tokenizer::Char(Vocab::build(
+                    chars.iter().map(String::as_str),
+                    cfg.vocab_size,
+                    cfg.min_freq,
+                )))
+            }
+        }
+    }
+
+    /// The granularity.
+    pub fn level(&self) -> Level {
+        match self {
+            Tokenizer::Bpe(_) => Level::Bpe,
+            Tokenizer::Word(_) => Level::Word,
+            Tokenizer::Char(_) => Level::Char,
+        }
+    }
+
+    /// Number of ids, specials included.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Tokenizer::Bpe(t) => t.get_vocab_size(true),
+            Tokenizer::Word(v) | Tokenizer::Char(v) => v.len(),
+        }
+    }
+
+    /// Text → ids, without `<s>`/`</s>`.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        match self {
+            // Encoding a plain &str with BPE + Metaspace cannot fail; an error would be a bug in
+            // the tokenizers crate, so fall back to <unk> rather than panic on user input.
+            Tokenizer::Bpe(t) => t
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_else(|_| vec![crate::vocab::UNK]),
+            Tokenizer::Word(v) => {
+                if text.is_empty() {
+                    Vec::new()
+                } else {
+                    text.split(' ').map(|w| v.id(w)).collect()
+                }
+            }
+            Tokenizer::Char(v) => {
+                let mut buf = [0u8; 4];
+                text.chars().map(|c| v.id(c.encode_utf8(&mut buf))).collect()
+            }
+        }
+    }
+
+    /// Ids → plain text; specials (and ids after none of them) are dropped.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let keep = ids.iter().copied().filter(|&i| i as usize >= SPECIALS.len());
+        match self {
+            Tokenizer::Bpe(t) => {
+                let ids: Vec<u32> = keep.collect();
+                t.decode(&ids, true).unwrap_or_default()
+            }
+            Tokenizer::Word(v) => keep.map(|i| v.token(i)).collect::<Vec<_>>().join(" "),
+            Tokenizer::Char(v) => keep.map(|i| v.token(i)).collect(),
+        }
+    }
+
+    /// The surface string of one id (`▁`-prefixed pieces for BPE), for attention plots.
+    pub fn token(&self, id: u32) -> String {
+        match self {
+            Tokenizer::Bpe(t) => t.id_to_token(id).unwrap_or_else(|| SPECIALS[1].to_string()),
+            Tokenizer::Word(v) | Tokenizer::Char(v) => v.token(id).to_string(),
+        }
+    }
+
+    /// Writes the tokenizer as JSON (the `tokenizers` format for BPE).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let json = match self {
+            Tokenizer::Bpe(t) => serde_json::to_string(t.as_ref()),
+            Tokenizer::Word(v) => {
+                serde_json::to_string(&VocabTokenizerFile { level: Level::Word, vocab: v.clone() })
+            }
+            Tokenizer::Char(v) => {
+                serde_json::to_string(&VocabTokenizerFile { level: Level::Char, vocab: v.clone() })
+            }
+        }
+        .map_err(|e| DataError::Tokenizer { path: path.to_path_buf(), message: e.to_string() })?;
+        crate::write_atomic(path, json.as_bytes())
+    }
+
+    /// Reads a tokenizer written by [`Tokenizer::save`]; a truncated or foreign file is
+    /// [`DataError::Corrupt`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        let corrupt = |message: String| DataError::Corrupt { path: path.to_path_buf(), message };
+        let text = String::from_utf8(bytes).map_err(|_| corrupt("not UTF-8 text".into()))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        if value.get("model").is_some() {
+            let t: Bpe = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+            if (0..SPECIALS.len() as u32).any(|i| t.id_to_token(i).as_deref() != Some(SPECIALS[i as usize])) {
+                return Err(corrupt("the specials <pad> <unk> <s> </s> are not ids 0–3".into()));
+            }
+            return Ok(Tokenizer::Bpe(Box::new(t)));
+        }
+        let f: VocabTokenizerFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        if !f.vocab.is_well_formed() {
+            return Err(corrupt("the vocabulary does not start with <pad> <unk> <s> </s>".into()));
+        }
+        Ok(match f.level {
+            Level::Word => Tokenizer::Word(f.vocab),
+            Level::Char => Tokenizer::Char(f.vocab),
+            Level::Bpe => return Err(corrupt("a BPE tokenizer without a model".into())),
+        })
+    }
+}
+
+fn train_bpe<S: AsRef<str> + Send + Sync>(cfg: &TokenizerConfig, texts: &[S]) -> Result<Tokenizer> {
+    let err = |e: tokenizers::Error| DataError::Tokenizer {
+        path: PathBuf::from("<training>"),
+        message: e.to_string(),
+    };
+    let model = BPE::builder().unk_token(SPECIALS[1].to_string()).build().map_err(err)?;
+    let mut tok: Bpe = TokenizerBuilder::new()
+        .with_model(model)
+        .with_normalizer(Some(NFC))
+        .with_pre_tokenizer(Some(Metaspace::default()))
+        .with_post_processor(None)
+        .with_decoder(Some(MetaspaceDecoder::default()))
+        .build()
+        .map_err(err)?;
+    let mut trainer = BpeTrainerBuilder::new()
+        .vocab_size(cfg.vocab_size)
+        .min_frequency(cfg.min_freq as u64)
+        .show_progress(false)
+        .special_tokens(SPECIALS.iter().map(|s| AddedToken::from(s.to_string(), true)).collect())
+        .build();
+    tok.train(&mut trainer, texts.iter().map(|t| t.as_ref())).map_err(err)?;
+    Ok(Tokenizer::Bpe(Box::new(tok)))
+}
+
+/// The source and target tokenizers of a run (the same one twice when joint).
+#[derive(Debug, Clone)]
+pub struct Tokenizers {
+    /// Source side.
+    pub src: Tokenizer,
+    /// Target side.
+    pub tgt: Tokenizer,
+    /// Whether one vocabulary serves both sides.
+    pub joint: bool,
+}
+
+impl Tokenizers {
+    /// Trains on the training pairs' source and target text.
+    pub fn train(cfg: &TokenizerConfig, pairs: &[crate::Pair]) -> Result<Self> {
+        if cfg.joint {
+            let texts: Vec<&str> = pairs.iter().flat_map(|p| [p.src.as_str(), p.tgt.as_str()]).collect();
+            let t = Tokenizer::train(cfg, &texts)?;
+            Ok(Self { src: t.clone(), tgt: t, joint: true })
+        } else {
+            let src: Vec<&str> = pairs.iter().map(|p| p.src.as_str()).collect();
+            let tgt: Vec<&str> = pairs.iter().map(|p| p.tgt.as_str()).collect();
+            Ok(Self { src: Tokenizer::train(cfg, &src)?, tgt: Tokenizer::train(cfg, &tgt)?, joint: false })
+        }
+    }
+
+    /// Saves into `dir` (created): `joint.json`, or `src.json` and `tgt.json`.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
+        if self.joint {
+            self.src.save(&dir.join("joint.json"))
+        } else {
+            self.src.save(&dir.join("src.json"))?;
+            self.tgt.save(&dir.join("tgt.json"))
+        }
+    }
+
+    /// Loads what [`Tokenizers::save`] wrote.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let joint = dir.join("joint.json");
+        if joint.exists() {
+            let t = Tokenizer::load(&joint)?;
+            return Ok(Self { src: t.clone(), tgt: t, joint: true });
+        }
+        Ok(Self {
+            src: Tokenizer::load(&dir.join("src.json"))?,
+            tgt: Tokenizer::load(&dir.join("tgt.json"))?,
+            joint: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts() -> Vec<&'static str> {
+        vec!["Ein Hund läuft über die Wiese .", "Zwei Männer spielen Fußball !", "A dog runs ."]
+    }
+
+    fn round_trip(level: Level) {
+        let cfg = TokenizerConfig { level, vocab_size: 200, joint: true, min_freq: 1 };
+        let t = Tokenizer::train(&cfg, &texts()).unwrap();
+        for s in texts() {
+            let ids = t.encode(s);
+            assert!(ids.iter().all(|&i| i >= 4), "{level:?}: unknown in {s}: {ids:?}");
+            assert_eq!(t.decode(&ids), s, "{level:?}");
+        }
+    }
+
+    #[test]
+    fn bpe_round_trip() {
+        round_trip(Level::Bpe);
+    }
+
+    #[test]
+    fn word_round_trip() {
+        round_trip(Level::Word);
+    }
+
+    #[test]
+    fn char_round_trip() {
+        round_trip(Level::Char);
+    }
+
+    #[test]
+    fn specials_are_ids_0_to_3_and_dropped_on_decode() {
+        for level in [Level::Bpe, Level::Word, Level::Char] {
+            let cfg = TokenizerConfig { level, vocab_size: 100, joint: true, min_freq: 1 };
+            let t = Tokenizer::train(&cfg, &texts()).unwrap();
+            for (i, s) in SPECIALS.iter().enumerate() {
+                assert_eq!(t.token(i as u32), *s, "{level:?}");
+            }
+            let mut ids = vec![crate::BOS];
+            ids.extend(t.encode("A dog"));
+            ids.push(crate::EOS);
+            assert_eq!(t.decode(&ids), "A dog");
+        }
+    }
+
+    #[test]
+    fn unknown_word_maps_to_unk() {
+        let cfg = TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1 };
+        let t = Tokenizer::train(&cfg, &texts()).unwrap();
+        assert_eq!(t.encode("A cat"), vec![t.encode("A")[0], crate::UNK]);
+    }
+
+    #[test]
+    fn save_load_and_corruption() {
+        let dir = std::env::temp_dir().join(format!("s2s-tok-{}", std::process::id()));
+        for level in [Level::Bpe, Level::Word, Level::Char] {
+            let cfg = TokenizerConfig { level, vocab_size: 100, joint: false, min_freq: 1 };
+            let pairs: Vec<crate::Pair> =
+                texts().iter().map(|s| crate::Pair { src: s.to_string(), tgt: s.to_uppercase() }).collect();
+            let toks = Tokenizers::train(&cfg, &pairs).unwrap();
+            let d = dir.join(format!("{level:?}"));
+            toks.save(&d).unwrap();
+            let back = Tokenizers::load(&d).unwrap();
+            assert_eq!(back.tgt.encode("ZWEI MÄNNER"), toks.tgt.encode("ZWEI MÄNNER"));
+            assert_eq!(back.src.vocab_size(), toks.src.vocab_size());
+            // Truncate the file: a clear Corrupt error naming it, not a panic.
+            let f = d.join("src.json");
+            let bytes = std::fs::read(&f).unwrap();
+            std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+            let e = Tokenizers::load(&d).unwrap_err();
+            assert!(matches!(e, DataError::Corrupt { .. }), "{e}");
+            assert!(e.to_string().contains("src.json"), "{e}");
+        }
+    }
+}

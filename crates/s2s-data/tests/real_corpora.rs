@@ -1,0 +1,94 @@
+//! Tests on the real corpora in `../shared/datasets` (never copied into the repository).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use s2s_data::stats::corpus_stats;
+use s2s_data::{
+    BatchConfig, CorpusFiles, Level, ReadOptions, TokenizerConfig, Tokenizers, UNK, encode_pairs, read_corpus,
+};
+
+/// `$S2S_SHARED/datasets/<rel>`, by default `../shared` beside the project root.
+fn shared(rel: &str) -> PathBuf {
+    let root = std::env::var_os("S2S_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    root.join("datasets").join(rel)
+}
+
+fn multi30k_train() -> s2s_data::Corpus {
+    let files = CorpusFiles::Aligned { src: shared("multi30k/train.de"), tgt: shared("multi30k/train.en") };
+    read_corpus(&files, &ReadOptions::default()).unwrap()
+}
+
+#[test]
+fn multi30k_reads_all_pairs_normalised() {
+    let c = multi30k_train();
+    assert_eq!(c.report.lines, 29_000);
+    assert_eq!(c.report.kept + c.report.skipped_empty + c.report.skipped_long, 29_000);
+    // The released train.de has lines with stray and non-breaking spaces: all normalised away.
+    for p in &c.pairs {
+        for s in [&p.src, &p.tgt] {
+            assert!(!s.contains('\u{00A0}') && !s.contains("  ") && s.trim() == s, "{s:?}");
+        }
+    }
+}
+
+/// Every training sentence, both sides, encodes and decodes to itself (unknowns aside).
+#[test]
+fn multi30k_round_trip_every_level() {
+    let c = multi30k_train();
+    for level in [Level::Bpe, Level::Word, Level::Char] {
+        let cfg = TokenizerConfig {
+            level,
+            vocab_size: if level == Level::Bpe { 8000 } else { 0 },
+            joint: true,
+            min_freq: 1,
+        };
+        let tok = Tokenizers::train(&cfg, &c.pairs).unwrap();
+        let mut checked = 0;
+        for p in &c.pairs {
+            for (t, s) in [(&tok.src, &p.src), (&tok.tgt, &p.tgt)] {
+                let ids = t.encode(s);
+                if ids.contains(&UNK) {
+                    continue;
+                }
+                assert_eq!(&t.decode(&ids), s, "{level:?}");
+                checked += 1;
+            }
+        }
+        // A vocabulary trained on this very text knows all of it.
+        assert_eq!(checked, 2 * c.pairs.len(), "{level:?}");
+    }
+}
+
+#[test]
+fn multi30k_batches_pad_under_ten_percent() {
+    let c = multi30k_train();
+    let tok = Tokenizers::train(&TokenizerConfig::default(), &c.pairs).unwrap();
+    let ex = encode_pairs(&tok, &c.pairs);
+    for max_tokens in [1024, 4096] {
+        let s = corpus_stats(
+            "train",
+            &ex,
+            (tok.src.vocab_size(), tok.tgt.vocab_size()),
+            BatchConfig { max_tokens, ..Default::default() },
+            1,
+        );
+        assert!(s.padding_ratio < 0.10, "padding {:.3} at {max_tokens} tokens", s.padding_ratio);
+    }
+}
+
+#[test]
+fn anki_tsv_reads_with_columns_swapped() {
+    let files = CorpusFiles::Tsv { tsv: shared("anki-eng-fra/eng-fra.tsv"), src_col: 0, tgt_col: 1 };
+    let start = Instant::now();
+    let c = read_corpus(&files, &ReadOptions::default()).unwrap();
+    let took = start.elapsed();
+    assert!(c.report.lines > 140_000);
+    assert_eq!(c.pairs[0].src, "Go.");
+    assert_eq!(c.pairs[0].tgt, "Va !");
+    // U+202F before French punctuation became an ASCII space.
+    assert!(c.pairs.iter().all(|p| !p.tgt.contains('\u{202F}')));
+    eprintln!("read {} pairs in {took:?}", c.report.lines);
+}
