@@ -1,0 +1,72 @@
+//! Evaluation for Seq2Seq Lab: sacreBLEU-identical corpus BLEU and chrF, perplexity,
+//! BLEU by source length, and the logic of the `s2s score` command. No burn here.
+//!
+//! # sacreBLEU-identical
+//!
+//! For the same hypotheses, references and options, this crate produces the same
+//! segment statistics (n-gram counts, totals, hypothesis and reference lengths) as
+//! sacreBLEU, exactly, and the same scores up to floating-point summation order
+//! (the computations follow sacreBLEU's operation order, so in practice the scores
+//! agree to the last bits). That covers: the `none`, `13a` and `intl` tokenisers,
+//! lowercasing, `exp`/`floor`/`add-k`/`none` smoothing, effective order, any number
+//! of references (closest reference length, ties to the shorter; n-gram counts clipped
+//! by the per-reference maximum), chrF/chrF++ with its per-sentence best-reference
+//! choice and effective-order averaging, and the command line's line reading
+//! (`rstrip()` of each line) and output formats. Signatures have sacreBLEU's layout,
+//! with `version:` this crate's version. The conformance fixtures
+//! (`shared/fixtures/bleu`) were produced with **sacreBLEU 2.6.0**.
+//!
+//! The implementation is checked against sacreBLEU 2.6.0 itself: the fixtures, unit tests
+//! whose expected values come from Python one-liners (quoted next to them), and a
+//! differential test of the 13a tokeniser against its literal regular expressions.
+//!
+//! Known differences:
+//! - sacreBLEU's `None` references (a variable number of references per segment,
+//!   `nrefs:var`) are not supported; an empty string is an empty reference of length 0,
+//!   as in sacreBLEU.
+//! - Unicode tables (lowercasing, `intl`'s `\p{P}`/`\p{S}`/`\p{N}`) are Rust's and the
+//!   `regex` crate's rather than Python's; they can differ for characters added in
+//!   recent Unicode versions.
+//! - With `add-k`, sacreBLEU reports the incremented counts in `counts`/`totals`; this
+//!   crate reports the raw ones (score and precisions are identical).
+//! - Hypothesis and reference streams of different lengths are an error, not silently
+//!   truncated (the sacreBLEU API zips them).
+//! - Only the `none`, `13a` and `intl` tokenisers; BLEU's maximum order is fixed at 4,
+//!   chrF's character order is at most 6 and word order at most 4.
+//! - Command line ([`run_score`]): no tab-separated multi-system standard input, no
+//!   `--num-refs` tab-split references, no sentence-level mode, bootstrap or paired
+//!   tests, no short signatures, no "tokenized period" warning; `lowercase` applies to
+//!   chrF too; an empty input scores 0 instead of being refused.
+//!
+//! # Example
+//!
+//! ```
+//! let hyps = ["The cat sat on the mat."];
+//! let refs = [vec!["The cat sat on the mat."]];
+//! let bleu = s2s_eval::corpus_bleu(&hyps, &refs).unwrap();
+//! assert!((bleu.score - 100.0).abs() < 1e-9);
+//! let chrf = s2s_eval::corpus_chrf(&hyps, &refs).unwrap();
+//! assert!((chrf.score - 100.0).abs() < 1e-9);
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod bleu;
+pub mod chrf;
+pub mod error;
+pub mod length;
+mod ngram;
+pub mod perplexity;
+pub mod score_cmd;
+pub mod tokenize;
+
+pub use bleu::{BleuConfig, BleuScore, BleuStats, MAX_NGRAM_ORDER, Smoothing, corpus_bleu};
+pub use chrf::{ChrfConfig, ChrfScore, ChrfStats, MAX_CHAR_ORDER, MAX_WORD_ORDER, corpus_chrf};
+pub use error::EvalError;
+pub use length::{DEFAULT_LENGTH_EDGES, LengthBucket, bleu_by_length, word_count};
+pub use perplexity::{NllAccumulator, perplexity};
+pub use score_cmd::{Format, Metric, ScoreRequest, run_score};
+pub use tokenize::{Tokenizer, is_py_whitespace, tokenize_13a, tokenize_intl};
+
+/// This crate's version, written as `version:` in signatures.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
