@@ -1,0 +1,177 @@
+//! Global attention scores of Luong, Pham & Manning (2015, eq. 8), computed on the *current*
+//! decoder state `s` against encoder states `hᵢ`, plus the low-rank bilinear variant:
+//!
+//! - `dot`: `eᵢ = sᵀ hᵢ` (needs `d_query = d_key`)
+//! - `general`: `eᵢ = sᵀ W hᵢ`
+//! - `concat`: `eᵢ = vᵀ tanh(W [s; hᵢ])` — the additive network of
+//!   [`super::bahdanau`], which it reuses (`W [s; h] = W_s s + W_h h`)
+//! - `low-rank`: `eᵢ = (U s)ᵀ (V hᵢ)`, a rank-`r` factorisation of `general`'s `W = Uᵀ V`
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::bahdanau::{AdditiveAttention, AdditiveAttentionConfig};
+
+/// Which Luong score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LuongScore {
+    /// `sᵀ h`.
+    Dot,
+    /// `sᵀ W h`.
+    #[default]
+    General,
+    /// `vᵀ tanh(W [s; h])`.
+    Concat,
+    /// `(U s)ᵀ (V h)`.
+    LowRank,
+}
+
+impl std::str::FromStr for LuongScore {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "dot" => Ok(Self::Dot),
+            "general" => Ok(Self::General),
+            "concat" => Ok(Self::Concat),
+            "low-rank" => Ok(Self::LowRank),
+            _ => Err(format!("unknown Luong score `{s}`: use dot, general, concat or low-rank")),
+        }
+    }
+}
+
+/// Configuration of [`LuongAttention`].
+#[derive(Config, Debug)]
+pub struct LuongAttentionConfig {
+    /// The score function.
+    pub score: LuongScore,
+    /// Encoder state size.
+    pub d_key: usize,
+    /// Decoder state size.
+    pub d_query: usize,
+    /// Hidden size of `concat`'s network.
+    #[config(default = 256)]
+    pub d_attention: usize,
+    /// Rank `r` of `low-rank`.
+    #[config(default = 64)]
+    pub rank: usize,
+}
+
+/// A Luong score function.
+///
+/// # Shapes
+/// - keys (projected): `[batch, src, k]` (`k` = `d_key` for dot, `d_query` for general,
+///   `d_attention` for concat, `rank` for low-rank)
+/// - query `[batch, d_query]` → scores `[batch, src]`
+#[derive(Module, Debug)]
+pub struct LuongAttention {
+    /// `general`: `W` (`d_key → d_query`); `low-rank`: `V` (`d_key → r`).
+    pub key_proj: Option<Linear>,
+    /// `low-rank`: `U` (`d_query → r`).
+    pub query_proj: Option<Linear>,
+    /// `concat`: the additive network.
+    pub concat: Option<AdditiveAttention>,
+    /// Which score.
+    #[module(skip)]
+    pub score: LuongScore,
+}
+
+impl LuongAttentionConfig {
+    /// Initialises the score. `dot` with `d_query ≠ d_key` is refused.
+    pub fn init(&self, device: &Device) -> Result<LuongAttention, String> {
+        let lin = |i, o| Some(LinearConfig::new(i, o).with_bias(false).init(device));
+        let (key_proj, query_proj, concat) = match self.score {
+            LuongScore::Dot if self.d_query != self.d_key => {
+                return Err(format!(
+                    "the dot score needs equal decoder and encoder sizes, got {} and {}: use general or low-rank",
+                    self.d_query, self.d_key
+                ));
+            }
+            LuongScore::Dot => (None, None, None),
+            LuongScore::General => (lin(self.d_key, self.d_query), None, None),
+            LuongScore::LowRank => (lin(self.d_key, self.rank), lin(self.d_query, self.rank), None),
+            LuongScore::Concat => (
+                None,
+                None,
+                Some(AdditiveAttentionConfig::new(self.d_key, self.d_query, self.d_attention).init(device)),
+            ),
+        };
+        Ok(LuongAttention { key_proj, query_proj, concat, score: self.score })
+    }
+}
+
+impl LuongAttention {
+    /// Projects encoder states once per sentence (`W h`, `V h`, `W_h h`; `h` itself for dot).
+    pub fn keys(&self, memory: Tensor<3>) -> Tensor<3> {
+        match (&self.concat, &self.key_proj) {
+            (Some(c), _) => c.keys(memory),
+            (None, Some(k)) => k.forward(memory),
+            (None, None) => memory,
+        }
+    }
+
+    /// The scores of `query` against the projected keys.
+    pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+        if let Some(c) = &self.concat {
+            return c.scores(query, keys);
+        }
+        let q = match &self.query_proj {
+            Some(u) => u.forward(query), // U s: [B, r]
+            None => query,               // s:   [B, d]
+        };
+        keys.clone().matmul(q.unsqueeze_dim::<3>(2)).squeeze_dim::<2>(2) // [B, S, k]·[B, k, 1] → [B, S]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::gradcheck;
+    use burn::tensor::{Distribution, TensorData};
+
+    #[test]
+    fn dot_and_general_by_hand() {
+        let d = Device::flex();
+        let mem = Tensor::<3>::from_data(TensorData::new(vec![1f32, 0., 0., 1., 1., 1.], [1, 3, 2]), &d);
+        let q = Tensor::<2>::from_data(TensorData::new(vec![2f32, 3.], [1, 2]), &d);
+        let dot = LuongAttentionConfig::new(LuongScore::Dot, 2, 2).init(&d).unwrap();
+        let s: Vec<f32> =
+            dot.scores(q.clone(), &dot.keys(mem.clone())).into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(s, vec![2.0, 3.0, 5.0]);
+        // general with W = identity equals dot.
+        let mut general = LuongAttentionConfig::new(LuongScore::General, 2, 2).init(&d).unwrap();
+        let mut w = general.key_proj.take().unwrap();
+        w.weight = burn::module::Param::from_tensor(Tensor::from_data(
+            TensorData::new(vec![1f32, 0., 0., 1.], [2, 2]),
+            &d,
+        ));
+        general.key_proj = Some(w);
+        let s: Vec<f32> = general.scores(q, &general.keys(mem)).into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(s, vec![2.0, 3.0, 5.0]);
+    }
+
+    #[test]
+    fn dot_refuses_mismatched_sizes() {
+        assert!(LuongAttentionConfig::new(LuongScore::Dot, 4, 2).init(&Device::flex()).is_err());
+    }
+
+    #[test]
+    fn gradients_match_central_differences() {
+        let d = Device::flex().autodiff();
+        d.seed(12);
+        for score in [LuongScore::General, LuongScore::Concat, LuongScore::LowRank] {
+            let att =
+                LuongAttentionConfig::new(score, 3, 2).with_d_attention(4).with_rank(2).init(&d).unwrap();
+            let mem: Tensor<3> = Tensor::random([2, 3, 3], Distribution::Normal(0.0, 1.0), &d);
+            let q: Tensor<2> = Tensor::random([2, 2], Distribution::Normal(0.0, 1.0), &d);
+            let weights: Tensor<2> = Tensor::random([2, 3], Distribution::Normal(0.0, 1.0), &d);
+            gradcheck::check(att, |a: &LuongAttention| {
+                let s = a.scores(q.clone(), &a.keys(mem.clone()));
+                (burn::tensor::activation::softmax(s, 1) * weights.clone()).sum()
+            });
+        }
+    }
+}

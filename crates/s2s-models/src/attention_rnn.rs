@@ -1,0 +1,258 @@
+//! Attention RNN encoder-decoders: RNNsearch (Bahdanau, Cho & Bengio, 2015) and global
+//! attention (Luong, Pham & Manning, 2015), on the shared recurrent cells.
+//!
+//! **Bahdanau** (`attention = "bahdanau"`): attend with the *previous* state,
+//! `cₜ = Σᵢ αₜᵢ hᵢ`, `αₜ = softmax(vᵀ tanh(W₁hᵢ + W₂s_{t−1}))`; the context enters the
+//! decoder input, `sₜ = RNN([E y_{t−1}; cₜ], s_{t−1})`; deep output
+//! `p(yₜ) = softmax(W_o [sₜ; cₜ; E y_{t−1}])` (eq. 4 and A.2.2, without the maxout).
+//!
+//! **Luong** (`attention = "luong"`): attend with the *current* state,
+//! `sₜ = RNN([E y_{t−1}; h̃_{t−1}], s_{t−1})` (input feeding; `E y_{t−1}` alone without it),
+//! `cₜ` from the chosen score on `sₜ`, attentional state `h̃ₜ = tanh(W_c [cₜ; sₜ])` (eq. 5),
+//! `p(yₜ) = softmax(W_s h̃ₜ)` (eq. 6).
+//!
+//! The encoder is bidirectional by default (`hidden / 2` per direction, concatenated), and
+//! its per-layer final states start the decoder. Keys are projected once per sentence.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::activation::{log_softmax, tanh};
+use burn::tensor::{Device, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
+use crate::cell::CellKind;
+use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
+use crate::lstm::bridge;
+use crate::rnn::{StackedRnn, StackedRnnConfig};
+
+/// Which attention mechanism (and decoder wiring) the model uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionStyle {
+    /// Additive score on the previous state; context in the decoder input (RNNsearch).
+    Bahdanau,
+    /// Score on the current state; attentional hidden state; optional input feeding.
+    Luong,
+}
+
+/// Configuration of [`AttentionRnn`].
+#[derive(Config, Debug)]
+pub struct AttentionRnnConfig {
+    /// Source vocabulary size.
+    pub src_vocab: usize,
+    /// Target vocabulary size.
+    pub tgt_vocab: usize,
+    /// Bahdanau or Luong wiring.
+    pub attention: AttentionStyle,
+    /// Luong score function (ignored for Bahdanau).
+    #[config(default = "LuongScore::General")]
+    pub score: LuongScore,
+    /// Embedding size.
+    #[config(default = 256)]
+    pub emb: usize,
+    /// Decoder state and encoder annotation size.
+    #[config(default = 512)]
+    pub hidden: usize,
+    /// Layers of encoder and of decoder.
+    #[config(default = 1)]
+    pub layers: usize,
+    /// The recurrence.
+    #[config(default = "CellKind::Lstm")]
+    pub cell: CellKind,
+    /// Bidirectional encoder (`hidden / 2` per direction).
+    #[config(default = true)]
+    pub bidirectional: bool,
+    /// Luong input feeding: `h̃_{t−1}` joins the decoder input.
+    #[config(default = true)]
+    pub input_feeding: bool,
+    /// Hidden size of additive/concat score networks (0: `hidden`).
+    #[config(default = 0)]
+    pub attention_dim: usize,
+    /// Rank of the low-rank score.
+    #[config(default = 64)]
+    pub rank: usize,
+    /// Dropout between layers and on the decoder's output.
+    #[config(default = 0.1)]
+    pub dropout: f64,
+}
+
+/// An attention RNN encoder-decoder (see the module doc for both wirings).
+///
+/// # Shapes
+/// - source `[batch, src]`, target input `[batch, tgt]` → logits `[batch, tgt, tgt_vocab]`,
+///   attention `[batch, tgt, src]`
+#[derive(Module, Debug)]
+pub struct AttentionRnn {
+    /// Source embeddings.
+    pub src_embed: Embedding,
+    /// Target embeddings.
+    pub tgt_embed: Embedding,
+    /// Encoder stack.
+    pub encoder: StackedRnn,
+    /// Decoder stack; layer 0's input is `[E y; cₜ]` (Bahdanau), `[E y; h̃]` or `E y` (Luong).
+    pub decoder: StackedRnn,
+    /// The score function.
+    pub attention: Attention,
+    /// Luong's `W_c` (attentional hidden state); absent for Bahdanau.
+    pub combine: Option<Linear>,
+    /// Dropout on the decoder output.
+    pub dropout: Dropout,
+    /// Output projection: `W_o` on `[sₜ; cₜ; E y]` (Bahdanau) or `W_s` on `h̃ₜ` (Luong).
+    pub output: Linear,
+    /// Wiring.
+    #[module(skip)]
+    pub style: AttentionStyle,
+    /// Luong input feeding.
+    #[module(skip)]
+    pub input_feeding: bool,
+    /// Embedding size.
+    #[module(skip)]
+    pub emb: usize,
+}
+
+impl AttentionRnnConfig {
+    /// Initialises the model; errors on inconsistent sizes.
+    pub fn init(&self, device: &Device) -> Result<AttentionRnn, String> {
+        if self.bidirectional && self.hidden % 2 != 0 {
+            return Err(format!("a bidirectional encoder needs an even hidden size, got {}", self.hidden));
+        }
+        let h = self.hidden;
+        let enc_hidden = if self.bidirectional { h / 2 } else { h };
+        let d_att = if self.attention_dim == 0 { h } else { self.attention_dim };
+        let feeds = self.attention == AttentionStyle::Bahdanau || self.input_feeding;
+        let dec_input = self.emb + if feeds { h } else { 0 };
+        let attention = match self.attention {
+            AttentionStyle::Bahdanau => {
+                Attention::Bahdanau(AdditiveAttentionConfig::new(h, h, d_att).init(device))
+            }
+            AttentionStyle::Luong => Attention::Luong(
+                LuongAttentionConfig::new(self.score, h, h)
+                    .with_d_attention(d_att)
+                    .with_rank(self.rank)
+                    .init(device)?,
+            ),
+        };
+        let (combine, d_out) = match self.attention {
+            AttentionStyle::Bahdanau => (None, 2 * h + self.emb),
+            AttentionStyle::Luong => (Some(LinearConfig::new(2 * h, h).init(device)), h),
+        };
+        Ok(AttentionRnn {
+            src_embed: EmbeddingConfig::new(self.src_vocab, self.emb).init(device),
+            tgt_embed: EmbeddingConfig::new(self.tgt_vocab, self.emb).init(device),
+            encoder: StackedRnnConfig::new(self.cell, self.emb, enc_hidden)
+                .with_layers(self.layers)
+                .with_bidirectional(self.bidirectional)
+                .with_dropout(self.dropout)
+                .init(device),
+            decoder: StackedRnnConfig::new(self.cell, dec_input, h)
+                .with_layers(self.layers)
+                .with_dropout(self.dropout)
+                .init(device),
+            attention,
+            combine,
+            dropout: DropoutConfig::new(self.dropout).init(),
+            output: LinearConfig::new(d_out, self.tgt_vocab).init(device),
+            style: self.attention,
+            input_feeding: self.input_feeding,
+            emb: self.emb,
+        })
+    }
+}
+
+/// What one decoder step produces before the output projection.
+struct StepOut {
+    /// The vector the output layer reads.
+    readout: Tensor<2>,
+    /// Attention weights `[rows, src]`.
+    weights: Tensor<2>,
+}
+
+impl AttentionRnn {
+    /// Encodes and prepares the decoder state (keys projected once).
+    pub fn encode(&self, src: &Source) -> DecodeState {
+        DecodeState::Rnn(self.encode_state(src))
+    }
+
+    fn encode_state(&self, src: &Source) -> RnnState {
+        let x = embed_masked(&self.src_embed, src.ids.clone(), &src.keep); // [B, S, E]
+        let (memory, finals) = self.encoder.forward(x, &src.keep, None); // [B, S, H]
+        let keys = self.attention.keys(memory.clone());
+        let batch = src.batch();
+        let feed = (self.style == AttentionStyle::Luong && self.input_feeding)
+            .then(|| Tensor::zeros([batch, self.decoder.d_hidden()], &memory.device()));
+        RnnState {
+            layers: bridge(finals, self.encoder.directions()),
+            memory: Some(memory),
+            keys: Some(keys),
+            pad: src.pad.clone(),
+            feed,
+        }
+    }
+
+    /// One decoder step. `xe` is layer 0's projection of the embedding part of its input
+    /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it).
+    fn step(&self, xe: Tensor<2>, e: Tensor<2>, state: &mut RnnState) -> StepOut {
+        let memory = state.memory.as_ref().expect("attention state has memory");
+        let keys = state.keys.as_ref().expect("attention state has keys");
+        let cell0 = &self.decoder.forward_cells[0];
+        match self.style {
+            AttentionStyle::Bahdanau => {
+                let query = state.layers.last().expect("decoder layers").h.clone();
+                let (ctx, weights) = self.attention.attend(query, keys, memory, &state.pad); // [N, H], [N, S]
+                let xw = xe + cell0.project_part(ctx.clone(), self.emb);
+                let (s, layers) = self.decoder.step(xw, &state.layers);
+                state.layers = layers;
+                StepOut { readout: Tensor::cat(vec![s, ctx, e], 1), weights } // [N, 2H + E]
+            }
+            AttentionStyle::Luong => {
+                let xw = match &state.feed {
+                    Some(feed) => xe + cell0.project_part(feed.clone(), self.emb),
+                    None => xe,
+                };
+                let (s, layers) = self.decoder.step(xw, &state.layers);
+                state.layers = layers;
+                let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.pad);
+                let combine = self.combine.as_ref().expect("Luong has W_c");
+                let h_tilde = tanh(combine.forward(Tensor::cat(vec![ctx, s], 1))); // [N, H]
+                if state.feed.is_some() {
+                    state.feed = Some(h_tilde.clone());
+                }
+                StepOut { readout: h_tilde, weights }
+            }
+        }
+    }
+
+    /// Teacher-forced logits and attention weights.
+    pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
+        let mut state = self.encode_state(src);
+        let tgt = tgt_in.dims()[1];
+        let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
+        let cell0 = &self.decoder.forward_cells[0];
+        // The embedding part of layer 0's input projection, for every step in one matmul.
+        let ye = cell0.project_part(y.clone(), 0) + cell0.bias::<3>(); // [B, T, G·H]
+        let mut readouts = Vec::with_capacity(tgt);
+        let mut weights = Vec::with_capacity(tgt);
+        for t in 0..tgt {
+            let xe = ye.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
+            let e = y.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
+            let out = self.step(xe, e, &mut state);
+            readouts.push(out.readout);
+            weights.push(out.weights);
+        }
+        let readout = Tensor::stack::<3>(readouts, 1); // [B, T, d_out]
+        let logits = self.output.forward(self.dropout.forward(readout));
+        Forward { logits, attention: Some(Tensor::stack(weights, 1)) }
+    }
+
+    /// One incremental step.
+    pub fn decode_step(&self, mut state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
+        let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
+        let cell0 = &self.decoder.forward_cells[0];
+        let xe = cell0.project_part(e.clone(), 0) + cell0.bias::<2>();
+        let out = self.step(xe, e, &mut state);
+        let log_probs = log_softmax(self.output.forward(out.readout), 1);
+        (Step { log_probs, attention: Some(out.weights) }, state)
+    }
+}

@@ -1,0 +1,181 @@
+//! The user-facing model specification (TOML/JSON, tagged by `kind`), strict about unknown
+//! keys, and how it becomes a [`Model`].
+
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::attention::LuongScore;
+use crate::attention_rnn::{AttentionRnnConfig, AttentionStyle};
+use crate::cell::CellKind;
+use crate::lstm::LstmSeq2SeqConfig;
+use crate::model::Model;
+
+/// A model kind and its hyperparameters; vocabulary sizes come from the run's tokenizers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ModelSpec {
+    /// LSTM encoder-decoder without attention.
+    Lstm(LstmSpec),
+    /// RNNsearch: additive attention on the previous state.
+    Bahdanau(AttentionRnnSpec),
+    /// Luong global attention on the current state.
+    Luong(AttentionRnnSpec),
+}
+
+/// Hyperparameters of the `lstm` kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LstmSpec {
+    /// Embedding size.
+    pub emb: usize,
+    /// Hidden size (a bidirectional encoder uses half per direction).
+    pub hidden: usize,
+    /// Layers of encoder and of decoder.
+    pub layers: usize,
+    /// `lstm`, `gru` or `rnn`.
+    pub cell: CellKind,
+    /// Bidirectional encoder.
+    pub bidirectional: bool,
+    /// Feed the source reversed.
+    pub reverse_source: bool,
+    /// Dropout.
+    pub dropout: f64,
+}
+
+impl Default for LstmSpec {
+    fn default() -> Self {
+        Self {
+            emb: 256,
+            hidden: 512,
+            layers: 2,
+            cell: CellKind::Lstm,
+            bidirectional: false,
+            reverse_source: false,
+            dropout: 0.1,
+        }
+    }
+}
+
+/// Hyperparameters of the `bahdanau` and `luong` kinds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttentionRnnSpec {
+    /// Embedding size.
+    pub emb: usize,
+    /// Hidden size (a bidirectional encoder uses half per direction).
+    pub hidden: usize,
+    /// Layers of encoder and of decoder.
+    pub layers: usize,
+    /// `lstm`, `gru` or `rnn`.
+    pub cell: CellKind,
+    /// Bidirectional encoder.
+    pub bidirectional: bool,
+    /// Luong score: `dot`, `general`, `concat` or `low-rank` (Luong only).
+    pub score: LuongScore,
+    /// Luong input feeding.
+    pub input_feeding: bool,
+    /// Hidden size of additive/concat score networks (0: `hidden`).
+    pub attention_dim: usize,
+    /// Rank of the `low-rank` score.
+    pub rank: usize,
+    /// Dropout.
+    pub dropout: f64,
+}
+
+impl Default for AttentionRnnSpec {
+    fn default() -> Self {
+        Self {
+            emb: 256,
+            hidden: 512,
+            layers: 1,
+            cell: CellKind::Lstm,
+            bidirectional: true,
+            score: LuongScore::General,
+            input_feeding: true,
+            attention_dim: 0,
+            rank: 64,
+            dropout: 0.1,
+        }
+    }
+}
+
+impl ModelSpec {
+    /// The kind's name (`lstm`, `bahdanau`, `luong`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelSpec::Lstm(_) => "lstm",
+            ModelSpec::Bahdanau(_) => "bahdanau",
+            ModelSpec::Luong(_) => "luong",
+        }
+    }
+
+    /// Builds the model for the given vocabulary sizes on `device`.
+    pub fn init(&self, src_vocab: usize, tgt_vocab: usize, device: &Device) -> Result<Model, String> {
+        match self {
+            ModelSpec::Lstm(s) => LstmSeq2SeqConfig::new(src_vocab, tgt_vocab)
+                .with_emb(s.emb)
+                .with_hidden(s.hidden)
+                .with_layers(s.layers)
+                .with_cell(s.cell)
+                .with_bidirectional(s.bidirectional)
+                .with_reverse_source(s.reverse_source)
+                .with_dropout(s.dropout)
+                .init(device)
+                .map(Model::Lstm),
+            ModelSpec::Bahdanau(s) => attention(s, AttentionStyle::Bahdanau, src_vocab, tgt_vocab, device),
+            ModelSpec::Luong(s) => attention(s, AttentionStyle::Luong, src_vocab, tgt_vocab, device),
+        }
+    }
+}
+
+fn attention(
+    s: &AttentionRnnSpec,
+    style: AttentionStyle,
+    src_vocab: usize,
+    tgt_vocab: usize,
+    device: &Device,
+) -> Result<Model, String> {
+    if !(0.0..1.0).contains(&s.dropout) {
+        return Err(format!("dropout must be in [0, 1), got {}", s.dropout));
+    }
+    AttentionRnnConfig::new(src_vocab, tgt_vocab, style)
+        .with_score(s.score)
+        .with_emb(s.emb)
+        .with_hidden(s.hidden)
+        .with_layers(s.layers)
+        .with_cell(s.cell)
+        .with_bidirectional(s.bidirectional)
+        .with_input_feeding(s.input_feeding)
+        .with_attention_dim(s.attention_dim)
+        .with_rank(s.rank)
+        .with_dropout(s.dropout)
+        .init(device)
+        .map(Model::AttentionRnn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kind_and_defaults() {
+        let s: ModelSpec =
+            serde_json::from_str(r#"{"kind": "luong", "score": "low-rank", "rank": 8}"#).unwrap();
+        match s {
+            ModelSpec::Luong(a) => {
+                assert_eq!(a.score, LuongScore::LowRank);
+                assert_eq!(a.rank, 8);
+                assert_eq!(a.hidden, 512);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = serde_json::from_str::<ModelSpec>(r#"{"kind": "lstm", "hiden": 3}"#).unwrap_err().to_string();
+        assert!(e.contains("hiden"), "{e}");
+        let e = serde_json::from_str::<ModelSpec>(r#"{"kind": "gpt"}"#).unwrap_err().to_string();
+        assert!(e.contains("gpt"), "{e}");
+    }
+}

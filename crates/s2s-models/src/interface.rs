@@ -1,0 +1,151 @@
+//! The one seq2seq interface every model implements, and the values that cross it.
+//!
+//! - [`Model::forward`](crate::Model::forward): teacher-forced logits `[batch, tgt, vocab]`
+//!   (and cross-attention weights when the model has them);
+//! - [`Model::encode`](crate::Model::encode): the source → a [`DecodeState`];
+//! - [`Model::decode_step`](crate::Model::decode_step): one incremental step → log-probs
+//!   `[rows, vocab]` and the next state, whose rows [`DecodeState::select`] reorders (beam
+//!   search) or drops (finished sentences).
+
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::cell::CellState;
+
+/// A padded source batch on a device.
+///
+/// # Shapes
+/// - `ids`: `[batch, src]`; `pad`: `[batch, src]` true on padding; `keep`: the float
+///   complement (1 on real tokens)
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Token ids.
+    pub ids: Tensor<2, Int>,
+    /// True on padded positions.
+    pub pad: Tensor<2, Bool>,
+    /// 1.0 on real positions, 0.0 on padding.
+    pub keep: Tensor<2>,
+    /// Real length of each row.
+    pub lens: Vec<usize>,
+}
+
+impl Source {
+    /// Builds from row-major ids `[batch, len]` and per-row real lengths.
+    pub fn new(ids: &[u32], lens: &[usize], len: usize, device: &Device) -> Self {
+        let batch = lens.len();
+        let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+        let keep: Vec<f32> =
+            lens.iter().flat_map(|&l| (0..len).map(move |j| if j < l { 1.0 } else { 0.0 })).collect();
+        let pad: Vec<bool> = keep.iter().map(|&k| k == 0.0).collect();
+        Self {
+            ids: Tensor::from_data(TensorData::new(ids, [batch, len]), device),
+            pad: Tensor::from_data(TensorData::new(pad, [batch, len]), device),
+            keep: Tensor::from_data(TensorData::new(keep, [batch, len]), device),
+            lens: lens.to_vec(),
+        }
+    }
+
+    /// Rows in the batch.
+    pub fn batch(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Padded length.
+    pub fn len(&self) -> usize {
+        self.ids.dims()[1]
+    }
+
+    /// True for a batch without positions.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each row's real tokens reversed in place (padding stays at the end), as in
+    /// Sutskever et al. (2014): `a b c </s> <pad>` → `</s> c b a <pad>`.
+    pub fn reversed(&self) -> Self {
+        let len = self.len();
+        let idx: Vec<i64> = self
+            .lens
+            .iter()
+            .flat_map(|&l| (0..len).map(move |j| if j < l { (l - 1 - j) as i64 } else { j as i64 }))
+            .collect();
+        let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [self.batch(), len]), &self.ids.device());
+        Self { ids: self.ids.clone().gather(1, idx), ..self.clone() }
+    }
+}
+
+/// Teacher-forced output.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    /// Unnormalised scores, `[batch, tgt, vocab]`.
+    pub logits: Tensor<3>,
+    /// Cross-attention weights `[batch, tgt, src]` (averaged over heads), when the model
+    /// attends and they were asked for.
+    pub attention: Option<Tensor<3>>,
+}
+
+/// One incremental decoding step's output.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Log-probabilities of the next token, `[rows, vocab]`.
+    pub log_probs: Tensor<2>,
+    /// Cross-attention over the source for this step, `[rows, src]`.
+    pub attention: Option<Tensor<2>>,
+}
+
+/// The decoder's state between incremental steps, for every model kind.
+#[derive(Debug, Clone)]
+pub enum DecodeState {
+    /// Recurrent decoders.
+    Rnn(RnnState),
+}
+
+impl DecodeState {
+    /// Keeps rows `indices` (in that order): beam reordering and dropping finished rows.
+    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
+        match self {
+            DecodeState::Rnn(s) => DecodeState::Rnn(s.select(indices)),
+        }
+    }
+
+    /// Rows in the state.
+    pub fn rows(&self) -> usize {
+        match self {
+            DecodeState::Rnn(s) => s.pad.dims()[0],
+        }
+    }
+}
+
+/// A recurrent decoder's state.
+#[derive(Debug, Clone)]
+pub struct RnnState {
+    /// Per decoder layer.
+    pub layers: Vec<CellState>,
+    /// Encoder outputs `[rows, src, d]` (attention models).
+    pub memory: Option<Tensor<3>>,
+    /// The attention's projected keys `[rows, src, k]` (computed once in `encode`).
+    pub keys: Option<Tensor<3>>,
+    /// Source padding `[rows, src]`.
+    pub pad: Tensor<2, Bool>,
+    /// Luong input feeding: the previous attentional vector `[rows, hidden]`.
+    pub feed: Option<Tensor<2>>,
+}
+
+impl RnnState {
+    /// Keeps rows `indices`.
+    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
+        let sel3 = |t: Option<Tensor<3>>| t.map(|t| t.select(0, indices.clone()));
+        Self {
+            layers: self.layers.into_iter().map(|l| l.select(indices)).collect(),
+            memory: sel3(self.memory),
+            keys: sel3(self.keys),
+            pad: self.pad.select(0, indices.clone()),
+            feed: self.feed.map(|f| f.select(0, indices.clone())),
+        }
+    }
+}
+
+/// Embeds ids and zeroes padding rows (burn's `Embedding` has no padding index): the `<pad>`
+/// vector is never used and never trained.
+pub fn embed_masked(embedding: &burn::nn::Embedding, ids: Tensor<2, Int>, keep: &Tensor<2>) -> Tensor<3> {
+    embedding.forward(ids) * keep.clone().unsqueeze_dim::<3>(2)
+}

@@ -1,0 +1,148 @@
+//! The LSTM encoder-decoder of Sutskever, Vinyals & Le (2014): the encoder reads the source
+//! into its final state, which is the decoder's initial state — the *only* link between the
+//! two (the fixed-vector bottleneck that attention removes).
+//!
+//! `p(y | x) = Πₜ softmax(W_o sₜ)`, `sₜ = RNN_dec(E y_{t−1}, s_{t−1})`, `s₀ = RNN_enc(x)`.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::cell::{CellKind, CellState};
+use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
+use crate::rnn::{StackedRnn, StackedRnnConfig};
+
+/// Configuration of [`LstmSeq2Seq`].
+#[derive(Config, Debug)]
+pub struct LstmSeq2SeqConfig {
+    /// Source vocabulary size.
+    pub src_vocab: usize,
+    /// Target vocabulary size.
+    pub tgt_vocab: usize,
+    /// Embedding size.
+    #[config(default = 256)]
+    pub emb: usize,
+    /// Hidden size of encoder and decoder (a bidirectional encoder uses `hidden / 2` per
+    /// direction and concatenates, so the decoder's state is `hidden` either way).
+    #[config(default = 512)]
+    pub hidden: usize,
+    /// Layers of encoder and of decoder.
+    #[config(default = 2)]
+    pub layers: usize,
+    /// The recurrence.
+    #[config(default = "CellKind::Lstm")]
+    pub cell: CellKind,
+    /// Bidirectional encoder (final forward and backward states concatenated per layer).
+    #[config(default = false)]
+    pub bidirectional: bool,
+    /// Feed the source reversed (Sutskever et al.'s trick for long-range dependencies).
+    #[config(default = false)]
+    pub reverse_source: bool,
+    /// Dropout between layers and before the output projection.
+    #[config(default = 0.1)]
+    pub dropout: f64,
+}
+
+/// The LSTM encoder-decoder.
+///
+/// # Shapes
+/// - source `[batch, src]`, target input `[batch, tgt]` → logits `[batch, tgt, tgt_vocab]`
+#[derive(Module, Debug)]
+pub struct LstmSeq2Seq {
+    /// Source embeddings.
+    pub src_embed: Embedding,
+    /// Target embeddings.
+    pub tgt_embed: Embedding,
+    /// Encoder stack.
+    pub encoder: StackedRnn,
+    /// Decoder stack.
+    pub decoder: StackedRnn,
+    /// Dropout before the output projection.
+    pub dropout: Dropout,
+    /// `W_o`: hidden → target vocabulary.
+    pub output: Linear,
+    /// Reverse the source.
+    #[module(skip)]
+    pub reverse_source: bool,
+}
+
+impl LstmSeq2SeqConfig {
+    /// Initialises the model; errors on inconsistent sizes.
+    pub fn init(&self, device: &Device) -> Result<LstmSeq2Seq, String> {
+        if self.bidirectional && self.hidden % 2 != 0 {
+            return Err(format!("a bidirectional encoder needs an even hidden size, got {}", self.hidden));
+        }
+        let enc_hidden = if self.bidirectional { self.hidden / 2 } else { self.hidden };
+        Ok(LstmSeq2Seq {
+            src_embed: EmbeddingConfig::new(self.src_vocab, self.emb).init(device),
+            tgt_embed: EmbeddingConfig::new(self.tgt_vocab, self.emb).init(device),
+            encoder: StackedRnnConfig::new(self.cell, self.emb, enc_hidden)
+                .with_layers(self.layers)
+                .with_bidirectional(self.bidirectional)
+                .with_dropout(self.dropout)
+                .init(device),
+            decoder: StackedRnnConfig::new(self.cell, self.emb, self.hidden)
+                .with_layers(self.layers)
+                .with_dropout(self.dropout)
+                .init(device),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            output: LinearConfig::new(self.hidden, self.tgt_vocab).init(device),
+            reverse_source: self.reverse_source,
+        })
+    }
+}
+
+/// Per-layer decoder initial states from an encoder's final states (ordered layer 0 forward,
+/// layer 0 backward, …): a bidirectional encoder's two directions are concatenated.
+pub(crate) fn bridge(finals: Vec<CellState>, directions: usize) -> Vec<CellState> {
+    if directions == 1 {
+        return finals;
+    }
+    finals
+        .chunks(2)
+        .map(|pair| CellState {
+            h: Tensor::cat(vec![pair[0].h.clone(), pair[1].h.clone()], 1),
+            c: match (&pair[0].c, &pair[1].c) {
+                (Some(a), Some(b)) => Some(Tensor::cat(vec![a.clone(), b.clone()], 1)),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
+impl LstmSeq2Seq {
+    /// Runs the encoder: (outputs `[batch, src, hidden]`, decoder initial states).
+    pub(crate) fn run_encoder(&self, src: &Source) -> (Tensor<3>, Vec<CellState>) {
+        let src = if self.reverse_source { src.reversed() } else { src.clone() };
+        let x = embed_masked(&self.src_embed, src.ids.clone(), &src.keep); // [B, S, E]
+        let (out, finals) = self.encoder.forward(x, &src.keep, None);
+        (out, bridge(finals, self.encoder.directions()))
+    }
+
+    /// Teacher-forced logits.
+    pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
+        let (_, init) = self.run_encoder(src);
+        let [batch, tgt] = tgt_in.dims();
+        let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
+        // Target padding comes after every real token and is masked in the loss: run on.
+        let keep = Tensor::ones([batch, tgt], &y.device());
+        let (h, _) = self.decoder.forward(y, &keep, Some(init)); // [B, T, H]
+        Forward { logits: self.output.forward(self.dropout.forward(h)), attention: None }
+    }
+
+    /// The decoder's initial state.
+    pub fn encode(&self, src: &Source) -> DecodeState {
+        let (_, layers) = self.run_encoder(src);
+        DecodeState::Rnn(RnnState { layers, memory: None, keys: None, pad: src.pad.clone(), feed: None })
+    }
+
+    /// One step: `last` `[rows]` → log-probs `[rows, vocab]`.
+    pub fn decode_step(&self, state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
+        let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
+        let (top, layers) = self.decoder.step(self.decoder.forward_cells[0].project(e), &state.layers);
+        let log_probs = log_softmax(self.output.forward(top), 1);
+        (Step { log_probs, attention: None }, RnnState { layers, ..state })
+    }
+}

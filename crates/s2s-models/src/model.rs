@@ -1,0 +1,50 @@
+//! [`Model`]: one value over every model kind, so the training loop, the decoders and the CLI
+//! hold a `Model` and never branch on the kind.
+
+use burn::module::Module;
+use burn::tensor::{Int, Tensor};
+
+use crate::attention_rnn::AttentionRnn;
+use crate::interface::{DecodeState, Forward, Source, Step};
+use crate::lstm::LstmSeq2Seq;
+
+/// Any seq2seq model of the toolkit.
+#[derive(Module, Debug)]
+pub enum Model {
+    /// Sutskever-style LSTM encoder-decoder (no attention).
+    Lstm(LstmSeq2Seq),
+    /// Bahdanau or Luong attention RNN.
+    AttentionRnn(AttentionRnn),
+}
+
+impl Model {
+    /// Teacher-forced logits `[batch, tgt, vocab]` (and attention when the model has it).
+    pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
+        match self {
+            Model::Lstm(m) => m.forward(src, tgt_in),
+            Model::AttentionRnn(m) => m.forward(src, tgt_in),
+        }
+    }
+
+    /// Encodes the source into the decoder's initial state.
+    pub fn encode(&self, src: &Source) -> DecodeState {
+        match self {
+            Model::Lstm(m) => m.encode(src),
+            Model::AttentionRnn(m) => m.encode(src),
+        }
+    }
+
+    /// One incremental step from the previous tokens `last` `[rows]`.
+    pub fn decode_step(&self, state: DecodeState, last: Tensor<1, Int>) -> (Step, DecodeState) {
+        match (self, state) {
+            (Model::Lstm(m), DecodeState::Rnn(s)) => {
+                let (step, s) = m.decode_step(s, last);
+                (step, DecodeState::Rnn(s))
+            }
+            (Model::AttentionRnn(m), DecodeState::Rnn(s)) => {
+                let (step, s) = m.decode_step(s, last);
+                (step, DecodeState::Rnn(s))
+            }
+        }
+    }
+}

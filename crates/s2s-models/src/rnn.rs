@@ -1,0 +1,225 @@
+//! Multi-layer (optionally bidirectional) recurrent networks over padded batches.
+//!
+//! Padding never changes a state: at a padded step the state is carried over unchanged
+//! ([`CellState::masked`]), so a row's final state is its state after its last real token,
+//! whatever the batch's padded length; outputs at padded steps are zero. The backward
+//! direction starts from a zero state and, running right to left, meets the padding first —
+//! which leaves the zero state as it is — so it too starts at the last real token.
+//! Dropout is applied between layers (not after the last), as in PyTorch's `nn.LSTM`.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig};
+use burn::tensor::{Device, Tensor};
+
+use crate::cell::{CellConfig, CellKind, CellState, RecurrentCell};
+
+/// Configuration of a [`StackedRnn`].
+#[derive(Config, Debug)]
+pub struct StackedRnnConfig {
+    /// The recurrence of every layer.
+    pub cell: CellKind,
+    /// Input features.
+    pub d_input: usize,
+    /// Hidden units per direction.
+    pub d_hidden: usize,
+    /// Stacked layers.
+    #[config(default = 1)]
+    pub layers: usize,
+    /// Run a second, right-to-left direction and concatenate (`[batch, time, 2·d_hidden]`).
+    #[config(default = false)]
+    pub bidirectional: bool,
+    /// Dropout between layers.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+}
+
+/// A stack of recurrent layers.
+///
+/// # Shapes
+/// - input: `[batch, time, d_input]`, keep mask `[batch, time]` (1 on real tokens)
+/// - output: `[batch, time, dirs·d_hidden]`
+/// - final states: `layers·dirs` [`CellState`]s of `[batch, d_hidden]`, ordered
+///   layer 0 forward, layer 0 backward, layer 1 forward, …
+#[derive(Module, Debug)]
+pub struct StackedRnn {
+    /// Left-to-right cells, one per layer.
+    pub forward_cells: Vec<RecurrentCell>,
+    /// Right-to-left cells (empty unless bidirectional).
+    pub backward_cells: Vec<RecurrentCell>,
+    /// Dropout between layers.
+    pub dropout: Dropout,
+}
+
+impl StackedRnnConfig {
+    /// Initialises the layers.
+    pub fn init(&self, device: &Device) -> StackedRnn {
+        let dirs = if self.bidirectional { 2 } else { 1 };
+        let layer = |l: usize| {
+            let d_in = if l == 0 { self.d_input } else { dirs * self.d_hidden };
+            CellConfig::new(self.cell, d_in, self.d_hidden).init(device)
+        };
+        StackedRnn {
+            forward_cells: (0..self.layers).map(layer).collect(),
+            backward_cells: if self.bidirectional {
+                (0..self.layers).map(layer).collect()
+            } else {
+                Vec::new()
+            },
+            dropout: DropoutConfig::new(self.dropout).init(),
+        }
+    }
+}
+
+impl StackedRnn {
+    /// Directions (1 or 2).
+    pub fn directions(&self) -> usize {
+        if self.backward_cells.is_empty() { 1 } else { 2 }
+    }
+
+    /// Layers.
+    pub fn layers(&self) -> usize {
+        self.forward_cells.len()
+    }
+
+    /// Hidden units per direction.
+    pub fn d_hidden(&self) -> usize {
+        self.forward_cells[0].d_hidden
+    }
+
+    /// The recurrence.
+    pub fn kind(&self) -> CellKind {
+        self.forward_cells[0].kind
+    }
+
+    /// Runs every layer over a whole padded sequence. `init` gives per-layer (forward
+    /// direction) initial states; `None` starts from zeros.
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        keep: &Tensor<2>,
+        init: Option<Vec<CellState>>,
+    ) -> (Tensor<3>, Vec<CellState>) {
+        let [batch, time, _] = x.dims();
+        let device = x.device();
+        // Per-step keep masks, [batch, 1] each, built once for all layers.
+        let keeps: Vec<Tensor<2>> = (0..time).map(|t| keep.clone().narrow(1, t, 1)).collect();
+        let mut init = init.map(|v| v.into_iter());
+        let mut input = x;
+        let mut finals = Vec::with_capacity(self.layers() * self.directions());
+        for l in 0..self.layers() {
+            if l > 0 {
+                input = self.dropout.forward(input);
+            }
+            let cell = &self.forward_cells[l];
+            let start = init
+                .as_mut()
+                .and_then(|it| it.next())
+                .unwrap_or_else(|| CellState::zeros(cell.kind, batch, cell.d_hidden, &device));
+            let (out_f, fin_f) = run(cell, cell.project(input.clone()), &keeps, start, false);
+            finals.push(fin_f);
+            input = match self.backward_cells.get(l) {
+                Some(back) => {
+                    let zero = CellState::zeros(back.kind, batch, back.d_hidden, &device);
+                    let (out_b, fin_b) = run(back, back.project(input), &keeps, zero, true);
+                    finals.push(fin_b);
+                    Tensor::cat(vec![out_f, out_b], 2)
+                }
+                None => out_f,
+            };
+        }
+        (input, finals)
+    }
+
+    /// One decoder step through every layer (forward direction only): `xw0` is layer 0's
+    /// projected input `[batch, gates·d_hidden]`. Returns the top layer's `h` and the new states.
+    pub fn step(&self, xw0: Tensor<2>, states: &[CellState]) -> (Tensor<2>, Vec<CellState>) {
+        let mut out = Vec::with_capacity(states.len());
+        let mut xw = xw0;
+        for (l, cell) in self.forward_cells.iter().enumerate() {
+            if l > 0 {
+                let below: &CellState = &out[l - 1];
+                xw = cell.project(self.dropout.forward(below.h.clone()));
+            }
+            out.push(cell.step(xw.clone(), &states[l]));
+        }
+        let top = out.last().expect("at least one layer").h.clone();
+        (top, out)
+    }
+}
+
+/// One direction of one layer over the whole sequence.
+fn run(
+    cell: &RecurrentCell,
+    xw: Tensor<3>,
+    keeps: &[Tensor<2>],
+    start: CellState,
+    reverse: bool,
+) -> (Tensor<3>, CellState) {
+    let time = keeps.len();
+    let mut state = start;
+    let mut outs: Vec<Option<Tensor<2>>> = vec![None; time];
+    let order: Box<dyn Iterator<Item = usize>> =
+        if reverse { Box::new((0..time).rev()) } else { Box::new(0..time) };
+    for t in order {
+        let x_t = xw.clone().narrow(1, t, 1).squeeze_dim::<2>(1); // [B, G·H]
+        let new = cell.step(x_t, &state).masked(&state, &keeps[t]);
+        outs[t] = Some(new.h.clone() * keeps[t].clone());
+        state = new;
+    }
+    let outs: Vec<Tensor<2>> = outs.into_iter().map(|o| o.expect("every step ran")).collect();
+    (Tensor::stack(outs, 1), state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Distribution, TensorData};
+
+    fn close(a: Tensor<2>, b: Tensor<2>) -> f32 {
+        (a - b).abs().max().into_scalar::<f32>()
+    }
+
+    /// A sentence alone and the same sentence padded in a batch give the same outputs and
+    /// final states, in both directions and every layer.
+    #[test]
+    fn padding_never_changes_states_or_outputs() {
+        let d = Device::flex();
+        d.seed(3);
+        for kind in [CellKind::Lstm, CellKind::Gru, CellKind::Rnn] {
+            let rnn = StackedRnnConfig::new(kind, 4, 5).with_layers(2).with_bidirectional(true).init(&d);
+            let x: Tensor<3> = Tensor::random([2, 6, 4], Distribution::Normal(0.0, 1.0), &d);
+            // Row 1 is 3 long; padded positions hold garbage that must not matter.
+            let keep = Tensor::<2>::from_data(
+                TensorData::new(vec![1f32, 1., 1., 1., 1., 1., 1., 1., 1., 0., 0., 0.], [2, 6]),
+                &d,
+            );
+            let (out, fin) = rnn.forward(x.clone(), &keep, None);
+            let alone = x.narrow(0, 1, 1).narrow(1, 0, 3);
+            let (out1, fin1) = rnn.forward(alone, &Tensor::ones([1, 3], &d), None);
+            let padded_row = out.clone().narrow(0, 1, 1).narrow(1, 0, 3).reshape([3, 10]);
+            assert!(close(padded_row, out1.reshape([3, 10])) < 1e-5, "{kind:?} outputs");
+            let tail: Tensor<2> = out.narrow(0, 1, 1).narrow(1, 3, 3).reshape([3, 10]);
+            assert_eq!(tail.abs().max().into_scalar::<f32>(), 0.0, "{kind:?} padded outputs are zero");
+            for (a, b) in fin.into_iter().zip(fin1) {
+                assert!(close(a.h.narrow(0, 1, 1), b.h) < 1e-5, "{kind:?} final state");
+            }
+        }
+    }
+
+    #[test]
+    fn step_equals_forward_for_one_layer_stack() {
+        let d = Device::flex();
+        d.seed(4);
+        let rnn = StackedRnnConfig::new(CellKind::Lstm, 3, 4).with_layers(2).init(&d);
+        let x: Tensor<3> = Tensor::random([2, 5, 3], Distribution::Normal(0.0, 1.0), &d);
+        let (out, _) = rnn.forward(x.clone(), &Tensor::ones([2, 5], &d), None);
+        let mut states: Vec<CellState> = (0..2).map(|_| CellState::zeros(CellKind::Lstm, 2, 4, &d)).collect();
+        for t in 0..5 {
+            let x_t = x.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
+            let (top, s) = rnn.step(rnn.forward_cells[0].project(x_t), &states);
+            states = s;
+            assert!(close(top, out.clone().narrow(1, t, 1).squeeze_dim::<2>(1)) < 1e-5);
+        }
+    }
+}
