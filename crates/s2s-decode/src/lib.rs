@@ -1,0 +1,10 @@
+//! # s2s-decode: search over the seq2seq interface
+//!
+//! Decoding only ever calls [`Model::encode`](s2s_models::Model::encode) and
+//! [`Model::decode_step`](s2s_models::Model::decode_step), so it serves every model kind.
+
+pub mod greedy;
+pub mod limits;
+
+pub use greedy::{Hypothesis, greedy};
+pub use limits::MaxLength;

@@ -1,0 +1,135 @@
+//! Checkpoints written atomically: each is a directory `checkpoints/step-NNNNNNNN/` holding
+//! the model (`model.bpk`), the optimizer state (`optimizer.bpk`) and the trainer state
+//! (`state.json`: step, epoch, data position, schedule, early-stopping counters). The
+//! directory is filled under a temporary name, every file fsynced, then renamed; only then
+//! are the pointers `last.json` / `best.json` replaced (write-to-temp, fsync, rename). A
+//! crash at any moment leaves the previous pointers naming a complete checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
+use crate::schedule::ScheduleState;
+
+/// Where the loop is; with the seed this determines everything that follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// Optimizer steps taken.
+    pub step: u64,
+    /// Current epoch (0-based).
+    pub epoch: u64,
+    /// Batches of the current epoch already consumed.
+    pub batch_in_epoch: usize,
+    /// Training seconds so far.
+    pub wall: f64,
+    /// Best validation metric so far (higher is better: BLEU, or −perplexity).
+    pub best: Option<f64>,
+    /// Step of the best checkpoint.
+    pub best_step: u64,
+    /// Validations since the best one.
+    pub bad_validations: u32,
+    /// Learning-rate schedule state.
+    pub schedule: ScheduleState,
+    /// Training loss sum and token count since the last metrics row.
+    pub loss_window: (f64, u64),
+    /// Whether training has finished (budget or early stopping).
+    pub finished: bool,
+}
+
+/// A pointer file's content.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pointer {
+    dir: String,
+    step: u64,
+}
+
+/// The checkpoint directory of a run.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    root: PathBuf,
+}
+
+impl Checkpoints {
+    /// Checkpoints under `run_dir/checkpoints`.
+    pub fn new(run_dir: &Path) -> Self {
+        Self { root: run_dir.join("checkpoints") }
+    }
+
+    /// The directory a pointer (`"last"` or `"best"`) names, if any.
+    pub fn pointed(&self, which: &str) -> Result<Option<PathBuf>, TrainError> {
+        let p = self.root.join(format!("{which}.json"));
+        if !p.exists() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&p).map_err(|e| TrainError::io(&p, e))?;
+        let ptr: Pointer = serde_json::from_str(&text).map_err(|e| TrainError::Checkpoint {
+            path: p.clone(),
+            message: format!("unreadable pointer: {e}"),
+        })?;
+        let dir = self.root.join(&ptr.dir);
+        if !dir.join("state.json").exists() {
+            return Err(TrainError::Checkpoint {
+                path: dir,
+                message: "the checkpoint it names is missing".into(),
+            });
+        }
+        Ok(Some(dir))
+    }
+
+    /// Writes a checkpoint for `state.step`: `write_files` fills the temporary directory
+    /// with the model and optimizer files; then the state, the rename and the pointers.
+    pub fn save(
+        &self,
+        state: &TrainerState,
+        is_best: bool,
+        write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+    ) -> Result<PathBuf, TrainError> {
+        let name = format!("step-{:08}", state.step);
+        let tmp = self.root.join(format!(".{name}.tmp"));
+        let dir = self.root.join(&name);
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+        write_files(&tmp)?;
+        let json = serde_json::to_vec_pretty(state).expect("trainer state serialises");
+        std::fs::write(tmp.join("state.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
+        for entry in std::fs::read_dir(&tmp).map_err(|e| TrainError::io(&tmp, e))? {
+            let path = entry.map_err(|e| TrainError::io(&tmp, e))?.path();
+            std::fs::File::open(&path).and_then(|f| f.sync_all()).map_err(|e| TrainError::io(&path, e))?;
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+        std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io(&dir, e))?;
+        let ptr = serde_json::to_vec(&Pointer { dir: name, step: state.step }).expect("pointer serialises");
+        s2s_data::write_atomic(&self.root.join("last.json"), &ptr)?;
+        if is_best {
+            s2s_data::write_atomic(&self.root.join("best.json"), &ptr)?;
+        }
+        self.prune()?;
+        Ok(dir)
+    }
+
+    /// Removes checkpoint directories no pointer names.
+    fn prune(&self) -> Result<(), TrainError> {
+        let keep: Vec<PathBuf> =
+            ["last", "best"].iter().filter_map(|w| self.pointed(w).ok().flatten()).collect();
+        for entry in std::fs::read_dir(&self.root).map_err(|e| TrainError::io(&self.root, e))? {
+            let path = entry.map_err(|e| TrainError::io(&self.root, e))?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_dir() && name.starts_with("step-") && !keep.contains(&path) {
+                std::fs::remove_dir_all(&path).map_err(|e| TrainError::io(&path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the trainer state of a checkpoint directory.
+    pub fn read_state(dir: &Path) -> Result<TrainerState, TrainError> {
+        let p = dir.join("state.json");
+        let text = std::fs::read_to_string(&p).map_err(|e| TrainError::io(&p, e))?;
+        serde_json::from_str(&text).map_err(|e| TrainError::Checkpoint { path: p, message: e.to_string() })
+    }
+}

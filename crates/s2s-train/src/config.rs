@@ -1,0 +1,126 @@
+//! Training hyperparameters (`[train]` in an experiment file, or `s2s train` flags).
+
+use s2s_data::BatchConfig;
+use s2s_decode::MaxLength;
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::Schedule;
+
+/// Which Adam.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// Adam (Kingma & Ba, 2015), L2 weight decay added to the gradient.
+    Adam,
+    /// AdamW (Loshchilov & Hutter, 2019), decoupled weight decay.
+    AdamW,
+}
+
+/// The metric early stopping and "best" checkpoints follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopMetric {
+    /// Greedy validation BLEU (higher is better).
+    Bleu,
+    /// Validation perplexity (lower is better).
+    Ppl,
+}
+
+/// How long to train: whichever limit is reached first (at least one must be set).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Optimizer steps.
+    pub steps: Option<u64>,
+    /// Passes over the training data.
+    pub epochs: Option<u64>,
+    /// Wall-clock minutes of training (validation included).
+    pub minutes: Option<f64>,
+}
+
+/// Everything the training loop needs besides the model and the data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSpec {
+    /// Seed of initialisation, data order and dropout.
+    pub seed: u64,
+    /// Batching.
+    pub batch: BatchConfig,
+    /// Adam or AdamW.
+    pub optimizer: OptimizerKind,
+    /// Base (peak) learning rate.
+    pub lr: f64,
+    /// Adam β₁.
+    pub beta1: f64,
+    /// Adam β₂.
+    pub beta2: f64,
+    /// Adam ε.
+    pub epsilon: f64,
+    /// Weight decay (0: none).
+    pub weight_decay: f64,
+    /// Learning-rate schedule.
+    pub schedule: Schedule,
+    /// Label smoothing ε.
+    pub label_smoothing: f64,
+    /// Global gradient-norm bound (0: no clipping).
+    pub clip_norm: f64,
+    /// Batches whose gradients are summed per optimizer step.
+    pub accumulate: u32,
+    /// Training budget.
+    pub budget: Budget,
+    /// Validate every this many optimizer steps (and at the end).
+    pub valid_every: u64,
+    /// Validation sentences decoded for BLEU (0: all).
+    pub valid_bleu_sentences: usize,
+    /// Output length limit for validation decoding.
+    pub max_output: MaxLength,
+    /// Early-stopping and best-checkpoint metric.
+    pub stop_metric: StopMetric,
+    /// Validations without improvement before stopping (0: never stop early).
+    pub patience: u32,
+}
+
+impl Default for TrainSpec {
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            batch: BatchConfig::default(),
+            optimizer: OptimizerKind::Adam,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.98,
+            epsilon: 1e-8,
+            weight_decay: 0.0,
+            schedule: Schedule::Constant,
+            label_smoothing: 0.1,
+            clip_norm: 1.0,
+            accumulate: 1,
+            budget: Budget { steps: None, epochs: Some(10), minutes: None },
+            valid_every: 500,
+            valid_bleu_sentences: 0,
+            max_output: MaxLength::default(),
+            stop_metric: StopMetric::Bleu,
+            patience: 5,
+        }
+    }
+}
+
+impl TrainSpec {
+    /// Checks values a typo could make nonsensical.
+    pub fn validate(&self) -> Result<(), String> {
+        let b = &self.budget;
+        if b.steps.is_none() && b.epochs.is_none() && b.minutes.is_none() {
+            return Err("the training budget needs steps, epochs or minutes".into());
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return Err(format!("lr must be positive, got {}", self.lr));
+        }
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return Err(format!("label_smoothing must be in [0, 1), got {}", self.label_smoothing));
+        }
+        if self.accumulate == 0 || self.valid_every == 0 || self.batch.max_tokens == 0 {
+            return Err("accumulate, valid_every and batch.max_tokens must be at least 1".into());
+        }
+        Ok(())
+    }
+}

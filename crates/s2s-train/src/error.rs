@@ -1,0 +1,50 @@
+//! Training errors.
+
+use std::path::{Path, PathBuf};
+
+/// What can stop training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// File-system trouble, with the path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A checkpoint that cannot be used.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Bad configuration.
+    #[error("{0}")]
+    Config(String),
+    /// The loss stopped being a number.
+    #[error(
+        "the training loss became {value} at step {step}; the last good checkpoint is kept — lower lr or clip_norm and resume"
+    )]
+    NonFinite {
+        /// Step.
+        step: u64,
+        /// The loss.
+        value: f64,
+    },
+    /// Data-layer failure.
+    #[error(transparent)]
+    Data(#[from] s2s_data::DataError),
+    /// Scoring failure.
+    #[error(transparent)]
+    Eval(#[from] s2s_eval::EvalError),
+}
+
+impl TrainError {
+    /// Wraps an I/O error with its path.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        TrainError::Io { path: path.to_path_buf(), source }
+    }
+}

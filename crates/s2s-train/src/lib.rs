@@ -1,0 +1,22 @@
+//! # s2s-train: the one training loop
+//!
+//! Used by every model kind through [`s2s_models::Model`]: [`loss`] (label-smoothed
+//! cross-entropy without padding), [`clip`] (global-norm clipping), [`schedule`] (constant,
+//! Noam, plateau), [`checkpoint`] (atomic, exact resume), [`metrics`] (`metrics.csv`),
+//! [`evaluate`] (perplexity and greedy BLEU) and [`trainer`] (the loop).
+
+pub mod checkpoint;
+pub mod clip;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod evaluate;
+pub mod loss;
+pub mod metrics;
+pub mod run;
+pub mod schedule;
+pub mod trainer;
+
+pub use config::{Budget, OptimizerKind, StopMetric, TrainSpec};
+pub use error::TrainError;
+pub use trainer::{TrainData, TrainJob, TrainOutcome, build_model, load_model, train};

@@ -1,0 +1,56 @@
+//! `metrics.csv`: one row per validation (and at the end of training).
+
+use std::fs::OpenOptions;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// One row of `metrics.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    /// Optimizer steps so far.
+    pub step: u64,
+    /// Epoch (0-based) the step belongs to.
+    pub epoch: u64,
+    /// Seconds of training so far (across resumes).
+    pub wall: f64,
+    /// Mean label-smoothed training loss per token since the previous row.
+    pub train_loss: f64,
+    /// Validation perplexity (teacher-forced).
+    pub val_ppl: f64,
+    /// Validation BLEU (greedy, sacreBLEU defaults).
+    pub val_bleu: f64,
+    /// Learning rate at the step.
+    pub lr: f64,
+    /// Target tokens per second since the previous row.
+    pub tokens_per_s: f64,
+}
+
+/// Appends `row` (with a header when the file is new).
+pub fn append(path: &Path, row: &MetricsRow) -> std::io::Result<()> {
+    let new = !path.exists();
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+    w.serialize(row)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads every row.
+pub fn read(path: &Path) -> Result<Vec<MetricsRow>, csv::Error> {
+    csv::Reader::from_path(path)?.deserialize().collect()
+}
+
+/// Keeps only rows up to `step` (a resumed run rewinds the log to its checkpoint).
+pub fn truncate_after(path: &Path, step: u64) -> Result<(), csv::Error> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let rows: Vec<MetricsRow> = read(path)?.into_iter().filter(|r| r.step <= step).collect();
+    let mut w = csv::Writer::from_path(path)?;
+    for r in &rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! The one training loop, for every model: teacher forcing, label-smoothed loss, (accumulated)
+//! gradients, global-norm clipping, Adam/AdamW with a schedule, periodic validation
+//! (perplexity and greedy BLEU), early stopping, atomic checkpoints and exact resume.
+//!
+//! Determinism: batches depend only on (seed, epoch); dropout's random stream is reseeded
+//! from (seed, step) before every step. A run resumed from a checkpoint therefore takes the
+//! same steps as an uninterrupted one.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::{AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::tensor::Device;
+use indicatif::{ProgressBar, ProgressStyle};
+use s2s_data::{Batch, Batcher, Example, Tokenizers};
+use s2s_models::{Model, ModelSpec};
+
+use crate::checkpoint::{Checkpoints, TrainerState};
+use crate::clip::clip_global_norm;
+use crate::config::{OptimizerKind, StopMetric, TrainSpec};
+use crate::error::TrainError;
+use crate::evaluate::{DeviceBatch, detokenize, nll, translate_greedy};
+use crate::loss::label_smoothed_loss;
+use crate::metrics::{self, MetricsRow};
+
+/// The data of a training run, already tokenised.
+pub struct TrainData {
+    /// Training examples.
+    pub train: Vec<Example>,
+    /// Validation examples.
+    pub valid: Vec<Example>,
+    /// Validation references (plain text) for BLEU.
+    pub valid_refs: Vec<String>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct TrainOutcome {
+    /// Steps taken in total.
+    pub steps: u64,
+    /// Best checkpoint's step.
+    pub best_step: u64,
+    /// Best validation metric (BLEU, or −perplexity).
+    pub best: Option<f64>,
+    /// Training seconds in total.
+    pub wall: f64,
+    /// The best checkpoint's directory.
+    pub best_dir: PathBuf,
+    /// Whether patience ran out before the budget.
+    pub stopped_early: bool,
+}
+
+/// Everything `train` needs.
+pub struct TrainJob<'a> {
+    /// The run directory (created).
+    pub run_dir: &'a Path,
+    /// The model.
+    pub model: &'a ModelSpec,
+    /// Training settings.
+    pub spec: &'a TrainSpec,
+    /// The run's tokenizers (for vocabulary sizes and BLEU detokenisation).
+    pub tokenizers: &'a Tokenizers,
+    /// Data.
+    pub data: &'a TrainData,
+    /// The (non-autodiff) device; training uses its autodiff twin.
+    pub device: &'a Device,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+fn optimizer(spec: &TrainSpec) -> ModuleOptimizer {
+    let decay = (spec.weight_decay > 0.0).then(|| WeightDecayConfig::new(spec.weight_decay as f32));
+    match spec.optimizer {
+        OptimizerKind::Adam => AdamConfig::new()
+            .with_beta_1(spec.beta1 as f32)
+            .with_beta_2(spec.beta2 as f32)
+            .with_epsilon(spec.epsilon as f32)
+            .with_weight_decay(decay)
+            .init(),
+        OptimizerKind::AdamW => AdamWConfig::new()
+            .with_beta_1(spec.beta1 as f32)
+            .with_beta_2(spec.beta2 as f32)
+            .with_epsilon(spec.epsilon as f32)
+            .with_weight_decay(spec.weight_decay as f32)
+            .init(),
+    }
+}
+
+/// Builds the model of a run on `device` (fresh weights from `seed`).
+pub fn build_model(
+    spec: &ModelSpec,
+    tok: &Tokenizers,
+    seed: u64,
+    device: &Device,
+) -> Result<Model, TrainError> {
+    device.seed(seed);
+    spec.init(tok.src.vocab_size(), tok.tgt.vocab_size(), device).map_err(TrainError::Config)
+}
+
+/// Loads a checkpoint's model weights into a model built from `spec`.
+pub fn load_model(
+    spec: &ModelSpec,
+    tok: &Tokenizers,
+    dir: &Path,
+    device: &Device,
+) -> Result<Model, TrainError> {
+    let model = build_model(spec, tok, 0, device)?;
+    let path = dir.join("model.bpk");
+    model.try_load_file(&path).map_err(|e| TrainError::Checkpoint {
+        path,
+        message: format!("{e} (was it written by a different model config?)"),
+    })
+}
+
+/// Trains (or resumes) one model in `job.run_dir`.
+pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
+    let spec = job.spec;
+    spec.validate().map_err(TrainError::Config)?;
+    let ad = job.device.clone().autodiff();
+    let ckpts = Checkpoints::new(job.run_dir);
+    let metrics_path = job.run_dir.join("metrics.csv");
+    let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
+    let mut optim = optimizer(spec);
+    let mut st = TrainerState {
+        step: 0,
+        epoch: 0,
+        batch_in_epoch: 0,
+        wall: 0.0,
+        best: None,
+        best_step: 0,
+        bad_validations: 0,
+        schedule: spec.schedule.start(),
+        loss_window: (0.0, 0),
+        finished: false,
+    };
+    if let Some(dir) = ckpts.pointed("last")? {
+        st = Checkpoints::read_state(&dir)?;
+        model = load_model(job.model, job.tokenizers, &dir, &ad)?;
+        let opath = dir.join("optimizer.bpk");
+        optim = optim
+            .load(&opath)
+            .map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })?;
+        metrics::truncate_after(&metrics_path, st.step)
+            .map_err(|e| TrainError::Config(format!("{}: {e}", metrics_path.display())))?;
+        eprintln!("resuming from {} (step {}, epoch {})", dir.display(), st.step, st.epoch);
+    }
+    if st.finished {
+        let best_dir = ckpts.pointed("best")?.unwrap_or(ckpts.pointed("last")?.expect("last exists"));
+        return Ok(TrainOutcome {
+            steps: st.step,
+            best_step: st.best_step,
+            best: st.best,
+            wall: st.wall,
+            best_dir,
+            stopped_early: false,
+        });
+    }
+
+    let batcher = Batcher::new(&job.data.train, spec.batch);
+    let epoch_len = batcher.epoch(spec.seed, 0).len().div_ceil(spec.accumulate as usize) as u64;
+    let max_steps = spec
+        .budget
+        .steps
+        .unwrap_or(u64::MAX)
+        .min(spec.budget.epochs.map(|e| e * epoch_len).unwrap_or(u64::MAX));
+    let bar = progress_bar(job.progress, max_steps, st.step);
+    let started = Instant::now();
+    let wall0 = st.wall;
+    let mut window_start = (Instant::now(), st.wall);
+    let mut batches = batcher.epoch(spec.seed, st.epoch);
+    let mut stopped_early = false;
+    let mut last_lr = spec.lr;
+    loop {
+        let wall = wall0 + started.elapsed().as_secs_f64();
+        let out_of_time = spec.budget.minutes.is_some_and(|m| wall >= m * 60.0);
+        if st.step >= max_steps || out_of_time {
+            break;
+        }
+        // One optimizer step over `accumulate` batches.
+        let mut acc = GradientsAccumulator::<Model>::new();
+        let mut step_tokens = 0u64;
+        let mut step_loss = 0.0;
+        for micro in 0..spec.accumulate {
+            if st.batch_in_epoch >= batches.len() {
+                st.epoch += 1;
+                st.batch_in_epoch = 0;
+                batches = batcher.epoch(spec.seed, st.epoch);
+            }
+            let b = DeviceBatch::new(&Batch::collate(&job.data.train, &batches[st.batch_in_epoch]), &ad);
+            st.batch_in_epoch += 1;
+            ad.seed(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (st.step << 8) ^ micro as u64);
+            let out = model.forward(&b.src, b.tgt_in.clone());
+            let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
+            let loss = l.smoothed.div_scalar(b.tokens as f64 * spec.accumulate as f64);
+            step_loss += loss.clone().into_scalar::<f32>() as f64 * b.tokens as f64 * spec.accumulate as f64;
+            step_tokens += b.tokens as u64;
+            acc.accumulate(&model, GradientsParams::from_grads(loss.backward(), &model));
+        }
+        if !step_loss.is_finite() {
+            return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
+        }
+        let mut grads = acc.grads();
+        clip_global_norm(&model, &mut grads, spec.clip_norm);
+        st.step += 1;
+        last_lr = spec.schedule.lr(spec.lr, st.step, &st.schedule);
+        model = optim.step(last_lr, model, grads);
+        st.loss_window.0 += step_loss;
+        st.loss_window.1 += step_tokens;
+        if let Some(bar) = &bar {
+            bar.set_position(st.step);
+            let secs = window_start.0.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!(
+                "loss {:.3} · {:.0} tok/s · lr {:.2e} · epoch {}",
+                st.loss_window.0 / st.loss_window.1.max(1) as f64,
+                st.loss_window.1 as f64 / secs,
+                last_lr,
+                st.epoch
+            ));
+        }
+        if st.step % spec.valid_every == 0 {
+            st.wall = wall0 + started.elapsed().as_secs_f64();
+            let stop = validate_and_checkpoint(
+                &job,
+                &model,
+                &optim,
+                &mut st,
+                &ckpts,
+                &metrics_path,
+                last_lr,
+                &mut window_start,
+            )?;
+            if let Some(bar) = &bar {
+                bar.println(format!(
+                    "step {}: val ppl {:.2}, val BLEU {:.2}{}",
+                    st.step,
+                    stop.1,
+                    stop.2,
+                    if st.best_step == st.step { " (best)" } else { "" }
+                ));
+            }
+            if stop.0 {
+                stopped_early = true;
+                break;
+            }
+        }
+    }
+    st.wall = wall0 + started.elapsed().as_secs_f64();
+    if st.step % spec.valid_every != 0 || st.step == 0 {
+        validate_and_checkpoint(
+            &job,
+            &model,
+            &optim,
+            &mut st,
+            &ckpts,
+            &metrics_path,
+            last_lr,
+            &mut window_start,
+        )?;
+    }
+    st.finished = true;
+    save(&ckpts, &st, false, &model, &optim)?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let best_dir = ckpts.pointed("best")?.expect("a best checkpoint was written");
+    Ok(TrainOutcome {
+        steps: st.step,
+        best_step: st.best_step,
+        best: st.best,
+        wall: st.wall,
+        best_dir,
+        stopped_early,
+    })
+}
+
+fn progress_bar(show: bool, max_steps: u64, pos: u64) -> Option<ProgressBar> {
+    if !show {
+        return None;
+    }
+    let bar = if max_steps == u64::MAX { ProgressBar::new_spinner() } else { ProgressBar::new(max_steps) };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps · ETA {eta} · {msg}",
+        )
+        .expect("valid template"),
+    );
+    bar.set_position(pos);
+    Some(bar)
+}
+
+fn save(
+    ckpts: &Checkpoints,
+    st: &TrainerState,
+    best: bool,
+    model: &Model,
+    optim: &ModuleOptimizer,
+) -> Result<PathBuf, TrainError> {
+    ckpts.save(st, best, |dir| {
+        let mpath = dir.join("model.bpk");
+        model
+            .clone()
+            .save_file(&mpath)
+            .map_err(|e| TrainError::Checkpoint { path: mpath.clone(), message: e.to_string() })?;
+        let opath = dir.join("optimizer.bpk");
+        optim.save(&opath).map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })
+    })
+}
+
+/// Validates, logs a metrics row, checkpoints; returns (stop early?, ppl, BLEU).
+#[allow(clippy::too_many_arguments)]
+fn validate_and_checkpoint(
+    job: &TrainJob<'_>,
+    model: &Model,
+    optim: &ModuleOptimizer,
+    st: &mut TrainerState,
+    ckpts: &Checkpoints,
+    metrics_path: &Path,
+    lr: f64,
+    window_start: &mut (Instant, f64),
+) -> Result<(bool, f64, f64), TrainError> {
+    let spec = job.spec;
+    let valid_model = model.valid();
+    let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, job.device);
+    let ppl = s2s_eval::perplexity(sum, tokens);
+    let n = if spec.valid_bleu_sentences == 0 {
+        job.data.valid.len()
+    } else {
+        spec.valid_bleu_sentences.min(job.data.valid.len())
+    };
+    let hyps = translate_greedy(&valid_model, &job.data.valid[..n], spec.batch, spec.max_output, job.device);
+    let text = detokenize(&job.tokenizers.tgt, &hyps);
+    let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
+    let metric = match spec.stop_metric {
+        StopMetric::Bleu => bleu,
+        StopMetric::Ppl => -ppl,
+    };
+    let improved = st.best.is_none_or(|b| metric > b);
+    if improved {
+        st.best = Some(metric);
+        st.best_step = st.step;
+        st.bad_validations = 0;
+    } else {
+        st.bad_validations += 1;
+    }
+    spec.schedule.after_validation(improved, &mut st.schedule);
+    let secs = (st.wall - window_start.1).max(1e-9);
+    let row = MetricsRow {
+        step: st.step,
+        epoch: st.epoch,
+        wall: st.wall,
+        train_loss: st.loss_window.0 / st.loss_window.1.max(1) as f64,
+        val_ppl: ppl,
+        val_bleu: bleu,
+        lr,
+        tokens_per_s: st.loss_window.1 as f64 / secs,
+    };
+    st.loss_window = (0.0, 0);
+    metrics::append(metrics_path, &row).map_err(|e| TrainError::io(metrics_path, e))?;
+    save(ckpts, st, improved, model, optim)?;
+    *window_start = (Instant::now(), st.wall);
+    let stop = spec.patience > 0 && st.bad_validations >= spec.patience;
+    Ok((stop, ppl, bleu))
+}

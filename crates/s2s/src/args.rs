@@ -1,0 +1,50 @@
+//! Argument groups shared by subcommands.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use s2s_data::CorpusFiles;
+
+/// A parallel corpus: two aligned files or one TSV.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CorpusArgs {
+    /// Source-side file, one sentence per line (with --tgt).
+    #[arg(long, requires = "tgt")]
+    pub src: Option<PathBuf>,
+    /// Target-side file, line-aligned with --src.
+    #[arg(long, requires = "src")]
+    pub tgt: Option<PathBuf>,
+    /// One tab-separated file holding both sides (instead of --src/--tgt).
+    #[arg(long, conflicts_with_all = ["src", "tgt"])]
+    pub tsv: Option<PathBuf>,
+    /// 0-based TSV column of the source sentence.
+    #[arg(long, default_value_t = 0)]
+    pub src_col: usize,
+    /// 0-based TSV column of the target sentence.
+    #[arg(long, default_value_t = 1)]
+    pub tgt_col: usize,
+}
+
+impl CorpusArgs {
+    /// The files, or `None` when no corpus was given (the built-in pair is used).
+    pub fn files(&self) -> Result<Option<CorpusFiles>> {
+        match (&self.src, &self.tgt, &self.tsv) {
+            (Some(src), Some(tgt), None) => {
+                Ok(Some(CorpusFiles::Aligned { src: src.clone(), tgt: tgt.clone() }))
+            }
+            (None, None, Some(tsv)) => {
+                Ok(Some(CorpusFiles::Tsv { tsv: tsv.clone(), src_col: self.src_col, tgt_col: self.tgt_col }))
+            }
+            (None, None, None) => Ok(None),
+            _ => bail!("give a corpus as --src FILE --tgt FILE, or as --tsv FILE"),
+        }
+    }
+}
+
+/// True when the error is a closed stdout (`s2s … | head`): not a failure.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

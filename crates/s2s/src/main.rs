@@ -1,0 +1,50 @@
+//! `s2s`: Seq2Seq Lab's command line. Parses arguments and calls the library crates; one
+//! file per subcommand.
+
+mod args;
+mod data;
+mod score;
+mod train;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Seq2Seq Lab: train, decode, evaluate and compare neural machine-translation models
+/// (LSTM encoder-decoder, Bahdanau and Luong attention) on CPU (burn flex) or GPU (wgpu).
+#[derive(Parser)]
+#[command(name = "s2s", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Corpus tools: generate the built-in language pair, describe a corpus.
+    #[command(subcommand)]
+    Data(data::DataCommand),
+    /// Score hypotheses against references with sacreBLEU-identical BLEU and chrF.
+    Score(score::ScoreArgs),
+    /// Train one model into a run directory (resumes if the directory has a checkpoint).
+    Train(train::TrainArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Data(c) => data::run(c),
+        Command::Score(a) => score::run(a),
+        Command::Train(a) => train::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if args::is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
