@@ -1,0 +1,230 @@
+//! End-to-end tests of the `s2s` binary: real behaviour, bad input, exit codes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn s2s(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_s2s")).args(args).output().expect("s2s runs")
+}
+
+fn s2s_stdin(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("s2s runs");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("s2s-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn text(o: &[u8]) -> String {
+    String::from_utf8_lossy(o).into_owned()
+}
+
+fn shared() -> PathBuf {
+    std::env::var_os("S2S_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+#[test]
+fn every_help_describes_a_real_command() {
+    let top = s2s(&["--help"]);
+    assert!(top.status.success());
+    for sub in [&["train"][..], &["score"], &["data", "synth"], &["data", "stats"]] {
+        let mut args = sub.to_vec();
+        args.push("--help");
+        let o = s2s(&args);
+        assert!(o.status.success(), "{sub:?}");
+        assert!(text(&o.stdout).len() > 200, "{sub:?} help is too thin");
+    }
+}
+
+#[test]
+fn synth_is_deterministic_in_the_seed() {
+    let (a, b, c) = (tmp("synth-a"), tmp("synth-b"), tmp("synth-c"));
+    for (dir, seed) in [(&a, "3"), (&b, "3"), (&c, "4")] {
+        let o = s2s(&["data", "synth", "--pairs", "200", "--seed", seed, "--out", dir.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let read = |d: &PathBuf| std::fs::read_to_string(d.join("train.src")).unwrap();
+    assert_eq!(read(&a), read(&b));
+    assert_ne!(read(&a), read(&c));
+    assert_eq!(std::fs::read_to_string(a.join("test.tgt")).unwrap().lines().count(), 10);
+}
+
+#[test]
+fn stats_reports_histograms_coverage_and_padding() {
+    let d = shared().join("datasets/multi30k");
+    let o = s2s(&[
+        "data",
+        "stats",
+        "--src",
+        d.join("train.de").to_str().unwrap(),
+        "--tgt",
+        d.join("train.en").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["pairs"], 29_000);
+    assert!(v["padding_ratio"].as_f64().unwrap() < 0.10);
+    assert!(v["src"]["lengths"]["counts"].as_array().unwrap().len() >= 5);
+    assert!(v["tgt"]["coverage"].as_f64().unwrap() > 0.99);
+}
+
+#[test]
+fn mismatched_corpus_is_a_clear_error_not_a_panic() {
+    let d = tmp("mismatch");
+    std::fs::write(d.join("a.de"), "eins\nzwei\ndrei\n").unwrap();
+    std::fs::write(d.join("a.en"), "one\ntwo\n").unwrap();
+    let o = s2s(&[
+        "data",
+        "stats",
+        "--src",
+        d.join("a.de").to_str().unwrap(),
+        "--tgt",
+        d.join("a.en").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("a.de has 3 lines") && err.contains("a.en has 2"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // The same through `train`: nothing is trained, the message names the files.
+    let run = d.join("run");
+    let o = s2s(&[
+        "train",
+        "--model",
+        "lstm",
+        "--steps",
+        "1",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--src",
+        d.join("a.de").to_str().unwrap(),
+        "--tgt",
+        d.join("a.en").to_str().unwrap(),
+        "--valid-src",
+        d.join("a.de").to_str().unwrap(),
+        "--valid-tgt",
+        d.join("a.en").to_str().unwrap(),
+        "--run",
+        run.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("a.en has 2"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn score_matches_sacrebleu_and_reads_stdin() {
+    let f = shared().join("fixtures/bleu");
+    let hyp = std::fs::read_to_string(f.join("wmt22.en-de.Online-B.de")).unwrap();
+    let o = s2s_stdin(
+        &[
+            "score",
+            "--ref",
+            f.join("wmt22.en-de.ref.de").to_str().unwrap(),
+            "--format",
+            "json",
+            "--width",
+            "4",
+        ],
+        &hyp,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let bleu = v.as_array().unwrap().iter().find(|m| m["name"] == "BLEU").unwrap();
+    // sacreBLEU 2.6.0: 38.36852355513645
+    assert!((bleu["score"].as_f64().unwrap() - 38.3685).abs() < 1e-4, "{bleu}");
+}
+
+#[test]
+fn score_line_count_mismatch_names_the_counts() {
+    let d = tmp("score");
+    std::fs::write(d.join("h.txt"), "a\nb\n").unwrap();
+    std::fs::write(d.join("r.txt"), "a\nb\nc\n").unwrap();
+    let o = s2s(&[
+        "score",
+        "--hyp",
+        d.join("h.txt").to_str().unwrap(),
+        "--ref",
+        d.join("r.txt").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains('2') && err.contains('3') && !err.contains("panicked"), "{err}");
+}
+
+/// The whole path on a tiny budget: built-in pair → tokenizer → LSTM → checkpoints →
+/// metrics → test scores; rerunning resumes and finds the run finished.
+#[test]
+fn train_tiny_model_end_to_end_and_resume() {
+    let run = tmp("train").join("run");
+    let args = [
+        "train",
+        "--model",
+        "luong",
+        "--emb",
+        "16",
+        "--hidden",
+        "16",
+        "--steps",
+        "4",
+        "--valid-every",
+        "2",
+        "--max-tokens",
+        "512",
+        "--level",
+        "word",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--run",
+        run.to_str().unwrap(),
+    ];
+    let cfg = tmp("train-cfg").join("run.toml");
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"luong\"\n").unwrap();
+    let mut with_cfg = args.to_vec();
+    with_cfg.retain(|a| *a != "--model" && *a != "luong");
+    with_cfg.extend(["--config", cfg.to_str().unwrap()]);
+    let o = s2s(&with_cfg);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("test: BLEU"), "{}", text(&o.stdout));
+    for f in [
+        "run.json",
+        "metrics.csv",
+        "tokenizer/joint.json",
+        "checkpoints/last.json",
+        "checkpoints/best.json",
+        "test/scores.json",
+    ] {
+        assert!(run.join(f).exists(), "{f} missing");
+    }
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    assert_eq!(metrics.lines().count(), 3, "{metrics}"); // header + steps 2 and 4
+    let again = s2s(&with_cfg);
+    assert!(again.status.success());
+    assert!(text(&again.stderr).contains("resuming from"), "{}", text(&again.stderr));
+    assert_eq!(std::fs::read_to_string(run.join("metrics.csv")).unwrap(), metrics);
+}
+
+#[test]
+fn unknown_config_key_is_named() {
+    let cfg = tmp("badcfg").join("run.toml");
+    std::fs::write(&cfg, "[model]\nkind = \"lstm\"\nhiden = 3\n").unwrap();
+    let o = s2s(&["train", "--config", cfg.to_str().unwrap(), "--run", "/nonexistent/never"]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("hiden") && err.contains("run.toml"), "{err}");
+}
