@@ -115,11 +115,15 @@ pub struct AttentionRnn {
 impl AttentionRnnConfig {
     /// Initialises the model; errors on inconsistent sizes.
     pub fn init(&self, device: &Device) -> Result<AttentionRnn, String> {
-        if self.bidirectional && self.hidden % 2 != 0 {
-            return Err(format!("a bidirectional encoder needs an even hidden size, got {}", self.hidden));
-        }
+        let encoder = StackedRnnConfig::encoder(
+            self.cell,
+            self.emb,
+            self.hidden,
+            self.layers,
+            self.bidirectional,
+            self.dropout,
+        )?;
         let h = self.hidden;
-        let enc_hidden = if self.bidirectional { h / 2 } else { h };
         let d_att = if self.attention_dim == 0 { h } else { self.attention_dim };
         let feeds = self.attention == AttentionStyle::Bahdanau || self.input_feeding;
         let dec_input = self.emb + if feeds { h } else { 0 };
@@ -141,11 +145,7 @@ impl AttentionRnnConfig {
         Ok(AttentionRnn {
             src_embed: EmbeddingConfig::new(self.src_vocab, self.emb).init(device),
             tgt_embed: EmbeddingConfig::new(self.tgt_vocab, self.emb).init(device),
-            encoder: StackedRnnConfig::new(self.cell, self.emb, enc_hidden)
-                .with_layers(self.layers)
-                .with_bidirectional(self.bidirectional)
-                .with_dropout(self.dropout)
-                .init(device),
+            encoder: encoder.init(device),
             decoder: StackedRnnConfig::new(self.cell, dec_input, h)
                 .with_layers(self.layers)
                 .with_dropout(self.dropout)

@@ -135,9 +135,6 @@ fn attention(
     tgt_vocab: usize,
     device: &Device,
 ) -> Result<Model, String> {
-    if !(0.0..1.0).contains(&s.dropout) {
-        return Err(format!("dropout must be in [0, 1), got {}", s.dropout));
-    }
     AttentionRnnConfig::new(src_vocab, tgt_vocab, style)
         .with_score(s.score)
         .with_emb(s.emb)
@@ -169,6 +166,15 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn bad_sizes_are_errors_not_panics() {
+        let d = Device::flex();
+        let lstm = ModelSpec::Lstm(LstmSpec { dropout: 1.5, ..Default::default() });
+        assert!(lstm.init(10, 10, &d).unwrap_err().contains("dropout"));
+        let odd = ModelSpec::Bahdanau(AttentionRnnSpec { hidden: 7, ..Default::default() });
+        assert!(odd.init(10, 10, &d).unwrap_err().contains("even hidden size"));
     }
 
     #[test]

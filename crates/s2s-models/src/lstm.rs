@@ -71,18 +71,18 @@ pub struct LstmSeq2Seq {
 impl LstmSeq2SeqConfig {
     /// Initialises the model; errors on inconsistent sizes.
     pub fn init(&self, device: &Device) -> Result<LstmSeq2Seq, String> {
-        if self.bidirectional && self.hidden % 2 != 0 {
-            return Err(format!("a bidirectional encoder needs an even hidden size, got {}", self.hidden));
-        }
-        let enc_hidden = if self.bidirectional { self.hidden / 2 } else { self.hidden };
+        let encoder = StackedRnnConfig::encoder(
+            self.cell,
+            self.emb,
+            self.hidden,
+            self.layers,
+            self.bidirectional,
+            self.dropout,
+        )?;
         Ok(LstmSeq2Seq {
             src_embed: EmbeddingConfig::new(self.src_vocab, self.emb).init(device),
             tgt_embed: EmbeddingConfig::new(self.tgt_vocab, self.emb).init(device),
-            encoder: StackedRnnConfig::new(self.cell, self.emb, enc_hidden)
-                .with_layers(self.layers)
-                .with_bidirectional(self.bidirectional)
-                .with_dropout(self.dropout)
-                .init(device),
+            encoder: encoder.init(device),
             decoder: StackedRnnConfig::new(self.cell, self.emb, self.hidden)
                 .with_layers(self.layers)
                 .with_dropout(self.dropout)

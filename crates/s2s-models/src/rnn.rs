@@ -52,6 +52,30 @@ pub struct StackedRnn {
 }
 
 impl StackedRnnConfig {
+    /// The encoder of a seq2seq model whose decoder state has `hidden` units: a bidirectional
+    /// encoder gets `hidden / 2` per direction so the concatenation is `hidden`. Refuses an odd
+    /// `hidden` with two directions and a dropout outside `[0, 1)` (which burn would panic on).
+    pub fn encoder(
+        cell: CellKind,
+        d_input: usize,
+        hidden: usize,
+        layers: usize,
+        bidirectional: bool,
+        dropout: f64,
+    ) -> Result<Self, String> {
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(format!("dropout must be in [0, 1), got {dropout}"));
+        }
+        if bidirectional && hidden % 2 != 0 {
+            return Err(format!("a bidirectional encoder needs an even hidden size, got {hidden}"));
+        }
+        let per_direction = if bidirectional { hidden / 2 } else { hidden };
+        Ok(Self::new(cell, d_input, per_direction)
+            .with_layers(layers)
+            .with_bidirectional(bidirectional)
+            .with_dropout(dropout))
+    }
+
     /// Initialises the layers.
     pub fn init(&self, device: &Device) -> StackedRnn {
         let dirs = if self.bidirectional { 2 } else { 1 };
