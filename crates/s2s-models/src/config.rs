@@ -9,6 +9,7 @@ use crate::attention_rnn::{AttentionRnnConfig, AttentionStyle};
 use crate::cell::CellKind;
 use crate::lstm::LstmSeq2SeqConfig;
 use crate::model::Model;
+use crate::transformer::TransformerConfig;
 
 /// A model kind and its hyperparameters; vocabulary sizes come from the run's tokenizers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,6 +21,8 @@ pub enum ModelSpec {
     Bahdanau(AttentionRnnSpec),
     /// Luong global attention on the current state.
     Luong(AttentionRnnSpec),
+    /// Transformer encoder-decoder.
+    Transformer(TransformerSpec),
 }
 
 /// Hyperparameters of the `lstm` kind.
@@ -99,6 +102,49 @@ impl Default for AttentionRnnSpec {
     }
 }
 
+/// Hyperparameters of the `transformer` kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransformerSpec {
+    /// Model width `d_model`.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Feed-forward inner width.
+    pub ffn: usize,
+    /// Encoder layers.
+    pub enc_layers: usize,
+    /// Decoder layers.
+    pub dec_layers: usize,
+    /// Dropout on embeddings, residuals and inside the feed-forward network.
+    pub dropout: f64,
+    /// Dropout on attention weights.
+    pub attention_dropout: f64,
+    /// Pre-norm (true) or the paper's post-norm (false).
+    pub pre_norm: bool,
+    /// Tie the output projection to the target embedding.
+    pub tie_output: bool,
+    /// Share source and target embeddings when the vocabulary is joint.
+    pub share_embeddings: bool,
+}
+
+impl Default for TransformerSpec {
+    fn default() -> Self {
+        Self {
+            d_model: 256,
+            heads: 8,
+            ffn: 1024,
+            enc_layers: 3,
+            dec_layers: 3,
+            dropout: 0.1,
+            attention_dropout: 0.1,
+            pre_norm: true,
+            tie_output: true,
+            share_embeddings: true,
+        }
+    }
+}
+
 impl ModelSpec {
     /// The kind's name (`lstm`, `bahdanau`, `luong`).
     pub fn kind(&self) -> &'static str {
@@ -106,11 +152,24 @@ impl ModelSpec {
             ModelSpec::Lstm(_) => "lstm",
             ModelSpec::Bahdanau(_) => "bahdanau",
             ModelSpec::Luong(_) => "luong",
+            ModelSpec::Transformer(_) => "transformer",
         }
     }
 
-    /// Builds the model for the given vocabulary sizes on `device`.
+    /// Builds the model for the given vocabulary sizes on `device` (separate vocabularies).
     pub fn init(&self, src_vocab: usize, tgt_vocab: usize, device: &Device) -> Result<Model, String> {
+        self.init_for(src_vocab, tgt_vocab, false, device)
+    }
+
+    /// Builds the model; `joint` says both sides use one vocabulary, which lets a Transformer
+    /// share its embeddings.
+    pub fn init_for(
+        &self,
+        src_vocab: usize,
+        tgt_vocab: usize,
+        joint: bool,
+        device: &Device,
+    ) -> Result<Model, String> {
         match self {
             ModelSpec::Lstm(s) => LstmSeq2SeqConfig::new(src_vocab, tgt_vocab)
                 .with_emb(s.emb)
@@ -124,6 +183,19 @@ impl ModelSpec {
                 .map(Model::Lstm),
             ModelSpec::Bahdanau(s) => attention(s, AttentionStyle::Bahdanau, src_vocab, tgt_vocab, device),
             ModelSpec::Luong(s) => attention(s, AttentionStyle::Luong, src_vocab, tgt_vocab, device),
+            ModelSpec::Transformer(s) => TransformerConfig::new(src_vocab, tgt_vocab)
+                .with_d_model(s.d_model)
+                .with_heads(s.heads)
+                .with_d_ff(s.ffn)
+                .with_encoder_layers(s.enc_layers)
+                .with_decoder_layers(s.dec_layers)
+                .with_dropout(s.dropout)
+                .with_attention_dropout(s.attention_dropout)
+                .with_pre_norm(s.pre_norm)
+                .with_tie_output(s.tie_output)
+                .with_share_embeddings(s.share_embeddings && joint && src_vocab == tgt_vocab)
+                .init(device)
+                .map(Model::Transformer),
         }
     }
 }

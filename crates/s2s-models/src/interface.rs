@@ -97,6 +97,8 @@ pub struct Step {
 pub enum DecodeState {
     /// Recurrent decoders.
     Rnn(RnnState),
+    /// The Transformer's per-layer key/value caches.
+    Transformer(crate::transformer::TransformerState),
 }
 
 impl DecodeState {
@@ -104,6 +106,7 @@ impl DecodeState {
     pub fn select(self, indices: &Tensor<1, Int>) -> Self {
         match self {
             DecodeState::Rnn(s) => DecodeState::Rnn(s.select(indices)),
+            DecodeState::Transformer(s) => DecodeState::Transformer(s.select(indices)),
         }
     }
 
@@ -111,6 +114,7 @@ impl DecodeState {
     pub fn rows(&self) -> usize {
         match self {
             DecodeState::Rnn(s) => s.pad.dims()[0],
+            DecodeState::Transformer(s) => s.rows(),
         }
     }
 }

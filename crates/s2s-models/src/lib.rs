@@ -13,7 +13,8 @@ pub mod interface;
 pub mod lstm;
 pub mod model;
 pub mod rnn;
+pub mod transformer;
 
-pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec};
+pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 pub use interface::{DecodeState, Forward, RnnState, Source, Step};
 pub use model::Model;

@@ -7,6 +7,7 @@ use burn::tensor::{Int, Tensor};
 use crate::attention_rnn::AttentionRnn;
 use crate::interface::{DecodeState, Forward, Source, Step};
 use crate::lstm::LstmSeq2Seq;
+use crate::transformer::Transformer;
 
 /// Any seq2seq model of the toolkit.
 #[derive(Module, Debug)]
@@ -15,6 +16,8 @@ pub enum Model {
     Lstm(LstmSeq2Seq),
     /// Bahdanau or Luong attention RNN.
     AttentionRnn(AttentionRnn),
+    /// Transformer encoder-decoder.
+    Transformer(Transformer),
 }
 
 impl Model {
@@ -23,6 +26,7 @@ impl Model {
         match self {
             Model::Lstm(m) => m.forward(src, tgt_in),
             Model::AttentionRnn(m) => m.forward(src, tgt_in),
+            Model::Transformer(m) => m.forward(src, tgt_in),
         }
     }
 
@@ -31,10 +35,14 @@ impl Model {
         match self {
             Model::Lstm(m) => m.encode(src),
             Model::AttentionRnn(m) => m.encode(src),
+            Model::Transformer(m) => m.encode(src),
         }
     }
 
     /// One incremental step from the previous tokens `last` `[rows]`.
+    ///
+    /// # Panics
+    /// When `state` was made by another kind of model (a programming error, not bad input).
     pub fn decode_step(&self, state: DecodeState, last: Tensor<1, Int>) -> (Step, DecodeState) {
         match (self, state) {
             (Model::Lstm(m), DecodeState::Rnn(s)) => {
@@ -45,6 +53,11 @@ impl Model {
                 let (step, s) = m.decode_step(s, last);
                 (step, DecodeState::Rnn(s))
             }
+            (Model::Transformer(m), DecodeState::Transformer(s)) => {
+                let (step, s) = m.decode_step(s, last);
+                (step, DecodeState::Transformer(s))
+            }
+            _ => panic!("decode_step: the state was made by another kind of model"),
         }
     }
 }

@@ -5,7 +5,7 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_models::attention::LuongScore;
 use s2s_models::cell::CellKind;
-use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source};
+use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
 
 fn specs() -> Vec<ModelSpec> {
     let small = AttentionRnnSpec {
@@ -39,6 +39,18 @@ fn specs() -> Vec<ModelSpec> {
         }));
     }
     v.push(ModelSpec::Luong(AttentionRnnSpec { input_feeding: false, ..small }));
+    let tiny = TransformerSpec {
+        d_model: 8,
+        heads: 2,
+        ffn: 16,
+        enc_layers: 2,
+        dec_layers: 2,
+        dropout: 0.0,
+        attention_dropout: 0.0,
+        ..Default::default()
+    };
+    v.push(ModelSpec::Transformer(tiny.clone()));
+    v.push(ModelSpec::Transformer(TransformerSpec { pre_norm: false, tie_output: false, ..tiny }));
     v
 }
 
@@ -132,5 +144,48 @@ fn selecting_rows_reorders_the_state() {
         let want =
             Tensor::cat(vec![a.clone().narrow(0, 1, 1), a.clone().narrow(0, 0, 1), a.narrow(0, 1, 1)], 0);
         assert!(max_diff(b.log_probs, want) < 1e-6, "{spec:?}");
+    }
+}
+
+#[test]
+fn no_position_sees_the_future() {
+    let d = Device::flex();
+    for spec in specs() {
+        let m = model(&spec, &d);
+        let (src, tgt) = batch(&d);
+        let a = m.forward(&src, tgt.clone()).logits.narrow(1, 0, 2);
+        let changed =
+            Tensor::cat(vec![tgt.clone().narrow(1, 0, 2), ids(vec![11, 12, 13, 14], [2, 2], &d)], 1);
+        let b = m.forward(&src, changed).logits.narrow(1, 0, 2);
+        assert!(max_diff(a, b) < 1e-6, "{spec:?}");
+    }
+}
+
+#[test]
+fn decoding_after_a_reorder_equals_teacher_forcing_of_the_reordered_rows() {
+    let d = Device::flex();
+    for spec in specs() {
+        let m = model(&spec, &d);
+        let (src, tgt) = batch(&d);
+        let swap = Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 0], [2]), &d);
+        // Reference: the full masked forward of the two rows, swapped.
+        let src_swapped = Source::new(&[9, 10, 3, 0, 0, 5, 6, 7, 8, 3], &[3, 5], 5, &d);
+        let tgt_swapped = tgt.clone().select(0, swap.clone());
+        let logp =
+            burn::tensor::activation::log_softmax(m.forward(&src_swapped, tgt_swapped.clone()).logits, 2);
+        let mut state = m.encode(&src);
+        for t in 0..4 {
+            if t == 2 {
+                state = state.select(&swap);
+            }
+            let rows = if t < 2 { tgt.clone() } else { tgt_swapped.clone() };
+            let (step, next) = m.decode_step(state, rows.narrow(1, t, 1).squeeze_dim::<1>(1));
+            state = next;
+            if t >= 2 {
+                let want = logp.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
+                let diff = max_diff(step.log_probs, want);
+                assert!(diff < 1e-5, "{spec:?} step {t}: {diff}");
+            }
+        }
     }
 }

@@ -96,7 +96,7 @@ pub fn build_model(
     device: &Device,
 ) -> Result<Model, TrainError> {
     device.seed(seed);
-    spec.init(tok.src.vocab_size(), tok.tgt.vocab_size(), device).map_err(TrainError::Config)
+    spec.init_for(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device).map_err(TrainError::Config)
 }
 
 /// Loads a checkpoint's model weights into a model built from `spec`.

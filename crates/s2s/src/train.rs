@@ -8,13 +8,13 @@ use clap::Args;
 use s2s_data::{CorpusFiles, Level, SplitFiles, encode_pairs};
 use s2s_models::attention::LuongScore;
 use s2s_models::cell::CellKind;
-use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec};
+use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::evaluate::{detokenize, nll, translate_greedy};
 use s2s_train::run::{DataSpec, RunConfig, RunManifest, prepare, write_manifest};
 use s2s_train::{TrainJob, load_model, train};
 
-/// Train one model (lstm, bahdanau or luong) with the shared loop. Without a corpus, trains on
+/// Train one model (lstm, bahdanau, luong or transformer) with the shared loop. Without a corpus, trains on
 /// the built-in language pair. Writes RUN_DIR/{run.json, tokenizer/, checkpoints/,
 /// metrics.csv, test/}; rerunning on the same RUN_DIR resumes from its last checkpoint.
 #[derive(Args, Debug)]
@@ -25,7 +25,7 @@ pub struct TrainArgs {
     /// Run directory (default: runs/<model kind>).
     #[arg(long)]
     run: Option<PathBuf>,
-    /// Model kind when no --config: lstm, bahdanau or luong.
+    /// Model kind when no --config: lstm, bahdanau, luong or transformer.
     #[arg(long)]
     model: Option<String>,
     /// Training source file (with --tgt); default: the built-in language pair.
@@ -52,15 +52,24 @@ pub struct TrainArgs {
     /// Vocabulary size (BPE size; cap for word/char).
     #[arg(long)]
     vocab_size: Option<usize>,
-    /// Embedding size.
+    /// Embedding size (the Transformer's d_model).
     #[arg(long)]
     emb: Option<usize>,
-    /// Hidden size.
+    /// Hidden size (RNNs).
     #[arg(long)]
     hidden: Option<usize>,
-    /// Layers of encoder and decoder.
+    /// Layers of encoder and of decoder.
     #[arg(long)]
     layers: Option<usize>,
+    /// Transformer attention heads.
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Transformer feed-forward width.
+    #[arg(long)]
+    ffn: Option<usize>,
+    /// Learning-rate warm-up steps (switches to the Noam schedule).
+    #[arg(long)]
+    warmup: Option<u64>,
     /// Recurrent cell: lstm, gru or rnn.
     #[arg(long, value_parser = parse_cell)]
     cell: Option<CellKind>,
@@ -123,7 +132,8 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
                 "lstm" => ModelSpec::Lstm(LstmSpec::default()),
                 "bahdanau" => ModelSpec::Bahdanau(AttentionRnnSpec::default()),
                 "luong" => ModelSpec::Luong(AttentionRnnSpec::default()),
-                other => bail!("unknown model kind `{other}`: use lstm, bahdanau or luong"),
+                "transformer" => ModelSpec::Transformer(TransformerSpec::default()),
+                other => bail!("unknown model kind `{other}`: use lstm, bahdanau, luong or transformer"),
             },
             train: Default::default(),
         },
@@ -161,6 +171,22 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
             set(&mut m.dropout, a.dropout);
             set(&mut m.score, a.score);
         }
+        ModelSpec::Transformer(m) => {
+            if a.hidden.is_some() || a.cell.is_some() || a.score.is_some() {
+                bail!(
+                    "--hidden, --cell and --score are for the RNN models; a transformer takes --emb (d_model), --heads, --ffn and --layers"
+                );
+            }
+            set(&mut m.d_model, a.emb);
+            set(&mut m.heads, a.heads);
+            set(&mut m.ffn, a.ffn);
+            set(&mut m.enc_layers, a.layers);
+            set(&mut m.dec_layers, a.layers);
+            set(&mut m.dropout, a.dropout);
+        }
+    }
+    if !matches!(cfg.model, ModelSpec::Transformer(_)) && (a.heads.is_some() || a.ffn.is_some()) {
+        bail!("--heads and --ffn are for --model transformer");
     }
     let t = &mut cfg.train;
     if a.steps.is_some() || a.epochs.is_some() || a.minutes.is_some() {
@@ -170,6 +196,9 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     set(&mut t.lr, a.lr);
     set(&mut t.valid_every, a.valid_every);
     set(&mut t.seed, a.seed);
+    if let Some(w) = a.warmup {
+        t.schedule = s2s_train::schedule::Schedule::Noam { warmup: w };
+    }
     t.validate().map_err(anyhow::Error::msg)?;
     Ok(cfg)
 }

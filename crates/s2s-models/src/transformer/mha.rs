@@ -1,0 +1,211 @@
+//! Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.1–3.2.2):
+//! `Attention(Q, K, V) = softmax(QKᵀ / √d_k) V`, `d_k = d_model / h`, each head on its own
+//! projections, heads concatenated and projected by `W^O`.
+//!
+//! Keys and values are projected separately from queries ([`MultiHeadAttention::project_kv`])
+//! so a decoder can keep them: the encoder memory's once per sentence (cross-attention), its
+//! own prefix one position per step (the self-attention cache), both reorderable by row.
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
+use burn::tensor::activation::softmax;
+use burn::tensor::{Device, Int, Tensor};
+
+/// Configuration of [`MultiHeadAttention`].
+#[derive(Config, Debug)]
+pub struct MultiHeadAttentionConfig {
+    /// Model width `d_model`.
+    pub d_model: usize,
+    /// Heads `h` (must divide `d_model`).
+    pub heads: usize,
+    /// Dropout on the attention weights.
+    #[config(default = 0.1)]
+    pub dropout: f64,
+}
+
+/// Multi-head attention with separate `W^Q`, `W^K`, `W^V`, `W^O` (biases included, as in
+/// PyTorch's `nn.MultiheadAttention`).
+///
+/// # Shapes
+/// - query `[batch, t_q, d_model]`, keys/values `[batch, heads, t_k, d_k]`, additive mask
+///   broadcastable to `[batch, heads, t_q, t_k]` → output `[batch, t_q, d_model]`, weights
+///   `[batch, heads, t_q, t_k]`
+#[derive(Module, Debug)]
+pub struct MultiHeadAttention {
+    /// `W^Q`.
+    pub query: Linear,
+    /// `W^K`.
+    pub key: Linear,
+    /// `W^V`.
+    pub value: Linear,
+    /// `W^O`.
+    pub output: Linear,
+    /// Dropout on the weights.
+    pub dropout: Dropout,
+    /// Heads.
+    #[module(skip)]
+    pub heads: usize,
+}
+
+/// Projected keys and values, split into heads.
+///
+/// # Shapes
+/// - `k`, `v`: `[rows, heads, t, d_k]`
+#[derive(Debug, Clone)]
+pub struct KeyValue {
+    /// Keys.
+    pub k: Tensor<4>,
+    /// Values.
+    pub v: Tensor<4>,
+}
+
+impl KeyValue {
+    /// Appends `next` along time (the self-attention cache growing by one step).
+    pub fn append(self, next: KeyValue) -> KeyValue {
+        KeyValue { k: Tensor::cat(vec![self.k, next.k], 2), v: Tensor::cat(vec![self.v, next.v], 2) }
+    }
+
+    /// Keeps rows `indices` (beam reordering).
+    pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
+        KeyValue { k: self.k.select(0, indices.clone()), v: self.v.select(0, indices.clone()) }
+    }
+}
+
+impl MultiHeadAttentionConfig {
+    /// Initialises (Xavier-uniform weights, zero biases); errors when `heads` does not divide
+    /// `d_model`.
+    pub fn init(&self, device: &Device) -> Result<MultiHeadAttention, String> {
+        if self.heads == 0 || self.d_model % self.heads != 0 {
+            return Err(format!("heads ({}) must divide d_model ({})", self.heads, self.d_model));
+        }
+        let linear = || {
+            LinearConfig::new(self.d_model, self.d_model)
+                .with_initializer(Initializer::XavierUniform { gain: 1.0 })
+                .init(device)
+        };
+        let zero_bias = |mut l: Linear| {
+            l.bias = Some(Param::from_tensor(Tensor::zeros([self.d_model], device)));
+            l
+        };
+        Ok(MultiHeadAttention {
+            query: zero_bias(linear()),
+            key: zero_bias(linear()),
+            value: zero_bias(linear()),
+            output: zero_bias(linear()),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            heads: self.heads,
+        })
+    }
+}
+
+impl MultiHeadAttention {
+    /// `[b, t, d]` → `[b, h, t, d/h]`.
+    fn split(&self, x: Tensor<3>) -> Tensor<4> {
+        let [b, t, d] = x.dims();
+        x.reshape([b, t, self.heads, d / self.heads]).swap_dims(1, 2)
+    }
+
+    /// Projects `x` `[batch, t, d_model]` into keys and values.
+    pub fn project_kv(&self, x: Tensor<3>) -> KeyValue {
+        KeyValue { k: self.split(self.key.forward(x.clone())), v: self.split(self.value.forward(x)) }
+    }
+
+    /// Attends from `query` to `kv`; `mask` is added to the scores (0 or −∞), broadcast over
+    /// heads and, where its size is 1, over query positions.
+    pub fn attend(
+        &self,
+        query: Tensor<3>,
+        kv: &KeyValue,
+        mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, Tensor<4>) {
+        let q = self.split(self.query.forward(query)); // [B, h, Tq, dk]
+        let [b, h, tq, dk] = q.dims();
+        let tk = kv.k.dims()[2];
+        let mut scores = q.matmul(kv.k.clone().swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
+        if let Some(m) = mask {
+            scores = scores + m.clone().expand([b, h, tq, tk]);
+        }
+        let weights = softmax(scores, 3);
+        let out = self.dropout.forward(weights.clone()).matmul(kv.v.clone()); // [B, h, Tq, dk]
+        let out = out.swap_dims(1, 2).reshape([b, tq, h * dk]);
+        (self.output.forward(out), weights)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::gradcheck;
+    use burn::tensor::{Distribution, TensorData};
+
+    fn wave(n: usize, k: f32) -> Vec<f32> {
+        (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * 0.5).collect()
+    }
+
+    /// Sets `W` (burn layout `[in, out]`) and `b` from `wave`.
+    fn set(l: &mut Linear, d: usize, kw: f32, kb: f32, device: &Device) {
+        l.weight = Param::from_tensor(Tensor::from_data(TensorData::new(wave(d * d, kw), [d, d]), device));
+        l.bias = Some(Param::from_tensor(Tensor::from_data(TensorData::new(wave(d, kb), [d]), device)));
+    }
+
+    /// Golden values from PyTorch 2.15 with the same weights (PyTorch stores `W` as `[out, in]`,
+    /// hence the transposes):
+    /// ```python
+    /// import torch, math
+    /// wave = lambda n, k: torch.tensor([math.sin((i + 1) * k) * 0.5 for i in range(n)])
+    /// d, h = 4, 2
+    /// m = torch.nn.MultiheadAttention(d, h, batch_first=True)
+    /// with torch.no_grad():
+    ///     m.in_proj_weight.copy_(torch.cat([wave(16, k).view(4, 4).t() for k in (.7, 1.3, 2.1)]))
+    ///     m.in_proj_bias.copy_(torch.cat([wave(4, k) for k in (.3, .5, .9)]))
+    ///     m.out_proj.weight.copy_(wave(16, 1.7).view(4, 4).t()); m.out_proj.bias.copy_(wave(4, 1.1))
+    /// q = wave(8, 0.37).view(1, 2, 4); kv = wave(12, 0.61).view(1, 3, 4)
+    /// out, w = m(q, kv, kv, key_padding_mask=torch.tensor([[False, False, True]]),
+    ///            average_attn_weights=False)
+    /// print(out.flatten().tolist(), w.flatten().tolist())
+    /// ```
+    #[test]
+    fn golden_values_from_pytorch() {
+        let dev = Device::flex();
+        let mut m = MultiHeadAttentionConfig::new(4, 2).with_dropout(0.0).init(&dev).unwrap();
+        set(&mut m.query, 4, 0.7, 0.3, &dev);
+        set(&mut m.key, 4, 1.3, 0.5, &dev);
+        set(&mut m.value, 4, 2.1, 0.9, &dev);
+        set(&mut m.output, 4, 1.7, 1.1, &dev);
+        let q = Tensor::<3>::from_data(TensorData::new(wave(8, 0.37), [1, 2, 4]), &dev);
+        let kv = Tensor::<3>::from_data(TensorData::new(wave(12, 0.61), [1, 3, 4]), &dev);
+        let mask =
+            Tensor::<4>::from_data(TensorData::new(vec![0.0, 0.0, f32::NEG_INFINITY], [1, 1, 1, 3]), &dev);
+        let (out, w) = m.attend(q, &m.project_kv(kv), Some(&mask));
+        let out: Vec<f32> = out.into_data().try_to_vec::<f32>().unwrap();
+        let w: Vec<f32> = w.into_data().try_to_vec::<f32>().unwrap();
+        let want_out =
+            [0.8795114, 0.1855694, -0.4564295, -0.1598300, 0.8792427, 0.1847451, -0.4559483, -0.1591298];
+        let want_w = [
+            0.4962856, 0.5037144, 0.0, 0.5032523, 0.4967478, 0.0, 0.5415301, 0.4584699, 0.0, 0.5663713,
+            0.4336286, 0.0,
+        ];
+        assert!(out.iter().zip(want_out).all(|(a, b)| (a - b).abs() < 1e-5), "{out:?}");
+        assert!(w.iter().zip(want_w).all(|(a, b)| (a - b).abs() < 1e-5), "{w:?}");
+        assert!(w.iter().skip(2).step_by(3).all(|&x| x == 0.0), "padded key must get exactly 0: {w:?}");
+    }
+
+    #[test]
+    fn refuses_heads_that_do_not_divide() {
+        assert!(MultiHeadAttentionConfig::new(6, 4).init(&Device::flex()).is_err());
+    }
+
+    #[test]
+    fn gradients_match_central_differences() {
+        let d = Device::flex().autodiff();
+        let m = MultiHeadAttentionConfig::new(4, 2).with_dropout(0.0).init(&d).unwrap();
+        let q = Tensor::<3>::random([2, 2, 4], Distribution::Normal(0.0, 1.0), &d);
+        let kv = Tensor::<3>::random([2, 3, 4], Distribution::Normal(0.0, 1.0), &d);
+        let r = Tensor::<3>::random([2, 2, 4], Distribution::Normal(0.0, 1.0), &d);
+        gradcheck::check(m, |m: &MultiHeadAttention| {
+            let (out, _) = m.attend(q.clone(), &m.project_kv(kv.clone()), None);
+            (out * r.clone()).sum()
+        });
+    }
+}

@@ -1,0 +1,343 @@
+//! The Transformer encoder-decoder (Vaswani et al., 2017) on the shared seq2seq interface.
+//!
+//! `x₀ = √d_model · E[y] + PE` (§3.4–3.5), N encoder layers of self-attention and feed-forward,
+//! N decoder layers adding causally masked self-attention and cross-attention to the encoder
+//! memory, then `p(yₜ) = softmax(W · LayerNorm(x_N))` (the final norm with pre-norm layers).
+//! The output projection can reuse the target embedding (`tie_output`, §3.4), and one
+//! embedding can serve both sides when the vocabulary is joint (`share_embeddings`).
+//!
+//! Incremental decoding keeps, per decoder layer, the cross-attention keys/values of the
+//! memory (computed once in `encode`) and the self-attention keys/values of every position so
+//! far, extended by one position per step; [`TransformerState::select`] reorders all of them.
+
+pub mod layer;
+pub mod mha;
+pub mod position;
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear,
+    LinearConfig,
+};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::interface::{DecodeState, Forward, Source, Step};
+use layer::{DecoderLayer, EncoderLayer, LayerConfig};
+use mha::KeyValue;
+use position::sinusoids;
+
+/// Configuration of [`Transformer`].
+#[derive(Config, Debug)]
+pub struct TransformerConfig {
+    /// Source vocabulary size.
+    pub src_vocab: usize,
+    /// Target vocabulary size.
+    pub tgt_vocab: usize,
+    /// Model width `d_model`.
+    #[config(default = 256)]
+    pub d_model: usize,
+    /// Attention heads `h`.
+    #[config(default = 8)]
+    pub heads: usize,
+    /// Feed-forward inner width `d_ff`.
+    #[config(default = 1024)]
+    pub d_ff: usize,
+    /// Encoder layers.
+    #[config(default = 3)]
+    pub encoder_layers: usize,
+    /// Decoder layers.
+    #[config(default = 3)]
+    pub decoder_layers: usize,
+    /// Dropout on embeddings, residual branches and inside the feed-forward network.
+    #[config(default = 0.1)]
+    pub dropout: f64,
+    /// Dropout on attention weights.
+    #[config(default = 0.1)]
+    pub attention_dropout: f64,
+    /// Pre-norm layers (plus a final norm on each stack) instead of the paper's post-norm.
+    #[config(default = true)]
+    pub pre_norm: bool,
+    /// The output projection is the target embedding matrix, transposed.
+    #[config(default = true)]
+    pub tie_output: bool,
+    /// One embedding for source and target (needs equal, i.e. joint, vocabularies).
+    #[config(default = false)]
+    pub share_embeddings: bool,
+}
+
+/// The Transformer encoder-decoder.
+///
+/// # Shapes
+/// - source `[batch, src]`, target input `[batch, tgt]` → logits `[batch, tgt, tgt_vocab]`,
+///   cross-attention `[batch, tgt, src]` (last layer, averaged over heads)
+#[derive(Module, Debug)]
+pub struct Transformer {
+    /// Source embedding (absent when shared with the target's).
+    pub src_embed: Option<Embedding>,
+    /// Target embedding.
+    pub tgt_embed: Embedding,
+    /// Encoder stack.
+    pub encoder: Vec<EncoderLayer>,
+    /// Decoder stack.
+    pub decoder: Vec<DecoderLayer>,
+    /// Final encoder norm (pre-norm only).
+    pub encoder_norm: Option<LayerNorm>,
+    /// Final decoder norm (pre-norm only).
+    pub decoder_norm: Option<LayerNorm>,
+    /// Output projection (absent when tied to the target embedding).
+    pub output: Option<Linear>,
+    /// Dropout on the scaled embeddings plus positions.
+    pub dropout: Dropout,
+    /// `d_model`.
+    #[module(skip)]
+    pub d_model: usize,
+}
+
+/// The Transformer's incremental decoding state.
+#[derive(Debug, Clone)]
+pub struct TransformerState {
+    /// Per decoder layer: cross-attention keys/values of the memory `[rows, h, src, d_k]`.
+    pub memory: Vec<KeyValue>,
+    /// Per decoder layer: self-attention keys/values of the positions decoded so far.
+    pub cache: Vec<Option<KeyValue>>,
+    /// Additive source mask (0 or −∞) `[rows, 1, 1, src]`.
+    pub memory_mask: Tensor<4>,
+    /// Positions decoded so far (the next position's index).
+    pub position: usize,
+}
+
+impl TransformerState {
+    /// Keeps rows `indices` of every tensor.
+    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
+        Self {
+            memory: self.memory.into_iter().map(|kv| kv.select(indices)).collect(),
+            cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select(indices))).collect(),
+            memory_mask: self.memory_mask.select(0, indices.clone()),
+            position: self.position,
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.memory_mask.dims()[0]
+    }
+}
+
+impl TransformerConfig {
+    /// Initialises the model; errors on inconsistent sizes.
+    pub fn init(&self, device: &Device) -> Result<Transformer, String> {
+        if self.d_model == 0 || self.encoder_layers == 0 || self.decoder_layers == 0 {
+            return Err("d_model and the layer counts must be positive".into());
+        }
+        for (name, p) in [("dropout", self.dropout), ("attention_dropout", self.attention_dropout)] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!("{name} must be in [0, 1), got {p}"));
+            }
+        }
+        if self.share_embeddings && self.src_vocab != self.tgt_vocab {
+            return Err(format!(
+                "share_embeddings needs one joint vocabulary, but the sizes differ ({} vs {})",
+                self.src_vocab, self.tgt_vocab
+            ));
+        }
+        let layer = LayerConfig::new(self.d_model, self.heads, self.d_ff)
+            .with_dropout(self.dropout)
+            .with_attention_dropout(self.attention_dropout)
+            .with_pre_norm(self.pre_norm);
+        // N(0, d^-1/2) so that √d · E[y] has unit scale (as in fairseq).
+        let embedding = |v: usize| {
+            EmbeddingConfig::new(v, self.d_model)
+                .with_initializer(Initializer::Normal { mean: 0.0, std: (self.d_model as f64).powf(-0.5) })
+                .init(device)
+        };
+        let norm = || self.pre_norm.then(|| LayerNormConfig::new(self.d_model).init(device));
+        Ok(Transformer {
+            src_embed: (!self.share_embeddings).then(|| embedding(self.src_vocab)),
+            tgt_embed: embedding(self.tgt_vocab),
+            encoder: (0..self.encoder_layers)
+                .map(|_| layer.init_encoder(device))
+                .collect::<Result<_, _>>()?,
+            decoder: (0..self.decoder_layers)
+                .map(|_| layer.init_decoder(device))
+                .collect::<Result<_, _>>()?,
+            encoder_norm: norm(),
+            decoder_norm: norm(),
+            output: (!self.tie_output).then(|| {
+                LinearConfig::new(self.d_model, self.tgt_vocab)
+                    .with_initializer(Initializer::XavierUniform { gain: 1.0 })
+                    .init(device)
+            }),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            d_model: self.d_model,
+        })
+    }
+}
+
+/// The additive key mask `[batch, 1, 1, src]`: 0 on real tokens, −∞ on padding.
+fn key_mask(src: &Source) -> Tensor<4> {
+    let [b, s] = src.pad.dims();
+    Tensor::<2>::zeros([b, s], &src.ids.device())
+        .mask_fill(src.pad.clone(), f32::NEG_INFINITY)
+        .reshape([b, 1, 1, s])
+}
+
+/// The additive causal mask `[1, 1, t, t]`: −∞ where the key lies after the query.
+fn causal_mask(t: usize, device: &Device) -> Tensor<4> {
+    let v: Vec<f32> =
+        (0..t).flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
+    Tensor::from_data(TensorData::new(v, [1, 1, t, t]), device)
+}
+
+impl Transformer {
+    fn src_embedding(&self) -> &Embedding {
+        self.src_embed.as_ref().unwrap_or(&self.tgt_embed)
+    }
+
+    /// `Dropout(√d · E[ids] + PE(start..))`, `[batch, t, d_model]`.
+    fn embed(&self, embedding: &Embedding, ids: Tensor<2, Int>, start: usize) -> Tensor<3> {
+        let [_, t] = ids.dims();
+        let device = ids.device();
+        let x = embedding.forward(ids) * (self.d_model as f32).sqrt();
+        self.dropout.forward(x + sinusoids(start, t, self.d_model, &device).unsqueeze_dim::<3>(0))
+    }
+
+    /// The encoder memory `[batch, src, d_model]` and its key mask.
+    fn memory(&self, src: &Source) -> (Tensor<3>, Tensor<4>) {
+        let mask = key_mask(src);
+        let mut x = self.embed(self.src_embedding(), src.ids.clone(), 0);
+        for layer in &self.encoder {
+            x = layer.forward(x, &mask);
+        }
+        if let Some(n) = &self.encoder_norm {
+            x = n.forward(x);
+        }
+        (x, mask)
+    }
+
+    /// Logits `[batch, t, vocab]` of the decoder's top layer.
+    fn project(&self, x: Tensor<3>) -> Tensor<3> {
+        let x = match &self.decoder_norm {
+            Some(n) => n.forward(x),
+            None => x,
+        };
+        match &self.output {
+            Some(o) => o.forward(x),
+            None => {
+                let [b, t, d] = x.dims();
+                let w = self.tgt_embed.weight.val(); // [V, d]
+                let v = w.dims()[0];
+                x.reshape([b * t, d]).matmul(w.transpose()).reshape([b, t, v])
+            }
+        }
+    }
+
+    /// Teacher-forced logits and the cross-attention of every decoder layer
+    /// (`[batch, heads, tgt, src]` each), for reports that show heads and layers.
+    pub fn forward_all(&self, src: &Source, tgt_in: Tensor<2, Int>) -> (Tensor<3>, Vec<Tensor<4>>) {
+        let (memory, memory_mask) = self.memory(src);
+        let t = tgt_in.dims()[1];
+        let causal = causal_mask(t, &memory.device());
+        let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
+        let mut weights = Vec::with_capacity(self.decoder.len());
+        for layer in &self.decoder {
+            let kv = layer.cross_attention.project_kv(memory.clone());
+            let (y, _, w) = layer.forward(x, None, Some(&causal), &kv, &memory_mask);
+            x = y;
+            weights.push(w);
+        }
+        (self.project(x), weights)
+    }
+
+    /// Teacher-forced logits; attention = the last layer's cross-attention averaged over heads.
+    pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
+        let (logits, weights) = self.forward_all(src, tgt_in);
+        let attention = weights.last().map(|w| w.clone().mean_dim(1).squeeze_dim::<3>(1));
+        Forward { logits, attention }
+    }
+
+    /// Encodes and precomputes every layer's cross-attention keys and values.
+    pub fn encode(&self, src: &Source) -> DecodeState {
+        let (memory, memory_mask) = self.memory(src);
+        DecodeState::Transformer(TransformerState {
+            memory: self.decoder.iter().map(|l| l.cross_attention.project_kv(memory.clone())).collect(),
+            cache: vec![None; self.decoder.len()],
+            memory_mask,
+            position: 0,
+        })
+    }
+
+    /// One step: embeds `last` `[rows]` at the next position, extends every layer's cache.
+    pub fn decode_step(&self, state: TransformerState, last: Tensor<1, Int>) -> (Step, TransformerState) {
+        let TransformerState { memory, cache, memory_mask, position } = state;
+        let mut x = self.embed(&self.tgt_embed, last.unsqueeze_dim::<2>(1), position); // [N, 1, D]
+        let mut next = Vec::with_capacity(cache.len());
+        let mut attention = None;
+        for ((layer, kv), c) in self.decoder.iter().zip(&memory).zip(cache) {
+            let (y, grown, w) = layer.forward(x, c, None, kv, &memory_mask);
+            x = y;
+            next.push(Some(grown));
+            attention = Some(w);
+        }
+        let logits = self.project(x); // [N, 1, V]
+        let [n, _, v] = logits.dims();
+        let log_probs = log_softmax(logits.reshape([n, v]), 1);
+        let attention = attention.map(|w| {
+            let [n, _, _, s] = w.dims();
+            w.mean_dim(1).reshape([n, s])
+        });
+        (
+            Step { log_probs, attention },
+            TransformerState { memory, cache: next, memory_mask, position: position + 1 },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ModelSpec;
+    use crate::config::TransformerSpec;
+    use crate::model::Model;
+
+    #[test]
+    fn shares_and_ties_embeddings_only_when_it_can() {
+        let d = Device::flex();
+        let spec =
+            ModelSpec::Transformer(TransformerSpec { d_model: 8, heads: 2, ffn: 8, ..Default::default() });
+        let Model::Transformer(joint) = spec.init_for(30, 30, true, &d).unwrap() else { panic!() };
+        assert!(joint.src_embed.is_none() && joint.output.is_none());
+        let Model::Transformer(apart) = spec.init_for(30, 31, false, &d).unwrap() else { panic!() };
+        assert!(apart.src_embed.is_some());
+        assert!(TransformerConfig::new(30, 31).with_share_embeddings(true).init(&d).is_err());
+        assert!(TransformerConfig::new(30, 30).with_d_model(10).with_heads(4).init(&d).is_err());
+    }
+
+    #[test]
+    fn masks_have_the_right_zeros_and_infinities() {
+        let d = Device::flex();
+        let c: Vec<f32> = causal_mask(3, &d).into_data().try_to_vec::<f32>().unwrap();
+        let ninf = f32::NEG_INFINITY;
+        assert_eq!(c, vec![0.0, ninf, ninf, 0.0, 0.0, ninf, 0.0, 0.0, 0.0]);
+        let src = Source::new(&[4, 3, 0], &[2], 3, &d);
+        let k: Vec<f32> = key_mask(&src).into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(k, vec![0.0, 0.0, ninf]);
+    }
+
+    #[test]
+    fn attention_of_every_layer_and_head() {
+        let d = Device::flex();
+        let m = TransformerConfig::new(12, 12).with_d_model(8).with_heads(2).with_d_ff(8).init(&d).unwrap();
+        let src = Source::new(&[4, 5, 3, 6, 3, 0], &[3, 2], 3, &d);
+        let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 4, 2, 5], [2, 2]), &d);
+        let (logits, weights) = m.forward_all(&src, tgt);
+        assert_eq!(logits.dims(), [2, 2, 12]);
+        assert_eq!(weights.len(), 3);
+        for w in weights {
+            assert_eq!(w.dims(), [2, 2, 2, 3]);
+            let padded: Vec<f32> = w.narrow(0, 1, 1).narrow(3, 2, 1).into_data().try_to_vec::<f32>().unwrap();
+            assert!(padded.iter().all(|&x| x == 0.0));
+        }
+    }
+}
