@@ -3,7 +3,9 @@
 //! dropped with [`DecodeState::select`]) so they stop costing compute.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use s2s_models::{Model, Source};
+use s2s_models::Source;
+
+use crate::incremental::Incremental;
 
 use crate::limits::MaxLength;
 
@@ -25,7 +27,12 @@ pub struct Hypothesis {
 }
 
 /// Greedy search for every row of `src`.
-pub fn greedy(model: &Model, src: &Source, limit: MaxLength, capture_attention: bool) -> Vec<Hypothesis> {
+pub fn greedy<M: Incremental>(
+    model: &M,
+    src: &Source,
+    limit: MaxLength,
+    capture_attention: bool,
+) -> Vec<Hypothesis> {
     let device = src.ids.device();
     let batch = src.batch();
     let limits: Vec<usize> = src.lens.iter().map(|&l| limit.for_source(l)).collect();
@@ -38,7 +45,7 @@ pub fn greedy(model: &Model, src: &Source, limit: MaxLength, capture_attention: 
     let src_len = src.len();
     while !rows.is_empty() {
         let input = Tensor::<1, Int>::from_data(TensorData::new(last.clone(), [rows.len()]), &device);
-        let (step, next) = model.decode_step(state, input);
+        let (step, next) = model.step(state, input);
         state = next;
         let (best, ids) = step.log_probs.max_dim_with_indices(1); // [N, 1] each
         let ids: Vec<i64> = ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
@@ -69,7 +76,8 @@ pub fn greedy(model: &Model, src: &Source, limit: MaxLength, capture_attention: 
                 break;
             }
             let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
-            state = state.select(&Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device));
+            state = model
+                .select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device));
             rows = keep.iter().map(|&r| rows[r]).collect();
             last = keep.iter().map(|&r| ids[r]).collect();
         } else {

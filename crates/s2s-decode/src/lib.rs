@@ -3,8 +3,12 @@
 //! Decoding only ever calls [`Model::encode`](s2s_models::Model::encode) and
 //! [`Model::decode_step`](s2s_models::Model::decode_step), so it serves every model kind.
 
+pub mod beam;
 pub mod greedy;
+pub mod incremental;
 pub mod limits;
 
+pub use beam::{BeamConfig, LengthPenalty, beam_search};
 pub use greedy::{Hypothesis, greedy};
+pub use incremental::Incremental;
 pub use limits::MaxLength;

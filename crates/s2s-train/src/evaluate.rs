@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::{Batch, BatchConfig, Batcher, Example, Tokenizer};
-use s2s_decode::{Hypothesis, MaxLength, greedy};
+use s2s_decode::{BeamConfig, Hypothesis, MaxLength, beam_search, greedy};
 use s2s_models::{Model, Source};
 
 use crate::loss::label_smoothed_loss;
@@ -68,6 +68,48 @@ pub fn translate_greedy(
         }
     }
     out.into_iter().map(|h| h.expect("every sentence decoded")).collect()
+}
+
+/// How to search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Search {
+    /// Greedy search.
+    Greedy {
+        /// Output length limit.
+        limit: MaxLength,
+        /// Keep cross-attention.
+        attention: bool,
+    },
+    /// Beam search.
+    Beam(BeamConfig),
+}
+
+/// Translations of `sources` (ids without specials; `</s>` is appended), in input order: one n-best list per
+/// source (one hypothesis for greedy). Sources are batched by length with `batch`.
+pub fn translate(
+    model: &Model,
+    sources: &[Vec<u32>],
+    batch: BatchConfig,
+    search: &Search,
+    device: &Device,
+) -> Vec<Vec<Hypothesis>> {
+    let examples: Vec<Example> =
+        sources.iter().map(|s| Example { src: s.clone(), tgt: Vec::new() }).collect();
+    let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); sources.len()];
+    for idx in Batcher::new(&examples, batch).ordered() {
+        let b = Batch::collate(&examples, &idx);
+        let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
+        let hyps: Vec<Vec<Hypothesis>> = match search {
+            Search::Greedy { limit, attention } => {
+                greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
+            }
+            Search::Beam(cfg) => beam_search(model, &src, cfg),
+        };
+        for (h, &i) in hyps.into_iter().zip(&idx) {
+            out[i] = h;
+        }
+    }
+    out
 }
 
 /// Detokenised outputs.

@@ -3,15 +3,17 @@
 
 mod args;
 mod data;
+mod heatmap;
 mod score;
 mod train;
+mod translate;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 /// Seq2Seq Lab: train, decode, evaluate and compare neural machine-translation models
-/// (LSTM encoder-decoder, Bahdanau and Luong attention) on CPU (burn flex) or GPU (wgpu).
+/// (LSTM encoder-decoder, Bahdanau and Luong attention, Transformer) on CPU (burn flex) or GPU (wgpu).
 #[derive(Parser)]
 #[command(name = "s2s", version, propagate_version = true)]
 struct Cli {
@@ -28,6 +30,8 @@ enum Command {
     Score(score::ScoreArgs),
     /// Train one model into a run directory (resumes if the directory has a checkpoint).
     Train(train::TrainArgs),
+    /// Translate sentences from stdin with a trained run (greedy or beam search).
+    Translate(translate::TranslateArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
         Command::Data(c) => data::run(c),
         Command::Score(a) => score::run(a),
         Command::Train(a) => train::run(a),
+        Command::Translate(a) => translate::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -41,7 +41,7 @@ fn shared() -> PathBuf {
 fn every_help_describes_a_real_command() {
     let top = s2s(&["--help"]);
     assert!(top.status.success());
-    for sub in [&["train"][..], &["score"], &["data", "synth"], &["data", "stats"]] {
+    for sub in [&["train"][..], &["translate"], &["score"], &["data", "synth"], &["data", "stats"]] {
         let mut args = sub.to_vec();
         args.push("--help");
         let o = s2s(&args);
@@ -227,4 +227,144 @@ fn unknown_config_key_is_named() {
     assert!(!o.status.success());
     let err = text(&o.stderr);
     assert!(err.contains("hiden") && err.contains("run.toml"), "{err}");
+}
+
+/// Trains a tiny model of `kind` on 300 built-in pairs into a fresh run directory.
+fn tiny_run(name: &str, kind: &str, seed: &str) -> PathBuf {
+    let run = tmp(name).join("run");
+    let mut args = vec!["train", "--model", kind, "--emb", "16", "--steps", "4", "--valid-every", "2"];
+    if kind == "transformer" {
+        args.extend(["--heads", "2", "--ffn", "32", "--layers", "1"]);
+    } else {
+        args.extend(["--hidden", "16"]);
+    }
+    let cfg = tmp(&format!("{name}-cfg")).join("run.toml");
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n").unwrap();
+    let config = cfg.to_str().unwrap().to_string();
+    let run_s = run.to_str().unwrap().to_string();
+    args.extend([
+        "--config",
+        &config,
+        "--max-tokens",
+        "512",
+        "--level",
+        "word",
+        "--quiet",
+        "--device",
+        "cpu",
+    ]);
+    args.extend(["--seed", seed, "--run", &run_s]);
+    args.retain(|a| *a != "--model" && *a != kind);
+    std::fs::write(
+        &cfg,
+        format!("[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"{kind}\"\n"),
+    )
+    .unwrap();
+    let o = s2s(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    run
+}
+
+/// Same seed and config on CPU: bit-identical metrics (wall time and speed aside) and weights.
+#[test]
+fn training_is_bit_identical_for_a_seed() {
+    let a = tiny_run("det-a", "bahdanau", "5");
+    let b = tiny_run("det-b", "bahdanau", "5");
+    let c = tiny_run("det-c", "bahdanau", "6");
+    let cols = |run: &PathBuf| -> Vec<String> {
+        let m = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+        // step, epoch, wall, train_loss, val_ppl, val_bleu, lr, tokens_per_s: drop wall and speed.
+        m.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                [f[0], f[1], f[3], f[4], f[5], f[6]].join(",")
+            })
+            .collect()
+    };
+    assert_eq!(cols(&a), cols(&b));
+    assert_ne!(cols(&a), cols(&c), "a different seed must change the run");
+    // The tensor bytes after burnpack's header (`NRUB`, version, u32 header length, header): the
+    // header holds random parameter ids, the data must be equal to the bit.
+    let weights = |run: &PathBuf| {
+        let w = std::fs::read(run.join("checkpoints/step-00000004/model.bpk")).unwrap();
+        let header = u32::from_le_bytes(w[6..10].try_into().unwrap()) as usize;
+        w[10 + header..].to_vec()
+    };
+    let (wa, wb) = (weights(&a), weights(&b));
+    assert!(wa.len() > 1000 && wa == wb, "same seed, different weights");
+    assert!(wa != weights(&c));
+}
+
+#[test]
+fn translate_keeps_one_line_per_input_line() {
+    let run = tiny_run("translate", "transformer", "1");
+    let run_s = run.to_str().unwrap();
+    let base = ["translate", "--model", run_s, "--device", "cpu"];
+    // Empty lines stay empty; output order is input order; beam and greedy both work.
+    for beam in ["1", "3"] {
+        let mut args = base.to_vec();
+        args.extend(["--beam", beam]);
+        let o = s2s_stdin(&args, "the dog sleeps .\n\nthe cat sees the dog .\n");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        let lines: Vec<&str> = out.split('\n').collect();
+        assert_eq!(lines.len(), 4, "{out:?}"); // three lines and the final newline
+        assert_eq!(lines[1], "");
+    }
+    // n-best in fairseq/Moses format.
+    let mut args = base.to_vec();
+    args.extend(["--beam", "3", "--nbest", "2"]);
+    let o = s2s_stdin(&args, "the dog sleeps .\n");
+    let out = text(&o.stdout);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.lines().all(|l| l.starts_with("0 ||| ") && l.split(" ||| ").count() == 3), "{out}");
+    // Truncation is a warning, not an error.
+    let mut args = base.to_vec();
+    args.extend(["--max-src-tokens", "2"]);
+    let o = s2s_stdin(&args, "the dog sees the cat .\n");
+    assert!(o.status.success() && text(&o.stderr).contains("truncated"), "{}", text(&o.stderr));
+    // Attention heatmaps.
+    let att = tmp("translate-att");
+    let mut args = base.to_vec();
+    args.extend(["--attention", att.to_str().unwrap()]);
+    let o = s2s_stdin(&args, "the dog sleeps .\nthe cat sleeps .\n");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(std::fs::read_to_string(att.join("2.svg")).unwrap().contains("<rect"));
+}
+
+#[test]
+fn translate_stops_at_invalid_utf8_after_writing_the_lines_before() {
+    let run = tiny_run("translate-utf8", "lstm", "1");
+    let run_s = run.to_str().unwrap();
+    let input: &[u8] = b"the dog sleeps .\nthe cat sleeps .\nbad \xff line\nthe dog sees the cat .\n";
+    let go = |extra: &[&str]| {
+        let mut args = vec!["translate", "--model", run_s, "--device", "cpu", "--beam", "2"];
+        args.extend(extra);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = go(&[]);
+    assert!(!o.status.success());
+    assert_eq!(text(&o.stdout).lines().count(), 2, "the two lines before are written");
+    assert!(text(&o.stderr).contains("line 3") && text(&o.stderr).contains("--skip-invalid"));
+    let o = go(&["--skip-invalid"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert_eq!(out.lines().count(), 4);
+    assert_eq!(out.lines().nth(2), Some(""));
+    assert!(text(&o.stderr).contains("line 3"));
+}
+
+#[test]
+fn translate_without_a_run_is_a_clear_error() {
+    let o = s2s_stdin(&["translate", "--model", "/nonexistent/run", "--device", "cpu"], "x\n");
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("/nonexistent/run"), "{}", text(&o.stderr));
 }

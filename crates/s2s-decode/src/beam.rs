@@ -1,0 +1,317 @@
+//! Beam search, batched over sentences and beams (Graves, 2012; Sutskever et al., 2014), with
+//! fairseq's bookkeeping:
+//!
+//! - every live hypothesis of every unfinished sentence is one row of the decoder state; each
+//!   step scores all rows at once, then each sentence keeps its best `beam` continuations
+//!   ([`Incremental::select`] reorders the state rows to match);
+//! - per sentence, the best `2·beam` candidates are ranked; a `</s>` among the first `beam`
+//!   finishes that hypothesis (it is kept while the others continue), the rest refill the beam;
+//! - a sentence stops, and its rows leave the batch, once it has `beam` finished hypotheses
+//!   (or its hypotheses reach the length limit `a · src_len + b`, which finishes them as they
+//!   are);
+//! - finished hypotheses are ranked by `score / lp(len)` where `score` is the sum of token
+//!   log-probabilities (`</s>` included) and `len` counts `</s>`: GNMT's
+//!   `lp = ((5 + len) / 6)^α` (Wu et al., 2016, eq. 14) or plain `len^α` (fairseq's `--lenpen`).
+//!   `α = 0` ranks by raw log-probability, and then beam size 1 is exactly greedy search.
+
+use burn::tensor::{Int, Tensor, TensorData};
+use s2s_models::Source;
+use serde::{Deserialize, Serialize};
+
+use crate::greedy::{BOS, EOS, Hypothesis};
+use crate::incremental::Incremental;
+use crate::limits::MaxLength;
+
+/// The length normalisation of finished hypotheses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LengthPenalty {
+    /// `((5 + len) / 6)^α` (Wu et al., 2016).
+    #[default]
+    Gnmt,
+    /// `len^α` (fairseq).
+    Power,
+}
+
+impl LengthPenalty {
+    /// The divisor for a hypothesis of `len` tokens.
+    pub fn divisor(self, len: usize, alpha: f64) -> f64 {
+        if alpha == 0.0 {
+            return 1.0;
+        }
+        match self {
+            LengthPenalty::Gnmt => ((5.0 + len as f64) / 6.0).powf(alpha),
+            LengthPenalty::Power => (len.max(1) as f64).powf(alpha),
+        }
+    }
+}
+
+/// Beam search settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BeamConfig {
+    /// Beam size `K` (≥ 1).
+    pub beam: usize,
+    /// Length-penalty exponent `α`.
+    pub alpha: f64,
+    /// Which length penalty.
+    pub penalty: LengthPenalty,
+    /// Hypotheses returned per sentence (≤ `beam`).
+    pub nbest: usize,
+    /// Output length limit.
+    pub max_length: MaxLength,
+    /// Keep each hypothesis's cross-attention.
+    pub attention: bool,
+}
+
+impl Default for BeamConfig {
+    fn default() -> Self {
+        Self {
+            beam: 5,
+            alpha: 0.6,
+            penalty: LengthPenalty::Gnmt,
+            nbest: 1,
+            max_length: MaxLength::default(),
+            attention: false,
+        }
+    }
+}
+
+/// A hypothesis still being extended.
+struct Live {
+    tokens: Vec<u32>,
+    score: f64,
+    attention: Option<Vec<Vec<f32>>>,
+    /// Its row in the current decoder state.
+    row: usize,
+}
+
+/// One sentence's search.
+struct Search {
+    sentence: usize,
+    limit: usize,
+    live: Vec<Live>,
+    finished: Vec<Hypothesis>,
+}
+
+/// Beam search for every row of `src`: per sentence, up to `nbest` hypotheses, best first, each
+/// with its length-normalised score.
+pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) -> Vec<Vec<Hypothesis>> {
+    let k = cfg.beam.max(1);
+    let device = src.ids.device();
+    let src_len = src.len();
+    let mut active: Vec<Search> = (0..src.batch())
+        .map(|s| Search {
+            sentence: s,
+            limit: cfg.max_length.for_source(src.lens[s]),
+            live: vec![Live {
+                tokens: Vec::new(),
+                score: 0.0,
+                attention: cfg.attention.then(Vec::new),
+                row: s,
+            }],
+            finished: Vec::new(),
+        })
+        .collect();
+    let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); src.batch()];
+    let mut state = model.encode(src);
+    let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>| {
+        let mut f = s.finished;
+        f.sort_by(|a, b| b.score.total_cmp(&a.score));
+        f.truncate(cfg.nbest.clamp(1, k));
+        done[s.sentence] = f;
+    };
+    // Sentences whose limit is 0 finish empty at once.
+    let (zero, rest): (Vec<Search>, Vec<Search>) = active.into_iter().partition(|s| s.limit == 0);
+    for mut s in zero {
+        s.finished.push(Hypothesis {
+            tokens: Vec::new(),
+            score: 0.0,
+            attention: cfg.attention.then(Vec::new),
+        });
+        finish(s, &mut done);
+    }
+    active = rest;
+    if active.len() < src.batch() && !active.is_empty() {
+        let idx: Vec<i64> = active.iter().map(|s| s.sentence as i64).collect();
+        state = model.select(state, &Tensor::from_data(TensorData::new(idx, [active.len()]), &device));
+        for (r, s) in active.iter_mut().enumerate() {
+            s.live[0].row = r;
+        }
+    }
+    while !active.is_empty() {
+        let last: Vec<i64> = active
+            .iter()
+            .flat_map(|s| s.live.iter().map(|h| *h.tokens.last().unwrap_or(&BOS) as i64))
+            .collect();
+        let rows = last.len();
+        let (step, next) =
+            model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &device));
+        state = next;
+        let vocab = step.log_probs.dims()[1];
+        let logp: Vec<f32> =
+            step.log_probs.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        let att: Option<Vec<f32>> = if cfg.attention {
+            step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
+        } else {
+            None
+        };
+        let mut still = Vec::with_capacity(active.len());
+        let mut origin: Vec<i64> = Vec::with_capacity(rows);
+        for mut s in active {
+            // The 2K best (score, live index, token) over this sentence's rows.
+            let mut cands: Vec<(f64, usize, u32)> = Vec::with_capacity(s.live.len() * 2 * k);
+            for (i, h) in s.live.iter().enumerate() {
+                let row = &logp[h.row * vocab..(h.row + 1) * vocab];
+                cands.extend(top(row, 2 * k).into_iter().map(|t| (h.score + row[t] as f64, i, t as u32)));
+            }
+            cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            cands.truncate(2 * k);
+            let mut live = Vec::with_capacity(k);
+            for (rank, &(score, i, t)) in cands.iter().enumerate() {
+                if live.len() == k {
+                    break;
+                }
+                let parent = &s.live[i];
+                let mut attention = parent.attention.clone();
+                if let (Some(a), Some(store)) = (&att, attention.as_mut()) {
+                    let r = parent.row;
+                    store.push(a[r * src_len..r * src_len + src.lens[s.sentence]].to_vec());
+                }
+                if t == EOS {
+                    if rank < k {
+                        let len = parent.tokens.len() + 1;
+                        let norm = score / cfg.penalty.divisor(len, cfg.alpha);
+                        s.finished.push(Hypothesis { tokens: parent.tokens.clone(), score: norm, attention });
+                    }
+                    continue;
+                }
+                let mut tokens = parent.tokens.clone();
+                tokens.push(t);
+                if tokens.len() >= s.limit {
+                    let norm = score / cfg.penalty.divisor(tokens.len(), cfg.alpha);
+                    s.finished.push(Hypothesis { tokens, score: norm, attention });
+                } else {
+                    live.push(Live { tokens, score, attention, row: parent.row });
+                }
+            }
+            s.live = live;
+            if s.finished.len() >= k || s.live.is_empty() {
+                finish(s, &mut done);
+            } else {
+                for h in s.live.iter_mut() {
+                    origin.push(h.row as i64);
+                    h.row = origin.len() - 1;
+                }
+                still.push(s);
+            }
+        }
+        active = still;
+        if !active.is_empty() {
+            let n = origin.len();
+            state = model.select(state, &Tensor::from_data(TensorData::new(origin, [n]), &device));
+        }
+    }
+    done
+}
+
+/// Indices of the `n` largest entries of `row` (ties: lower index first), unordered.
+fn top(row: &[f32], n: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    let n = n.min(row.len());
+    if n < row.len() {
+        idx.select_nth_unstable_by(n, |&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        idx.truncate(n);
+    }
+    idx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Device;
+    use s2s_models::Step;
+
+    /// A Markov chain over 7 tokens: the next token's probabilities depend on the last token
+    /// only. From `<s>`: `a` 0.6, `b` 0.4; after `a`: `</s>` 0.4, `a`/`c` 0.3; after `b`:
+    /// `</s>` 0.9. Greedy takes `a </s>` (0.6 · 0.4 = 0.24); the better `b </s>` (0.36) needs
+    /// a beam of 2.
+    struct Chain(Tensor<2>);
+
+    const A: usize = 4;
+    const B: usize = 5;
+    const C: usize = 6;
+
+    impl Chain {
+        fn new(d: &Device) -> Self {
+            let mut p = vec![1e-6f32; 7 * 7];
+            let mut set = |from: usize, to: usize, v: f32| p[from * 7 + to] = v;
+            set(BOS as usize, A, 0.6);
+            set(BOS as usize, B, 0.4);
+            set(A, EOS as usize, 0.4);
+            set(A, A, 0.3);
+            set(A, C, 0.3);
+            set(B, EOS as usize, 0.9);
+            set(B, C, 0.1);
+            set(C, EOS as usize, 1.0);
+            let lp: Vec<f32> = p.iter().map(|x| x.ln()).collect();
+            Chain(Tensor::from_data(TensorData::new(lp, [7, 7]), d))
+        }
+    }
+
+    impl Incremental for Chain {
+        type State = Tensor<1, Int>;
+        fn encode(&self, src: &Source) -> Self::State {
+            Tensor::zeros([src.batch()], &src.ids.device())
+        }
+        fn step(&self, _: Self::State, last: Tensor<1, Int>) -> (Step, Self::State) {
+            (Step { log_probs: self.0.clone().select(0, last.clone()), attention: None }, last)
+        }
+        fn select(&self, state: Self::State, indices: &Tensor<1, Int>) -> Self::State {
+            state.select(0, indices.clone())
+        }
+    }
+
+    fn src(d: &Device) -> Source {
+        Source::new(&[4, 3], &[2], 2, d)
+    }
+
+    #[test]
+    fn beam_two_finds_what_greedy_misses() {
+        let d = Device::flex();
+        let chain = Chain::new(&d);
+        let g = crate::greedy(&chain, &src(&d), MaxLength::default(), false);
+        assert_eq!(g[0].tokens, vec![A as u32]);
+        assert!((g[0].score - 0.24f64.ln()).abs() < 1e-5);
+        let cfg = BeamConfig { beam: 2, alpha: 0.0, nbest: 2, ..Default::default() };
+        let b = beam_search(&chain, &src(&d), &cfg);
+        assert_eq!(b[0][0].tokens, vec![B as u32]);
+        assert!((b[0][0].score - 0.36f64.ln()).abs() < 1e-5);
+        assert_eq!(b[0][1].tokens, vec![A as u32], "the runner-up is kept in the n-best list");
+    }
+
+    #[test]
+    fn length_limit_finishes_hypotheses_as_they_are() {
+        let d = Device::flex();
+        let chain = Chain::new(&d);
+        let cfg = BeamConfig {
+            beam: 3,
+            alpha: 0.0,
+            max_length: MaxLength { a: 0.0, b: 1 },
+            nbest: 3,
+            ..Default::default()
+        };
+        let b = beam_search(&chain, &src(&d), &cfg);
+        assert!(b[0].iter().all(|h| h.tokens.len() <= 1), "{:?}", b[0]);
+        let zero = BeamConfig { max_length: MaxLength { a: 0.0, b: 0 }, ..cfg };
+        assert_eq!(beam_search(&chain, &src(&d), &zero)[0][0].tokens, Vec::<u32>::new());
+    }
+
+    #[test]
+    fn penalties() {
+        assert_eq!(LengthPenalty::Gnmt.divisor(1, 1.0), 1.0);
+        assert!((LengthPenalty::Gnmt.divisor(7, 0.5) - 2f64.sqrt()).abs() < 1e-12);
+        assert_eq!(LengthPenalty::Power.divisor(4, 0.5), 2.0);
+        assert_eq!(LengthPenalty::Power.divisor(4, 0.0), 1.0);
+    }
+}

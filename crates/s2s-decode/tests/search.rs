@@ -1,0 +1,191 @@
+//! Search over real (small, randomly initialised) models of every kind: beam 1 is greedy,
+//! results do not depend on batch size or order, and the Transformer's cached decoding gives
+//! what recomputing the whole prefix gives.
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, greedy};
+use s2s_models::attention::LuongScore;
+use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step, TransformerSpec};
+
+fn models(d: &Device) -> Vec<(String, Model)> {
+    let rnn = AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.0, ..Default::default() };
+    let specs = [
+        ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.0, ..Default::default() }),
+        ModelSpec::Bahdanau(rnn.clone()),
+        ModelSpec::Luong(AttentionRnnSpec { score: LuongScore::Dot, layers: 2, bidirectional: false, ..rnn }),
+        ModelSpec::Transformer(TransformerSpec {
+            d_model: 8,
+            heads: 2,
+            ffn: 16,
+            enc_layers: 2,
+            dec_layers: 2,
+            dropout: 0.0,
+            attention_dropout: 0.0,
+            ..Default::default()
+        }),
+    ];
+    specs
+        .into_iter()
+        .map(|s| {
+            d.seed(3);
+            (s.kind().to_string(), s.init(16, 16, d).unwrap())
+        })
+        .collect()
+}
+
+/// Six sources of different lengths (ids 4..15, each ending in `</s>` = 3).
+fn sentences() -> Vec<Vec<u32>> {
+    vec![
+        vec![4, 5, 6, 3],
+        vec![7, 3],
+        vec![8, 9, 10, 11, 12, 13, 3],
+        vec![14, 15, 4, 3],
+        vec![5, 3],
+        vec![6, 7, 8, 9, 10, 3],
+    ]
+}
+
+fn source(rows: &[Vec<u32>], d: &Device) -> Source {
+    let len = rows.iter().map(Vec::len).max().unwrap();
+    let ids: Vec<u32> =
+        rows.iter().flat_map(|r| r.iter().copied().chain(std::iter::repeat(0)).take(len)).collect();
+    let lens: Vec<usize> = rows.iter().map(Vec::len).collect();
+    Source::new(&ids, &lens, len, d)
+}
+
+fn tokens(h: &[Hypothesis]) -> Vec<u32> {
+    h[0].tokens.clone()
+}
+
+const LIMIT: MaxLength = MaxLength { a: 1.0, b: 4 };
+
+#[test]
+fn beam_of_one_is_greedy() {
+    let d = Device::flex();
+    let src = source(&sentences(), &d);
+    for (kind, m) in models(&d) {
+        let g = greedy(&m, &src, LIMIT, false);
+        let cfg = BeamConfig { beam: 1, alpha: 0.0, max_length: LIMIT, ..Default::default() };
+        let b = beam_search(&m, &src, &cfg);
+        for (gs, bs) in g.iter().zip(&b) {
+            assert_eq!(gs.tokens, bs[0].tokens, "{kind}");
+            assert!((gs.score - bs[0].score).abs() < 1e-4, "{kind}: {} vs {}", gs.score, bs[0].score);
+        }
+    }
+}
+
+#[test]
+fn translations_do_not_depend_on_batch_size_or_order() {
+    let d = Device::flex();
+    let all = sentences();
+    for (kind, m) in models(&d) {
+        for beam in [1, 4] {
+            let cfg = BeamConfig { beam, max_length: LIMIT, ..Default::default() };
+            let together: Vec<Vec<u32>> =
+                beam_search(&m, &source(&all, &d), &cfg).iter().map(|h| tokens(h)).collect();
+            assert!(
+                together.iter().filter(|t| t.len() >= 2).count() >= 3,
+                "{kind}: trivial outputs {together:?}"
+            );
+            for (i, s) in all.iter().enumerate() {
+                let alone = beam_search(&m, &source(std::slice::from_ref(s), &d), &cfg);
+                assert_eq!(tokens(&alone[0]), together[i], "{kind} beam {beam} sentence {i} alone");
+            }
+            let reversed: Vec<Vec<u32>> = all.iter().rev().cloned().collect();
+            let back: Vec<Vec<u32>> =
+                beam_search(&m, &source(&reversed, &d), &cfg).iter().rev().map(|h| tokens(h)).collect();
+            assert_eq!(back, together, "{kind} beam {beam} reversed order");
+        }
+    }
+}
+
+/// Decoding that recomputes the full masked forward pass over the prefix at every step.
+struct Uncached<'a>(&'a Model);
+
+#[derive(Clone)]
+struct Prefixes {
+    src: Vec<Vec<u32>>,
+    prefix: Vec<Vec<i64>>,
+}
+
+impl Incremental for Uncached<'_> {
+    type State = Prefixes;
+    fn encode(&self, _: &Source) -> Prefixes {
+        unreachable!("built by the test")
+    }
+    fn step(&self, mut s: Prefixes, last: Tensor<1, Int>) -> (Step, Prefixes) {
+        let d = last.device();
+        let last: Vec<i64> = last.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        for (p, t) in s.prefix.iter_mut().zip(last) {
+            p.push(t);
+        }
+        let t = s.prefix[0].len();
+        let n = s.prefix.len();
+        let tgt = Tensor::<2, Int>::from_data(TensorData::new(s.prefix.concat(), [n, t]), &d);
+        let f = self.0.forward(&source(&s.src, &d), tgt);
+        let v = f.logits.dims()[2];
+        let log_probs = log_softmax(f.logits.narrow(1, t - 1, 1).reshape([n, v]), 1);
+        (Step { log_probs, attention: None }, s)
+    }
+    fn select(&self, s: Prefixes, indices: &Tensor<1, Int>) -> Prefixes {
+        let idx: Vec<i64> = indices.to_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        Prefixes {
+            src: idx.iter().map(|&i| s.src[i as usize].clone()).collect(),
+            prefix: idx.iter().map(|&i| s.prefix[i as usize].clone()).collect(),
+        }
+    }
+}
+
+/// Wraps [`Uncached`] so `encode` knows the sentences.
+struct WithSource<'a>(Uncached<'a>, Vec<Vec<u32>>);
+
+impl Incremental for WithSource<'_> {
+    type State = Prefixes;
+    fn encode(&self, _: &Source) -> Prefixes {
+        Prefixes { src: self.1.clone(), prefix: vec![Vec::new(); self.1.len()] }
+    }
+    fn step(&self, s: Prefixes, last: Tensor<1, Int>) -> (Step, Prefixes) {
+        self.0.step(s, last)
+    }
+    fn select(&self, s: Prefixes, indices: &Tensor<1, Int>) -> Prefixes {
+        self.0.select(s, indices)
+    }
+}
+
+#[test]
+fn cached_decoding_equals_recomputing_the_prefix() {
+    let d = Device::flex();
+    let all = sentences();
+    let src = source(&all, &d);
+    for (kind, m) in models(&d) {
+        let cfg = BeamConfig { beam: 3, nbest: 3, max_length: LIMIT, ..Default::default() };
+        let cached = beam_search(&m, &src, &cfg);
+        let uncached = beam_search(&WithSource(Uncached(&m), all.clone()), &src, &cfg);
+        for (a, b) in cached.iter().zip(&uncached) {
+            for (x, y) in a.iter().zip(b) {
+                assert_eq!(x.tokens, y.tokens, "{kind}");
+                assert!((x.score - y.score).abs() < 1e-4, "{kind}: {} vs {}", x.score, y.score);
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_is_captured_per_output_token() {
+    let d = Device::flex();
+    let all = sentences();
+    let src = source(&all, &d);
+    for (kind, m) in models(&d).into_iter().skip(1) {
+        let cfg = BeamConfig { beam: 2, attention: true, max_length: LIMIT, ..Default::default() };
+        for (s, hyps) in all.iter().zip(beam_search(&m, &src, &cfg)) {
+            let h = &hyps[0];
+            let att = h.attention.as_ref().expect("attention asked for");
+            assert!(att.len() == h.tokens.len() || att.len() == h.tokens.len() + 1, "{kind}");
+            for row in att {
+                assert_eq!(row.len(), s.len(), "{kind}");
+                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-4, "{kind}");
+            }
+        }
+    }
+}
