@@ -2,6 +2,7 @@
 //! file per subcommand.
 
 mod args;
+mod bench;
 mod data;
 mod heatmap;
 mod score;
@@ -23,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Training and decoding throughput on the reference shapes (compare with torch_ref.py).
+    Bench(bench::BenchArgs),
     /// Corpus tools: generate the built-in language pair, describe a corpus.
     #[command(subcommand)]
     Data(data::DataCommand),
@@ -37,6 +40,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(a) => bench::run(a),
         Command::Data(c) => data::run(c),
         Command::Score(a) => score::run(a),
         Command::Train(a) => train::run(a),

@@ -1,0 +1,242 @@
+//! Throughput benchmark on the reference shapes of `experiments/bench/models.json` (a copy of
+//! `../shared/bench/models.json`, same numbers), measured the way `torch_ref.py` measures:
+//! random token batches of one fixed shape; training target tokens/s over full steps (forward,
+//! label-smoothed loss, backward, global-norm clipping at 1.0, Adam) after 3 warm-up steps;
+//! greedy and beam-5 decoding sentences/s (up to `tgt_len` tokens per sentence).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
+use s2s_models::attention::LuongScore;
+use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::clip::clip_global_norm;
+use crate::loss::label_smoothed_loss;
+
+/// The benchmark configuration shipped with the project.
+pub const MODELS_JSON: &str = include_str!("../../../experiments/bench/models.json");
+
+/// The fixed batch shape.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct BatchShape {
+    /// Sentences per batch.
+    pub sentences: usize,
+    /// Source tokens per sentence.
+    pub src_len: usize,
+    /// Target tokens per sentence.
+    pub tgt_len: usize,
+    /// Source vocabulary.
+    pub src_vocab: usize,
+    /// Target vocabulary.
+    pub tgt_vocab: usize,
+}
+
+/// One shape of `models.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Shape {
+    family: String,
+    attention: Option<String>,
+    emb: Option<usize>,
+    hidden: Option<usize>,
+    layers: Option<usize>,
+    bidirectional_encoder: Option<bool>,
+    input_feeding: Option<bool>,
+    dropout: f64,
+    d_model: Option<usize>,
+    heads: Option<usize>,
+    ffn: Option<usize>,
+    enc_layers: Option<usize>,
+    dec_layers: Option<usize>,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BenchConfig {
+    /// Batch shape.
+    pub batch: BatchShape,
+    /// Model shapes by name.
+    pub models: BTreeMap<String, Shape>,
+}
+
+impl BenchConfig {
+    /// The shipped configuration.
+    pub fn shipped() -> Self {
+        serde_json::from_str(MODELS_JSON).expect("experiments/bench/models.json parses")
+    }
+}
+
+impl Shape {
+    /// The toolkit's model with this shape (as close to `torch_ref.py`'s as the kinds allow:
+    /// the Transformer gets separate embeddings and an untied output, like PyTorch's).
+    pub fn spec(&self) -> Result<ModelSpec, String> {
+        let need = |v: Option<usize>, what: &str| v.ok_or_else(|| format!("shape lacks `{what}`"));
+        Ok(match (self.family.as_str(), self.attention.as_deref()) {
+            ("lstm", _) => ModelSpec::Lstm(LstmSpec {
+                emb: need(self.emb, "emb")?,
+                hidden: need(self.hidden, "hidden")?,
+                layers: need(self.layers, "layers")?,
+                bidirectional: self.bidirectional_encoder.unwrap_or(false),
+                dropout: self.dropout,
+                ..Default::default()
+            }),
+            ("rnn-attention", Some(att)) => {
+                let s = AttentionRnnSpec {
+                    emb: need(self.emb, "emb")?,
+                    hidden: need(self.hidden, "hidden")?,
+                    layers: need(self.layers, "layers")?,
+                    bidirectional: self.bidirectional_encoder.unwrap_or(false),
+                    input_feeding: self.input_feeding.unwrap_or(true),
+                    dropout: self.dropout,
+                    ..Default::default()
+                };
+                match att {
+                    "bahdanau" => ModelSpec::Bahdanau(s),
+                    "luong-general" => ModelSpec::Luong(AttentionRnnSpec { score: LuongScore::General, ..s }),
+                    "luong-dot" => ModelSpec::Luong(AttentionRnnSpec { score: LuongScore::Dot, ..s }),
+                    other => return Err(format!("unknown attention `{other}`")),
+                }
+            }
+            ("transformer", _) => ModelSpec::Transformer(TransformerSpec {
+                d_model: need(self.d_model, "d_model")?,
+                heads: need(self.heads, "heads")?,
+                ffn: need(self.ffn, "ffn")?,
+                enc_layers: need(self.enc_layers, "enc_layers")?,
+                dec_layers: need(self.dec_layers, "dec_layers")?,
+                dropout: self.dropout,
+                attention_dropout: self.dropout,
+                pre_norm: true,
+                tie_output: false,
+                share_embeddings: false,
+            }),
+            (f, _) => return Err(format!("unknown family `{f}`")),
+        })
+    }
+}
+
+/// One model's figures (field names as in `torch_ref.py`'s JSON lines, plus ours).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    /// Shape name.
+    pub model: String,
+    /// Device description.
+    pub device: String,
+    /// Parameters.
+    pub params: usize,
+    /// Training target tokens per second.
+    pub train_tokens_per_s: f64,
+    /// Greedy decoding sentences per second.
+    pub decode_sentences_per_s: f64,
+    /// Beam-5 decoding sentences per second.
+    pub beam5_sentences_per_s: f64,
+    /// Peak resident memory of the process so far, MiB (CPU; 0 where unknown).
+    pub peak_rss_mib: f64,
+}
+
+fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
+    let mut rng = s2s_data::rng::SplitMix64::new(seed);
+    (0..n).map(|_| 4 + (rng.next_u64() % (vocab as u64 - 4)) as i64).collect()
+}
+
+/// Peak resident set size (VmHWM) in MiB, from `/proc/self/status`.
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps), then
+/// `max(1, steps / 4)` greedy and beam-5 passes over the batch.
+pub fn bench(name: &str, spec: &ModelSpec, b: BatchShape, steps: usize, device: &Device, device_name: &str) -> Result<BenchResult, String> {
+    let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
+    let ad = device.clone().autodiff();
+    ad.seed(0);
+    let mut model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
+    let params = model.num_params();
+    let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
+    let y = random_ids(n * (t + 1), b.tgt_vocab, 2);
+    let tgt_in: Vec<i64> = (0..n).flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
+    let tgt_out: Vec<i64> = (0..n).flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
+    let lens = vec![s; n];
+    let src = Source::new(&src_ids, &lens, s, &ad);
+    let tgt_in = Tensor::<2, Int>::from_data(TensorData::new(tgt_in, [n, t]), &ad);
+    let tgt_out = Tensor::<2, Int>::from_data(TensorData::new(tgt_out, [n, t]), &ad);
+    let keep = Tensor::<2>::ones([n, t], &ad);
+    let mut optim = AdamConfig::new().init();
+    let mut step = |model: s2s_models::Model| {
+        let out = model.forward(&src, tgt_in.clone());
+        let loss = label_smoothed_loss(out.logits, tgt_out.clone(), &keep, 0.1).smoothed.div_scalar((n * t) as f64);
+        let _ = loss.clone().into_scalar::<f32>();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        clip_global_norm(&model, &mut grads, 1.0);
+        optim.step(1e-4, model, grads)
+    };
+    for _ in 0..3 {
+        model = step(model);
+    }
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        model = step(model);
+    }
+    let _ = model.num_params();
+    let train_tokens_per_s = (steps * n * t) as f64 / t0.elapsed().as_secs_f64();
+
+    let model = model.valid();
+    let src = Source::new(&src_ids, &lens, s, device);
+    let limit = MaxLength { a: 0.0, b: t };
+    let passes = (steps / 4).max(1);
+    let _ = greedy(&model, &src, limit, false);
+    let t0 = Instant::now();
+    for _ in 0..passes {
+        let _ = greedy(&model, &src, limit, false);
+    }
+    let decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
+    let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
+    let t0 = Instant::now();
+    for _ in 0..passes {
+        let _ = beam_search(&model, &src, &cfg);
+    }
+    let beam5_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
+    Ok(BenchResult {
+        model: name.to_string(),
+        device: device_name.to_string(),
+        params,
+        train_tokens_per_s,
+        decode_sentences_per_s,
+        beam5_sentences_per_s,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_shapes_build_with_the_reference_parameter_counts() {
+        let cfg = BenchConfig::shipped();
+        assert_eq!(cfg.models.len(), 4);
+        let d = Device::flex();
+        // PyTorch's counts (torch_ref.py) minus what the kinds differ in: PyTorch LSTMs carry two
+        // bias vectors per layer and direction (4H each), ours one; PyTorch's Transformer has
+        // the same 11,682,624 parameters as ours.
+        for (name, torch, extra_bias) in [
+            ("lstm", 15_556_416usize, 4 * 2048),
+            ("bahdanau", 18_547_520, 2 * 1024 + 2048),
+            ("luong", 17_391_936, 4 * 2048),
+            ("transformer", 11_682_624, 0),
+        ] {
+            let spec = cfg.models[name].spec().unwrap();
+            let b = cfg.batch;
+            let p = spec.init(b.src_vocab, b.tgt_vocab, &d).unwrap().num_params();
+            assert_eq!(p + extra_bias, torch, "{name}");
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! `s2s bench`: training and decoding throughput on the reference shapes.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use s2s_train::bench::{BenchConfig, bench};
+use s2s_train::device::{DeviceChoice, select};
+
+/// Measure training tokens/s and decoding sentences/s on the shapes of
+/// experiments/bench/models.json (the same as ../shared/bench/torch_ref.py's).
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Device: auto, cpu or wgpu.
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+    /// Comma-separated shapes (default: all).
+    #[arg(long)]
+    models: Option<String>,
+    /// Timed training steps (decoding runs max(1, steps/4) passes).
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// One JSON object per model (like torch_ref.py) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `s2s bench`.
+pub fn run(a: BenchArgs) -> Result<()> {
+    let cfg = BenchConfig::shipped();
+    let names: Vec<String> = match &a.models {
+        Some(m) => m.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        None => cfg.models.keys().cloned().collect(),
+    };
+    for n in &names {
+        if !cfg.models.contains_key(n) {
+            bail!("unknown shape `{n}`: choose from {}", cfg.models.keys().cloned().collect::<Vec<_>>().join(", "));
+        }
+    }
+    let (device, device_name) = select(a.device);
+    eprintln!("device: {device_name}");
+    if !a.json {
+        println!("| model | params | train tok/s | greedy sent/s | beam-5 sent/s | peak RSS MiB |");
+        println!("|---|---|---|---|---|---|");
+    }
+    for n in names {
+        let spec = cfg.models[&n].spec().map_err(anyhow::Error::msg)?;
+        let r = bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name).map_err(anyhow::Error::msg)?;
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "| {} | {} | {:.0} | {:.1} | {:.1} | {:.0} |",
+                r.model, r.params, r.train_tokens_per_s, r.decode_sentences_per_s, r.beam5_sentences_per_s, r.peak_rss_mib
+            );
+        }
+    }
+    Ok(())
+}
