@@ -147,14 +147,23 @@ pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps), then
 /// `max(1, steps / 4)` greedy and beam-5 passes over the batch.
-pub fn bench(name: &str, spec: &ModelSpec, b: BatchShape, steps: usize, device: &Device, device_name: &str) -> Result<BenchResult, String> {
+pub fn bench(
+    name: &str,
+    spec: &ModelSpec,
+    b: BatchShape,
+    steps: usize,
+    device: &Device,
+    device_name: &str,
+) -> Result<BenchResult, String> {
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
     let ad = device.clone().autodiff();
     ad.seed(0);
@@ -172,7 +181,8 @@ pub fn bench(name: &str, spec: &ModelSpec, b: BatchShape, steps: usize, device: 
     let mut optim = AdamConfig::new().init();
     let mut step = |model: s2s_models::Model| {
         let out = model.forward(&src, tgt_in.clone());
-        let loss = label_smoothed_loss(out.logits, tgt_out.clone(), &keep, 0.1).smoothed.div_scalar((n * t) as f64);
+        let loss =
+            label_smoothed_loss(out.logits, tgt_out.clone(), &keep, 0.1).smoothed.div_scalar((n * t) as f64);
         let _ = loss.clone().into_scalar::<f32>();
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         clip_global_norm(&model, &mut grads, 1.0);

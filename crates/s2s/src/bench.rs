@@ -32,7 +32,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     };
     for n in &names {
         if !cfg.models.contains_key(n) {
-            bail!("unknown shape `{n}`: choose from {}", cfg.models.keys().cloned().collect::<Vec<_>>().join(", "));
+            bail!(
+                "unknown shape `{n}`: choose from {}",
+                cfg.models.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
         }
     }
     let (device, device_name) = select(a.device);
@@ -43,13 +46,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     for n in names {
         let spec = cfg.models[&n].spec().map_err(anyhow::Error::msg)?;
-        let r = bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name).map_err(anyhow::Error::msg)?;
+        let r =
+            bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name).map_err(anyhow::Error::msg)?;
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
             println!(
                 "| {} | {} | {:.0} | {:.1} | {:.1} | {:.0} |",
-                r.model, r.params, r.train_tokens_per_s, r.decode_sentences_per_s, r.beam5_sentences_per_s, r.peak_rss_mib
+                r.model,
+                r.params,
+                r.train_tokens_per_s,
+                r.decode_sentences_per_s,
+                r.beam5_sentences_per_s,
+                r.peak_rss_mib
             );
         }
     }

@@ -266,10 +266,24 @@ pub fn run(a: TrainArgs) -> Result<()> {
         let dir = run_dir.join("test");
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("hypotheses.txt"), text.join("\n") + "\n")?;
+        // BLEU by source length in words (half-open buckets 0-9 … 50+).
+        let src_lens: Vec<usize> = test.iter().map(|p| s2s_eval::word_count(&p.src)).collect();
+        let buckets = s2s_eval::bleu_by_length(
+            &s2s_eval::BleuConfig::default(),
+            &src_lens,
+            &text,
+            &[&refs],
+            &s2s_eval::DEFAULT_LENGTH_EDGES,
+        )?;
+        let by_length: Vec<serde_json::Value> = buckets
+            .iter()
+            .map(|b| serde_json::json!({"bucket": b.label, "sentences": b.count, "bleu": b.bleu.score}))
+            .collect();
         let scores = serde_json::json!({
             "bleu": bleu.score, "bleu_signature": bleu.signature,
             "chrf": chrf.score, "chrf_signature": chrf.signature,
             "ppl": s2s_eval::perplexity(sum, tokens), "sentences": test.len(), "decoding": "greedy",
+            "bleu_by_source_length": by_length,
         });
         std::fs::write(dir.join("scores.json"), serde_json::to_string_pretty(&scores)? + "\n")?;
         println!(
