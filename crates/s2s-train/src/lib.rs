@@ -12,10 +12,13 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod evaluate;
+pub mod experiment;
 pub mod loss;
 pub mod metrics;
+pub mod pipeline;
 pub mod run;
 pub mod schedule;
+pub mod testset;
 pub mod trainer;
 
 pub use config::{Budget, OptimizerKind, StopMetric, TrainSpec};

@@ -4,7 +4,7 @@
 mod args;
 mod bench;
 mod data;
-mod heatmap;
+mod experiment;
 mod score;
 mod train;
 mod translate;
@@ -29,6 +29,11 @@ enum Command {
     /// Corpus tools: generate the built-in language pair, describe a corpus.
     #[command(subcommand)]
     Data(data::DataCommand),
+    /// Experiments: train and compare several models (reports with tables and plots).
+    #[command(subcommand)]
+    Experiment(experiment::ExperimentCommand),
+    /// Regenerate an experiment's report (results.csv/json, report.md, report.html, plots/).
+    Report(experiment::ReportArgs),
     /// Score hypotheses against references with sacreBLEU-identical BLEU and chrF.
     Score(score::ScoreArgs),
     /// Train one model into a run directory (resumes if the directory has a checkpoint).
@@ -42,6 +47,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(a) => bench::run(a),
         Command::Data(c) => data::run(c),
+        Command::Experiment(c) => experiment::run(c),
+        Command::Report(a) => experiment::report(a),
         Command::Score(a) => score::run(a),
         Command::Train(a) => train::run(a),
         Command::Translate(a) => translate::run(a),

@@ -3,16 +3,14 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use burn::module::Module;
 use clap::Args;
-use s2s_data::{CorpusFiles, Level, SplitFiles, encode_pairs};
+use s2s_data::{CorpusFiles, Level, SplitFiles};
 use s2s_models::attention::LuongScore;
 use s2s_models::cell::CellKind;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 use s2s_train::device::{DeviceChoice, select};
-use s2s_train::evaluate::{detokenize, nll, translate_greedy};
-use s2s_train::run::{DataSpec, RunConfig, RunManifest, prepare, write_manifest};
-use s2s_train::{TrainJob, load_model, train};
+use s2s_train::pipeline::run_and_test;
+use s2s_train::run::{DataSpec, RunConfig};
 
 /// Train one model (lstm, bahdanau, luong or transformer) with the shared loop. Without a corpus, trains on
 /// the built-in language pair. Writes RUN_DIR/{run.json, tokenizer/, checkpoints/,
@@ -216,83 +214,12 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let (device, device_name) = select(a.device);
     eprintln!("device: {device_name}");
     eprintln!("run directory: {}", run_dir.display());
-    let prepared = prepare(&cfg, &run_dir)?;
-    for (split, r) in &prepared.reports {
-        eprintln!("{split}: {r}");
-    }
-    let params =
-        s2s_train::build_model(&cfg.model, &prepared.tokenizers, cfg.train.seed, &device)?.num_params();
-    eprintln!("model: {} with {params} parameters", cfg.model.kind());
-    let mut manifest = RunManifest {
-        config: cfg.clone(),
-        device: device_name,
-        version: env!("CARGO_PKG_VERSION").into(),
-        burn: "0.22.1".into(),
-        commit: option_env!("S2S_GIT_COMMIT").map(String::from),
-        params,
-        status: "training".into(),
-        data_report: prepared.reports.clone(),
-    };
-    write_manifest(&run_dir, &manifest)?;
-    let outcome = train(TrainJob {
-        run_dir: &run_dir,
-        model: &cfg.model,
-        spec: &cfg.train,
-        tokenizers: &prepared.tokenizers,
-        data: &prepared.data,
-        device: &device,
-        progress: !a.quiet,
-    })?;
-    manifest.status = "finished".into();
-    write_manifest(&run_dir, &manifest)?;
-    eprintln!(
-        "trained {} steps in {:.0} s{}; best checkpoint: step {}",
-        outcome.steps,
-        outcome.wall,
-        if outcome.stopped_early { " (early stop)" } else { "" },
-        outcome.best_step
-    );
-    if let Some(test) = &prepared.test {
-        let model =
-            load_model(&cfg.model, &prepared.tokenizers, &outcome.best_dir, &device.clone().autodiff())?
-                .valid();
-        let ex = encode_pairs(&prepared.tokenizers, test);
-        let refs: Vec<String> = test.iter().map(|p| p.tgt.clone()).collect();
-        let hyps = translate_greedy(&model, &ex, cfg.train.batch, cfg.train.max_output, &device);
-        let text = detokenize(&prepared.tokenizers.tgt, &hyps);
-        let (sum, tokens) = nll(&model, &ex, cfg.train.batch, &device);
-        let bleu = s2s_eval::corpus_bleu(&text, &[&refs])?;
-        let chrf = s2s_eval::corpus_chrf(&text, &[&refs])?;
-        let dir = run_dir.join("test");
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("hypotheses.txt"), text.join("\n") + "\n")?;
-        // BLEU by source length in words (half-open buckets 0-9 … 50+).
-        let src_lens: Vec<usize> = test.iter().map(|p| s2s_eval::word_count(&p.src)).collect();
-        let buckets = s2s_eval::bleu_by_length(
-            &s2s_eval::BleuConfig::default(),
-            &src_lens,
-            &text,
-            &[&refs],
-            &s2s_eval::DEFAULT_LENGTH_EDGES,
-        )?;
-        let by_length: Vec<serde_json::Value> = buckets
-            .iter()
-            .map(|b| serde_json::json!({"bucket": b.label, "sentences": b.count, "bleu": b.bleu.score}))
-            .collect();
-        let scores = serde_json::json!({
-            "bleu": bleu.score, "bleu_signature": bleu.signature,
-            "chrf": chrf.score, "chrf_signature": chrf.signature,
-            "ppl": s2s_eval::perplexity(sum, tokens), "sentences": test.len(), "decoding": "greedy",
-            "bleu_by_source_length": by_length,
-        });
-        std::fs::write(dir.join("scores.json"), serde_json::to_string_pretty(&scores)? + "\n")?;
+    let search = s2s_train::testset::greedy(cfg.train.max_output);
+    let out = run_and_test(&cfg, &run_dir, &device, &device_name, !a.quiet, &search, &|m| eprintln!("{m}"))?;
+    if let Some(s) = out.test {
         println!(
-            "test: BLEU {:.2} ({}), chrF {:.2}, perplexity {:.2} on {} sentences (greedy)",
-            bleu.score,
-            bleu.signature,
-            chrf.score,
-            s2s_eval::perplexity(sum, tokens),
-            test.len()
+            "test: BLEU {:.2} ({}), chrF {:.2}, perplexity {:.2} on {} sentences ({})",
+            s.bleu, s.bleu_signature, s.chrf, s.ppl, s.sentences, s.decoding
         );
     }
     Ok(())

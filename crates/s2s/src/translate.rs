@@ -13,8 +13,6 @@ use s2s_train::device::{DeviceChoice, select};
 use s2s_train::evaluate::{Search, translate};
 use s2s_train::run::read_manifest;
 
-use crate::heatmap;
-
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
 #[derive(Args, Debug)]
 pub struct TranslateArgs {
@@ -239,7 +237,7 @@ fn write_chunk(
                     .chain(std::iter::once("</s>".into()))
                     .collect();
                 let path = dir.join(format!("{line}.svg"));
-                s2s_data::write_atomic(&path, heatmap::svg(&src_toks, &out_toks, w).as_bytes())
+                s2s_data::write_atomic(&path, s2s_report::heatmap::svg(&src_toks, &out_toks, w).as_bytes())
                     .with_context(|| format!("writing {}", path.display()))?;
             }
         }

@@ -368,3 +368,96 @@ fn translate_without_a_run_is_a_clear_error() {
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("/nonexistent/run"), "{}", text(&o.stderr));
 }
+
+/// A two-model experiment on 300 built-in pairs: trains, reports, skips on rerun.
+#[test]
+fn experiment_trains_reports_and_skips_finished_models() {
+    let dir = tmp("experiment");
+    let file = dir.join("tiny.toml");
+    std::fs::write(
+        &file,
+        "[data]\nsource = \"builtin\"\npairs = 300\n[tokenizer]\nlevel = \"word\"\n\
+         [train]\nbudget = { steps = 3 }\nvalid_every = 3\nbatch = { max_tokens = 512 }\n[decode]\nbeam = 2\n\
+         [[model]]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n\
+         [[model]]\nkind = \"luong\"\nemb = 8\nhidden = 8\nscore = [\"dot\", \"general\"]\n",
+    )
+    .unwrap();
+    let out = dir.join("runs");
+    let args = [
+        "experiment",
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--quiet",
+    ];
+    let o = s2s(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for f in [
+        "results.csv",
+        "results.json",
+        "report.md",
+        "report.html",
+        "plots/bleu_length.svg",
+        "luong-dot/test/scores.json",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert!(csv.contains("luong-general") && csv.contains("beam-2"), "{csv}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| lstm | lstm |"), "{md}");
+    let again = s2s(&args);
+    assert!(again.status.success());
+    assert_eq!(
+        text(&again.stderr).matches("finished earlier, skipped").count(),
+        3,
+        "{}",
+        text(&again.stderr)
+    );
+    // `s2s report` regenerates from the run directories alone.
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let o = s2s(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success() && out.join("report.html").exists(), "{}", text(&o.stderr));
+    chromium_renders(&out.join("report.html"));
+    // A typo in the file is named with the file.
+    std::fs::write(&file, "[[model]]\nkind = \"lstm\"\nhiden = 3\n[train]\nbudget = { steps = 1 }\n")
+        .unwrap();
+    let o = s2s(&args);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("tiny.toml") && text(&o.stderr).contains("hiden"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// Opens the report in headless Chromium and checks the rendered DOM has the results table
+/// and drawn plots. Chromium is required under CI=true (.ci/run installs it).
+fn chromium_renders(html: &std::path::Path) {
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()));
+    let Some(browser) = browser else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must provide chromium (apt-get install chromium)"
+        );
+        eprintln!("skipped the browser check: no chromium");
+        return;
+    };
+    let profile = tmp("chromium-profile");
+    let o = Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", html.canonicalize().unwrap().display()))
+        .output()
+        .expect("chromium runs");
+    let dom = text(&o.stdout);
+    assert!(dom.contains("<table id=\"results\">") && dom.contains("luong-general"), "{dom:.2000}");
+    assert!(dom.matches("<svg").count() >= 5, "the plots render as inline SVG");
+    assert!(dom.contains("<polyline") || dom.contains("<path"), "the curves are drawn");
+}

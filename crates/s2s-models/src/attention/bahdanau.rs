@@ -54,7 +54,11 @@ impl AdditiveAttention {
     /// `eᵢ = vᵀ tanh(W₁hᵢ + W₂s)`: `[batch, d_query]` → `[batch, src]`.
     pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
         let q = self.query_proj.forward(query).unsqueeze_dim::<3>(1); // [B, 1, A]
-        self.v.forward(tanh(keys.clone() + q)).squeeze_dim::<2>(2) // [B, S]
+        let [b, s, a] = keys.dims();
+        // vᵀ tanh(·) as one [B·S, A] × [A, 1] product (a batched [S, A] × [A, 1] per sentence,
+        // which `Linear` on a 3-d input amounts to, runs B tiny matmuls).
+        let h = tanh(keys.clone() + q).reshape([b * s, a]); // [B·S, A]
+        h.matmul(self.v.weight.val()).reshape([b, s]) // [B, S]
     }
 }
 

@@ -1,0 +1,129 @@
+//! SVG line charts (plotters): validation curves and BLEU against source length.
+
+use plotters::prelude::*;
+
+/// One named line.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend name.
+    pub name: String,
+    /// (x, y) points in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Axis labels and title.
+pub struct Chart<'a> {
+    /// Title.
+    pub title: &'a str,
+    /// x-axis description.
+    pub x: &'a str,
+    /// y-axis description.
+    pub y: &'a str,
+    /// Tick labels for integer x positions (categorical x), if any.
+    pub x_labels: Option<&'a [String]>,
+    /// Upper y limit (None: from the data).
+    pub y_max: Option<f64>,
+}
+
+fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for x in v.filter(|x| x.is_finite()) {
+        lo = lo.min(x);
+        hi = hi.max(x);
+    }
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if hi - lo < 1e-9 {
+        return (lo - 0.5, hi + 0.5);
+    }
+    (lo, hi)
+}
+
+/// Draws `series` as an SVG string (640 × 400).
+pub fn line_chart(c: &Chart, series: &[Series]) -> String {
+    let mut buf = String::new();
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let (x0, x1) = match c.x_labels {
+        Some(l) => (-0.3, l.len() as f64 - 0.7),
+        None => range(all().map(|p| p.0)),
+    };
+    let (y0, mut y1) = range(all().map(|p| p.1));
+    if let Some(m) = c.y_max {
+        y1 = y1.min(m);
+    }
+    let y0 = if y0 >= 0.0 { 0.0 } else { y0 };
+    let y1 = y1 + (y1 - y0) * 0.05;
+    {
+        let root = SVGBackend::with_string(&mut buf, (640, 400)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let built = ChartBuilder::on(&root)
+            .caption(c.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(55)
+            .build_cartesian_2d(x0..x1, y0..y1);
+        if let Ok(mut chart) = built {
+            let labels = c.x_labels.map(|l| l.to_vec());
+            let fmt = move |x: &f64| match &labels {
+                Some(l) => {
+                    let i = x.round();
+                    if (x - i).abs() < 1e-6 && i >= 0.0 {
+                        l.get(i as usize).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                }
+                None => {
+                    if x.abs() >= 1000.0 {
+                        format!("{x:.0}")
+                    } else {
+                        format!("{x:.3}").trim_end_matches('0').trim_end_matches('.').to_string()
+                    }
+                }
+            };
+            let mut mesh = chart.configure_mesh();
+            mesh.x_desc(c.x).y_desc(c.y).x_label_formatter(&fmt);
+            if let Some(l) = c.x_labels {
+                mesh.x_labels(l.len() * 2 + 1);
+            }
+            let _ = mesh.draw();
+            for (i, s) in series.iter().enumerate() {
+                let color = Palette99::pick(i).to_rgba();
+                let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y.min(y1))).collect();
+                if let Ok(drawn) = chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))) {
+                    drawn.label(s.name.clone()).legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    });
+                }
+                let _ = chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())));
+            }
+            let _ = chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.85))
+                .draw();
+        }
+        let _ = root.present();
+    }
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_every_series_with_a_legend() {
+        let s = vec![
+            Series { name: "lstm".into(), points: vec![(0.0, 1.0), (1.0, 5.0)] },
+            Series { name: "bahdanau".into(), points: vec![(0.0, 2.0), (1.0, 9.0)] },
+        ];
+        let labels = vec!["0-9".to_string(), "10-19".to_string()];
+        let svg = line_chart(&Chart { title: "t", x: "x", y: "y", x_labels: Some(&labels), y_max: None }, &s);
+        assert!(svg.starts_with("<svg") && svg.contains("lstm") && svg.contains("bahdanau"));
+        assert!(svg.contains("10-19"));
+        assert!(svg.matches("<polyline").count() >= 2, "{svg}");
+    }
+}

@@ -1,0 +1,336 @@
+//! `results.csv`, `results.json`, `plots/*.svg`, `report.md` and `report.html` of an
+//! experiment directory.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::heatmap;
+use crate::plot::{Chart, Series, line_chart};
+use crate::results::{ExperimentIndex, ReportError, RunResult, Summary, load, summarize};
+
+fn write(path: &Path, text: &str) -> Result<(), ReportError> {
+    // Atomic: a reader never sees half a report.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|source| ReportError::Io { path: path.to_path_buf(), source })
+}
+
+fn pm(v: (f64, f64), seeds: usize, digits: usize) -> String {
+    if seeds > 1 {
+        format!("{:.*} ± {:.*}", digits, v.0, digits, v.1)
+    } else {
+        format!("{:.*}", digits, v.0)
+    }
+}
+
+/// The results table rows (model, kind, seeds, params, BLEU, chrF, ppl, minutes, tok/s, sent/s).
+fn table_rows(s: &[Summary]) -> Vec<Vec<String>> {
+    s.iter()
+        .map(|s| {
+            vec![
+                s.model.clone(),
+                s.kind.clone(),
+                s.seeds.to_string(),
+                format!("{:.2}M", s.params as f64 / 1e6),
+                pm(s.bleu, s.seeds, 2),
+                pm(s.chrf, s.seeds, 2),
+                pm(s.ppl, s.seeds, 2),
+                format!("{:.1}", s.train_minutes),
+                format!("{:.0}", s.tokens_per_s),
+                format!("{:.1}", s.decode_sentences_per_s),
+            ]
+        })
+        .collect()
+}
+
+const HEADER: [&str; 10] =
+    ["model", "kind", "seeds", "params", "BLEU", "chrF", "ppl", "train min", "train tok/s", "decode sent/s"];
+
+/// The plots, as (file name, title, SVG).
+fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
+    let curve = |f: &dyn Fn(&crate::results::MetricsRow) -> (f64, f64)| -> Vec<Series> {
+        runs.iter()
+            .filter(|r| !r.curve.is_empty())
+            .map(|r| Series { name: r.entry.name.clone(), points: r.curve.iter().map(f).collect() })
+            .collect()
+    };
+    let ppl_cap = runs
+        .iter()
+        .filter_map(|r| r.curve.iter().map(|m| m.val_ppl).filter(|p| p.is_finite()).reduce(f64::min))
+        .reduce(f64::max)
+        .map(|m| m * 4.0);
+    let mut out = Vec::new();
+    let mut add = |file: &str, title: &str, x: &str, y: &str, s: Vec<Series>, y_max: Option<f64>| {
+        let svg = line_chart(&Chart { title, x, y, x_labels: None, y_max }, &s);
+        out.push((file.to_string(), title.to_string(), svg));
+    };
+    add(
+        "bleu_steps.svg",
+        "Validation BLEU by step",
+        "step",
+        "BLEU (greedy)",
+        curve(&|m| (m.step as f64, m.val_bleu)),
+        None,
+    );
+    add(
+        "bleu_wall.svg",
+        "Validation BLEU by training time",
+        "minutes",
+        "BLEU (greedy)",
+        curve(&|m| (m.wall / 60.0, m.val_bleu)),
+        None,
+    );
+    add(
+        "ppl_steps.svg",
+        "Validation perplexity by step",
+        "step",
+        "perplexity",
+        curve(&|m| (m.step as f64, m.val_ppl)),
+        ppl_cap,
+    );
+    add(
+        "ppl_wall.svg",
+        "Validation perplexity by training time",
+        "minutes",
+        "perplexity",
+        curve(&|m| (m.wall / 60.0, m.val_ppl)),
+        ppl_cap,
+    );
+    // BLEU against source length: one line per run, buckets with sentences only.
+    let labels: Vec<String> = runs
+        .iter()
+        .find(|r| !r.by_length.is_empty())
+        .map(|r| r.by_length.iter().map(|b| b.0.clone()).collect())
+        .unwrap_or_default();
+    if !labels.is_empty() {
+        let series: Vec<Series> = runs
+            .iter()
+            .filter(|r| !r.by_length.is_empty())
+            .map(|r| Series {
+                name: r.entry.name.clone(),
+                points: r
+                    .by_length
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.1 > 0)
+                    .map(|(i, b)| (i as f64, b.2))
+                    .collect(),
+            })
+            .collect();
+        let svg = line_chart(
+            &Chart {
+                title: "Test BLEU by source length (words)",
+                x: "source length",
+                y: "BLEU",
+                x_labels: Some(&labels),
+                y_max: None,
+            },
+            &series,
+        );
+        out.push(("bleu_length.svg".into(), "Test BLEU by source length".into(), svg));
+    }
+    // Cross-attention of the first two examples of each model's first run.
+    let mut seen = Vec::new();
+    for r in runs {
+        if seen.contains(&r.entry.model) || r.attention.is_empty() {
+            continue;
+        }
+        seen.push(r.entry.model.clone());
+        for (i, a) in r.attention.iter().take(2).enumerate() {
+            out.push((
+                format!("attention-{}-{}.svg", r.entry.model, i + 1),
+                format!("Cross-attention, {} (test sentence {})", r.entry.model, i + 1),
+                heatmap::svg(&a.src, &a.out, &a.weights),
+            ));
+        }
+    }
+    out
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Regenerates every report file of the experiment in `dir`; returns the paths written.
+pub fn write_report(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    let (index, runs) = load(dir)?;
+    let summaries = summarize(&runs);
+    let mut written = Vec::new();
+    // results.csv: one row per run.
+    let mut csv = String::from(
+        "name,model,kind,seed,params,bleu,chrf,ppl,decoding,train_seconds,train_tokens_per_s,decode_sentences_per_s\n",
+    );
+    for r in &runs {
+        let f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_default();
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{:.1},{:.1},{}",
+            r.entry.name,
+            r.entry.model,
+            r.entry.kind,
+            r.entry.seed,
+            r.params,
+            f(r.bleu),
+            f(r.chrf),
+            f(r.ppl),
+            r.decoding.clone().unwrap_or_default(),
+            r.train_seconds,
+            r.tokens_per_s,
+            f(r.decode_sentences_per_s)
+        );
+    }
+    let p = dir.join("results.csv");
+    write(&p, &csv)?;
+    written.push(p);
+    let json = serde_json::json!({ "experiment": index.name, "models": summaries, "runs": runs });
+    let p = dir.join("results.json");
+    write(&p, &(serde_json::to_string_pretty(&json).expect("results serialise") + "\n"))?;
+    written.push(p);
+    let plot_dir = dir.join("plots");
+    std::fs::create_dir_all(&plot_dir)
+        .map_err(|source| ReportError::Io { path: plot_dir.clone(), source })?;
+    let plots = plots(&runs);
+    for (file, _, svg) in &plots {
+        let p = plot_dir.join(file);
+        write(&p, svg)?;
+        written.push(p);
+    }
+    let rows = table_rows(&summaries);
+    let p = dir.join("report.md");
+    write(&p, &markdown(&index, &runs, &rows, &plots))?;
+    written.push(p);
+    let p = dir.join("report.html");
+    write(&p, &html(&index, &runs, &rows, &plots))?;
+    written.push(p);
+    Ok(written)
+}
+
+fn status_line(index: &ExperimentIndex, runs: &[RunResult]) -> String {
+    let done = runs.iter().filter(|r| r.bleu.is_some()).count();
+    let decoding = runs.iter().find_map(|r| r.decoding.clone()).unwrap_or_else(|| "-".into());
+    format!(
+        "{} of {} runs finished · test decoding: {decoding} · from `{}` · device: {}",
+        done,
+        index.entries.len(),
+        index.source,
+        runs.first().map_or("-", |r| r.device.as_str())
+    )
+}
+
+fn markdown(
+    index: &ExperimentIndex,
+    runs: &[RunResult],
+    rows: &[Vec<String>],
+    plots: &[(String, String, String)],
+) -> String {
+    let mut s = format!("# Experiment `{}`\n\n{}\n\n", index.name, status_line(index, runs));
+    let _ = writeln!(s, "| {} |", HEADER.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+    s.push_str("\nBLEU and chrF: sacreBLEU defaults (13a, cased) on detokenised test output; ppl: teacher-forced test perplexity; ");
+    s.push_str("train tok/s: target tokens per second of training; mean ± sample std over seeds where several ran.\n\n");
+    for (file, title, _) in plots {
+        let _ = writeln!(s, "## {title}\n\n![{title}](plots/{file})\n");
+    }
+    s
+}
+
+fn html(
+    index: &ExperimentIndex,
+    runs: &[RunResult],
+    rows: &[Vec<String>],
+    plots: &[(String, String, String)],
+) -> String {
+    let mut s = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
+    let _ = writeln!(s, "<title>Experiment {}</title>", html_escape(&index.name));
+    s.push_str("<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>\n</head><body>\n");
+    let _ = writeln!(
+        s,
+        "<h1>Experiment <code>{}</code></h1>\n<p>{}</p>",
+        html_escape(&index.name),
+        html_escape(&status_line(index, runs))
+    );
+    s.push_str("<table id=\"results\"><thead><tr>");
+    for h in HEADER {
+        let _ = write!(s, "<th>{h}</th>");
+    }
+    s.push_str("</tr></thead><tbody>\n");
+    for r in rows {
+        s.push_str("<tr>");
+        for c in r {
+            let _ = write!(s, "<td>{}</td>", html_escape(c));
+        }
+        s.push_str("</tr>\n");
+    }
+    s.push_str("</tbody></table>\n<p>BLEU and chrF: sacreBLEU defaults (13a, cased) on detokenised test output; ppl: teacher-forced test perplexity.</p>\n");
+    for (file, title, svg) in plots {
+        let _ = writeln!(
+            s,
+            "<figure id=\"{}\"><figcaption>{}</figcaption>\n{}</figure>",
+            html_escape(file),
+            html_escape(title),
+            svg
+        );
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A two-run experiment directory written by hand.
+    fn fixture() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("s2s-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (name, bleu) in [("lstm", 10.0), ("bahdanau", 20.0)] {
+            let run = dir.join(name);
+            std::fs::create_dir_all(run.join("test")).unwrap();
+            std::fs::write(run.join("run.json"), r#"{"params": 1000, "device": "cpu"}"#).unwrap();
+            std::fs::write(
+                run.join("metrics.csv"),
+                "step,epoch,wall,train_loss,val_ppl,val_bleu,lr,tokens_per_s\n10,0,5.0,3.0,20.0,1.0,0.001,100.0\n20,0,10.0,2.0,10.0,5.0,0.001,110.0\n",
+            )
+            .unwrap();
+            let scores = serde_json::json!({"bleu": bleu, "chrf": 30.0, "ppl": 9.0, "decoding": "beam-5",
+                "decode_sentences_per_s": 50.0,
+                "bleu_by_source_length": [{"bucket": "0-9", "sentences": 3, "bleu": bleu + 5.0},
+                                          {"bucket": "10-19", "sentences": 0, "bleu": 0.0},
+                                          {"bucket": "20+", "sentences": 2, "bleu": bleu - 5.0}]});
+            std::fs::write(run.join("test/scores.json"), scores.to_string()).unwrap();
+            std::fs::write(
+                run.join("test/attention.json"),
+                r#"[{"src": ["a", "</s>"], "out": ["x", "</s>"], "weights": [[0.9, 0.1], [0.2, 0.8]]}]"#,
+            )
+            .unwrap();
+        }
+        let entries: Vec<serde_json::Value> = ["lstm", "bahdanau"]
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "model": n, "kind": n, "seed": 1, "dir": n}))
+            .collect();
+        let index = serde_json::json!({"name": "t", "source": "t.toml", "entries": entries});
+        std::fs::write(dir.join("experiment.json"), index.to_string()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn writes_table_plots_and_self_contained_html() {
+        let dir = fixture();
+        let written = write_report(&dir).unwrap();
+        assert!(written.iter().any(|p| p.ends_with("report.html")));
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(md.contains("| bahdanau | bahdanau | 1 | 0.00M | 20.00 |"), "{md}");
+        assert!(md.contains("plots/bleu_length.svg"));
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        for remote in ["src=\"http", "href=\"http", "<script", "<link", "<img"] {
+            assert!(!html.contains(remote), "report.html must be self-contained: {remote}");
+        }
+        assert_eq!(html.matches("<svg").count(), 5 + 2, "4 curves, the length plot, 2 heatmaps");
+        let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 3);
+    }
+}

@@ -1,0 +1,354 @@
+//! Experiments: one file that names the data, the tokenisation, a list of models (a key given
+//! a list of values makes a small grid), seeds, a shared training budget and the test
+//! decoding; the runner trains every model in turn and keeps the report up to date.
+//!
+//! ```toml
+//! name = "attention-scores"          # default: the file's stem
+//! seeds = [1, 2]                     # default: [1]
+//! [data]                             # as in a run config (built-in pair or files)
+//! source = "builtin"
+//! [tokenizer]
+//! level = "word"
+//! [train]                            # shared by every model; `seed` comes from `seeds`
+//! budget = { minutes = 3 }
+//! [decode]                           # test-set decoding: beam = 1 is greedy
+//! beam = 5
+//! alpha = 0.6
+//! [[model]]
+//! kind = "luong"
+//! score = ["dot", "general"]         # → models luong-dot and luong-general
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::tensor::Device;
+use s2s_data::TokenizerConfig;
+use s2s_decode::{BeamConfig, LengthPenalty};
+use s2s_models::ModelSpec;
+use s2s_report::{Entry, ExperimentIndex};
+use serde::{Deserialize, Serialize};
+
+use crate::config::TrainSpec;
+use crate::error::TrainError;
+use crate::evaluate::Search;
+use crate::pipeline::run_and_test;
+use crate::run::{DataSpec, RunConfig, read_manifest};
+
+/// Test-set decoding of an experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecodeSpec {
+    /// Beam size (1: greedy).
+    pub beam: usize,
+    /// Length-penalty exponent.
+    pub alpha: f64,
+    /// Length penalty.
+    pub penalty: LengthPenalty,
+}
+
+impl Default for DecodeSpec {
+    fn default() -> Self {
+        Self { beam: 5, alpha: 0.6, penalty: LengthPenalty::Gnmt }
+    }
+}
+
+impl DecodeSpec {
+    /// The search, with the training spec's output length limit.
+    pub fn search(&self, train: &TrainSpec) -> Search {
+        if self.beam <= 1 {
+            Search::Greedy { limit: train.max_output, attention: false }
+        } else {
+            Search::Beam(BeamConfig {
+                beam: self.beam,
+                alpha: self.alpha,
+                penalty: self.penalty,
+                nbest: 1,
+                max_length: train.max_output,
+                attention: false,
+            })
+        }
+    }
+}
+
+fn one_seed() -> Vec<u64> {
+    vec![1]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExperimentFile {
+    name: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    data: DataSpec,
+    #[serde(default)]
+    tokenizer: TokenizerConfig,
+    #[serde(default)]
+    train: TrainSpec,
+    #[serde(default)]
+    decode: DecodeSpec,
+    #[serde(default = "one_seed")]
+    seeds: Vec<u64>,
+    #[serde(rename = "model")]
+    models: Vec<toml::Table>,
+}
+
+/// A loaded experiment.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    /// Name (the runs go to `runs/NAME`).
+    pub name: String,
+    /// One-line description.
+    pub description: Option<String>,
+    /// The file it was read from.
+    pub source: PathBuf,
+    /// Corpus.
+    pub data: DataSpec,
+    /// Tokenisation.
+    pub tokenizer: TokenizerConfig,
+    /// Shared training settings.
+    pub train: TrainSpec,
+    /// Test decoding.
+    pub decode: DecodeSpec,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Models after grid expansion, with their names.
+    pub models: Vec<(String, ModelSpec)>,
+}
+
+/// Expands list-valued keys of a model table into one table per combination, named
+/// `base-value` (strings) or `base-key=value` (other values).
+fn expand(table: &toml::Table) -> Vec<(String, toml::Table)> {
+    let base = table
+        .get("name")
+        .and_then(|v| v.as_str())
+        .or_else(|| table.get("kind").and_then(|v| v.as_str()))
+        .unwrap_or("model")
+        .to_string();
+    let mut out = vec![(base, toml::Table::new())];
+    for (key, value) in table {
+        if key == "name" {
+            continue;
+        }
+        match value {
+            toml::Value::Array(values) if !values.is_empty() => {
+                let mut next = Vec::with_capacity(out.len() * values.len());
+                for (name, t) in &out {
+                    for v in values {
+                        let mut t = t.clone();
+                        t.insert(key.clone(), v.clone());
+                        let label = match v {
+                            toml::Value::String(s) => s.clone(),
+                            other => format!("{key}={other}"),
+                        };
+                        next.push((format!("{name}-{label}"), t));
+                    }
+                }
+                out = next;
+            }
+            v => {
+                for (_, t) in out.iter_mut() {
+                    t.insert(key.clone(), v.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Experiment {
+    /// Reads and checks an experiment file; errors name the file and the key.
+    pub fn load(path: &Path) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+        let bad = |m: String| TrainError::Config(format!("{}: {m}", path.display()));
+        let file: ExperimentFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        file.train.validate().map_err(|e| bad(format!("[train]: {e}")))?;
+        if file.models.is_empty() {
+            return Err(bad("no [[model]] tables: list at least one model".into()));
+        }
+        if file.seeds.is_empty() {
+            return Err(bad("`seeds` is empty".into()));
+        }
+        if file.decode.beam == 0 {
+            return Err(bad("[decode] beam must be at least 1".into()));
+        }
+        let mut models = Vec::new();
+        for (i, table) in file.models.iter().enumerate() {
+            for (name, t) in expand(table) {
+                let spec: ModelSpec = toml::Value::Table(t)
+                    .try_into()
+                    .map_err(|e| bad(format!("[[model]] #{} ({name}): {e}", i + 1)))?;
+                if models.iter().any(|(n, _)| n == &name) {
+                    return Err(bad(format!(
+                        "two models are named `{name}`: give one of them a `name = \"...\"`"
+                    )));
+                }
+                models.push((name, spec));
+            }
+        }
+        let name = file
+            .name
+            .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "experiment".into());
+        Ok(Self {
+            name,
+            description: file.description,
+            source: path.to_path_buf(),
+            data: file.data,
+            tokenizer: file.tokenizer,
+            train: file.train,
+            decode: file.decode,
+            seeds: file.seeds,
+            models,
+        })
+    }
+
+    /// The runs, in order: every model for every seed.
+    pub fn entries(&self) -> Vec<(Entry, RunConfig)> {
+        let mut out = Vec::new();
+        for (name, spec) in &self.models {
+            for &seed in &self.seeds {
+                let run = if self.seeds.len() > 1 { format!("{name}-s{seed}") } else { name.clone() };
+                let cfg = RunConfig {
+                    data: self.data.clone(),
+                    tokenizer: self.tokenizer.clone(),
+                    model: spec.clone(),
+                    train: TrainSpec { seed, ..self.train.clone() },
+                };
+                let entry = Entry {
+                    name: run.clone(),
+                    model: name.clone(),
+                    kind: spec.kind().into(),
+                    seed,
+                    dir: run,
+                };
+                out.push((entry, cfg));
+            }
+        }
+        out
+    }
+}
+
+/// True when `run_dir` holds a finished, evaluated run.
+pub fn finished(run_dir: &Path) -> bool {
+    run_dir.join("test/scores.json").exists() && read_manifest(run_dir).is_ok_and(|m| m.status == "finished")
+}
+
+/// Trains every run of `exp` (or those whose model or run name is `only`) under `root`,
+/// skipping finished ones and resuming interrupted ones, and regenerates the report after
+/// each. Returns the report's files.
+pub fn run_experiment(
+    exp: &Experiment,
+    root: &Path,
+    device: &Device,
+    device_name: &str,
+    only: Option<&str>,
+    progress: bool,
+) -> Result<Vec<PathBuf>, TrainError> {
+    let entries = exp.entries();
+    if let Some(o) = only {
+        if !entries.iter().any(|(e, _)| e.model == o || e.name == o) {
+            let names: Vec<&str> = exp.models.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(TrainError::Config(format!(
+                "--only {o}: no such model (models: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
+    let index = ExperimentIndex {
+        name: exp.name.clone(),
+        source: exp.source.display().to_string(),
+        entries: entries.iter().map(|(e, _)| e.clone()).collect(),
+    };
+    let json = serde_json::to_vec_pretty(&index).expect("index serialises");
+    s2s_data::write_atomic(&root.join("experiment.json"), &json)?;
+    let todo: Vec<usize> = (0..entries.len())
+        .filter(|&i| only.is_none_or(|o| entries[i].0.model == o || entries[i].0.name == o))
+        .collect();
+    let search = exp.decode.search(&exp.train);
+    let started = Instant::now();
+    let mut trained = 0usize;
+    for (k, &i) in todo.iter().enumerate() {
+        let (entry, cfg) = &entries[i];
+        let dir = root.join(&entry.dir);
+        if finished(&dir) {
+            eprintln!("[{}/{}] {}: finished earlier, skipped", k + 1, todo.len(), entry.name);
+            continue;
+        }
+        let left = todo.len() - k;
+        let eta = match (exp.train.budget.minutes, trained) {
+            (Some(m), _) => format!("about {:.0} min of training left", m * left as f64),
+            (None, 0) => "ETA after the first model".into(),
+            (None, n) => {
+                format!("ETA {:.0} min", started.elapsed().as_secs_f64() / n as f64 * left as f64 / 60.0)
+            }
+        };
+        eprintln!("[{}/{}] {} ({}, seed {}) · {eta}", k + 1, todo.len(), entry.name, entry.kind, entry.seed);
+        let out = run_and_test(cfg, &dir, device, device_name, progress, &search, &|m| eprintln!("  {m}"))?;
+        trained += 1;
+        if let Some(t) = &out.test {
+            eprintln!("  test: BLEU {:.2}, chrF {:.2}, ppl {:.2} ({})", t.bleu, t.chrf, t.ppl, t.decoding);
+        }
+        s2s_report::write_report(root).map_err(|e| TrainError::Config(format!("writing the report: {e}")))?;
+    }
+    s2s_report::write_report(root).map_err(|e| TrainError::Config(format!("writing the report: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Experiment, TrainError> {
+        let dir = std::env::temp_dir().join(format!("s2s-exp-{}-{}", std::process::id(), text.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("grid.toml");
+        std::fs::write(&p, text).unwrap();
+        Experiment::load(&p)
+    }
+
+    #[test]
+    fn lists_make_a_grid_with_readable_names() {
+        let e = load(
+            "seeds = [1, 2]\n[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\n\
+             [[model]]\nkind = \"luong\"\nscore = [\"dot\", \"general\"]\ninput_feeding = [true, false]\n",
+        )
+        .unwrap();
+        let names: Vec<&str> = e.models.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "lstm",
+                "luong-input_feeding=true-dot",
+                "luong-input_feeding=true-general",
+                "luong-input_feeding=false-dot",
+                "luong-input_feeding=false-general"
+            ]
+        );
+        assert_eq!(e.name, "grid");
+        let entries = e.entries();
+        assert_eq!(entries.len(), 10);
+        assert_eq!(entries[1].0.name, "lstm-s2");
+        assert_eq!(entries[1].1.train.seed, 2);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_file_and_key() {
+        let err = load("[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\nhiden = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("grid.toml") && err.contains("hiden") && err.contains("#1"), "{err}");
+        let err = load(
+            "[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"luong\"\nscore = [\"dot\", \"cosine\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("cosine") && err.contains("luong-cosine"), "{err}");
+        let err = load("[[model]]\nkind = \"lstm\"\n[train]\nbudget = {}\n").unwrap_err().to_string();
+        assert!(err.contains("budget"), "{err}");
+        let err = load("sedes = [1]\n[[model]]\nkind = \"lstm\"\n").unwrap_err().to_string();
+        assert!(err.contains("sedes"), "{err}");
+    }
+}

@@ -1,0 +1,81 @@
+//! One run from configuration to test scores — what `s2s train` does and what `s2s
+//! experiment` does for each of its models: prepare the data, write `run.json`, train (or
+//! resume), mark the run finished, evaluate the best checkpoint on the test split.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+
+use crate::error::TrainError;
+use crate::evaluate::Search;
+use crate::run::{RunConfig, RunManifest, prepare, write_manifest};
+use crate::testset::{TestScores, evaluate_test};
+use crate::trainer::{TrainJob, TrainOutcome, build_model, load_model, train};
+
+/// What a finished run reports.
+pub struct RunOutcome {
+    /// Training outcome.
+    pub train: TrainOutcome,
+    /// Test-split scores, when the corpus has a test split.
+    pub test: Option<TestScores>,
+    /// Trainable parameters.
+    pub params: usize,
+}
+
+/// Trains `cfg` into `run_dir` and evaluates it with `search`; `log` receives progress lines.
+pub fn run_and_test(
+    cfg: &RunConfig,
+    run_dir: &Path,
+    device: &Device,
+    device_name: &str,
+    progress: bool,
+    search: &Search,
+    log: &dyn Fn(&str),
+) -> Result<RunOutcome, TrainError> {
+    let prepared = prepare(cfg, run_dir)?;
+    for (split, r) in &prepared.reports {
+        log(&format!("{split}: {r}"));
+    }
+    let params = build_model(&cfg.model, &prepared.tokenizers, cfg.train.seed, device)?.num_params();
+    log(&format!("model: {} with {params} parameters", cfg.model.kind()));
+    let mut manifest = RunManifest {
+        config: cfg.clone(),
+        device: device_name.to_string(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        burn: "0.22.1".into(),
+        commit: option_env!("S2S_GIT_COMMIT").map(String::from),
+        params,
+        status: "training".into(),
+        data_report: prepared.reports.clone(),
+    };
+    write_manifest(run_dir, &manifest)?;
+    let outcome = train(TrainJob {
+        run_dir,
+        model: &cfg.model,
+        spec: &cfg.train,
+        tokenizers: &prepared.tokenizers,
+        data: &prepared.data,
+        device,
+        progress,
+    })?;
+    manifest.status = "finished".into();
+    write_manifest(run_dir, &manifest)?;
+    log(&format!(
+        "trained {} steps in {:.0} s{}; best checkpoint: step {}",
+        outcome.steps,
+        outcome.wall,
+        if outcome.stopped_early { " (early stop)" } else { "" },
+        outcome.best_step
+    ));
+    let test = match &prepared.test {
+        Some(test) => {
+            let model =
+                load_model(&cfg.model, &prepared.tokenizers, &outcome.best_dir, &device.clone().autodiff())?
+                    .valid();
+            Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
+        }
+        None => None,
+    };
+    Ok(RunOutcome { train: outcome, test, params })
+}

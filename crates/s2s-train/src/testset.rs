@@ -1,0 +1,159 @@
+//! The test-split evaluation of a trained run, shared by `s2s train` and `s2s experiment`:
+//! decode every test source (greedy or beam), score against the references (BLEU, chrF, BLEU
+//! by source length), perplexity, decoding speed, and cross-attention for a few sentences.
+//! Written to `RUN/test/{hypotheses.txt, scores.json, attention.json}`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::tensor::Device;
+use s2s_data::{BatchConfig, Pair, Tokenizers, encode_pairs};
+use s2s_decode::MaxLength;
+use s2s_models::Model;
+use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
+use crate::evaluate::{Search, nll, translate};
+
+/// BLEU of one source-length bucket.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BucketScore {
+    /// `0-9`, `10-19`, …, `50+` (source words).
+    pub bucket: String,
+    /// Sentences in the bucket.
+    pub sentences: usize,
+    /// Corpus BLEU of the bucket.
+    pub bleu: f64,
+}
+
+/// `test/scores.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TestScores {
+    /// Corpus BLEU (sacreBLEU defaults: 13a, exp smoothing, cased).
+    pub bleu: f64,
+    /// Its signature.
+    pub bleu_signature: String,
+    /// chrF2.
+    pub chrf: f64,
+    /// Its signature.
+    pub chrf_signature: String,
+    /// Teacher-forced perplexity.
+    pub ppl: f64,
+    /// Test sentences.
+    pub sentences: usize,
+    /// `greedy` or `beam-K`.
+    pub decoding: String,
+    /// Decoding wall time in seconds.
+    pub decode_seconds: f64,
+    /// Sentences per second decoded.
+    pub decode_sentences_per_s: f64,
+    /// BLEU per source-length bucket.
+    pub bleu_by_source_length: Vec<BucketScore>,
+}
+
+/// One sentence's cross-attention, for heatmaps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AttentionExample {
+    /// Source tokens (subwords) and `</s>`.
+    pub src: Vec<String>,
+    /// Output tokens and `</s>`.
+    pub out: Vec<String>,
+    /// `weights[t][i]`.
+    pub weights: Vec<Vec<f32>>,
+}
+
+/// The search's name in reports.
+pub fn search_name(search: &Search) -> String {
+    match search {
+        Search::Greedy { .. } => "greedy".into(),
+        Search::Beam(c) => format!("beam-{}", c.beam),
+    }
+}
+
+/// Evaluates `model` on `test` and writes `run_dir/test/`.
+pub fn evaluate_test(
+    run_dir: &Path,
+    model: &Model,
+    tok: &Tokenizers,
+    test: &[Pair],
+    batch: BatchConfig,
+    search: &Search,
+    device: &Device,
+) -> Result<TestScores, TrainError> {
+    let ex = encode_pairs(tok, test);
+    let refs: Vec<String> = test.iter().map(|p| p.tgt.clone()).collect();
+    let sources: Vec<Vec<u32>> = ex.iter().map(|e| e.src.clone()).collect();
+    let decode_batch = BatchConfig { max_tokens: batch.max_tokens.max(1024), max_sentences: 64, ..batch };
+    let t0 = Instant::now();
+    let hyps = translate(model, &sources, decode_batch, search, device);
+    let decode_seconds = t0.elapsed().as_secs_f64();
+    let text: Vec<String> =
+        hyps.iter().map(|h| h.first().map(|h| tok.tgt.decode(&h.tokens)).unwrap_or_default()).collect();
+    let (sum, tokens) = nll(model, &ex, batch, device);
+    let bleu = s2s_eval::corpus_bleu(&text, &[&refs])?;
+    let chrf = s2s_eval::corpus_chrf(&text, &[&refs])?;
+    let src_lens: Vec<usize> = test.iter().map(|p| s2s_eval::word_count(&p.src)).collect();
+    let buckets = s2s_eval::bleu_by_length(
+        &s2s_eval::BleuConfig::default(),
+        &src_lens,
+        &text,
+        &[&refs],
+        &s2s_eval::DEFAULT_LENGTH_EDGES,
+    )?;
+    let scores = TestScores {
+        bleu: bleu.score,
+        bleu_signature: bleu.signature,
+        chrf: chrf.score,
+        chrf_signature: chrf.signature,
+        ppl: s2s_eval::perplexity(sum, tokens),
+        sentences: test.len(),
+        decoding: search_name(search),
+        decode_seconds,
+        decode_sentences_per_s: test.len() as f64 / decode_seconds.max(1e-9),
+        bleu_by_source_length: buckets
+            .iter()
+            .map(|b| BucketScore { bucket: b.label.clone(), sentences: b.count, bleu: b.bleu.score })
+            .collect(),
+    };
+    // Cross-attention of three sentences of at least 10 words (greedy, for heatmaps).
+    let picked: Vec<usize> = (0..test.len()).filter(|&i| src_lens[i] >= 10).take(3).collect();
+    let few: Vec<Vec<u32>> = picked.iter().map(|&i| sources[i].clone()).collect();
+    let limit = match search {
+        Search::Greedy { limit, .. } => *limit,
+        Search::Beam(c) => c.max_length,
+    };
+    let with_att = translate(model, &few, decode_batch, &Search::Greedy { limit, attention: true }, device);
+    let attention: Vec<AttentionExample> = few
+        .iter()
+        .zip(with_att)
+        .filter_map(|(src, h)| {
+            let h = h.into_iter().next()?;
+            // Models without attention (the plain LSTM) leave no weights.
+            let weights = h.attention.filter(|w| w.iter().any(|row| !row.is_empty()))?;
+            let eos = || std::iter::once("</s>".to_string());
+            Some(AttentionExample {
+                src: src.iter().map(|&i| tok.src.token(i)).chain(eos()).collect(),
+                out: h.tokens.iter().map(|&i| tok.tgt.token(i)).chain(eos()).collect(),
+                weights,
+            })
+        })
+        .collect();
+    let dir = run_dir.join("test");
+    std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+    let write = |name: &str, bytes: Vec<u8>| s2s_data::write_atomic(&dir.join(name), &bytes);
+    write("hypotheses.txt", (text.join("\n") + "\n").into_bytes())?;
+    write("scores.json", serde_json::to_vec_pretty(&scores).expect("scores serialise"))?;
+    write("attention.json", serde_json::to_vec(&attention).expect("attention serialises"))?;
+    Ok(scores)
+}
+
+/// Reads `run_dir/test/scores.json`, if the run has been evaluated.
+pub fn read_scores(run_dir: &Path) -> Option<TestScores> {
+    let text = std::fs::read_to_string(run_dir.join("test/scores.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The default test search of `s2s train` (greedy, the run's length limit).
+pub fn greedy(limit: MaxLength) -> Search {
+    Search::Greedy { limit, attention: false }
+}
