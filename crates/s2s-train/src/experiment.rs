@@ -17,6 +17,9 @@
 //! [[model]]
 //! kind = "luong"
 //! score = ["dot", "general"]         # → models luong-dot and luong-general
+//! [[model]]
+//! kind = "transformer"
+//! train = { schedule = { kind = "noam", warmup = 1000 } }   # overrides [train] keys
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -86,7 +89,7 @@ struct ExperimentFile {
     #[serde(default)]
     tokenizer: TokenizerConfig,
     #[serde(default)]
-    train: TrainSpec,
+    train: Option<toml::Table>,
     #[serde(default)]
     decode: DecodeSpec,
     #[serde(default = "one_seed")]
@@ -114,8 +117,9 @@ pub struct Experiment {
     pub decode: DecodeSpec,
     /// Seeds.
     pub seeds: Vec<u64>,
-    /// Models after grid expansion, with their names.
-    pub models: Vec<(String, ModelSpec)>,
+    /// Models after grid expansion, with their names and training settings (`[train]` with
+    /// the model's own `train = {...}` keys on top).
+    pub models: Vec<(String, ModelSpec, TrainSpec)>,
 }
 
 /// Expands list-valued keys of a model table into one table per combination, named
@@ -164,7 +168,14 @@ impl Experiment {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
         let bad = |m: String| TrainError::Config(format!("{}: {m}", path.display()));
         let file: ExperimentFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        file.train.validate().map_err(|e| bad(format!("[train]: {e}")))?;
+        let shared_train = file.train.clone().unwrap_or_default();
+        let train_spec = |t: toml::Table, what: &str| -> Result<TrainSpec, TrainError> {
+            let spec: TrainSpec =
+                toml::Value::Table(t).try_into().map_err(|e| bad(format!("{what}: {e}")))?;
+            spec.validate().map_err(|e| bad(format!("{what}: {e}")))?;
+            Ok(spec)
+        };
+        let train = train_spec(shared_train.clone(), "[train]")?;
         if file.models.is_empty() {
             return Err(bad("no [[model]] tables: list at least one model".into()));
         }
@@ -176,16 +187,26 @@ impl Experiment {
         }
         let mut models = Vec::new();
         for (i, table) in file.models.iter().enumerate() {
-            for (name, t) in expand(table) {
+            let mut table = table.clone();
+            let own_train = match table.remove("train") {
+                Some(toml::Value::Table(t)) => t,
+                Some(_) => return Err(bad(format!("[[model]] #{}: `train` must be a table", i + 1))),
+                None => toml::Table::new(),
+            };
+            let mut merged = shared_train.clone();
+            merged.extend(own_train);
+            for (name, t) in expand(&table) {
                 let spec: ModelSpec = toml::Value::Table(t)
                     .try_into()
                     .map_err(|e| bad(format!("[[model]] #{} ({name}): {e}", i + 1)))?;
-                if models.iter().any(|(n, _)| n == &name) {
+                let model_train =
+                    train_spec(merged.clone(), &format!("[[model]] #{} ({name}) train", i + 1))?;
+                if models.iter().any(|(n, _, _)| n == &name) {
                     return Err(bad(format!(
                         "two models are named `{name}`: give one of them a `name = \"...\"`"
                     )));
                 }
-                models.push((name, spec));
+                models.push((name, spec, model_train));
             }
         }
         let name = file
@@ -198,7 +219,7 @@ impl Experiment {
             source: path.to_path_buf(),
             data: file.data,
             tokenizer: file.tokenizer,
-            train: file.train,
+            train,
             decode: file.decode,
             seeds: file.seeds,
             models,
@@ -208,14 +229,14 @@ impl Experiment {
     /// The runs, in order: every model for every seed.
     pub fn entries(&self) -> Vec<(Entry, RunConfig)> {
         let mut out = Vec::new();
-        for (name, spec) in &self.models {
+        for (name, spec, train) in &self.models {
             for &seed in &self.seeds {
                 let run = if self.seeds.len() > 1 { format!("{name}-s{seed}") } else { name.clone() };
                 let cfg = RunConfig {
                     data: self.data.clone(),
                     tokenizer: self.tokenizer.clone(),
                     model: spec.clone(),
-                    train: TrainSpec { seed, ..self.train.clone() },
+                    train: TrainSpec { seed, ..train.clone() },
                 };
                 let entry = Entry {
                     name: run.clone(),
@@ -250,7 +271,7 @@ pub fn run_experiment(
     let entries = exp.entries();
     if let Some(o) = only {
         if !entries.iter().any(|(e, _)| e.model == o || e.name == o) {
-            let names: Vec<&str> = exp.models.iter().map(|(n, _)| n.as_str()).collect();
+            let names: Vec<&str> = exp.models.iter().map(|(n, _, _)| n.as_str()).collect();
             return Err(TrainError::Config(format!(
                 "--only {o}: no such model (models: {})",
                 names.join(", ")
@@ -268,7 +289,6 @@ pub fn run_experiment(
     let todo: Vec<usize> = (0..entries.len())
         .filter(|&i| only.is_none_or(|o| entries[i].0.model == o || entries[i].0.name == o))
         .collect();
-    let search = exp.decode.search(&exp.train);
     let started = Instant::now();
     let mut trained = 0usize;
     for (k, &i) in todo.iter().enumerate() {
@@ -287,6 +307,7 @@ pub fn run_experiment(
             }
         };
         eprintln!("[{}/{}] {} ({}, seed {}) · {eta}", k + 1, todo.len(), entry.name, entry.kind, entry.seed);
+        let search = exp.decode.search(&cfg.train);
         let out = run_and_test(cfg, &dir, device, device_name, progress, &search, &|m| eprintln!("  {m}"))?;
         trained += 1;
         if let Some(t) = &out.test {
@@ -316,7 +337,7 @@ mod tests {
              [[model]]\nkind = \"luong\"\nscore = [\"dot\", \"general\"]\ninput_feeding = [true, false]\n",
         )
         .unwrap();
-        let names: Vec<&str> = e.models.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = e.models.iter().map(|(n, _, _)| n.as_str()).collect();
         assert_eq!(
             names,
             [
@@ -332,6 +353,23 @@ mod tests {
         assert_eq!(entries.len(), 10);
         assert_eq!(entries[1].0.name, "lstm-s2");
         assert_eq!(entries[1].1.train.seed, 2);
+    }
+
+    #[test]
+    fn a_model_can_override_training_keys() {
+        let e = load(
+            "[train]\nlr = 0.002\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\n\
+             [[model]]\nkind = \"transformer\"\ntrain = { lr = 0.0005, schedule = { kind = \"noam\", warmup = 10 } }\n",
+        )
+        .unwrap();
+        assert_eq!(e.models[0].2.lr, 0.002);
+        assert_eq!(e.models[1].2.lr, 0.0005);
+        assert_eq!(e.models[1].2.budget.steps, Some(3));
+        let err =
+            load("[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\ntrain = { lr = \"fast\" }\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("lstm") && err.contains("train"), "{err}");
     }
 
     #[test]
