@@ -35,6 +35,9 @@ pub struct TrainerState {
     pub loss_window: (f64, u64),
     /// Whether training has finished (budget or early stopping).
     pub finished: bool,
+    /// Batches skipped because their loss was not finite (`skip_nonfinite`).
+    #[serde(default)]
+    pub skipped_batches: u64,
 }
 
 /// A pointer file's content.
@@ -85,7 +88,13 @@ impl Checkpoints {
         is_best: bool,
         write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
     ) -> Result<PathBuf, TrainError> {
-        let name = format!("step-{:08}", state.step);
+        // A fresh name, never an existing directory: a pointer may name that one, and
+        // replacing it in place would leave a moment where the pointer dangles.
+        let base = format!("step-{:08}", state.step);
+        let name = (1..)
+            .map(|k| if k == 1 { base.clone() } else { format!("{base}-{k}") })
+            .find(|n| !self.root.join(n).exists())
+            .expect("a free checkpoint name");
         let tmp = self.root.join(format!(".{name}.tmp"));
         let dir = self.root.join(&name);
         if tmp.exists() {
@@ -93,14 +102,12 @@ impl Checkpoints {
         }
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         write_files(&tmp)?;
+        crate::interrupt::abort_in_checkpoint(state.step);
         let json = serde_json::to_vec_pretty(state).expect("trainer state serialises");
         std::fs::write(tmp.join("state.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
         for entry in std::fs::read_dir(&tmp).map_err(|e| TrainError::io(&tmp, e))? {
             let path = entry.map_err(|e| TrainError::io(&tmp, e))?.path();
             std::fs::File::open(&path).and_then(|f| f.sync_all()).map_err(|e| TrainError::io(&path, e))?;
-        }
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
         }
         std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io(&dir, e))?;
         let ptr = serde_json::to_vec(&Pointer { dir: name, step: state.step }).expect("pointer serialises");
@@ -119,7 +126,8 @@ impl Checkpoints {
         for entry in std::fs::read_dir(&self.root).map_err(|e| TrainError::io(&self.root, e))? {
             let path = entry.map_err(|e| TrainError::io(&self.root, e))?.path();
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if path.is_dir() && name.starts_with("step-") && !keep.contains(&path) {
+            let stale_tmp = name.starts_with(".step-") && name.ends_with(".tmp");
+            if path.is_dir() && (name.starts_with("step-") || stale_tmp) && !keep.contains(&path) {
                 std::fs::remove_dir_all(&path).map_err(|e| TrainError::io(&path, e))?;
             }
         }

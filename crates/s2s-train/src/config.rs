@@ -78,6 +78,8 @@ pub struct TrainSpec {
     pub stop_metric: StopMetric,
     /// Validations without improvement before stopping (0: never stop early).
     pub patience: u32,
+    /// Skip (and count) batches whose loss is not finite instead of stopping with an error.
+    pub skip_nonfinite: bool,
 }
 
 impl Default for TrainSpec {
@@ -101,6 +103,7 @@ impl Default for TrainSpec {
             max_output: MaxLength::default(),
             stop_metric: StopMetric::Bleu,
             patience: 5,
+            skip_nonfinite: false,
         }
     }
 }

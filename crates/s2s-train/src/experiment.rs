@@ -310,6 +310,10 @@ pub fn run_experiment(
         let search = exp.decode.search(&cfg.train);
         let out = run_and_test(cfg, &dir, device, device_name, progress, &search, &|m| eprintln!("  {m}"))?;
         trained += 1;
+        if out.train.interrupted {
+            eprintln!("experiment interrupted: rerun the same command to resume");
+            break;
+        }
         if let Some(t) = &out.test {
             eprintln!("  test: BLEU {:.2}, chrF {:.2}, ppl {:.2} ({})", t.bleu, t.chrf, t.ppl, t.decoding);
         }

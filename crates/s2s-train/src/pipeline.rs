@@ -59,8 +59,20 @@ pub fn run_and_test(
         device,
         progress,
     })?;
+    if outcome.interrupted {
+        manifest.status = "interrupted".into();
+        write_manifest(run_dir, &manifest)?;
+        log(&format!(
+            "interrupted at step {}: checkpoint written; run the same command again to resume",
+            outcome.steps
+        ));
+        return Ok(RunOutcome { train: outcome, test: None, params });
+    }
     manifest.status = "finished".into();
     write_manifest(run_dir, &manifest)?;
+    if outcome.skipped_batches > 0 {
+        log(&format!("skipped {} batches with a non-finite loss", outcome.skipped_batches));
+    }
     log(&format!(
         "trained {} steps in {:.0} s{}; best checkpoint: step {}",
         outcome.steps,

@@ -50,6 +50,11 @@ pub struct TrainOutcome {
     pub best_dir: PathBuf,
     /// Whether patience ran out before the budget.
     pub stopped_early: bool,
+    /// Whether a stop was requested (SIGINT/SIGTERM): a checkpoint was written, rerun to
+    /// resume.
+    pub interrupted: bool,
+    /// Batches skipped for a non-finite loss (`skip_nonfinite`).
+    pub skipped_batches: u64,
 }
 
 /// Everything `train` needs.
@@ -134,6 +139,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         schedule: spec.schedule.start(),
         loss_window: (0.0, 0),
         finished: false,
+        skipped_batches: 0,
     };
     if let Some(dir) = ckpts.pointed("last")? {
         st = Checkpoints::read_state(&dir)?;
@@ -155,6 +161,8 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             wall: st.wall,
             best_dir,
             stopped_early: false,
+            interrupted: false,
+            skipped_batches: st.skipped_batches,
         });
     }
 
@@ -172,7 +180,13 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let mut batches = batcher.epoch(spec.seed, st.epoch);
     let mut stopped_early = false;
     let mut last_lr = spec.lr;
+    let mut interrupted = false;
+    let mut consecutive_skips = 0u32;
     loop {
+        if crate::interrupt::stop_requested() {
+            interrupted = true;
+            break;
+        }
         let wall = wall0 + started.elapsed().as_secs_f64();
         let out_of_time = spec.budget.minutes.is_some_and(|m| wall >= m * 60.0);
         if st.step >= max_steps || out_of_time {
@@ -198,9 +212,24 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             step_tokens += b.tokens as u64;
             acc.accumulate(&model, GradientsParams::from_grads(loss.backward(), &model));
         }
-        if !step_loss.is_finite() {
-            return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
+        if crate::interrupt::nan_at(st.step + 1) {
+            step_loss = f64::NAN;
         }
+        if !step_loss.is_finite() {
+            if !spec.skip_nonfinite {
+                return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
+            }
+            st.skipped_batches += 1;
+            consecutive_skips += 1;
+            if consecutive_skips > 100 {
+                return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
+            }
+            if let Some(bar) = &bar {
+                bar.println(format!("skipped a batch with a {step_loss} loss before step {}", st.step + 1));
+            }
+            continue;
+        }
+        consecutive_skips = 0;
         let mut grads = acc.grads();
         clip_global_norm(&model, &mut grads, spec.clip_norm);
         st.step += 1;
@@ -247,6 +276,23 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         }
     }
     st.wall = wall0 + started.elapsed().as_secs_f64();
+    if interrupted {
+        save(&ckpts, &st, false, &model, &optim)?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        let best_dir = ckpts.pointed("best")?.unwrap_or(ckpts.pointed("last")?.expect("just saved"));
+        return Ok(TrainOutcome {
+            steps: st.step,
+            best_step: st.best_step,
+            best: st.best,
+            wall: st.wall,
+            best_dir,
+            stopped_early: false,
+            interrupted: true,
+            skipped_batches: st.skipped_batches,
+        });
+    }
     if st.step % spec.valid_every != 0 || st.step == 0 {
         validate_and_checkpoint(
             &job,
@@ -272,6 +318,8 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         wall: st.wall,
         best_dir,
         stopped_early,
+        interrupted: false,
+        skipped_batches: st.skipped_batches,
     })
 }
 

@@ -6,6 +6,7 @@ mod bench;
 mod data;
 mod experiment;
 mod score;
+mod signals;
 mod train;
 mod translate;
 
@@ -44,6 +45,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Train(_) | Command::Experiment(_)) {
+        signals::install();
+    }
     let result = match cli.command {
         Command::Bench(a) => bench::run(a),
         Command::Data(c) => data::run(c),

@@ -101,6 +101,9 @@ pub struct TrainArgs {
     /// Device: auto (a real GPU if present, else CPU), cpu or wgpu.
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// Skip (and count) batches whose loss is NaN or infinite instead of stopping.
+    #[arg(long)]
+    skip_nonfinite: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -194,6 +197,9 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     set(&mut t.lr, a.lr);
     set(&mut t.valid_every, a.valid_every);
     set(&mut t.seed, a.seed);
+    if a.skip_nonfinite {
+        t.skip_nonfinite = true;
+    }
     if let Some(w) = a.warmup {
         t.schedule = s2s_train::schedule::Schedule::Noam { warmup: w };
     }

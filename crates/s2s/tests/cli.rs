@@ -461,3 +461,154 @@ fn chromium_renders(html: &std::path::Path) {
     assert!(dom.matches("<svg").count() >= 5, "the plots render as inline SVG");
     assert!(dom.contains("<polyline") || dom.contains("<path"), "the curves are drawn");
 }
+
+/// Arguments of a tiny Bahdanau run on 300 built-in pairs (config file written beside it).
+fn crash_args(run: &std::path::Path, steps: &str) -> Vec<String> {
+    let cfg = run.with_extension("toml");
+    std::fs::create_dir_all(run.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        "[data]\nsource = \"builtin\"\npairs = 300\n[model]\nkind = \"bahdanau\"\nemb = 16\nhidden = 16\n",
+    )
+    .unwrap();
+    [
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        steps,
+        "--valid-every",
+        "2",
+        "--max-tokens",
+        "512",
+        "--level",
+        "word",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--run",
+        run.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run_env(args: &[String], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_s2s"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Metrics without the wall-time and speed columns, and the last checkpoint's tensor bytes.
+fn outcome(run: &std::path::Path) -> (Vec<String>, Vec<u8>) {
+    let m = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let rows = m
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            [f[0], f[1], f[3], f[4], f[5], f[6]].join(",")
+        })
+        .collect();
+    let ptr: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("checkpoints/last.json")).unwrap()).unwrap();
+    let w =
+        std::fs::read(run.join("checkpoints").join(ptr["dir"].as_str().unwrap()).join("model.bpk")).unwrap();
+    let header = u32::from_le_bytes(w[6..10].try_into().unwrap()) as usize;
+    (rows, w[10 + header..].to_vec())
+}
+
+/// Crashes at seven points — twice inside a checkpoint write, five SIGKILLs at staggered
+/// moments — then resumes: the result equals an uninterrupted run to the bit.
+#[test]
+fn killed_runs_resume_to_the_uninterrupted_result() {
+    let base = tmp("crash");
+    let reference = base.join("reference");
+    let o = run_env(&crash_args(&reference, "12"), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let run = base.join("crashed");
+    let args = crash_args(&run, "12");
+    for step in ["4", "8"] {
+        let o = run_env(&args, &[("S2S_FAULT_ABORT_IN_CHECKPOINT", step)]);
+        assert!(!o.status.success(), "the fault must kill the run at step {step}");
+        assert!(text(&o.stderr).contains("fault injection"), "{}", text(&o.stderr));
+    }
+    for delay_ms in [150u64, 300, 450, 600, 750] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+    }
+    let o = run_env(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(outcome(&run), outcome(&reference));
+    let leftovers: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "half-written checkpoints are cleaned up: {leftovers:?}");
+}
+
+/// SIGINT: the step finishes, a checkpoint is written, exit 0 with how to resume.
+#[test]
+fn sigint_checkpoints_and_exits_cleanly() {
+    let run = tmp("sigint").join("run");
+    let args = crash_args(&run, "100000");
+    let child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first checkpoint, so the run is past start-up, then interrupt.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !run.join("checkpoints/last.json").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "exit 0 after SIGINT: {}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("interrupted at step") && err.contains("resume"), "{err}");
+    let manifest = std::fs::read_to_string(run.join("run.json")).unwrap();
+    assert!(manifest.contains("\"interrupted\""));
+    let step: u64 =
+        err.split("interrupted at step ").nth(1).unwrap().split(':').next().unwrap().parse().unwrap();
+    // Resuming with a budget two steps further finishes the run.
+    let more = crash_args(&run, &(step + 2).to_string());
+    let o = run_env(&more, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(&format!("step {step}")), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("test: BLEU"));
+}
+
+/// A non-finite loss stops training naming the step, keeping the last good checkpoint; with
+/// `skip_nonfinite` the batch is skipped and counted.
+#[test]
+fn nonfinite_loss_stops_or_is_skipped() {
+    let run = tmp("nan").join("run");
+    let args = crash_args(&run, "4");
+    let o = run_env(&args, &[("S2S_FAULT_NAN_AT_STEP", "3")]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("step 3") && err.contains("NaN"), "{err}");
+    let ptr = std::fs::read_to_string(run.join("checkpoints/last.json")).unwrap();
+    assert!(ptr.contains("\"step\":2"), "{ptr}");
+    let mut skip = args.clone();
+    skip.push("--skip-nonfinite".into());
+    let o = run_env(&skip, &[("S2S_FAULT_NAN_AT_STEP", "3")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("skipped 1 batches"), "{}", text(&o.stderr));
+}
