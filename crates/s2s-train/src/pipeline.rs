@@ -7,9 +7,10 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Device;
 
+use crate::checkpoint::Checkpoints;
 use crate::error::TrainError;
 use crate::evaluate::Search;
-use crate::run::{RunConfig, RunManifest, prepare, write_manifest};
+use crate::run::{RunConfig, RunManifest, prepare, read_manifest, write_manifest};
 use crate::testset::{TestScores, evaluate_test};
 use crate::trainer::{TrainJob, TrainOutcome, build_model, load_model, train};
 
@@ -33,6 +34,7 @@ pub fn run_and_test(
     search: &Search,
     log: &dyn Fn(&str),
 ) -> Result<RunOutcome, TrainError> {
+    check_resume_config(cfg, run_dir)?;
     let prepared = prepare(cfg, run_dir)?;
     for (split, r) in &prepared.reports {
         log(&format!("{split}: {r}"));
@@ -90,4 +92,44 @@ pub fn run_and_test(
         None => None,
     };
     Ok(RunOutcome { train: outcome, test, params })
+}
+
+/// Refuses to resume a run directory that has checkpoints with a different data, tokenizer or
+/// model configuration (the training budget and other `[train]` keys may change), naming the
+/// keys that differ, before anything in the directory is touched.
+pub fn check_resume_config(cfg: &RunConfig, run_dir: &Path) -> Result<(), TrainError> {
+    if !run_dir.join("run.json").exists() || Checkpoints::new(run_dir).pointed("last")?.is_none() {
+        return Ok(());
+    }
+    let old = read_manifest(run_dir)?.config;
+    let (a, b) = (serde_json::to_value(&old).expect("config"), serde_json::to_value(cfg).expect("config"));
+    let mut diffs = Vec::new();
+    for section in ["data", "tokenizer", "model"] {
+        diff(section, &a[section], &b[section], &mut diffs);
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    Err(TrainError::Config(format!(
+        "{} already holds checkpoints of another configuration ({}); use a new --run directory, \
+         or the run's own settings to resume it",
+        run_dir.display(),
+        diffs.join("; ")
+    )))
+}
+
+fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let null = serde_json::Value::Null;
+                diff(&format!("{path}.{k}"), x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null), out);
+            }
+        }
+        _ if a != b => out.push(format!("{path}: {a} in run.json, {b} now")),
+        _ => {}
+    }
 }

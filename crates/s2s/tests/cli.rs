@@ -612,3 +612,42 @@ fn nonfinite_loss_stops_or_is_skipped() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("skipped 1 batches"), "{}", text(&o.stderr));
 }
+
+/// Resuming with another model configuration is refused, naming the key, and leaves the run
+/// usable; a truncated checkpoint or tokenizer is reported, not half-loaded.
+#[test]
+fn bad_resumes_and_corrupt_files_are_reported() {
+    let run = tmp("corrupt").join("run");
+    let args = crash_args(&run, "2");
+    let o = run_env(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let manifest = std::fs::read_to_string(run.join("run.json")).unwrap();
+    let mut other = crash_args(&run, "4");
+    other.extend(["--hidden".to_string(), "24".to_string()]);
+    let o = run_env(&other, &[]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("model.hidden: 16 in run.json, 24 now"), "{err}");
+    assert_eq!(std::fs::read_to_string(run.join("run.json")).unwrap(), manifest, "run.json untouched");
+    let translate =
+        |input: &str| s2s_stdin(&["translate", "--model", run.to_str().unwrap(), "--device", "cpu"], input);
+    assert!(translate("the dog sleeps .\n").status.success());
+    // A truncated model file.
+    let ptr: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("checkpoints/best.json")).unwrap()).unwrap();
+    let model = run.join("checkpoints").join(ptr["dir"].as_str().unwrap()).join("model.bpk");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let o = translate("the dog sleeps .\n");
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("model.bpk"), "{}", text(&o.stderr));
+    std::fs::write(&model, &bytes).unwrap();
+    // A truncated tokenizer.
+    let tok = run.join("tokenizer/joint.json");
+    let t = std::fs::read(&tok).unwrap();
+    std::fs::write(&tok, &t[..t.len() / 3]).unwrap();
+    let o = translate("the dog sleeps .\n");
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("joint.json") && err.contains("corrupt"), "{err}");
+}
