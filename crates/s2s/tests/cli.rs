@@ -651,3 +651,45 @@ fn bad_resumes_and_corrupt_files_are_reported() {
     let err = text(&o.stderr);
     assert!(err.contains("joint.json") && err.contains("corrupt"), "{err}");
 }
+
+/// Random bytes and very long lines: no panic, one output line per input line.
+#[test]
+fn translate_survives_random_bytes_and_very_long_lines() {
+    let run = tiny_run("translate-fuzz", "transformer", "1");
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut input = Vec::new();
+    let mut lines = 0;
+    for i in 0..40 {
+        if i % 10 == 0 {
+            input.extend(std::iter::repeat_n(b"the dog sees the cat ".as_slice(), 2000).flatten());
+            input.push(b'\n');
+            lines += 1;
+            continue;
+        }
+        let len = (rng % 200) as usize;
+        for _ in 0..len {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let b = (rng % 256) as u8;
+            input.push(if b == b'\n' { b' ' } else { b });
+        }
+        input.push(b'\n');
+        lines += 1;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+        .args(["translate", "--model", run.to_str().unwrap(), "--device", "cpu", "--beam", "2", "--skip-invalid"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("panicked"));
+    assert_eq!(o.stdout.iter().filter(|&&b| b == b'\n').count(), lines);
+    assert!(text(&o.stderr).contains("truncated"));
+}
