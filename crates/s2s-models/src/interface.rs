@@ -54,6 +54,11 @@ impl Source {
         self.ids.dims()[1]
     }
 
+    /// Leading positions that are real in every row (the shortest length).
+    pub fn dense(&self) -> usize {
+        self.lens.iter().copied().min().unwrap_or(0).min(self.len())
+    }
+
     /// True for a batch without positions.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

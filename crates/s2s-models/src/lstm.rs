@@ -117,7 +117,7 @@ impl LstmSeq2Seq {
     pub(crate) fn run_encoder(&self, src: &Source) -> (Tensor<3>, Vec<CellState>) {
         let src = if self.reverse_source { src.reversed() } else { src.clone() };
         let x = embed_masked(&self.src_embed, src.ids.clone(), &src.keep); // [B, S, E]
-        let (out, finals) = self.encoder.forward(x, &src.keep, None);
+        let (out, finals) = self.encoder.forward(x, &src.keep, src.dense(), None);
         (out, bridge(finals, self.encoder.directions()))
     }
 
@@ -128,7 +128,7 @@ impl LstmSeq2Seq {
         let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
         // Target padding comes after every real token and is masked in the loss: run on.
         let keep = Tensor::ones([batch, tgt], &y.device());
-        let (h, _) = self.decoder.forward(y, &keep, Some(init)); // [B, T, H]
+        let (h, _) = self.decoder.forward(y, &keep, tgt, Some(init)); // [B, T, H]
         Forward { logits: self.output.forward(self.dropout.forward(h)), attention: None }
     }
 

@@ -117,11 +117,14 @@ impl StackedRnn {
     }
 
     /// Runs every layer over a whole padded sequence. `init` gives per-layer (forward
-    /// direction) initial states; `None` starts from zeros.
+    /// direction) initial states; `None` starts from zeros. `dense` is how many leading
+    /// positions are real in every row (the shortest length): those steps skip the padding
+    /// mask, which only the positions after them need.
     pub fn forward(
         &self,
         x: Tensor<3>,
         keep: &Tensor<2>,
+        dense: usize,
         init: Option<Vec<CellState>>,
     ) -> (Tensor<3>, Vec<CellState>) {
         let [batch, time, _] = x.dims();
@@ -140,12 +143,12 @@ impl StackedRnn {
                 .as_mut()
                 .and_then(|it| it.next())
                 .unwrap_or_else(|| CellState::zeros(cell.kind, batch, cell.d_hidden, &device));
-            let (out_f, fin_f) = run(cell, cell.project(input.clone()), &keeps, start, false);
+            let (out_f, fin_f) = run(cell, cell.project(input.clone()), &keeps, dense, start, false);
             finals.push(fin_f);
             input = match self.backward_cells.get(l) {
                 Some(back) => {
                     let zero = CellState::zeros(back.kind, batch, back.d_hidden, &device);
-                    let (out_b, fin_b) = run(back, back.project(input), &keeps, zero, true);
+                    let (out_b, fin_b) = run(back, back.project(input), &keeps, dense, zero, true);
                     finals.push(fin_b);
                     Tensor::cat(vec![out_f, out_b], 2)
                 }
@@ -177,6 +180,7 @@ fn run(
     cell: &RecurrentCell,
     xw: Tensor<3>,
     keeps: &[Tensor<2>],
+    dense: usize,
     start: CellState,
     reverse: bool,
 ) -> (Tensor<3>, CellState) {
@@ -187,9 +191,14 @@ fn run(
         if reverse { Box::new((0..time).rev()) } else { Box::new(0..time) };
     for t in order {
         let x_t = xw.clone().narrow(1, t, 1).squeeze_dim::<2>(1); // [B, G·H]
-        let new = cell.step(x_t, &state).masked(&state, &keeps[t]);
-        outs[t] = Some(new.h.clone() * keeps[t].clone());
-        state = new;
+        if t < dense {
+            state = cell.step(x_t, &state);
+            outs[t] = Some(state.h.clone());
+        } else {
+            let new = cell.step(x_t, &state).masked(&state, &keeps[t]);
+            outs[t] = Some(new.h.clone() * keeps[t].clone());
+            state = new;
+        }
     }
     let outs: Vec<Tensor<2>> = outs.into_iter().map(|o| o.expect("every step ran")).collect();
     (Tensor::stack(outs, 1), state)
@@ -218,9 +227,15 @@ mod tests {
                 TensorData::new(vec![1f32, 1., 1., 1., 1., 1., 1., 1., 1., 0., 0., 0.], [2, 6]),
                 &d,
             );
-            let (out, fin) = rnn.forward(x.clone(), &keep, None);
+            let (out, fin) = rnn.forward(x.clone(), &keep, 3, None);
+            // Skipping the mask on the dense prefix changes nothing.
+            let (masked_everywhere, _) = rnn.forward(x.clone(), &keep, 0, None);
+            assert!(
+                close(out.clone().reshape([2, 60]), masked_everywhere.reshape([2, 60])) < 1e-6,
+                "{kind:?} dense"
+            );
             let alone = x.narrow(0, 1, 1).narrow(1, 0, 3);
-            let (out1, fin1) = rnn.forward(alone, &Tensor::ones([1, 3], &d), None);
+            let (out1, fin1) = rnn.forward(alone, &Tensor::ones([1, 3], &d), 3, None);
             let padded_row = out.clone().narrow(0, 1, 1).narrow(1, 0, 3).reshape([3, 10]);
             assert!(close(padded_row, out1.reshape([3, 10])) < 1e-5, "{kind:?} outputs");
             let tail: Tensor<2> = out.narrow(0, 1, 1).narrow(1, 3, 3).reshape([3, 10]);
@@ -237,7 +252,7 @@ mod tests {
         d.seed(4);
         let rnn = StackedRnnConfig::new(CellKind::Lstm, 3, 4).with_layers(2).init(&d);
         let x: Tensor<3> = Tensor::random([2, 5, 3], Distribution::Normal(0.0, 1.0), &d);
-        let (out, _) = rnn.forward(x.clone(), &Tensor::ones([2, 5], &d), None);
+        let (out, _) = rnn.forward(x.clone(), &Tensor::ones([2, 5], &d), 5, None);
         let mut states: Vec<CellState> = (0..2).map(|_| CellState::zeros(CellKind::Lstm, 2, 4, &d)).collect();
         for t in 0..5 {
             let x_t = x.clone().narrow(1, t, 1).squeeze_dim::<2>(1);

@@ -678,7 +678,16 @@ fn translate_survives_random_bytes_and_very_long_lines() {
         lines += 1;
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
-        .args(["translate", "--model", run.to_str().unwrap(), "--device", "cpu", "--beam", "2", "--skip-invalid"])
+        .args([
+            "translate",
+            "--model",
+            run.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--beam",
+            "2",
+            "--skip-invalid",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
