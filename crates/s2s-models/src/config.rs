@@ -1,6 +1,7 @@
 //! The user-facing model specification (TOML/JSON, tagged by `kind`), strict about unknown
 //! keys, and how it becomes a [`Model`].
 
+use burn::module::Module;
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
@@ -163,7 +164,23 @@ impl ModelSpec {
 
     /// Builds the model; `joint` says both sides use one vocabulary, which lets a Transformer
     /// share its embeddings.
+    ///
+    /// Every parameter is drawn here, not lazily at first use, so the weights depend only on
+    /// the device's seed at this call (not on what else draws random numbers before the first
+    /// forward pass).
     pub fn init_for(
+        &self,
+        src_vocab: usize,
+        tgt_vocab: usize,
+        joint: bool,
+        device: &Device,
+    ) -> Result<Model, String> {
+        let model = self.init_lazy(src_vocab, tgt_vocab, joint, device)?;
+        model.visit(&mut Materialize);
+        Ok(model)
+    }
+
+    fn init_lazy(
         &self,
         src_vocab: usize,
         tgt_vocab: usize,
@@ -197,6 +214,15 @@ impl ModelSpec {
                 .init(device)
                 .map(Model::Transformer),
         }
+    }
+}
+
+/// Draws every lazily initialised parameter.
+struct Materialize;
+
+impl burn::module::ModuleVisitor for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<burn::tensor::Tensor<D>>) {
+        let _ = param.val();
     }
 }
 

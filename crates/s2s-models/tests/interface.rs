@@ -55,6 +55,10 @@ fn specs() -> Vec<ModelSpec> {
 }
 
 fn model(spec: &ModelSpec, d: &Device) -> Model {
+    // Tests run on parallel threads and share the device's generator: seed and draw under a
+    // lock so the weights do not depend on scheduling.
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
     d.seed(7);
     spec.init(20, 17, d).unwrap()
 }
