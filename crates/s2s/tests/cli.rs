@@ -285,11 +285,7 @@ fn training_is_bit_identical_for_a_seed() {
     assert_ne!(cols(&a), cols(&c), "a different seed must change the run");
     // The tensor bytes after burnpack's header (`NRUB`, version, u32 header length, header): the
     // header holds random parameter ids, the data must be equal to the bit.
-    let weights = |run: &PathBuf| {
-        let w = std::fs::read(run.join("checkpoints/step-00000004/model.bpk")).unwrap();
-        let header = u32::from_le_bytes(w[6..10].try_into().unwrap()) as usize;
-        w[10 + header..].to_vec()
-    };
+    let weights = |run: &PathBuf| outcome(run).1;
     let (wa, wb) = (weights(&a), weights(&b));
     assert!(wa.len() > 1000 && wa == wb, "same seed, different weights");
     assert!(wa != weights(&c));
