@@ -60,24 +60,25 @@ pub struct ExperimentIndex {
     pub entries: Vec<Entry>,
 }
 
-/// One `metrics.csv` row.
+/// One row of `metrics.csv`: one per validation (and at the end of training). Written by
+/// the training loop (`s2s_train::metrics`), read here.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MetricsRow {
-    /// Optimizer step.
+    /// Optimizer steps so far.
     pub step: u64,
-    /// Epoch.
+    /// Epoch (0-based) the step belongs to.
     pub epoch: u64,
-    /// Training wall time so far, seconds.
+    /// Seconds of training so far (across resumes).
     pub wall: f64,
-    /// Mean training loss since the previous row.
+    /// Mean label-smoothed training loss per token since the previous row.
     pub train_loss: f64,
-    /// Validation perplexity.
+    /// Validation perplexity (teacher-forced).
     pub val_ppl: f64,
-    /// Validation BLEU (greedy).
+    /// Validation BLEU (greedy, sacreBLEU defaults).
     pub val_bleu: f64,
-    /// Learning rate.
+    /// Learning rate at the step.
     pub lr: f64,
-    /// Training target tokens/s since the previous row.
+    /// Target tokens per second since the previous row.
     pub tokens_per_s: f64,
 }
 

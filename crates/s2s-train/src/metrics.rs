@@ -3,28 +3,8 @@
 use std::fs::OpenOptions;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-/// One row of `metrics.csv`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MetricsRow {
-    /// Optimizer steps so far.
-    pub step: u64,
-    /// Epoch (0-based) the step belongs to.
-    pub epoch: u64,
-    /// Seconds of training so far (across resumes).
-    pub wall: f64,
-    /// Mean label-smoothed training loss per token since the previous row.
-    pub train_loss: f64,
-    /// Validation perplexity (teacher-forced).
-    pub val_ppl: f64,
-    /// Validation BLEU (greedy, sacreBLEU defaults).
-    pub val_bleu: f64,
-    /// Learning rate at the step.
-    pub lr: f64,
-    /// Target tokens per second since the previous row.
-    pub tokens_per_s: f64,
-}
+/// One row of `metrics.csv` — defined once, in the report crate that reads the file.
+pub use s2s_report::results::MetricsRow;
 
 /// Appends `row` (with a header when the file is new).
 pub fn append(path: &Path, row: &MetricsRow) -> std::io::Result<()> {
