@@ -274,18 +274,7 @@ impl BleuConfig {
         R: AsRef<[S]> + Sync,
         S: AsRef<str> + Sync,
     {
-        check_streams(hyps.len(), refs)?;
-        Ok(par_chunks(hyps.len(), |range| {
-            let mut w = BleuWorker::default();
-            let mut ref_lines: Vec<&str> = Vec::with_capacity(refs.len());
-            range
-                .map(|i| {
-                    ref_lines.clear();
-                    ref_lines.extend(refs.iter().map(|r| r.as_ref()[i].as_ref()));
-                    w.segment(self, hyps[i].as_ref(), &ref_lines)
-                })
-                .collect()
-        }))
+        par_segments(hyps, refs, |w: &mut BleuWorker, hyp, refs| w.segment(self, hyp, refs))
     }
 
     /// Corpus BLEU of `hyps` against the reference streams `refs`
@@ -320,6 +309,35 @@ where
     S: AsRef<str> + Sync,
 {
     BleuConfig::default().corpus_score(hyps, refs)
+}
+
+/// Checks the reference streams, then computes `segment(worker, hypothesis, references)` for
+/// every segment (its line of each stream) on all threads — one `W` per chunk of segments —
+/// in input order. BLEU and chrF both collect their per-segment statistics this way.
+pub(crate) fn par_segments<H, R, S, W, T>(
+    hyps: &[H],
+    refs: &[R],
+    segment: impl Fn(&mut W, &str, &[&str]) -> T + Sync,
+) -> Result<Vec<T>, EvalError>
+where
+    H: AsRef<str> + Sync,
+    R: AsRef<[S]> + Sync,
+    S: AsRef<str> + Sync,
+    W: Default,
+    T: Send,
+{
+    check_streams(hyps.len(), refs)?;
+    Ok(par_chunks(hyps.len(), |range| {
+        let mut w = W::default();
+        let mut ref_lines: Vec<&str> = Vec::with_capacity(refs.len());
+        range
+            .map(|i| {
+                ref_lines.clear();
+                ref_lines.extend(refs.iter().map(|r| r.as_ref()[i].as_ref()));
+                segment(&mut w, hyps[i].as_ref(), &ref_lines)
+            })
+            .collect()
+    }))
 }
 
 /// Checks there is at least one reference stream and that each is as long as the hypotheses.

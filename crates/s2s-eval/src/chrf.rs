@@ -16,9 +16,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::VERSION;
-use crate::bleu::check_streams;
+use crate::bleu::par_segments;
 use crate::error::EvalError;
-use crate::ngram::{Interner, NgramTrie, par_chunks};
+use crate::ngram::{Interner, NgramTrie};
 use crate::tokenize::{ASCII_PY_WS, is_py_whitespace, py_split};
 
 /// Highest supported character n-gram order (six 21-bit code points fill a `u128`).
@@ -198,18 +198,7 @@ impl ChrfConfig {
         S: AsRef<str> + Sync,
     {
         self.validate()?;
-        check_streams(hyps.len(), refs)?;
-        Ok(par_chunks(hyps.len(), |range| {
-            let mut w = ChrfWorker::default();
-            let mut ref_lines: Vec<&str> = Vec::with_capacity(refs.len());
-            range
-                .map(|i| {
-                    ref_lines.clear();
-                    ref_lines.extend(refs.iter().map(|r| r.as_ref()[i].as_ref()));
-                    w.segment(self, hyps[i].as_ref(), &ref_lines)
-                })
-                .collect()
-        }))
+        par_segments(hyps, refs, |w: &mut ChrfWorker, hyp, refs| w.segment(self, hyp, refs))
     }
 
     /// Corpus chrF of `hyps` against the reference streams `refs`
