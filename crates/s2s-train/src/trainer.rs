@@ -276,24 +276,9 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         }
     }
     st.wall = wall0 + started.elapsed().as_secs_f64();
-    if interrupted {
-        save(&ckpts, &st, false, &model, &optim)?;
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        let best_dir = ckpts.pointed("best")?.unwrap_or(ckpts.pointed("last")?.expect("just saved"));
-        return Ok(TrainOutcome {
-            steps: st.step,
-            best_step: st.best_step,
-            best: st.best,
-            wall: st.wall,
-            best_dir,
-            stopped_early: false,
-            interrupted: true,
-            skipped_batches: st.skipped_batches,
-        });
-    }
-    if st.step % spec.valid_every != 0 || st.step == 0 {
+    // An interrupted run only checkpoints where it stands; a finished one validates its last
+    // step (unless that just happened) and is marked finished.
+    if !interrupted && (st.step % spec.valid_every != 0 || st.step == 0) {
         validate_and_checkpoint(
             &job,
             &model,
@@ -305,12 +290,16 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             &mut window_start,
         )?;
     }
-    st.finished = true;
+    st.finished = !interrupted;
     save(&ckpts, &st, false, &model, &optim)?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let best_dir = ckpts.pointed("best")?.expect("a best checkpoint was written");
+    // An interruption before the first validation has no best checkpoint yet.
+    let best_dir = match ckpts.pointed("best")? {
+        Some(dir) => dir,
+        None => ckpts.pointed("last")?.expect("a checkpoint was just written"),
+    };
     Ok(TrainOutcome {
         steps: st.step,
         best_step: st.best_step,
@@ -318,7 +307,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         wall: st.wall,
         best_dir,
         stopped_early,
-        interrupted: false,
+        interrupted,
         skipped_batches: st.skipped_batches,
     })
 }
