@@ -51,25 +51,6 @@ pub fn nll(model: &Model, examples: &[Example], batch: BatchConfig, device: &Dev
     (sum, tokens)
 }
 
-/// Greedy translations of `examples`' sources, in input order.
-pub fn translate_greedy(
-    model: &Model,
-    examples: &[Example],
-    batch: BatchConfig,
-    limit: MaxLength,
-    device: &Device,
-) -> Vec<Hypothesis> {
-    let mut out: Vec<Option<Hypothesis>> = vec![None; examples.len()];
-    for idx in Batcher::new(examples, batch).ordered() {
-        let b = Batch::collate(examples, &idx);
-        let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
-        for (h, &i) in greedy(model, &src, limit, false).into_iter().zip(&idx) {
-            out[i] = Some(h);
-        }
-    }
-    out.into_iter().map(|h| h.expect("every sentence decoded")).collect()
-}
-
 /// How to search.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Search {
@@ -112,7 +93,7 @@ pub fn translate(
     out
 }
 
-/// Detokenised outputs.
-pub fn detokenize(tok: &Tokenizer, hyps: &[Hypothesis]) -> Vec<String> {
-    hyps.iter().map(|h| tok.decode(&h.tokens)).collect()
+/// Detokenised best hypotheses (an empty line where a list is empty).
+pub fn detokenize(tok: &Tokenizer, hyps: &[Vec<Hypothesis>]) -> Vec<String> {
+    hyps.iter().map(|h| h.first().map(|h| tok.decode(&h.tokens)).unwrap_or_default()).collect()
 }

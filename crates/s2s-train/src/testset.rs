@@ -13,7 +13,7 @@ use s2s_models::Model;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
-use crate::evaluate::{Search, nll, translate};
+use crate::evaluate::{Search, detokenize, nll, translate};
 
 /// BLEU of one source-length bucket.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -87,8 +87,7 @@ pub fn evaluate_test(
     let t0 = Instant::now();
     let hyps = translate(model, &sources, decode_batch, search, device);
     let decode_seconds = t0.elapsed().as_secs_f64();
-    let text: Vec<String> =
-        hyps.iter().map(|h| h.first().map(|h| tok.tgt.decode(&h.tokens)).unwrap_or_default()).collect();
+    let text = detokenize(&tok.tgt, &hyps);
     let (sum, tokens) = nll(model, &ex, batch, device);
     let bleu = s2s_eval::corpus_bleu(&text, &[&refs])?;
     let chrf = s2s_eval::corpus_chrf(&text, &[&refs])?;

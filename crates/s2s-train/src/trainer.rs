@@ -21,7 +21,7 @@ use crate::checkpoint::{Checkpoints, TrainerState};
 use crate::clip::clip_global_norm;
 use crate::config::{OptimizerKind, StopMetric, TrainSpec};
 use crate::error::TrainError;
-use crate::evaluate::{DeviceBatch, detokenize, nll, translate_greedy};
+use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
 use crate::loss::label_smoothed_loss;
 use crate::metrics::{self, MetricsRow};
 
@@ -366,7 +366,9 @@ fn validate_and_checkpoint(
     } else {
         spec.valid_bleu_sentences.min(job.data.valid.len())
     };
-    let hyps = translate_greedy(&valid_model, &job.data.valid[..n], spec.batch, spec.max_output, job.device);
+    let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
+    let search = Search::Greedy { limit: spec.max_output, attention: false };
+    let hyps = translate(&valid_model, &sources, spec.batch, &search, job.device);
     let text = detokenize(&job.tokenizers.tgt, &hyps);
     let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
     let metric = match spec.stop_metric {
