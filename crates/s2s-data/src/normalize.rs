@@ -3,6 +3,10 @@
 //! Exactly this and nothing else: Unicode NFC; every Unicode space (no-break space, thin space,
 //! ideographic space, tabs, …) becomes an ASCII space; leading and trailing space is trimmed;
 //! runs of spaces collapse to one. Case, punctuation and everything else are kept.
+//!
+//! `▁` (U+2581, the block BPE's Metaspace uses to mark a word start) also counts as a space, as
+//! in SentencePiece, whose decoder turns it into one: otherwise a `▁` in a corpus would come back
+//! from the BPE round trip as a space (found by the `tokenizer` fuzz target).
 
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
@@ -31,9 +35,9 @@ pub fn normalize(line: &str) -> String {
 }
 
 /// Unicode white space plus the zero-width and format spaces that editors leave in corpora
-/// (U+200B zero width space, U+FEFF byte-order mark used as a space).
+/// (U+200B zero width space, U+FEFF byte-order mark used as a space) and Metaspace's `▁`.
 fn is_space(c: char) -> bool {
-    c.is_whitespace() || matches!(c, '\u{200B}' | '\u{FEFF}')
+    c.is_whitespace() || matches!(c, '\u{200B}' | '\u{FEFF}' | '\u{2581}')
 }
 
 #[cfg(test)]

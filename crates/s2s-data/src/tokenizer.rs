@@ -4,6 +4,9 @@
 //! Every level maps text to ids without specials ([`Tokenizer::encode`]) and back to plain text
 //! ([`Tokenizer::decode`], which drops specials). For text already normalised by
 //! [`crate::normalize`], `decode(encode(s)) == s` unless `s` holds tokens the vocabulary lacks.
+//!
+//! Text spelled like a special (`<s>`, `</s>`, `<pad>`, `<unk>`) is never encoded as the control
+//! token: BPE splits it like any other text, word-level vocabularies map it to `<unk>`.
 
 use std::path::{Path, PathBuf};
 
@@ -217,7 +220,7 @@ impl Tokenizer {
             if (0..SPECIALS.len() as u32).any(|i| t.id_to_token(i).as_deref() != Some(SPECIALS[i as usize])) {
                 return Err(corrupt("the specials <pad> <unk> <s> </s> are not ids 0–3".into()));
             }
-            return Ok(Tokenizer::Bpe(Box::new(t)));
+            return Ok(bpe(t));
         }
         let f: VocabTokenizerFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
         if !f.vocab.is_well_formed() {
@@ -251,8 +254,16 @@ fn train_bpe<S: AsRef<str> + Send + Sync>(cfg: &TokenizerConfig, texts: &[S]) ->
         .show_progress(false)
         .special_tokens(SPECIALS.iter().map(|s| AddedToken::from(s.to_string(), true)).collect())
         .build();
+    tok.set_encode_special_tokens(true);
     tok.train(&mut trainer, texts.iter().map(|t| t.as_ref())).map_err(err)?;
-    Ok(Tokenizer::Bpe(Box::new(tok)))
+    Ok(bpe(tok))
+}
+
+/// Wraps a BPE tokenizer so that `<s>` in text is text, not the special (the flag is not saved
+/// in `tokenizer.json`, so it is set on every load too).
+fn bpe(mut tok: Bpe) -> Tokenizer {
+    tok.set_encode_special_tokens(true);
+    Tokenizer::Bpe(Box::new(tok))
 }
 
 /// The source and target tokenizers of a run (the same one twice when joint).

@@ -76,9 +76,13 @@ impl Vocab {
         self.tokens.len() <= SPECIALS.len()
     }
 
-    /// The id of `token`, or [`UNK`].
+    /// The id of `token`, or [`UNK`] — also for text spelled like a special (`<s>` in a corpus
+    /// is a word, never a control token).
     pub fn id(&self, token: &str) -> u32 {
-        self.index.get(token).copied().unwrap_or(UNK)
+        match self.index.get(token) {
+            Some(&id) if id as usize >= SPECIALS.len() => id,
+            _ => UNK,
+        }
     }
 
     /// The token of `id` (`<unk>` when out of range).
@@ -104,7 +108,8 @@ mod tests {
         assert_eq!(v.token(4), "a");
         assert_eq!(v.token(5), "b");
         assert_eq!(v.token(6), "c");
-        assert_eq!(v.id("<pad>"), PAD);
+        assert_eq!(v.id("<pad>"), UNK, "text spelled like a special is not a control token");
+        assert_eq!(v.id("</s>"), UNK);
         assert_eq!(v.id("zzz"), UNK);
         assert!(v.is_well_formed());
     }
