@@ -64,8 +64,11 @@ pub struct TrainSpec {
     pub label_smoothing: f64,
     /// Global gradient-norm bound (0: no clipping).
     pub clip_norm: f64,
-    /// Batches whose gradients are summed per optimizer step.
+    /// Batches whose gradients are summed per optimizer step (per device).
     pub accumulate: u32,
+    /// Devices training in parallel, one batch each per micro-step (data parallelism): a step
+    /// then reads `accumulate × devices` batches and equals `accumulate × devices` on one.
+    pub devices: u32,
     /// Training budget.
     pub budget: Budget,
     /// Validate every this many optimizer steps (and at the end).
@@ -97,6 +100,7 @@ impl Default for TrainSpec {
             label_smoothing: 0.1,
             clip_norm: 1.0,
             accumulate: 1,
+            devices: 1,
             budget: Budget { steps: None, epochs: Some(10), minutes: None },
             valid_every: 500,
             valid_bleu_sentences: 0,
@@ -121,8 +125,8 @@ impl TrainSpec {
         if !(0.0..1.0).contains(&self.label_smoothing) {
             return Err(format!("label_smoothing must be in [0, 1), got {}", self.label_smoothing));
         }
-        if self.accumulate == 0 || self.valid_every == 0 || self.batch.max_tokens == 0 {
-            return Err("accumulate, valid_every and batch.max_tokens must be at least 1".into());
+        if self.accumulate == 0 || self.devices == 0 || self.valid_every == 0 || self.batch.max_tokens == 0 {
+            return Err("accumulate, devices, valid_every and batch.max_tokens must be at least 1".into());
         }
         Ok(())
     }

@@ -46,3 +46,34 @@ pub fn select(choice: DeviceChoice) -> (Device, String) {
         },
     }
 }
+
+/// `n` devices of `choice` for data-parallel training (`devices = n`): the first `n` physical
+/// GPUs, each through the first runtime that reaches it, or the one device of [`select`] when
+/// `n` is 1. Never several CPUs: flex is one device and already spreads its work over every
+/// core; on a machine with fewer GPUs than asked for, the error says how many there are.
+pub fn select_many(choice: DeviceChoice, n: u32) -> Result<(Vec<Device>, String), String> {
+    if n <= 1 {
+        let (device, name) = select(choice);
+        return Ok((vec![device], name));
+    }
+    if choice == DeviceChoice::Cpu {
+        return Err(format!(
+            "devices = {n}: the CPU backend (flex) is a single device that already uses every core; \
+             data-parallel training needs several GPUs (--device wgpu or auto)"
+        ));
+    }
+    let gpus = Device::enumerate_physical();
+    if gpus.len() < n as usize {
+        let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
+        return Err(format!(
+            "devices = {n} needs {n} GPUs, this machine has {} ({}); use devices = {} or fewer",
+            gpus.len(),
+            if names.is_empty() { "none".to_string() } else { names.join(", ") },
+            gpus.len().max(1)
+        ));
+    }
+    let chosen: Vec<(Device, String)> =
+        gpus.iter().take(n as usize).map(|g| (g.devices[0].clone(), g.name.clone())).collect();
+    let names: Vec<String> = chosen.iter().map(|(_, n)| n.clone()).collect();
+    Ok((chosen.into_iter().map(|(d, _)| d).collect(), format!("{n} GPUs ({})", names.join(", "))))
+}

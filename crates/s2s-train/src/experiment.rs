@@ -226,6 +226,11 @@ impl Experiment {
         })
     }
 
+    /// The most devices any of its runs trains on.
+    pub fn max_devices(&self) -> u32 {
+        self.entries().iter().map(|(_, c)| c.train.devices).max().unwrap_or(1)
+    }
+
     /// The runs, in order: every model for every seed.
     pub fn entries(&self) -> Vec<(Entry, RunConfig)> {
         let mut out = Vec::new();
@@ -259,11 +264,11 @@ pub fn finished(run_dir: &Path) -> bool {
 
 /// Trains every run of `exp` (or those whose model or run name is `only`) under `root`,
 /// skipping finished ones and resuming interrupted ones, and regenerates the report after
-/// each. Returns the report's files.
+/// each, on the first `train.devices` of `devices`. Returns the report's files.
 pub fn run_experiment(
     exp: &Experiment,
     root: &Path,
-    device: &Device,
+    devices: &[Device],
     device_name: &str,
     only: Option<&str>,
     progress: bool,
@@ -308,7 +313,9 @@ pub fn run_experiment(
         };
         eprintln!("[{}/{}] {} ({}, seed {}) · {eta}", k + 1, todo.len(), entry.name, entry.kind, entry.seed);
         let search = exp.decode.search(&cfg.train);
-        let out = run_and_test(cfg, &dir, device, device_name, progress, &search, &|m| eprintln!("  {m}"))?;
+        let n = (cfg.train.devices as usize).min(devices.len());
+        let out =
+            run_and_test(cfg, &dir, &devices[..n], device_name, progress, &search, &|m| eprintln!("  {m}"))?;
         trained += 1;
         if out.train.interrupted {
             eprintln!("experiment interrupted: rerun the same command to resume");

@@ -24,17 +24,19 @@ pub struct RunOutcome {
     pub params: usize,
 }
 
-/// Trains `cfg` into `run_dir` and evaluates it with `search`; `log` receives progress lines.
+/// Trains `cfg` into `run_dir` on `devices` (as many as `cfg.train.devices`; the first also
+/// evaluates) and evaluates it with `search`; `log` receives progress lines.
 pub fn run_and_test(
     cfg: &RunConfig,
     run_dir: &Path,
-    device: &Device,
+    devices: &[Device],
     device_name: &str,
     progress: bool,
     search: &Search,
     log: &dyn Fn(&str),
 ) -> Result<RunOutcome, TrainError> {
     check_resume_config(cfg, run_dir)?;
+    let device = devices.first().ok_or_else(|| TrainError::Config("no device selected".into()))?;
     let prepared = prepare(cfg, run_dir)?;
     for (split, r) in &prepared.reports {
         log(&format!("{split}: {r}"));
@@ -58,7 +60,7 @@ pub fn run_and_test(
         spec: &cfg.train,
         tokenizers: &prepared.tokenizers,
         data: &prepared.data,
-        device,
+        devices,
         progress,
     })?;
     if outcome.interrupted {

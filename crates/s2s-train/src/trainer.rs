@@ -69,8 +69,10 @@ pub struct TrainJob<'a> {
     pub tokenizers: &'a Tokenizers,
     /// Data.
     pub data: &'a TrainData,
-    /// The (non-autodiff) device; training uses its autodiff twin.
-    pub device: &'a Device,
+    /// The (non-autodiff) devices, as many as `spec.devices`: the first holds the weights and
+    /// the optimizer; each takes one batch of every micro-step (data parallelism, see
+    /// [`shard_gradients`]). Training uses their autodiff twins.
+    pub devices: &'a [Device],
     /// Draw a progress bar on stderr.
     pub progress: bool,
 }
@@ -119,11 +121,62 @@ pub fn load_model(
     })
 }
 
+/// Forward and backward of one micro-step: `shards[d]` (a batch and its dropout seed) on
+/// `devices[d]`, each device in its own thread on its own copy of the weights (burn's
+/// `Module::fork`), the gradients brought back to `devices[0]` — the main-device scheme of
+/// burn-train's multi-device strategy (docs/scaling.md). Returns, in device order, the
+/// gradients, the label-smoothed loss summed over the batch's tokens, and the token count.
+fn shard_gradients(
+    model: &Model,
+    devices: &[Device],
+    shards: &[(Batch, u64)],
+    spec: &TrainSpec,
+    scale: f64,
+) -> Vec<(GradientsParams, f64, u64)> {
+    let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| {
+        let b = DeviceBatch::new(batch, device);
+        device.seed(*seed);
+        let out = model.forward(&b.src, b.tgt_in.clone());
+        let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
+        let loss = l.smoothed.div_scalar(b.tokens as f64 * scale);
+        let sum = loss.clone().into_scalar::<f32>() as f64 * b.tokens as f64 * scale;
+        (GradientsParams::from_grads(loss.backward(), model), sum, b.tokens as u64)
+    };
+    if devices.len() == 1 {
+        return vec![step(model, &devices[0], &shards[0])];
+    }
+    std::thread::scope(|s| {
+        let workers: Vec<_> = devices
+            .iter()
+            .zip(shards)
+            .enumerate()
+            .map(|(d, (device, shard))| {
+                let replica = if d == 0 { model.clone() } else { model.clone().fork(device) };
+                let main = &devices[0];
+                s.spawn(move || {
+                    let (grads, loss, tokens) = step(&replica, device, shard);
+                    let grads = if d == 0 { grads } else { grads.to_device(main, &replica) };
+                    (grads, loss, tokens)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("a training thread panicked")).collect()
+    })
+}
+
 /// Trains (or resumes) one model in `job.run_dir`.
 pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let spec = job.spec;
     spec.validate().map_err(TrainError::Config)?;
-    let ad = job.device.clone().autodiff();
+    if job.devices.len() != spec.devices as usize {
+        return Err(TrainError::Config(format!(
+            "devices = {} but {} device(s) were selected",
+            spec.devices,
+            job.devices.len()
+        )));
+    }
+    let devices: Vec<Device> = job.devices.iter().map(|d| d.clone().autodiff()).collect();
+    let ad = devices[0].clone();
     let ckpts = Checkpoints::new(job.run_dir);
     let metrics_path = job.run_dir.join("metrics.csv");
     let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
@@ -167,7 +220,11 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     }
 
     let batcher = Batcher::new(&job.data.train, spec.batch);
-    let epoch_len = batcher.epoch(spec.seed, 0).len().div_ceil(spec.accumulate as usize) as u64;
+    // Every step reads `accumulate × devices` batches; each batch's loss is a per-token mean
+    // divided by that count, so N devices take the step `accumulate = N` takes on one.
+    let per_step = spec.accumulate as usize * devices.len();
+    let scale = per_step as f64;
+    let epoch_len = batcher.epoch(spec.seed, 0).len().div_ceil(per_step) as u64;
     let max_steps = spec
         .budget
         .steps
@@ -192,25 +249,29 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         if st.step >= max_steps || out_of_time {
             break;
         }
-        // One optimizer step over `accumulate` batches.
+        // One optimizer step over `accumulate` micro-steps of one batch per device.
         let mut acc = GradientsAccumulator::<Model>::new();
         let mut step_tokens = 0u64;
         let mut step_loss = 0.0;
         for micro in 0..spec.accumulate {
-            if st.batch_in_epoch >= batches.len() {
-                st.epoch += 1;
-                st.batch_in_epoch = 0;
-                batches = batcher.epoch(spec.seed, st.epoch);
+            let mut shards = Vec::with_capacity(devices.len());
+            for d in 0..devices.len() {
+                if st.batch_in_epoch >= batches.len() {
+                    st.epoch += 1;
+                    st.batch_in_epoch = 0;
+                    batches = batcher.epoch(spec.seed, st.epoch);
+                }
+                let seed = spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    ^ (st.step << 8)
+                    ^ (micro as u64 * devices.len() as u64 + d as u64);
+                shards.push((Batch::collate(&job.data.train, &batches[st.batch_in_epoch]), seed));
+                st.batch_in_epoch += 1;
             }
-            let b = DeviceBatch::new(&Batch::collate(&job.data.train, &batches[st.batch_in_epoch]), &ad);
-            st.batch_in_epoch += 1;
-            ad.seed(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (st.step << 8) ^ micro as u64);
-            let out = model.forward(&b.src, b.tgt_in.clone());
-            let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
-            let loss = l.smoothed.div_scalar(b.tokens as f64 * spec.accumulate as f64);
-            step_loss += loss.clone().into_scalar::<f32>() as f64 * b.tokens as f64 * spec.accumulate as f64;
-            step_tokens += b.tokens as u64;
-            acc.accumulate(&model, GradientsParams::from_grads(loss.backward(), &model));
+            for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {
+                step_loss += loss;
+                step_tokens += tokens;
+                acc.accumulate(&model, grads);
+            }
         }
         if crate::interrupt::nan_at(st.step + 1) {
             step_loss = f64::NAN;
@@ -359,7 +420,7 @@ fn validate_and_checkpoint(
 ) -> Result<(bool, f64, f64), TrainError> {
     let spec = job.spec;
     let valid_model = model.valid();
-    let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, job.device);
+    let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, &job.devices[0]);
     let ppl = s2s_eval::perplexity(sum, tokens);
     let n = if spec.valid_bleu_sentences == 0 {
         job.data.valid.len()
@@ -368,7 +429,7 @@ fn validate_and_checkpoint(
     };
     let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
     let search = Search::Greedy { limit: spec.max_output, attention: false };
-    let hyps = translate(&valid_model, &sources, spec.batch, &search, job.device);
+    let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0]);
     let text = detokenize(&job.tokenizers.tgt, &hyps);
     let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
     let metric = match spec.stop_metric {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use s2s_train::device::{DeviceChoice, select};
+use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::experiment::{Experiment, run_experiment};
 
 /// Experiments: train and compare a list (or grid) of models.
@@ -48,7 +48,7 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
         ExperimentCommand::Run(a) => {
             let exp = Experiment::load(&a.file)?;
             let root = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&exp.name));
-            let (device, name) = select(a.device);
+            let (devices, name) = select_many(a.device, exp.max_devices()).map_err(anyhow::Error::msg)?;
             eprintln!(
                 "experiment {}: {} runs into {} · device: {name}",
                 exp.name,
@@ -56,7 +56,7 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
                 root.display()
             );
             let started = std::time::Instant::now();
-            let written = run_experiment(&exp, &root, &device, &name, a.only.as_deref(), !a.quiet)?;
+            let written = run_experiment(&exp, &root, &devices, &name, a.only.as_deref(), !a.quiet)?;
             eprintln!("done in {:.1} min", started.elapsed().as_secs_f64() / 60.0);
             for p in written.iter().filter(|p| p.extension().is_some_and(|e| e == "md" || e == "html")) {
                 println!("{}", p.display());

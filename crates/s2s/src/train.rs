@@ -8,7 +8,7 @@ use s2s_data::{CorpusFiles, Level, SplitFiles};
 use s2s_models::attention::LuongScore;
 use s2s_models::cell::CellKind;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
-use s2s_train::device::{DeviceChoice, select};
+use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::pipeline::run_and_test;
 use s2s_train::run::{DataSpec, RunConfig};
 
@@ -101,6 +101,9 @@ pub struct TrainArgs {
     /// Device: auto (a real GPU if present, else CPU), cpu or wgpu.
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// Train data-parallel on this many GPUs (one batch each per step; the CPU is one device).
+    #[arg(long)]
+    devices: Option<u32>,
     /// Skip (and count) batches whose loss is NaN or infinite instead of stopping.
     #[arg(long)]
     skip_nonfinite: bool,
@@ -197,6 +200,7 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     set(&mut t.lr, a.lr);
     set(&mut t.valid_every, a.valid_every);
     set(&mut t.seed, a.seed);
+    set(&mut t.devices, a.devices);
     if a.skip_nonfinite {
         t.skip_nonfinite = true;
     }
@@ -217,11 +221,11 @@ fn set<T>(slot: &mut T, value: Option<T>) {
 pub fn run(a: TrainArgs) -> Result<()> {
     let cfg = config(&a)?;
     let run_dir = a.run.clone().unwrap_or_else(|| PathBuf::from("runs").join(cfg.model.kind()));
-    let (device, device_name) = select(a.device);
+    let (devices, device_name) = select_many(a.device, cfg.train.devices).map_err(anyhow::Error::msg)?;
     eprintln!("device: {device_name}");
     eprintln!("run directory: {}", run_dir.display());
     let search = s2s_train::testset::greedy(cfg.train.max_output);
-    let out = run_and_test(&cfg, &run_dir, &device, &device_name, !a.quiet, &search, &|m| eprintln!("{m}"))?;
+    let out = run_and_test(&cfg, &run_dir, &devices, &device_name, !a.quiet, &search, &|m| eprintln!("{m}"))?;
     if let Some(s) = out.test {
         println!(
             "test: BLEU {:.2} ({}), chrF {:.2}, perplexity {:.2} on {} sentences ({})",
