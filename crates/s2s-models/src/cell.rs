@@ -5,7 +5,8 @@
 //! recurrent projections (one matmul per step).
 //!
 //! - LSTM (Hochreiter & Schmidhuber, 1997; gates as in PyTorch):
-//!   `[i f g o] = x W_x + h W_h + b`; `c' = σ(f)⊙c + σ(i)⊙tanh(g)`; `h' = σ(o)⊙tanh(c')`
+//!   `[i f g o] = x W_x + h W_h + b`; `c' = σ(f)⊙c + σ(i)⊙tanh(g)`; `h' = σ(o)⊙tanh(c')` — on
+//!   the CPU through one fused kernel ([`crate::fused_lstm`]), elsewhere composed from tensor ops
 //! - GRU (Cho et al., 2014): `[r z n]`: `r = σ(x_r + h_r)`, `z = σ(x_z + h_z)`,
 //!   `n = tanh(x_n + r⊙(h W_hn + b_hn))`, `h' = (1−z)⊙n + z⊙h`
 //! - tanh RNN (Elman, 1990): `h' = tanh(x W_x + h W_h + b)` — the cell whose gradient vanishes.
@@ -131,9 +132,7 @@ impl CellConfig {
 impl RecurrentCell {
     /// Input projection of every step at once, bias included: `x W_x + b`.
     pub fn project<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        let w = self.w_input.val().unsqueeze::<D>();
-        let b = self.bias.val().unsqueeze::<D>();
-        x.matmul(w) + b
+        matmul_rows(x, self.w_input.val()) + self.bias.val().unsqueeze::<D>()
     }
 
     /// The projection of one part of a concatenated input, no bias: `x W_x[first_row..]`
@@ -142,7 +141,7 @@ impl RecurrentCell {
     /// does not depend on the step can be projected for every step at once.
     pub fn project_part<const D: usize>(&self, x: Tensor<D>, first_row: usize) -> Tensor<D> {
         let d = x.dims()[D - 1];
-        x.matmul(self.w_input.val().narrow(0, first_row, d).unsqueeze::<D>())
+        matmul_rows(x, self.w_input.val().narrow(0, first_row, d))
     }
 
     /// The gate biases broadcastable to `D` dimensions.
@@ -157,13 +156,13 @@ impl RecurrentCell {
         match self.kind {
             CellKind::Lstm => {
                 let gates = xw + hw;
-                let i = sigmoid(gates.clone().narrow(1, 0, h));
-                let f = sigmoid(gates.clone().narrow(1, h, h));
-                let g = tanh(gates.clone().narrow(1, 2 * h, h));
-                let o = sigmoid(gates.narrow(1, 3 * h, h));
                 let c_prev = state.c.clone().expect("LSTM state has a memory cell");
-                let c = f * c_prev + i * g;
-                CellState { h: o * tanh(c.clone()), c: Some(c) }
+                let (h, c) = if crate::fused_lstm::available(&gates.device()) {
+                    crate::fused_lstm::lstm_gates(gates, c_prev)
+                } else {
+                    lstm_gates_composed(gates, c_prev)
+                };
+                CellState { h, c: Some(c) }
             }
             CellKind::Gru => {
                 let hw = hw + self.bias_hidden.as_ref().expect("GRU has b_h").val().unsqueeze::<2>();
@@ -176,6 +175,30 @@ impl RecurrentCell {
             CellKind::Rnn => CellState { h: tanh(xw + hw), c: None },
         }
     }
+}
+
+/// `x W` for `x` of any rank `[..., d_in]` as one 2-D product over all leading positions
+/// (`[rows, d_in] × [d_in, d_out]`): burn broadcasts `W` into a batched product otherwise, one
+/// small `[time, d_in]` product per sentence, several times slower on the CPU.
+pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
+    let mut dims = x.dims();
+    let d_in = dims[D - 1];
+    let rows = dims[..D - 1].iter().product::<usize>();
+    dims[D - 1] = w.dims()[1];
+    x.reshape([rows, d_in]).matmul(w).reshape(dims)
+}
+
+/// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and
+/// `c`, composed from tensor operations: what backends without the fused kernel run, and what
+/// [`crate::fused_lstm`] is tested against.
+pub(crate) fn lstm_gates_composed(gates: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    let h = c_prev.dims()[1];
+    let i = sigmoid(gates.clone().narrow(1, 0, h));
+    let f = sigmoid(gates.clone().narrow(1, h, h));
+    let g = tanh(gates.clone().narrow(1, 2 * h, h));
+    let o = sigmoid(gates.narrow(1, 3 * h, h));
+    let c = f * c_prev + i * g;
+    (o * tanh(c.clone()), c)
 }
 
 #[cfg(test)]

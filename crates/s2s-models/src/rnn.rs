@@ -143,12 +143,12 @@ impl StackedRnn {
                 .as_mut()
                 .and_then(|it| it.next())
                 .unwrap_or_else(|| CellState::zeros(cell.kind, batch, cell.d_hidden, &device));
-            let (out_f, fin_f) = run(cell, cell.project(input.clone()), &keeps, dense, start, false);
+            let (out_f, fin_f) = run(cell, cell.project(input.clone()), keep, &keeps, dense, start, false);
             finals.push(fin_f);
             input = match self.backward_cells.get(l) {
                 Some(back) => {
                     let zero = CellState::zeros(back.kind, batch, back.d_hidden, &device);
-                    let (out_b, fin_b) = run(back, back.project(input), &keeps, dense, zero, true);
+                    let (out_b, fin_b) = run(back, back.project(input), keep, &keeps, dense, zero, true);
                     finals.push(fin_b);
                     Tensor::cat(vec![out_f, out_b], 2)
                 }
@@ -175,8 +175,29 @@ impl StackedRnn {
     }
 }
 
-/// One direction of one layer over the whole sequence.
+/// One direction of one layer over the whole sequence: an LSTM on the CPU through the fused
+/// layer kernel ([`crate::fused_lstm::lstm_layer`]), anything else step by step.
 fn run(
+    cell: &RecurrentCell,
+    xw: Tensor<3>,
+    keep: &Tensor<2>,
+    keeps: &[Tensor<2>],
+    dense: usize,
+    start: CellState,
+    reverse: bool,
+) -> (Tensor<3>, CellState) {
+    if cell.kind == CellKind::Lstm && crate::fused_lstm::available(&xw.device()) {
+        let c0 = start.c.expect("LSTM state has a memory cell");
+        let (out, h, c) =
+            crate::fused_lstm::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), dense, reverse);
+        return (out, CellState { h, c: Some(c) });
+    }
+    run_steps(cell, xw, keeps, dense, start, reverse)
+}
+
+/// [`run`] one step at a time with [`RecurrentCell::step`] (every backend; what the fused
+/// layer is tested against).
+fn run_steps(
     cell: &RecurrentCell,
     xw: Tensor<3>,
     keeps: &[Tensor<2>],
@@ -242,6 +263,71 @@ mod tests {
             assert_eq!(tail.abs().max().into_scalar::<f32>(), 0.0, "{kind:?} padded outputs are zero");
             for (a, b) in fin.into_iter().zip(fin1) {
                 assert!(close(a.h.narrow(0, 1, 1), b.h) < 1e-5, "{kind:?} final state");
+            }
+        }
+    }
+
+    /// The fused LSTM layer kernel equals the step-by-step loop — outputs, final states and
+    /// every gradient (inputs, weights, bias, initial state) — in both directions, with
+    /// padding after a dense prefix.
+    #[test]
+    fn fused_lstm_layer_equals_the_step_by_step_loop() {
+        let d = Device::flex().autodiff();
+        d.seed(5);
+        let (b, t, n_in, h) = (3, 6, 4, 5);
+        let lengths = [6usize, 4, 2];
+        let keep_v: Vec<f32> =
+            lengths.iter().flat_map(|&len| (0..t).map(move |i| if i < len { 1.0 } else { 0.0 })).collect();
+        let keep = Tensor::<2>::from_data(TensorData::new(keep_v, [b, t]), &d);
+        let keeps: Vec<Tensor<2>> = (0..t).map(|i| keep.clone().narrow(1, i, 1)).collect();
+        let x: Tensor<3> = Tensor::random([b, t, n_in], Distribution::Normal(0.0, 1.0), &d);
+        let h0: Tensor<2> = Tensor::random([b, h], Distribution::Normal(0.0, 0.5), &d);
+        let c0: Tensor<2> = Tensor::random([b, h], Distribution::Normal(0.0, 0.5), &d);
+        let w_out: Tensor<3> = Tensor::random([b, t, h], Distribution::Normal(0.0, 1.0), &d);
+        // One set of weights for both runs (other tests draw from the device's generator
+        // concurrently, so reseeding would not reproduce them).
+        let cell = CellConfig::new(CellKind::Lstm, n_in, h).init(&d);
+        for reverse in [false, true] {
+            let grads_of = |fused: bool| {
+                let cell = cell.clone();
+                let (x, h0, c0) =
+                    (x.clone().require_grad(), h0.clone().require_grad(), c0.clone().require_grad());
+                let start = CellState { h: h0.clone(), c: Some(c0.clone()) };
+                let xw = cell.project(x.clone());
+                let (out, fin) = if fused {
+                    run(&cell, xw, &keep, &keeps, 2, start, reverse)
+                } else {
+                    run_steps(&cell, xw, &keeps, 2, start, reverse)
+                };
+                let c_fin = fin.c.clone().expect("c");
+                let loss = (out.clone() * w_out.clone()).sum()
+                    + fin.h.clone().sum() * 0.5
+                    + c_fin.clone().sum() * 0.25;
+                let g = loss.backward();
+                let grad = |p: Option<Tensor<2>>| p.expect("gradient").reshape([1, -1]);
+                (
+                    vec![
+                        out.inner().reshape([1, -1]),
+                        fin.h.inner().reshape([1, -1]),
+                        c_fin.inner().reshape([1, -1]),
+                    ],
+                    vec![
+                        grad(x.grad(&g).map(|x| x.reshape([b * t, n_in]))),
+                        grad(cell.w_input.val().grad(&g)),
+                        grad(cell.w_hidden.val().grad(&g)),
+                        grad(cell.bias.val().grad(&g).map(|t| t.reshape([1, 4 * h]))),
+                        grad(h0.grad(&g)),
+                        grad(c0.grad(&g)),
+                    ],
+                )
+            };
+            let (out_f, grads_f) = grads_of(true);
+            let (out_s, grads_s) = grads_of(false);
+            for (i, (a, b)) in out_f.into_iter().zip(out_s).enumerate() {
+                assert!(close(a, b) < 1e-5, "reverse={reverse}: output {i} differs");
+            }
+            for (i, (a, b)) in grads_f.into_iter().zip(grads_s).enumerate() {
+                assert!(close(a, b) < 1e-4, "reverse={reverse}: gradient {i} differs");
             }
         }
     }

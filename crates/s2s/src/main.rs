@@ -1,6 +1,7 @@
 //! `s2s`: Seq2Seq Lab's command line. Parses arguments and calls the library crates; one
 //! file per subcommand.
 
+mod allocator;
 mod args;
 mod bench;
 mod data;
@@ -44,6 +45,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::tune();
     let cli = Cli::parse();
     if matches!(cli.command, Command::Train(_) | Command::Experiment(_)) {
         signals::install();

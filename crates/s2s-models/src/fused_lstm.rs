@@ -1,0 +1,589 @@
+//! The LSTM cell's gate math as one CPU kernel, forward and backward (issue 12).
+//!
+//! From the pre-activation gates `[i f g o] = x W_x + h W_h + b` and the memory cell `c`:
+//!
+//! `c' = σ(f)⊙c + σ(i)⊙tanh(g)`, `h' = σ(o)⊙tanh(c')` (Hochreiter & Schmidhuber, 1997)
+//!
+//! and back, with `t = tanh(c')`, from `∂h'` and `∂c'`:
+//!
+//! `∂c'ₜₒₜ = ∂c' + ∂h'⊙σ(o)⊙(1 − t²)`; `∂i = ∂c'ₜₒₜ⊙tanh(g)⊙σ(i)(1 − σ(i))`;
+//! `∂f = ∂c'ₜₒₜ⊙c⊙σ(f)(1 − σ(f))`; `∂g = ∂c'ₜₒₜ⊙σ(i)⊙(1 − tanh²(g))`;
+//! `∂o = ∂h'⊙t⊙σ(o)(1 − σ(o))`; `∂c = ∂c'ₜₒₜ⊙σ(f)`.
+//!
+//! Composed from burn's tensor operations this is ~12 operations forward and more backward per
+//! step, each allocating a tensor and calling scalar `expf`/`tanhf` (flex's `sigmoid` branches per
+//! element and does not vectorise). Here it is one pass over the gates each way, through a
+//! branch-free `exp` the compiler vectorises, registered with burn's autodiff as one node: a
+//! `#[backend_extension]` for flex (and flex under autodiff). Other backends (wgpu) keep the
+//! composed form in [`crate::cell`], which is also what the tests compare this kernel with.
+//!
+//! # Shapes
+//! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `[h' | c']`: `[batch, 2·hidden]`
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Device, Tensor, TensorData};
+
+/// The fused gate math as a burn backend extension (flex only; see the module doc).
+#[backend_extension(Flex, Autodiff)]
+pub trait LstmGates: burn::backend::Backend {
+    /// `[h' | c']` (`[batch, 2·hidden]`) from `gates` (`[batch, 4·hidden]`) and `c`.
+    fn lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// A whole LSTM layer in one direction (see [`lstm_layer`]): `[outputs | h_T | c_T]`,
+    /// `[batch, time + 2, hidden]`.
+    fn lstm_layer(
+        xw: FloatTensor<Self>,
+        w_hidden: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        keep: FloatTensor<Self>,
+        dense: usize,
+        reverse: bool,
+    ) -> FloatTensor<Self>;
+}
+
+impl LstmGates for Flex {
+    fn lstm_gates(gates: FlexTensor, c: FlexTensor) -> FlexTensor {
+        let (g, c, [batch, h]) = operands(&gates, &c);
+        let mut out = vec![0f32; batch * 2 * h];
+        for ((g, c), out) in g.chunks_exact(4 * h).zip(c.chunks_exact(h)).zip(out.chunks_exact_mut(2 * h)) {
+            let (h_out, c_out) = out.split_at_mut(h);
+            c_out.copy_from_slice(c);
+            cell_forward(g, c_out, h_out);
+        }
+        FlexTensor::from_data(TensorData::new(out, [batch, 2 * h]))
+    }
+
+    fn lstm_layer(
+        xw: FlexTensor,
+        w_hidden: FlexTensor,
+        h0: FlexTensor,
+        c0: FlexTensor,
+        keep: FlexTensor,
+        dense: usize,
+        reverse: bool,
+    ) -> FlexTensor {
+        layer_forward(&Layer::new(&xw, w_hidden, &keep, dense, reverse), &h0, &c0, false).0
+    }
+}
+
+impl<C: CheckpointStrategy> LstmGates for Autodiff<Flex, C> {
+    fn lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct LstmGatesBackward;
+
+        impl Backward<Flex, 2> for LstmGatesBackward {
+            /// The forward inputs; the activations are recomputed (cheaper than storing four).
+            type State = (FlexTensor, FlexTensor);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_gates, node_c] = ops.parents;
+                let grad = grads.consume::<Flex>(&ops.node);
+                let (gates, c) = ops.state;
+                let (d_gates, d_c) = backward(&gates, &c, &grad);
+                if let Some(node) = node_gates {
+                    grads.register::<Flex>(node.id, d_gates);
+                }
+                if let Some(node) = node_c {
+                    grads.register::<Flex>(node.id, d_c);
+                }
+            }
+        }
+
+        let (g, g_node) = gates.into_parts();
+        let (c, c_node) = c.into_parts();
+        match LstmGatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let out = Flex::lstm_gates(g.clone(), c.clone());
+                prep.finish((g, c), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(Flex::lstm_gates(g, c)),
+        }
+    }
+
+    fn lstm_layer(
+        xw: FloatTensor<Self>,
+        w_hidden: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        keep: FloatTensor<Self>,
+        dense: usize,
+        reverse: bool,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct LstmLayerBackward;
+
+        impl Backward<Flex, 4> for LstmLayerBackward {
+            /// The layer (inputs, mask, direction) and what its forward pass saved.
+            type State = (Layer, Saved);
+
+            fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_xw, node_w, node_h0, node_c0] = ops.parents;
+                let grad = grads.consume::<Flex>(&ops.node);
+                let (layer, saved) = ops.state;
+                let [d_xw, d_w, d_h0, d_c0] = layer_backward(&layer, &saved, &grad);
+                for (node, g) in [(node_xw, d_xw), (node_w, d_w), (node_h0, d_h0), (node_c0, d_c0)] {
+                    if let Some(node) = node {
+                        grads.register::<Flex>(node.id, g);
+                    }
+                }
+            }
+        }
+
+        let (xw, xw_node) = xw.into_parts();
+        let (w, w_node) = w_hidden.into_parts();
+        let (h0, h0_node) = h0.into_parts();
+        let (c0, c0_node) = c0.into_parts();
+        let layer = Layer::new(&xw, w, &keep.into_primitive(), dense, reverse);
+        match LstmLayerBackward.prepare::<C>([xw_node, w_node, h0_node, c0_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, saved) = layer_forward(&layer, &h0, &c0, true);
+                prep.finish((layer, saved.expect("saved for backward")), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(layer_forward(&layer, &h0, &c0, false).0),
+        }
+    }
+}
+
+/// One direction of one LSTM layer over a padded batch, as the kernels see it.
+#[derive(Debug, Clone)]
+struct Layer {
+    /// Projected inputs `x W_x + b`, `[batch, time, 4·hidden]`, row-major.
+    xw: Vec<f32>,
+    /// `W_h`, `[hidden, 4·hidden]`.
+    w: FlexTensor,
+    /// 1 on real tokens, `[batch, time]`.
+    keep: Vec<f32>,
+    batch: usize,
+    time: usize,
+    hidden: usize,
+    dense: usize,
+    reverse: bool,
+}
+
+impl Layer {
+    fn new(xw: &FlexTensor, w: FlexTensor, keep: &FlexTensor, dense: usize, reverse: bool) -> Self {
+        let [batch, time, four_h] = xw.layout().shape().dims::<3>();
+        Self {
+            xw: f32s(xw).into_owned(),
+            w,
+            keep: f32s(keep).into_owned(),
+            batch,
+            time,
+            hidden: four_h / 4,
+            dense,
+            reverse,
+        }
+    }
+
+    /// Time steps in the order the layer runs them.
+    fn order(&self) -> impl DoubleEndedIterator<Item = usize> + '_ {
+        (0..self.time).map(|s| if self.reverse { self.time - 1 - s } else { s })
+    }
+
+    /// Whether row `b` has a real token at `t` (positions before `dense` are real in every row).
+    fn real(&self, b: usize, t: usize) -> bool {
+        t < self.dense || self.keep[b * self.time + t] > 0.5
+    }
+}
+
+/// What the backward pass needs from the forward one: pre-activation gates and the state
+/// before every step, `[batch, time, 4·hidden]` and `[batch, time, hidden]`.
+#[derive(Debug, Clone)]
+struct Saved {
+    gates: Vec<f32>,
+    h_prev: Vec<f32>,
+    c_prev: Vec<f32>,
+}
+
+/// Runs the layer: per step one `[rows, hidden] × [hidden, 4·hidden]` product and the fused
+/// gate math on the rows with a real token (padded rows keep their state and output 0).
+/// Rows never interact, so the batch is cut into one block of rows per thread and each block
+/// runs the whole sequence on its own (one small product per step does not keep two cores
+/// busy; two blocks do). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
+/// pass needs.
+fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (FlexTensor, Option<Saved>) {
+    use rayon::prelude::*;
+    let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+    let (mut hs, mut cs) = (f32s(h0).into_owned(), f32s(c0).into_owned());
+    let mut out = vec![0f32; b_n * (t_n + 2) * h];
+    let mut saved = Saved {
+        gates: vec![0f32; if save { b_n * t_n * 4 * h } else { 0 }],
+        h_prev: vec![0f32; if save { b_n * t_n * h } else { 0 }],
+        c_prev: vec![0f32; if save { b_n * t_n * h } else { 0 }],
+    };
+    let rows = block_rows(b_n);
+    let blocks = hs
+        .chunks_mut(rows * h)
+        .zip(cs.chunks_mut(rows * h))
+        .zip(out.chunks_mut(rows * (t_n + 2) * h))
+        .zip(chunks_or_empty(&mut saved.gates, rows * t_n * 4 * h))
+        .zip(chunks_or_empty(&mut saved.h_prev, rows * t_n * h))
+        .zip(chunks_or_empty(&mut saved.c_prev, rows * t_n * h))
+        .enumerate()
+        .map(|(i, (((((hb, cb), ob), gb), hp), cp))| (i * rows, hb, cb, ob, gb, hp, cp))
+        .collect::<Vec<_>>();
+    blocks.into_par_iter().for_each(|(r0, hs, cs, out, s_gates, s_h, s_c)| {
+        let n = hs.len() / h;
+        let mut gates = vec![0f32; 4 * h];
+        for t in l.order() {
+            if (0..n).all(|b| !l.real(r0 + b, t)) {
+                if save {
+                    for b in 0..n {
+                        s_h[(b * t_n + t) * h..][..h].copy_from_slice(&hs[b * h..(b + 1) * h]);
+                        s_c[(b * t_n + t) * h..][..h].copy_from_slice(&cs[b * h..(b + 1) * h]);
+                    }
+                }
+                continue;
+            }
+            let hw =
+                Flex::float_matmul(FlexTensor::from_data(TensorData::new(hs.to_vec(), [n, h])), l.w.clone());
+            let hw = f32s(&hw);
+            for b in 0..n {
+                let (hb, cb) = (&mut hs[b * h..(b + 1) * h], &mut cs[b * h..(b + 1) * h]);
+                let at = b * t_n + t;
+                if save {
+                    s_h[at * h..][..h].copy_from_slice(hb);
+                    s_c[at * h..][..h].copy_from_slice(cb);
+                }
+                if !l.real(r0 + b, t) {
+                    continue;
+                }
+                let xw = &l.xw[((r0 + b) * t_n + t) * 4 * h..][..4 * h];
+                for ((g, x), y) in gates.iter_mut().zip(xw).zip(&hw[b * 4 * h..(b + 1) * 4 * h]) {
+                    *g = x + y;
+                }
+                if save {
+                    s_gates[at * 4 * h..][..4 * h].copy_from_slice(&gates);
+                }
+                cell_forward(&gates, cb, hb);
+                out[(b * (t_n + 2) + t) * h..][..h].copy_from_slice(hb);
+            }
+        }
+        for b in 0..n {
+            out[(b * (t_n + 2) + t_n) * h..][..h].copy_from_slice(&hs[b * h..(b + 1) * h]);
+            out[(b * (t_n + 2) + t_n + 1) * h..][..h].copy_from_slice(&cs[b * h..(b + 1) * h]);
+        }
+    });
+    (FlexTensor::from_data(TensorData::new(out, [b_n, t_n + 2, h])), save.then_some(saved))
+}
+
+/// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
+/// reverse order with one `[rows, 4·hidden] × [4·hidden, hidden]` product each (row blocks in
+/// parallel, as forward), then `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
+fn layer_backward(l: &Layer, s: &Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
+    use rayon::prelude::*;
+    let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+    let grad = f32s(grad);
+    let mut dh = vec![0f32; b_n * h];
+    let mut dc = vec![0f32; b_n * h];
+    let mut d_gates = vec![0f32; b_n * t_n * 4 * h];
+    let w_t = Flex::float_transpose(l.w.clone());
+    let rows = block_rows(b_n);
+    let blocks = dh
+        .chunks_mut(rows * h)
+        .zip(dc.chunks_mut(rows * h))
+        .zip(d_gates.chunks_mut(rows * t_n * 4 * h))
+        .enumerate()
+        .map(|(i, ((a, b), c))| (i * rows, a, b, c))
+        .collect::<Vec<_>>();
+    blocks.into_par_iter().for_each(|(r0, dh, dc, d_gates)| {
+        let n = dh.len() / h;
+        let row = |b: usize, t: usize| ((r0 + b) * (t_n + 2) + t) * h;
+        for b in 0..n {
+            dh[b * h..(b + 1) * h].copy_from_slice(&grad[row(b, t_n)..][..h]);
+            dc[b * h..(b + 1) * h].copy_from_slice(&grad[row(b, t_n + 1)..][..h]);
+        }
+        let mut step = vec![0f32; n * 4 * h];
+        for t in l.order().rev() {
+            let mut any = false;
+            for b in 0..n {
+                let dg = &mut step[b * 4 * h..(b + 1) * 4 * h];
+                if !l.real(r0 + b, t) {
+                    dg.fill(0.0);
+                    continue;
+                }
+                any = true;
+                let dhb = &mut dh[b * h..(b + 1) * h];
+                for (d, g) in dhb.iter_mut().zip(&grad[row(b, t)..][..h]) {
+                    *d += g;
+                }
+                let at = (r0 + b) * t_n + t;
+                cell_backward(
+                    &s.gates[at * 4 * h..][..4 * h],
+                    &s.c_prev[at * h..][..h],
+                    dhb,
+                    &mut dc[b * h..(b + 1) * h],
+                    dg,
+                );
+                d_gates[(b * t_n + t) * 4 * h..][..4 * h].copy_from_slice(dg);
+            }
+            if !any {
+                continue;
+            }
+            let dh_prev = Flex::float_matmul(
+                FlexTensor::from_data(TensorData::new(step.clone(), [n, 4 * h])),
+                w_t.clone(),
+            );
+            let dh_prev = f32s(&dh_prev);
+            for b in (0..n).filter(|&b| l.real(r0 + b, t)) {
+                dh[b * h..(b + 1) * h].copy_from_slice(&dh_prev[b * h..(b + 1) * h]);
+            }
+        }
+    });
+    let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev.clone(), [b_n * t_n, h]));
+    let dg_all = FlexTensor::from_data(TensorData::new(d_gates.clone(), [b_n * t_n, 4 * h]));
+    let d_w = Flex::float_matmul(Flex::float_transpose(h_prev), dg_all);
+    [
+        FlexTensor::from_data(TensorData::new(d_gates, [b_n, t_n, 4 * h])),
+        d_w,
+        FlexTensor::from_data(TensorData::new(dh, [b_n, h])),
+        FlexTensor::from_data(TensorData::new(dc, [b_n, h])),
+    ]
+}
+
+/// Rows per block: the batch split evenly over rayon's threads.
+fn block_rows(batch: usize) -> usize {
+    batch.div_ceil(rayon::current_num_threads().max(1)).max(1)
+}
+
+/// `v` in chunks of `size`, or an endless supply of empty slices when `v` is empty (nothing
+/// saved).
+fn chunks_or_empty(v: &mut [f32], size: usize) -> Box<dyn Iterator<Item = &mut [f32]> + '_> {
+    if v.is_empty() { Box::new(std::iter::repeat_with(|| &mut [][..])) } else { Box::new(v.chunks_mut(size)) }
+}
+
+/// One row's gate math: `c ← σ(f)⊙c + σ(i)⊙tanh(g)`, `h ← σ(o)⊙tanh(c)` in place.
+#[inline]
+fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
+    let n = c.len();
+    let (gi, rest) = gates.split_at(n);
+    let (gf, rest) = rest.split_at(n);
+    let (gg, go) = rest.split_at(n);
+    for j in 0..n {
+        let c_new = sigmoid(gf[j]) * c[j] + sigmoid(gi[j]) * tanh(gg[j]);
+        c[j] = c_new;
+        h_out[j] = sigmoid(go[j]) * tanh(c_new);
+    }
+}
+
+/// One row back through the gate math: from `∂h'` (`dh`) and `∂c'` (`dc`, replaced by `∂c`),
+/// `∂gates` into `d_gates`.
+#[inline]
+fn cell_backward(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_gates: &mut [f32]) {
+    let n = c.len();
+    let (gi, rest) = gates.split_at(n);
+    let (gf, rest) = rest.split_at(n);
+    let (gg, go) = rest.split_at(n);
+    let (di, rest) = d_gates.split_at_mut(n);
+    let (df, rest) = rest.split_at_mut(n);
+    let (dgg, d_o) = rest.split_at_mut(n);
+    for j in 0..n {
+        let (i, f, t_g, o) = (sigmoid(gi[j]), sigmoid(gf[j]), tanh(gg[j]), sigmoid(go[j]));
+        let t = tanh(f * c[j] + i * t_g);
+        let dc_total = dc[j] + dh[j] * o * (1.0 - t * t);
+        di[j] = dc_total * t_g * i * (1.0 - i);
+        df[j] = dc_total * c[j] * f * (1.0 - f);
+        dgg[j] = dc_total * i * (1.0 - t_g * t_g);
+        d_o[j] = dh[j] * t * o * (1.0 - o);
+        dc[j] = dc_total * f;
+    }
+}
+
+/// `(∂gates, ∂c)` from the forward inputs and `grad = ∂[h' | c']` (equations in the module doc).
+fn backward(gates: &FlexTensor, c: &FlexTensor, grad: &FlexTensor) -> (FlexTensor, FlexTensor) {
+    let (g, c, [batch, h]) = operands(gates, c);
+    let grad = f32s(grad);
+    let mut d_gates = vec![0f32; batch * 4 * h];
+    let mut d_c = vec![0f32; batch * h];
+    let rows = g.chunks_exact(4 * h).zip(c.chunks_exact(h)).zip(grad.chunks_exact(2 * h));
+    for (((g, c), grad), (dg, dc)) in rows.zip(d_gates.chunks_exact_mut(4 * h).zip(d_c.chunks_exact_mut(h))) {
+        let (dh, dc_next) = grad.split_at(h);
+        dc.copy_from_slice(dc_next);
+        cell_backward(g, c, dh, dc, dg);
+    }
+    (
+        FlexTensor::from_data(TensorData::new(d_gates, [batch, 4 * h])),
+        FlexTensor::from_data(TensorData::new(d_c, [batch, h])),
+    )
+}
+
+/// True when `device` runs on flex, where [`lstm_gates`] is available.
+pub fn available(device: &Device) -> bool {
+    *device == Device::flex()
+}
+
+/// `(h', c')` of an LSTM step from pre-activation `gates` `[batch, 4·hidden]` and `c`
+/// `[batch, hidden]`, through the fused kernel (flex devices only: check [`available`]).
+pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    let h = c.dims()[1];
+    let out = Tensor::<2>::from_dispatch(<Dispatch as LstmGates>::lstm_gates(
+        gates.into_dispatch(),
+        c.into_dispatch(),
+    ));
+    (out.clone().narrow(1, 0, h), out.narrow(1, h, h))
+}
+
+/// One direction of one LSTM layer over a padded batch through the fused kernels (flex only):
+/// `xw = x W_x + b` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, initial state,
+/// `keep` `[batch, time]` (1 on real tokens; positions before `dense` are real in every row).
+/// Padded steps keep the state and output zeros, as [`crate::rnn::StackedRnn`] defines.
+/// Returns the outputs `[batch, time, hidden]` and the final `(h, c)`.
+///
+/// Forward: per step one product `h W_h` and the gate math, nothing else — no per-step tensors
+/// for autodiff to record. Backward: per step the gate math and one product `∂gates W_hᵀ`;
+/// `∂W_h` is one product over all steps (`[hidden, batch·time] × [batch·time, 4·hidden]`)
+/// instead of one small one per step.
+pub fn lstm_layer(
+    xw: Tensor<3>,
+    w_hidden: Tensor<2>,
+    h0: Tensor<2>,
+    c0: Tensor<2>,
+    keep: Tensor<2>,
+    dense: usize,
+    reverse: bool,
+) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
+    let [batch, time, _] = xw.dims();
+    let hidden = h0.dims()[1];
+    let out = Tensor::<3>::from_dispatch(<Dispatch as LstmGates>::lstm_layer(
+        xw.into_dispatch(),
+        w_hidden.into_dispatch(),
+        h0.into_dispatch(),
+        c0.into_dispatch(),
+        keep.into_dispatch(),
+        dense,
+        reverse,
+    ));
+    let last = |i: usize| out.clone().narrow(1, time + i, 1).reshape([batch, hidden]);
+    (out.clone().narrow(1, 0, time), last(0), last(1))
+}
+
+/// The f32 data of `gates` and `c` and `[batch, hidden]`, checked.
+fn operands<'a>(
+    gates: &'a FlexTensor,
+    c: &'a FlexTensor,
+) -> (std::borrow::Cow<'a, [f32]>, std::borrow::Cow<'a, [f32]>, [usize; 2]) {
+    let [batch, four_h] = gates.layout().shape().dims::<2>();
+    let h = four_h / 4;
+    assert_eq!(c.layout().shape().dims::<2>(), [batch, h], "LSTM gates [B, 4H] and cell [B, H] disagree");
+    (f32s(gates), f32s(c), [batch, h])
+}
+
+/// A tensor's f32 elements in row-major order (copied only when not contiguous).
+fn f32s(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
+    assert_eq!(t.dtype(), DType::F32, "the fused LSTM kernel computes in f32");
+    match t.as_slice::<f32>() {
+        Some(s) => s.into(),
+        None => t.to_contiguous().as_slice::<f32>().expect("contiguous f32").to_vec().into(),
+    }
+}
+
+/// `eˣ` without branches, so that loops over it vectorise: Cody–Waite range reduction
+/// `x = n·ln2 + r`, `|r| ≤ ln2/2`, a degree-6 polynomial for `eʳ` (Cephes `expf`'s
+/// coefficients, relative error below 2·10⁻⁷) and `2ⁿ` built in the exponent bits. Inputs are
+/// clamped to the range where the result is a normal float; NaN stays NaN.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding and subtracting it rounds to an integer
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `σ(x) = 1 / (1 + e⁻ˣ)`.
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `tanh(x) = 1 − 2 / (e²ˣ + 1)` (absolute error about 10⁻⁷).
+#[inline(always)]
+fn tanh(x: f32) -> f32 {
+    1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::lstm_gates_composed;
+    use burn::tensor::Distribution;
+
+    fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
+        (a - b).abs().max().into_scalar::<f32>()
+    }
+
+    /// The kernel equals the composed tensor operations, forward and backward (gradients of a
+    /// random linear function of `h'` and `c'` with respect to the gates and `c`), and without
+    /// autodiff (decoding).
+    #[test]
+    fn fused_kernel_equals_the_composed_operations() {
+        let plain = Device::flex();
+        let ad = plain.clone().autodiff();
+        assert!(available(&plain) && available(&ad));
+        ad.seed(7);
+        let (b, h) = (3, 5);
+        let gates = Tensor::<2>::random([b, 4 * h], Distribution::Uniform(-4.0, 4.0), &ad);
+        let c = Tensor::<2>::random([b, h], Distribution::Uniform(-2.0, 2.0), &ad);
+        let (wh, wc) = (
+            Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &ad),
+            Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &ad),
+        );
+        let run = |fused: bool| {
+            let (g, c) = (gates.clone().require_grad(), c.clone().require_grad());
+            let (h_new, c_new) = if fused {
+                lstm_gates(g.clone(), c.clone())
+            } else {
+                lstm_gates_composed(g.clone(), c.clone())
+            };
+            let loss = (h_new.clone() * wh.clone()).sum() + (c_new.clone() * wc.clone()).sum();
+            let grads = loss.backward();
+            (h_new, c_new, g.grad(&grads).expect("∂gates"), c.grad(&grads).expect("∂c"))
+        };
+        let (h1, c1, dg1, dc1) = run(true);
+        let (h2, c2, dg2, dc2) = run(false);
+        assert!(max_diff(h1.inner(), h2.inner()) < 1e-6);
+        assert!(max_diff(c1.inner(), c2.inner()) < 1e-6);
+        assert!(max_diff(dg1, dg2) < 1e-5, "∂gates differ");
+        assert!(max_diff(dc1, dc2) < 1e-5, "∂c differ");
+
+        let (g, c) = (gates.inner(), c.inner());
+        let (h1, c1) = lstm_gates(g.clone(), c.clone());
+        let (h2, c2) = lstm_gates_composed(g, c);
+        assert!(max_diff(h1, h2) < 1e-6 && max_diff(c1, c2) < 1e-6);
+    }
+
+    #[test]
+    fn exp_sigmoid_tanh_match_the_standard_library() {
+        let mut worst = [0f32; 3];
+        for k in -20_000..=20_000 {
+            let x = k as f32 * 0.0044; // −88 … 88
+            if x >= -87.0 {
+                worst[0] = worst[0].max(((exp(x) - x.exp()) / x.exp()).abs());
+            }
+            let s = 1.0 / (1.0 + (-x).exp());
+            worst[1] = worst[1].max((sigmoid(x) - s).abs());
+            worst[2] = worst[2].max((tanh(x) - x.tanh()).abs());
+        }
+        assert!(worst[0] < 5e-7, "exp relative error {}", worst[0]);
+        assert!(worst[1] < 2e-7, "sigmoid absolute error {}", worst[1]);
+        assert!(worst[2] < 3e-7, "tanh absolute error {}", worst[2]);
+        assert!(exp(f32::NAN).is_nan() && tanh(f32::NAN).is_nan());
+        assert!(sigmoid(-1e4) < 1e-38, "saturates (e⁸⁸ is the largest exponential it forms)");
+        assert_eq!((sigmoid(1e4), tanh(-1e4), tanh(1e4)), (1.0, -1.0, 1.0));
+    }
+}
