@@ -30,6 +30,8 @@ use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
+use crate::fastmath::{sigmoid, tanh};
+
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
 pub trait LstmGates: burn::backend::Backend {
@@ -485,38 +487,6 @@ fn f32s(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     }
 }
 
-/// `eˣ` without branches, so that loops over it vectorise: Cody–Waite range reduction
-/// `x = n·ln2 + r`, `|r| ≤ ln2/2`, a degree-6 polynomial for `eʳ` (Cephes `expf`'s
-/// coefficients, relative error below 2·10⁻⁷) and `2ⁿ` built in the exponent bits. Inputs are
-/// clamped to the range where the result is a normal float; NaN stays NaN.
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding and subtracting it rounds to an integer
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let mut p = 1.987_569_1e-4;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 0.166_666_65;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-/// `σ(x) = 1 / (1 + e⁻ˣ)`.
-#[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
-}
-
-/// `tanh(x) = 1 − 2 / (e²ˣ + 1)` (absolute error about 10⁻⁷).
-#[inline(always)]
-fn tanh(x: f32) -> f32 {
-    1.0 - 2.0 / (exp(2.0 * x) + 1.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,25 +535,5 @@ mod tests {
         let (h1, c1) = lstm_gates(g.clone(), c.clone());
         let (h2, c2) = lstm_gates_composed(g, c);
         assert!(max_diff(h1, h2) < 1e-6 && max_diff(c1, c2) < 1e-6);
-    }
-
-    #[test]
-    fn exp_sigmoid_tanh_match_the_standard_library() {
-        let mut worst = [0f32; 3];
-        for k in -20_000..=20_000 {
-            let x = k as f32 * 0.0044; // −88 … 88
-            if x >= -87.0 {
-                worst[0] = worst[0].max(((exp(x) - x.exp()) / x.exp()).abs());
-            }
-            let s = 1.0 / (1.0 + (-x).exp());
-            worst[1] = worst[1].max((sigmoid(x) - s).abs());
-            worst[2] = worst[2].max((tanh(x) - x.tanh()).abs());
-        }
-        assert!(worst[0] < 5e-7, "exp relative error {}", worst[0]);
-        assert!(worst[1] < 2e-7, "sigmoid absolute error {}", worst[1]);
-        assert!(worst[2] < 3e-7, "tanh absolute error {}", worst[2]);
-        assert!(exp(f32::NAN).is_nan() && tanh(f32::NAN).is_nan());
-        assert!(sigmoid(-1e4) < 1e-38, "saturates (e⁸⁸ is the largest exponential it forms)");
-        assert_eq!((sigmoid(1e4), tanh(-1e4), tanh(1e4)), (1.0, -1.0, 1.0));
     }
 }

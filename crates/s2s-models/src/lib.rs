@@ -9,6 +9,7 @@ pub mod attention;
 pub mod attention_rnn;
 pub mod cell;
 pub mod config;
+pub mod fastmath;
 pub mod fused_lstm;
 pub mod interface;
 pub mod lstm;
