@@ -17,12 +17,13 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::activation::{log_softmax, tanh};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
 use crate::cell::CellKind;
+use crate::fused_tanh::tanh;
 use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
 use crate::lstm::bridge;
 use crate::rnn::{StackedRnn, StackedRnnConfig};

@@ -11,6 +11,7 @@ pub mod cell;
 pub mod config;
 pub mod fastmath;
 pub mod fused_lstm;
+pub mod fused_tanh;
 pub mod interface;
 pub mod lstm;
 pub mod model;

@@ -2,10 +2,10 @@
 //! `eᵢ = vᵀ tanh(W₁ hᵢ + W₂ s)`, with `hᵢ` the encoder annotations and `s` the decoder state
 //! (in RNNsearch, the state *before* the current step).
 
+use crate::fused_tanh::tanh;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::tanh;
 use burn::tensor::{Device, Tensor};
 
 /// Configuration of [`AdditiveAttention`].
