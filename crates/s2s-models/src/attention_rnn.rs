@@ -243,7 +243,7 @@ impl AttentionRnn {
             weights.push(out.weights);
         }
         let readout = Tensor::stack::<3>(readouts, 1); // [B, T, d_out]
-        let logits = self.output.forward(self.dropout.forward(readout));
+        let logits = self.output.forward(crate::dropout::forward(&self.dropout, readout));
         Forward { logits, attention: Some(Tensor::stack(weights, 1)) }
     }
 

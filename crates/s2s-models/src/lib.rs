@@ -9,6 +9,7 @@ pub mod attention;
 pub mod attention_rnn;
 pub mod cell;
 pub mod config;
+pub mod dropout;
 pub mod fastmath;
 pub mod fused_lstm;
 pub mod fused_tanh;

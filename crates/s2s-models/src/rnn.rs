@@ -136,7 +136,7 @@ impl StackedRnn {
         let mut finals = Vec::with_capacity(self.layers() * self.directions());
         for l in 0..self.layers() {
             if l > 0 {
-                input = self.dropout.forward(input);
+                input = crate::dropout::forward(&self.dropout, input);
             }
             let cell = &self.forward_cells[l];
             let start = init
@@ -166,7 +166,7 @@ impl StackedRnn {
         for (l, cell) in self.forward_cells.iter().enumerate() {
             if l > 0 {
                 let below: &CellState = &out[l - 1];
-                xw = cell.project(self.dropout.forward(below.h.clone()));
+                xw = cell.project(crate::dropout::forward(&self.dropout, below.h.clone()));
             }
             out.push(cell.step(xw.clone(), &states[l]));
         }

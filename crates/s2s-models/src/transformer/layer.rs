@@ -48,7 +48,7 @@ pub struct FeedForward {
 impl FeedForward {
     /// Applies the network.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.outer.forward(self.dropout.forward(relu(self.inner.forward(x))))
+        self.outer.forward(crate::dropout::forward(&self.dropout, relu(self.inner.forward(x))))
     }
 }
 
@@ -80,7 +80,7 @@ impl Residual {
 
     /// Adds the sublayer's output `y` to `x`.
     pub fn output(&self, x: Tensor<3>, y: Tensor<3>) -> Tensor<3> {
-        let sum = x + self.dropout.forward(y);
+        let sum = x + crate::dropout::forward(&self.dropout, y);
         if self.pre_norm { sum } else { self.norm.forward(sum) }
     }
 }

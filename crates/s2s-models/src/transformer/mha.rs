@@ -127,7 +127,7 @@ impl MultiHeadAttention {
             scores = scores + m.clone().expand([b, h, tq, tk]);
         }
         let weights = softmax(scores, 3);
-        let out = self.dropout.forward(weights.clone()).matmul(kv.v.clone()); // [B, h, Tq, dk]
+        let out = crate::dropout::forward(&self.dropout, weights.clone()).matmul(kv.v.clone()); // [B, h, Tq, dk]
         let out = out.swap_dims(1, 2).reshape([b, tq, h * dk]);
         (self.output.forward(out), weights)
     }

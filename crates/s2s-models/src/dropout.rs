@@ -1,0 +1,88 @@
+//! Dropout (Srivastava et al., 2014): during training each element is zeroed with
+//! probability `p` and the rest scaled by `1 / (1 − p)`; identity otherwise.
+//!
+//! burn's `Dropout::forward` draws a Bernoulli tensor with a ChaCha generator and a per-element
+//! sampler, then multiplies twice: ~10 % of a Transformer training step on the CPU. Here, on
+//! flex, the mask — already scaled — comes from a counter-based generator (SplitMix64's
+//! finaliser of `seed + index`, in parallel chunks), one multiplication applies it, and autodiff
+//! sees `x ⊙ mask` with a constant mask. The seed is drawn from the device's own generator, so
+//! a run stays reproducible exactly as with burn's dropout (the trainer reseeds the device
+//! before every step). Other backends use burn's `Dropout::forward`.
+
+use burn::nn::Dropout;
+use burn::tensor::{Distribution, Tensor, TensorData};
+use rayon::prelude::*;
+
+/// `dropout(x)` with `d`'s probability (see the module doc).
+pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
+    let device = x.device();
+    if d.prob == 0.0
+        || !d.training.is_enabled()
+        || !device.is_autodiff()
+        || !crate::fused_lstm::available(&device)
+    {
+        return d.forward(x);
+    }
+    let bits = Tensor::<1>::random([2], Distribution::Default, &device)
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("f32");
+    let seed = (u64::from(bits[0].to_bits()) << 32) | u64::from(bits[1].to_bits());
+    let shape = x.shape();
+    let mask = mask(seed, shape.num_elements(), 1.0 - d.prob as f32);
+    x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
+}
+
+/// `n` values, each `1 / keep` with probability `keep` and 0 otherwise, from `seed`.
+fn mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
+    const CHUNK: usize = 1 << 14;
+    let scale = 1.0 / keep;
+    let threshold = (keep as f64 * (1u64 << 24) as f64) as u32;
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
+        for (i, v) in chunk.iter_mut().enumerate() {
+            let r =
+                (splitmix64(seed.wrapping_add(((c * CHUNK + i) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+                    >> 40) as u32; // 24 uniform bits
+            *v = if r < threshold { scale } else { 0.0 };
+        }
+    });
+    out
+}
+
+/// SplitMix64's output function (Steele, Lea & Flood, 2014).
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::DropoutConfig;
+    use burn::tensor::Device;
+
+    #[test]
+    fn keeps_the_right_share_scaled_reproducibly_with_the_mask_as_gradient() {
+        let d = Device::flex().autodiff();
+        let drop = DropoutConfig::new(0.25).init();
+        let x = Tensor::<2>::ones([200, 500], &d).require_grad();
+        d.seed(11);
+        let y = forward(&drop, x.clone());
+        let v: Vec<f32> = y.clone().into_data().try_to_vec::<f32>().unwrap();
+        let kept = v.iter().filter(|&&a| a != 0.0).count() as f64 / v.len() as f64;
+        assert!((kept - 0.75).abs() < 0.005, "kept {kept}");
+        assert!(v.iter().all(|&a| a == 0.0 || (a - 1.0 / 0.75).abs() < 1e-6));
+        let g: Vec<f32> =
+            x.grad(&y.clone().sum().backward()).unwrap().into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(g, v, "the gradient of Σ dropout(1) is the mask");
+        d.seed(11);
+        let again: Vec<f32> = forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(again, v, "the device seed reproduces the mask");
+        let other: Vec<f32> = forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap();
+        assert_ne!(other, v, "the next call draws another mask");
+        let plain = Tensor::<2>::ones([3, 4], &Device::flex());
+        assert_eq!(forward(&drop, plain.clone()).into_data(), plain.into_data(), "identity without autodiff");
+    }
+}
