@@ -57,7 +57,8 @@ impl Attention {
 /// `values` `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
 pub fn attend(scores: Tensor<2>, values: &Tensor<3>, pad: &Tensor<2, Bool>) -> (Tensor<2>, Tensor<2>) {
     let weights = softmax(scores.mask_fill(pad.clone(), f32::NEG_INFINITY), 1); // [B, S]
-    let context = weights.clone().unsqueeze_dim::<3>(1).matmul(values.clone()).squeeze_dim::<2>(1); // [B, D]
+    // Σ_s weights ⊙ values (an element-wise pass, not one [1, S] × [S, D] product per sentence).
+    let context = (weights.clone().unsqueeze_dim::<3>(2) * values.clone()).sum_dim(1).squeeze_dim::<2>(1); // [B, D]
     (context, weights)
 }
 
