@@ -106,9 +106,30 @@ impl MultiHeadAttention {
         x.reshape([b, t, self.heads, d / self.heads]).swap_dims(1, 2)
     }
 
-    /// Projects `x` `[batch, t, d_model]` into keys and values.
+    /// `x W + b` for several projections at once: their weights side by side, one
+    /// `[rows, d_model] × [d_model, n·d_model]` product, then split back (fewer, larger
+    /// products; the parameters stay the separate `W^Q`, `W^K`, `W^V` of the paper).
+    fn project_fused<const N: usize>(&self, x: Tensor<3>, which: [&Linear; N]) -> [Tensor<3>; N] {
+        let d = which[0].weight.dims()[1];
+        let w = Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1);
+        let bias =
+            |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
+        let b = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
+        let y = crate::cell::matmul_rows(x, w) + b.unsqueeze::<3>(); // [B, T, N·d]
+        std::array::from_fn(|i| y.clone().narrow(2, i * d, d))
+    }
+
+    /// Projects `x` `[batch, t, d_model]` into keys and values (one fused product).
     pub fn project_kv(&self, x: Tensor<3>) -> KeyValue {
-        KeyValue { k: self.split(self.key.forward(x.clone())), v: self.split(self.value.forward(x)) }
+        let [k, v] = self.project_fused(x, [&self.key, &self.value]);
+        KeyValue { k: self.split(k), v: self.split(v) }
+    }
+
+    /// Self-attention's projections of `x`: queries `[batch, heads, t, d_k]` and keys/values,
+    /// from one fused `[d_model, 3·d_model]` product.
+    pub fn project_qkv(&self, x: Tensor<3>) -> (Tensor<4>, KeyValue) {
+        let [q, k, v] = self.project_fused(x, [&self.query, &self.key, &self.value]);
+        (self.split(q), KeyValue { k: self.split(k), v: self.split(v) })
     }
 
     /// Attends from `query` to `kv`; `mask` is added to the scores (0 or −∞), broadcast over
@@ -119,7 +140,17 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        let q = self.split(self.query.forward(query)); // [B, h, Tq, dk]
+        self.attend_heads(self.split(self.query.forward(query)), kv, mask)
+    }
+
+    /// [`MultiHeadAttention::attend`] from queries already projected and split into heads
+    /// (`[batch, heads, t_q, d_k]`, from [`MultiHeadAttention::project_qkv`]).
+    pub fn attend_heads(
+        &self,
+        q: Tensor<4>,
+        kv: &KeyValue,
+        mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, Tensor<4>) {
         let [b, h, tq, dk] = q.dims();
         let tk = kv.k.dims()[2];
         let mut scores = q.matmul(kv.k.clone().swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
