@@ -157,7 +157,7 @@ impl RecurrentCell {
             CellKind::Lstm => {
                 let gates = xw + hw;
                 let c_prev = state.c.clone().expect("LSTM state has a memory cell");
-                let (h, c) = if crate::fused_lstm::available(&gates.device()) {
+                let (h, c) = if crate::flex_data::is_flex(&gates.device()) {
                     crate::fused_lstm::lstm_gates(gates, c_prev)
                 } else {
                     lstm_gates_composed(gates, c_prev)

@@ -19,7 +19,7 @@ pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     if d.prob == 0.0
         || !d.training.is_enabled()
         || !device.is_autodiff()
-        || !crate::fused_lstm::available(&device)
+        || !crate::flex_data::is_flex(&device)
     {
         return d.forward(x);
     }

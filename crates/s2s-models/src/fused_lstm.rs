@@ -28,9 +28,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 
 use crate::fastmath::{sigmoid, tanh};
+use crate::flex_data::f32s;
 
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
@@ -417,13 +418,8 @@ fn backward(gates: &FlexTensor, c: &FlexTensor, grad: &FlexTensor) -> (FlexTenso
     )
 }
 
-/// True when `device` runs on flex, where [`lstm_gates`] is available.
-pub fn available(device: &Device) -> bool {
-    *device == Device::flex()
-}
-
 /// `(h', c')` of an LSTM step from pre-activation `gates` `[batch, 4·hidden]` and `c`
-/// `[batch, hidden]`, through the fused kernel (flex devices only: check [`available`]).
+/// `[batch, hidden]`, through the fused kernel (flex devices only: check [`crate::flex_data::is_flex`]).
 pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
     let h = c.dims()[1];
     let out = Tensor::<2>::from_dispatch(<Dispatch as LstmGates>::lstm_gates(
@@ -478,20 +474,11 @@ fn operands<'a>(
     (f32s(gates), f32s(c), [batch, h])
 }
 
-/// A tensor's f32 elements in row-major order (copied only when not contiguous).
-fn f32s(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
-    assert_eq!(t.dtype(), DType::F32, "the fused LSTM kernel computes in f32");
-    match t.as_slice::<f32>() {
-        Some(s) => s.into(),
-        None => t.to_contiguous().as_slice::<f32>().expect("contiguous f32").to_vec().into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cell::lstm_gates_composed;
-    use burn::tensor::Distribution;
+    use burn::tensor::{Device, Distribution};
 
     fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
         (a - b).abs().max().into_scalar::<f32>()
@@ -504,7 +491,7 @@ mod tests {
     fn fused_kernel_equals_the_composed_operations() {
         let plain = Device::flex();
         let ad = plain.clone().autodiff();
-        assert!(available(&plain) && available(&ad));
+        assert!(crate::flex_data::is_flex(&plain) && crate::flex_data::is_flex(&ad));
         ad.seed(7);
         let (b, h) = (3, 5);
         let gates = Tensor::<2>::random([b, 4 * h], Distribution::Uniform(-4.0, 4.0), &ad);

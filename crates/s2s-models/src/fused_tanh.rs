@@ -13,8 +13,10 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
+
+use crate::flex_data::f32s;
 
 /// The vectorised `tanh` as a burn backend extension (flex only).
 #[backend_extension(Flex, Autodiff)]
@@ -78,17 +80,9 @@ fn map(a: &FlexTensor, b: Option<&FlexTensor>, f: impl Fn(f32, f32) -> f32 + Syn
     FlexTensor::from_data(TensorData::new(out, shape))
 }
 
-fn f32s(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
-    assert_eq!(t.dtype(), DType::F32, "fast_tanh computes in f32");
-    match t.as_slice::<f32>() {
-        Some(s) => s.into(),
-        None => t.to_contiguous().as_slice::<f32>().expect("contiguous f32").to_vec().into(),
-    }
-}
-
 /// `tanh(x)`: the vectorised kernel on flex devices, burn's `tanh` elsewhere.
 pub fn tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if crate::fused_lstm::available(&x.device()) {
+    if crate::flex_data::is_flex(&x.device()) {
         Tensor::from_dispatch(<Dispatch as FastTanh>::fast_tanh(x.into_dispatch()))
     } else {
         burn::tensor::activation::tanh(x)

@@ -11,6 +11,7 @@ pub mod cell;
 pub mod config;
 pub mod dropout;
 pub mod fastmath;
+pub mod flex_data;
 pub mod fused_lstm;
 pub mod fused_tanh;
 pub mod interface;

@@ -186,7 +186,7 @@ fn run(
     start: CellState,
     reverse: bool,
 ) -> (Tensor<3>, CellState) {
-    if cell.kind == CellKind::Lstm && crate::fused_lstm::available(&xw.device()) {
+    if cell.kind == CellKind::Lstm && crate::flex_data::is_flex(&xw.device()) {
         let c0 = start.c.expect("LSTM state has a memory cell");
         let (out, h, c) =
             crate::fused_lstm::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), dense, reverse);

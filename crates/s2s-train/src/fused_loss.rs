@@ -25,9 +25,10 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 use s2s_models::fastmath::exp;
+use s2s_models::flex_data::f32s;
 
 /// The fused loss as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
@@ -102,7 +103,7 @@ impl Rows {
         let targets: Vec<u32> = f32s(targets).iter().map(|&t| t as u32).collect();
         assert!(targets.iter().all(|&t| (t as usize) < shape[1]), "a target id is outside the vocabulary");
         let logits = if logits.is_contiguous() { logits.clone() } else { logits.to_contiguous() };
-        Self { logits, targets, keep: f32s(keep), epsilon, shape }
+        Self { logits, targets, keep: f32s(keep).into_owned(), epsilon, shape }
     }
 
     fn x(&self) -> &[f32] {
@@ -169,13 +170,4 @@ pub fn smoothed_xent(logits: Tensor<2>, targets: Tensor<1>, keep: Tensor<1>, eps
 
 fn dims2(t: &FlexTensor) -> [usize; 2] {
     t.layout().shape().dims::<2>()
-}
-
-/// A tensor's f32 elements in row-major order.
-fn f32s(t: &FlexTensor) -> Vec<f32> {
-    assert_eq!(t.dtype(), DType::F32, "the fused loss computes in f32");
-    match t.as_slice::<f32>() {
-        Some(s) => s.to_vec(),
-        None => t.to_contiguous().as_slice::<f32>().expect("contiguous f32").to_vec(),
-    }
 }

@@ -24,7 +24,7 @@ pub fn label_smoothed_loss(
     epsilon: f64,
 ) -> LossSums {
     let [batch, tgt, vocab] = logits.dims();
-    if s2s_models::fused_lstm::available(&logits.device()) {
+    if s2s_models::flex_data::is_flex(&logits.device()) {
         let rows = crate::fused_loss::smoothed_xent(
             logits.reshape([batch * tgt, vocab]),
             targets.reshape([batch * tgt]).float(),
