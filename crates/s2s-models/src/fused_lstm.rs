@@ -28,10 +28,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Shape, Tensor, TensorData};
 
 use crate::fastmath::{sigmoid, tanh};
-use crate::flex_data::f32s;
+use crate::flex_data::{contiguous, f32s};
 
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
@@ -131,7 +131,7 @@ impl<C: CheckpointStrategy> LstmGates for Autodiff<Flex, C> {
                 let [node_xw, node_w, node_h0, node_c0] = ops.parents;
                 let grad = grads.consume::<Flex>(&ops.node);
                 let (layer, saved) = ops.state;
-                let [d_xw, d_w, d_h0, d_c0] = layer_backward(&layer, &saved, &grad);
+                let [d_xw, d_w, d_h0, d_c0] = layer_backward(&layer, saved, &grad);
                 for (node, g) in [(node_xw, d_xw), (node_w, d_w), (node_h0, d_h0), (node_c0, d_c0)] {
                     if let Some(node) = node {
                         grads.register::<Flex>(node.id, g);
@@ -158,8 +158,9 @@ impl<C: CheckpointStrategy> LstmGates for Autodiff<Flex, C> {
 /// One direction of one LSTM layer over a padded batch, as the kernels see it.
 #[derive(Debug, Clone)]
 struct Layer {
-    /// Projected inputs `x W_x + b`, `[batch, time, 4·hidden]`, row-major.
-    xw: Vec<f32>,
+    /// Projected inputs `x W_x + b`, `[batch, time, 4·hidden]`, contiguous (shared with the
+    /// caller's tensor, not copied).
+    xw: FlexTensor,
     /// `W_h`, `[hidden, 4·hidden]`.
     w: FlexTensor,
     /// 1 on real tokens, `[batch, time]`.
@@ -175,7 +176,7 @@ impl Layer {
     fn new(xw: &FlexTensor, w: FlexTensor, keep: &FlexTensor, dense: usize, reverse: bool) -> Self {
         let [batch, time, four_h] = xw.layout().shape().dims::<3>();
         Self {
-            xw: f32s(xw).into_owned(),
+            xw: contiguous(xw),
             w,
             keep: f32s(keep).into_owned(),
             batch,
@@ -184,6 +185,10 @@ impl Layer {
             dense,
             reverse,
         }
+    }
+
+    fn xw(&self) -> &[f32] {
+        self.xw.as_slice::<f32>().expect("contiguous f32 inputs")
     }
 
     /// Time steps in the order the layer runs them.
@@ -237,29 +242,25 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
         let n = hs.len() / h;
         let mut gates = vec![0f32; 4 * h];
         for t in l.order() {
-            if (0..n).all(|b| !l.real(r0 + b, t)) {
-                if save {
-                    for b in 0..n {
-                        s_h[(b * t_n + t) * h..][..h].copy_from_slice(&hs[b * h..(b + 1) * h]);
-                        s_c[(b * t_n + t) * h..][..h].copy_from_slice(&cs[b * h..(b + 1) * h]);
-                    }
+            if save {
+                for b in 0..n {
+                    s_h[(b * t_n + t) * h..][..h].copy_from_slice(&hs[b * h..(b + 1) * h]);
+                    s_c[(b * t_n + t) * h..][..h].copy_from_slice(&cs[b * h..(b + 1) * h]);
                 }
+            }
+            if (0..n).all(|b| !l.real(r0 + b, t)) {
                 continue;
             }
             let hw =
                 Flex::float_matmul(FlexTensor::from_data(TensorData::new(hs.to_vec(), [n, h])), l.w.clone());
             let hw = f32s(&hw);
             for b in 0..n {
-                let (hb, cb) = (&mut hs[b * h..(b + 1) * h], &mut cs[b * h..(b + 1) * h]);
-                let at = b * t_n + t;
-                if save {
-                    s_h[at * h..][..h].copy_from_slice(hb);
-                    s_c[at * h..][..h].copy_from_slice(cb);
-                }
                 if !l.real(r0 + b, t) {
                     continue;
                 }
-                let xw = &l.xw[((r0 + b) * t_n + t) * 4 * h..][..4 * h];
+                let (hb, cb) = (&mut hs[b * h..(b + 1) * h], &mut cs[b * h..(b + 1) * h]);
+                let at = b * t_n + t;
+                let xw = &l.xw()[((r0 + b) * t_n + t) * 4 * h..][..4 * h];
                 for ((g, x), y) in gates.iter_mut().zip(xw).zip(&hw[b * 4 * h..(b + 1) * 4 * h]) {
                     *g = x + y;
                 }
@@ -281,7 +282,7 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
 /// reverse order with one `[rows, 4·hidden] × [4·hidden, hidden]` product each (row blocks in
 /// parallel, as forward), then `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
-fn layer_backward(l: &Layer, s: &Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
+fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     use rayon::prelude::*;
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
     let grad = f32s(grad);
@@ -341,11 +342,11 @@ fn layer_backward(l: &Layer, s: &Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
             }
         }
     });
-    let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev.clone(), [b_n * t_n, h]));
-    let dg_all = FlexTensor::from_data(TensorData::new(d_gates.clone(), [b_n * t_n, 4 * h]));
-    let d_w = Flex::float_matmul(Flex::float_transpose(h_prev), dg_all);
+    let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev, [b_n * t_n, h]));
+    let d_gates = FlexTensor::from_data(TensorData::new(d_gates, [b_n * t_n, 4 * h]));
+    let d_w = Flex::float_matmul(Flex::float_transpose(h_prev), d_gates.clone());
     [
-        FlexTensor::from_data(TensorData::new(d_gates, [b_n, t_n, 4 * h])),
+        d_gates.reshape(Shape::new([b_n, t_n, 4 * h])),
         d_w,
         FlexTensor::from_data(TensorData::new(dh, [b_n, h])),
         FlexTensor::from_data(TensorData::new(dc, [b_n, h])),

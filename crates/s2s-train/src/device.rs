@@ -63,8 +63,8 @@ pub fn select_many(choice: DeviceChoice, n: u32) -> Result<(Vec<Device>, String)
         ));
     }
     let gpus = Device::enumerate_physical();
+    let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
     if gpus.len() < n as usize {
-        let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
         return Err(format!(
             "devices = {n} needs {n} GPUs, this machine has {} ({}); use devices = {} or fewer",
             gpus.len(),
@@ -72,8 +72,7 @@ pub fn select_many(choice: DeviceChoice, n: u32) -> Result<(Vec<Device>, String)
             gpus.len().max(1)
         ));
     }
-    let chosen: Vec<(Device, String)> =
-        gpus.iter().take(n as usize).map(|g| (g.devices[0].clone(), g.name.clone())).collect();
-    let names: Vec<String> = chosen.iter().map(|(_, n)| n.clone()).collect();
-    Ok((chosen.into_iter().map(|(d, _)| d).collect(), format!("{n} GPUs ({})", names.join(", "))))
+    let n = n as usize;
+    let devices = gpus[..n].iter().map(|g| g.devices[0].clone()).collect();
+    Ok((devices, format!("{n} GPUs ({})", names[..n].join(", "))))
 }

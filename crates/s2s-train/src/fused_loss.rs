@@ -28,7 +28,7 @@ use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 use s2s_models::fastmath::exp;
-use s2s_models::flex_data::f32s;
+use s2s_models::flex_data::{contiguous, f32s};
 
 /// The fused loss as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
@@ -102,8 +102,7 @@ impl Rows {
         let shape = dims2(logits);
         let targets: Vec<u32> = f32s(targets).iter().map(|&t| t as u32).collect();
         assert!(targets.iter().all(|&t| (t as usize) < shape[1]), "a target id is outside the vocabulary");
-        let logits = if logits.is_contiguous() { logits.clone() } else { logits.to_contiguous() };
-        Self { logits, targets, keep: f32s(keep).into_owned(), epsilon, shape }
+        Self { logits: contiguous(logits), targets, keep: f32s(keep).into_owned(), epsilon, shape }
     }
 
     fn x(&self) -> &[f32] {

@@ -227,12 +227,7 @@ impl Transformer {
         };
         match &self.output {
             Some(o) => o.forward(x),
-            None => {
-                let [b, t, d] = x.dims();
-                let w = self.tgt_embed.weight.val(); // [V, d]
-                let v = w.dims()[0];
-                x.reshape([b * t, d]).matmul(w.transpose()).reshape([b, t, v])
-            }
+            None => crate::cell::matmul_rows(x, self.tgt_embed.weight.val().transpose()), // E: [V, d]
         }
     }
 
