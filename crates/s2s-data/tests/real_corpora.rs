@@ -12,7 +12,7 @@ use s2s_data::{
 fn shared(rel: &str) -> PathBuf {
     let root = std::env::var_os("S2S_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+        .unwrap_or_else(|| manifest_dir().join("../../../shared"));
     root.join("datasets").join(rel)
 }
 
@@ -91,4 +91,12 @@ fn anki_tsv_reads_with_columns_swapped() {
     // U+202F before French punctuation became an ASCII space.
     assert!(c.pairs.iter().all(|p| !p.tgt.contains('\u{202F}')));
     eprintln!("read {} pairs in {took:?}", c.report.lines);
+}
+
+/// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
+/// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

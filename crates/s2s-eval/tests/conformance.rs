@@ -9,7 +9,7 @@ use serde::Deserialize;
 fn fixtures() -> PathBuf {
     std::env::var_os("S2S_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
+        .unwrap_or_else(|| manifest_dir().join("../../../shared"))
         .join("fixtures/bleu")
 }
 
@@ -175,4 +175,12 @@ fn large_corpus_takes_the_parallel_path_and_still_matches() {
     assert_eq!((b.sys_len, b.ref_len), (117342, 116898));
     let c = corpus_chrf(&hyps, &refs).unwrap();
     assert!((c.score - 82.60488293898378).abs() < 1e-6, "{}", c.score);
+}
+
+/// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
+/// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

@@ -8,7 +8,7 @@ use s2s_eval::{EvalError, Format, Metric, ScoreRequest, run_score};
 fn fixture(name: &str) -> PathBuf {
     std::env::var_os("S2S_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
+        .unwrap_or_else(|| manifest_dir().join("../../../shared"))
         .join("fixtures/bleu")
         .join(name)
 }
@@ -194,4 +194,12 @@ fn empty_input_scores_zero() {
     );
     assert!(out.contains("chrF2|") && out.trim_end().ends_with("= 0.0"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
+/// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use s2s_fuzz::TARGETS;
 
 fn regressions(target: &str) -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(target);
+    let dir = manifest_dir().join("../../fuzz/regressions").join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("dir entry").path())
@@ -26,4 +26,12 @@ fn every_kept_input_passes_its_property() {
             assert!(outcome.is_ok(), "{target}: {} fails its property again", file.display());
         }
     }
+}
+
+/// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
+/// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

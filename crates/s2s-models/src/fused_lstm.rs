@@ -31,7 +31,12 @@ use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Shape, Tensor, TensorData};
 
 use crate::fastmath::{sigmoid, tanh};
+use std::ops::Range;
+
+use rayon::prelude::*;
+
 use crate::flex_data::{contiguous, f32s};
+use crate::packed_gemm::PackedB;
 
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
@@ -202,146 +207,261 @@ impl Layer {
     }
 }
 
-/// What the backward pass needs from the forward one: pre-activation gates and the state
-/// before every step, `[batch, time, 4·hidden]` and `[batch, time, hidden]`.
+/// What the backward pass needs from the forward one: `h_{t−1}` `[batch, time, hidden]`, and
+/// per group of units (as the forward pass cut them) the pre-activation gates
+/// `[batch, time, 4·|U|]` and `c_{t−1}` `[batch, time, |U|]`.
 #[derive(Debug, Clone)]
 struct Saved {
-    gates: Vec<f32>,
     h_prev: Vec<f32>,
-    c_prev: Vec<f32>,
+    groups: Vec<(Range<usize>, Vec<f32>, Vec<f32>)>,
 }
 
-/// Runs the layer: per step one `[rows, hidden] × [hidden, 4·hidden]` product and the fused
-/// gate math on the rows with a real token (padded rows keep their state and output 0).
-/// Rows never interact, so the batch is cut into one block of rows per thread and each block
-/// runs the whole sequence on its own (one small product per step does not keep two cores
-/// busy; two blocks do). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
-/// pass needs.
+/// The hidden units cut into one contiguous range per thread (at least 8 units each), so each
+/// thread computes the gates of its own units: one `[batch, hidden] × [hidden, 4·|U|]` product
+/// per thread and step instead of a 64-row product that one thread runs at half speed.
+fn unit_groups(hidden: usize, threads: usize) -> Vec<Range<usize>> {
+    let g = threads.min(hidden / 8).max(1);
+    (0..g).map(|i| i * hidden / g..(i + 1) * hidden / g).collect()
+}
+
+/// `W_h` packed for the forward pass: `[i][j]` multiplies the state of group `j` (rows `U_j`
+/// of `W_h`) into the four gates of group `i` (columns `g·hidden + u`, `g` ∈ 0..4, `u` ∈ `U_i`),
+/// so group `i`'s gates are `Σ_j h[:, U_j] · packed[i][j]`, laid out `[i f g o]` over `U_i`.
+fn pack_forward(w: &[f32], h: usize, groups: &[Range<usize>]) -> Vec<Vec<PackedB>> {
+    groups
+        .par_iter()
+        .map(|ui| {
+            let n = ui.len();
+            groups
+                .iter()
+                .map(|uj| {
+                    PackedB::from_fn(uj.len(), 4 * n, |r, c| {
+                        w[(uj.start + r) * 4 * h + (c / n) * h + ui.start + c % n]
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `W_hᵀ` packed for the backward pass: `[i][j]` multiplies group `j`'s gate gradients
+/// (`[batch, 4·|U_j|]`, laid out as [`pack_forward`]) into `∂h[:, U_i]`.
+fn pack_backward(w: &[f32], h: usize, groups: &[Range<usize>]) -> Vec<Vec<PackedB>> {
+    groups
+        .par_iter()
+        .map(|ui| {
+            groups
+                .iter()
+                .map(|uj| {
+                    let n = uj.len();
+                    PackedB::from_fn(4 * n, ui.len(), |r, c| {
+                        w[(ui.start + c) * 4 * h + (r / n) * h + uj.start + r % n]
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Copies a group's `[rows, segments·|U|]` block into columns `s·hidden + U` of a
+/// `[rows, segments·hidden]` matrix.
+fn scatter(dst: &mut [f32], hidden: usize, segments: usize, units: &Range<usize>, part: &[f32]) {
+    let n = units.len();
+    if n == 0 {
+        return;
+    }
+    for (row, src) in dst.chunks_exact_mut(segments * hidden).zip(part.chunks_exact(segments * n)) {
+        for s in 0..segments {
+            row[s * hidden + units.start..][..n].copy_from_slice(&src[s * n..(s + 1) * n]);
+        }
+    }
+}
+
+/// Columns `U` of each `[.., width]` row of `src` (`rows` rows from row `row0`, `width` apart).
+fn gather(src: &[f32], width: usize, rows: impl Iterator<Item = usize>, units: &Range<usize>) -> Vec<f32> {
+    rows.flat_map(|r| src[r * width + units.start..r * width + units.end].iter().copied()).collect()
+}
+
+/// One thread's share of the forward pass: its units' state and what it saves.
+struct ForwardGroup {
+    units: Range<usize>,
+    /// `h_t` of the group's units, `[batch, |U|]`, written while every group reads `h_{t−1}`.
+    h_next: Vec<f32>,
+    c: Vec<f32>,
+    gates: Vec<f32>,
+    /// Outputs `[batch, time, |U|]`.
+    out: Vec<f32>,
+    /// Saved for backward (empty when not saving): gates `[batch, time, 4·|U|]`, `h_{t−1}` and
+    /// `c_{t−1}` `[batch, time, |U|]`.
+    s_gates: Vec<f32>,
+    s_h: Vec<f32>,
+    s_c: Vec<f32>,
+}
+
+/// Runs the layer: per step and group of units one product `h_{t−1} W_h[:, gates of U]`
+/// ([`PackedB`], `W_h` packed once per call) and the fused gate math on the rows with a real
+/// token (padded rows keep their state and output 0); groups run on rayon's threads and meet
+/// once per step. Returns `[outputs | h_T | c_T]` and, when `save`, what the backward pass
+/// needs.
 fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (FlexTensor, Option<Saved>) {
-    use rayon::prelude::*;
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
-    let (mut hs, mut cs) = (f32s(h0).into_owned(), f32s(c0).into_owned());
-    let mut out = vec![0f32; b_n * (t_n + 2) * h];
-    let mut saved = Saved {
-        gates: vec![0f32; if save { b_n * t_n * 4 * h } else { 0 }],
-        h_prev: vec![0f32; if save { b_n * t_n * h } else { 0 }],
-        c_prev: vec![0f32; if save { b_n * t_n * h } else { 0 }],
-    };
-    let rows = block_rows(b_n);
-    let blocks = hs
-        .chunks_mut(rows * h)
-        .zip(cs.chunks_mut(rows * h))
-        .zip(out.chunks_mut(rows * (t_n + 2) * h))
-        .zip(chunks_or_empty(&mut saved.gates, rows * t_n * 4 * h))
-        .zip(chunks_or_empty(&mut saved.h_prev, rows * t_n * h))
-        .zip(chunks_or_empty(&mut saved.c_prev, rows * t_n * h))
-        .enumerate()
-        .map(|(i, (((((hb, cb), ob), gb), hp), cp))| (i * rows, hb, cb, ob, gb, hp, cp))
-        .collect::<Vec<_>>();
-    blocks.into_par_iter().for_each(|(r0, hs, cs, out, s_gates, s_h, s_c)| {
-        let n = hs.len() / h;
-        let mut gates = vec![0f32; 4 * h];
-        for t in l.order() {
-            if save {
-                for b in 0..n {
-                    s_h[(b * t_n + t) * h..][..h].copy_from_slice(&hs[b * h..(b + 1) * h]);
-                    s_c[(b * t_n + t) * h..][..h].copy_from_slice(&cs[b * h..(b + 1) * h]);
+    let groups = unit_groups(h, rayon::current_num_threads());
+    let packed = pack_forward(f32s(&l.w).as_ref(), h, &groups);
+    let (h0, c0) = (f32s(h0), f32s(c0));
+    let mut h_cur: Vec<Vec<f32>> = groups.iter().map(|u| gather(&h0, h, 0..b_n, u)).collect();
+    let keep = if save { 1 } else { 0 };
+    let mut states: Vec<ForwardGroup> = groups
+        .iter()
+        .map(|u| {
+            let n = u.len();
+            ForwardGroup {
+                units: u.clone(),
+                h_next: vec![0f32; b_n * n],
+                c: gather(&c0, h, 0..b_n, u),
+                gates: vec![0f32; b_n * 4 * n],
+                out: vec![0f32; b_n * t_n * n],
+                s_gates: vec![0f32; keep * b_n * t_n * 4 * n],
+                s_h: vec![0f32; keep * b_n * t_n * n],
+                s_c: vec![0f32; keep * b_n * t_n * n],
+            }
+        })
+        .collect();
+    for t in l.order() {
+        if (0..b_n).all(|b| !l.real(b, t)) {
+            continue;
+        }
+        states.par_iter_mut().zip(&packed).enumerate().for_each(|(i, (g, packed))| {
+            let n = g.units.len();
+            for (j, p) in packed.iter().enumerate() {
+                p.matmul(&h_cur[j], b_n, p.k(), &mut g.gates, 4 * n, j > 0);
+            }
+            let h_prev = &h_cur[i];
+            for b in 0..b_n {
+                let at = b * t_n + t;
+                let (hb, cb) = (&mut g.h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
+                if save {
+                    g.s_h[at * n..(at + 1) * n].copy_from_slice(&h_prev[b * n..(b + 1) * n]);
+                    g.s_c[at * n..(at + 1) * n].copy_from_slice(cb);
                 }
-            }
-            if (0..n).all(|b| !l.real(r0 + b, t)) {
-                continue;
-            }
-            let hw =
-                Flex::float_matmul(FlexTensor::from_data(TensorData::new(hs.to_vec(), [n, h])), l.w.clone());
-            let hw = f32s(&hw);
-            for b in 0..n {
-                if !l.real(r0 + b, t) {
+                if !l.real(b, t) {
+                    hb.copy_from_slice(&h_prev[b * n..(b + 1) * n]);
                     continue;
                 }
-                let (hb, cb) = (&mut hs[b * h..(b + 1) * h], &mut cs[b * h..(b + 1) * h]);
-                let at = b * t_n + t;
-                let xw = &l.xw()[((r0 + b) * t_n + t) * 4 * h..][..4 * h];
-                for ((g, x), y) in gates.iter_mut().zip(xw).zip(&hw[b * 4 * h..(b + 1) * 4 * h]) {
-                    *g = x + y;
+                let gates = &mut g.gates[b * 4 * n..(b + 1) * 4 * n];
+                let xw = &l.xw()[at * 4 * h..(at + 1) * 4 * h];
+                for (s, gate) in gates.chunks_exact_mut(n).enumerate() {
+                    for (y, x) in gate.iter_mut().zip(&xw[s * h + g.units.start..]) {
+                        *y += x;
+                    }
                 }
                 if save {
-                    s_gates[at * 4 * h..][..4 * h].copy_from_slice(&gates);
+                    g.s_gates[at * 4 * n..(at + 1) * 4 * n].copy_from_slice(gates);
                 }
-                cell_forward(&gates, cb, hb);
-                out[(b * (t_n + 2) + t) * h..][..h].copy_from_slice(hb);
+                cell_forward(gates, cb, hb);
+                g.out[at * n..(at + 1) * n].copy_from_slice(hb);
             }
+        });
+        for (cur, g) in h_cur.iter_mut().zip(&mut states) {
+            std::mem::swap(cur, &mut g.h_next);
         }
-        for b in 0..n {
-            out[(b * (t_n + 2) + t_n) * h..][..h].copy_from_slice(&hs[b * h..(b + 1) * h]);
-            out[(b * (t_n + 2) + t_n + 1) * h..][..h].copy_from_slice(&cs[b * h..(b + 1) * h]);
+    }
+    let mut out = vec![0f32; b_n * (t_n + 2) * h];
+    let mut h_prev = vec![0f32; keep * b_n * t_n * h];
+    for (g, h_fin) in states.iter().zip(&h_cur) {
+        let n = g.units.len();
+        let mut tail = Vec::with_capacity(b_n * (t_n + 2) * n);
+        for b in 0..b_n {
+            tail.extend_from_slice(&g.out[b * t_n * n..(b + 1) * t_n * n]);
+            tail.extend_from_slice(&h_fin[b * n..(b + 1) * n]);
+            tail.extend_from_slice(&g.c[b * n..(b + 1) * n]);
         }
-    });
-    (FlexTensor::from_data(TensorData::new(out, [b_n, t_n + 2, h])), save.then_some(saved))
+        scatter(&mut out, h, 1, &g.units, &tail);
+        if save {
+            scatter(&mut h_prev, h, 1, &g.units, &g.s_h);
+        }
+    }
+    let saved = save
+        .then(|| Saved { h_prev, groups: states.into_iter().map(|g| (g.units, g.s_gates, g.s_c)).collect() });
+    (FlexTensor::from_data(TensorData::new(out, [b_n, t_n + 2, h])), saved)
+}
+
+/// One thread's share of the backward pass: its units' gradients.
+struct BackwardGroup<'a> {
+    units: Range<usize>,
+    /// What the forward pass saved for these units.
+    gates: &'a [f32],
+    c_prev: &'a [f32],
+    /// `∂h_t` and `∂c_t` of the group's units, `[batch, |U|]`.
+    dh: Vec<f32>,
+    dc: Vec<f32>,
+    /// `∂gates` `[batch, time, 4·|U|]`.
+    d_gates: Vec<f32>,
 }
 
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
-/// reverse order with one `[rows, 4·hidden] × [4·hidden, hidden]` product each (row blocks in
-/// parallel, as forward), then `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
+/// reverse order — per step each group runs its units' gate math, then (after all groups
+/// have) `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j] W_hᵀ[.., U]` with `W_hᵀ` packed once —
+/// and `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
 fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
-    use rayon::prelude::*;
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+    let groups: Vec<Range<usize>> = s.groups.iter().map(|g| g.0.clone()).collect();
+    let packed = pack_backward(f32s(&l.w).as_ref(), h, &groups);
     let grad = f32s(grad);
-    let mut dh = vec![0f32; b_n * h];
-    let mut dc = vec![0f32; b_n * h];
-    let mut d_gates = vec![0f32; b_n * t_n * 4 * h];
-    let w_t = Flex::float_transpose(l.w.clone());
-    let rows = block_rows(b_n);
-    let blocks = dh
-        .chunks_mut(rows * h)
-        .zip(dc.chunks_mut(rows * h))
-        .zip(d_gates.chunks_mut(rows * t_n * 4 * h))
-        .enumerate()
-        .map(|(i, ((a, b), c))| (i * rows, a, b, c))
-        .collect::<Vec<_>>();
-    blocks.into_par_iter().for_each(|(r0, dh, dc, d_gates)| {
-        let n = dh.len() / h;
-        let row = |b: usize, t: usize| ((r0 + b) * (t_n + 2) + t) * h;
-        for b in 0..n {
-            dh[b * h..(b + 1) * h].copy_from_slice(&grad[row(b, t_n)..][..h]);
-            dc[b * h..(b + 1) * h].copy_from_slice(&grad[row(b, t_n + 1)..][..h]);
+    let row = |b: usize, t: usize| b * (t_n + 2) + t;
+    let mut states: Vec<BackwardGroup> = s
+        .groups
+        .iter()
+        .map(|(u, gates, c_prev)| BackwardGroup {
+            units: u.clone(),
+            dh: gather(&grad, h, (0..b_n).map(|b| row(b, t_n)), u),
+            dc: gather(&grad, h, (0..b_n).map(|b| row(b, t_n + 1)), u),
+            d_gates: vec![0f32; b_n * t_n * 4 * u.len()],
+            gates,
+            c_prev,
+        })
+        .collect();
+    let mut step: Vec<Vec<f32>> = groups.iter().map(|u| vec![0f32; b_n * 4 * u.len()]).collect();
+    let mut dh_prev: Vec<Vec<f32>> = groups.iter().map(|u| vec![0f32; b_n * u.len()]).collect();
+    for t in l.order().rev() {
+        if (0..b_n).all(|b| !l.real(b, t)) {
+            continue;
         }
-        let mut step = vec![0f32; n * 4 * h];
-        for t in l.order().rev() {
-            let mut any = false;
-            for b in 0..n {
-                let dg = &mut step[b * 4 * h..(b + 1) * 4 * h];
-                if !l.real(r0 + b, t) {
+        states.par_iter_mut().zip(&mut step).for_each(|(g, step)| {
+            let n = g.units.len();
+            for b in 0..b_n {
+                let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
+                if !l.real(b, t) {
                     dg.fill(0.0);
                     continue;
                 }
-                any = true;
-                let dhb = &mut dh[b * h..(b + 1) * h];
-                for (d, g) in dhb.iter_mut().zip(&grad[row(b, t)..][..h]) {
-                    *d += g;
+                let at = b * t_n + t;
+                let dhb = &mut g.dh[b * n..(b + 1) * n];
+                for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
+                    *d += x;
                 }
-                let at = (r0 + b) * t_n + t;
-                cell_backward(
-                    &s.gates[at * 4 * h..][..4 * h],
-                    &s.c_prev[at * h..][..h],
-                    dhb,
-                    &mut dc[b * h..(b + 1) * h],
-                    dg,
-                );
-                d_gates[(b * t_n + t) * 4 * h..][..4 * h].copy_from_slice(dg);
+                let (gates, c_prev) =
+                    (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
+                cell_backward(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
+                g.d_gates[at * 4 * n..(at + 1) * 4 * n].copy_from_slice(dg);
             }
-            if !any {
-                continue;
+        });
+        states.par_iter_mut().zip(&mut dh_prev).zip(&packed).for_each(|((g, dh_prev), packed)| {
+            let n = g.units.len();
+            for (j, p) in packed.iter().enumerate() {
+                p.matmul(&step[j], b_n, p.k(), dh_prev, n, j > 0);
             }
-            let dh_prev = Flex::float_matmul(
-                FlexTensor::from_data(TensorData::new(step.clone(), [n, 4 * h])),
-                w_t.clone(),
-            );
-            let dh_prev = f32s(&dh_prev);
-            for b in (0..n).filter(|&b| l.real(r0 + b, t)) {
-                dh[b * h..(b + 1) * h].copy_from_slice(&dh_prev[b * h..(b + 1) * h]);
+            for b in (0..b_n).filter(|&b| l.real(b, t)) {
+                g.dh[b * n..(b + 1) * n].copy_from_slice(&dh_prev[b * n..(b + 1) * n]);
             }
-        }
-    });
+        });
+    }
+    let mut d_gates = vec![0f32; b_n * t_n * 4 * h];
+    let (mut dh, mut dc) = (vec![0f32; b_n * h], vec![0f32; b_n * h]);
+    for g in &states {
+        scatter(&mut d_gates, h, 4, &g.units, &g.d_gates);
+        scatter(&mut dh, h, 1, &g.units, &g.dh);
+        scatter(&mut dc, h, 1, &g.units, &g.dc);
+    }
     let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev, [b_n * t_n, h]));
     let d_gates = FlexTensor::from_data(TensorData::new(d_gates, [b_n * t_n, 4 * h]));
     let d_w = Flex::float_matmul(Flex::float_transpose(h_prev), d_gates.clone());
@@ -351,17 +471,6 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
         FlexTensor::from_data(TensorData::new(dh, [b_n, h])),
         FlexTensor::from_data(TensorData::new(dc, [b_n, h])),
     ]
-}
-
-/// Rows per block: the batch split evenly over rayon's threads.
-fn block_rows(batch: usize) -> usize {
-    batch.div_ceil(rayon::current_num_threads().max(1)).max(1)
-}
-
-/// `v` in chunks of `size`, or an endless supply of empty slices when `v` is empty (nothing
-/// saved).
-fn chunks_or_empty(v: &mut [f32], size: usize) -> Box<dyn Iterator<Item = &mut [f32]> + '_> {
-    if v.is_empty() { Box::new(std::iter::repeat_with(|| &mut [][..])) } else { Box::new(v.chunks_mut(size)) }
 }
 
 /// One row's gate math: `c ← σ(f)⊙c + σ(i)⊙tanh(g)`, `h ← σ(o)⊙tanh(c)` in place.

@@ -17,6 +17,7 @@ pub mod fused_tanh;
 pub mod interface;
 pub mod lstm;
 pub mod model;
+pub mod packed_gemm;
 pub mod rnn;
 pub mod transformer;
 

@@ -269,12 +269,13 @@ mod tests {
 
     /// The fused LSTM layer kernel equals the step-by-step loop — outputs, final states and
     /// every gradient (inputs, weights, bias, initial state) — in both directions, with
-    /// padding after a dense prefix.
+    /// padding after a dense prefix, whether the units run as one group (1 thread) or as three
+    /// uneven ones (3 threads; 26 units cut 8/9/9, so packed panels end narrow).
     #[test]
     fn fused_lstm_layer_equals_the_step_by_step_loop() {
         let d = Device::flex().autodiff();
         d.seed(5);
-        let (b, t, n_in, h) = (3, 6, 4, 5);
+        let (b, t, n_in, h) = (3, 6, 4, 26);
         let lengths = [6usize, 4, 2];
         let keep_v: Vec<f32> =
             lengths.iter().flat_map(|&len| (0..t).map(move |i| if i < len { 1.0 } else { 0.0 })).collect();
@@ -321,13 +322,16 @@ mod tests {
                     ],
                 )
             };
-            let (out_f, grads_f) = grads_of(true);
             let (out_s, grads_s) = grads_of(false);
-            for (i, (a, b)) in out_f.into_iter().zip(out_s).enumerate() {
-                assert!(close(a, b) < 1e-5, "reverse={reverse}: output {i} differs");
-            }
-            for (i, (a, b)) in grads_f.into_iter().zip(grads_s).enumerate() {
-                assert!(close(a, b) < 1e-4, "reverse={reverse}: gradient {i} differs");
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                let (out_f, grads_f) = pool.install(|| grads_of(true));
+                for (i, (a, b)) in out_f.into_iter().zip(out_s.clone()).enumerate() {
+                    assert!(close(a, b) < 1e-5, "reverse={reverse}, {threads} threads: output {i} differs");
+                }
+                for (i, (a, b)) in grads_f.into_iter().zip(grads_s.clone()).enumerate() {
+                    assert!(close(a, b) < 1e-4, "reverse={reverse}, {threads} threads: gradient {i} differs");
+                }
             }
         }
     }

@@ -34,7 +34,7 @@ fn text(o: &[u8]) -> String {
 fn shared() -> PathBuf {
     std::env::var_os("S2S_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+        .unwrap_or_else(|| manifest_dir().join("../../../shared"))
 }
 
 #[test]
@@ -697,4 +697,12 @@ fn translate_survives_random_bytes_and_very_long_lines() {
     assert!(!text(&o.stderr).contains("panicked"));
     assert_eq!(o.stdout.iter().filter(|&&b| b == b'\n').count(), lines);
     assert!(text(&o.stderr).contains("truncated"));
+}
+
+/// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
+/// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
