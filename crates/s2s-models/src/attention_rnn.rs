@@ -216,7 +216,7 @@ impl AttentionRnn {
                 state.layers = layers;
                 let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.pad);
                 let combine = self.combine.as_ref().expect("Luong has W_c");
-                let h_tilde = tanh(combine.forward(Tensor::cat(vec![ctx, s], 1))); // [N, H]
+                let h_tilde = tanh(crate::cell::linear(combine, Tensor::cat(vec![ctx, s], 1))); // [N, H]
                 if state.feed.is_some() {
                     state.feed = Some(h_tilde.clone());
                 }
@@ -243,7 +243,7 @@ impl AttentionRnn {
             weights.push(out.weights);
         }
         let readout = Tensor::stack::<3>(readouts, 1); // [B, T, d_out]
-        let logits = self.output.forward(crate::dropout::forward(&self.dropout, readout));
+        let logits = crate::cell::linear(&self.output, crate::dropout::forward(&self.dropout, readout));
         Forward { logits, attention: Some(Tensor::stack(weights, 1)) }
     }
 
@@ -253,7 +253,7 @@ impl AttentionRnn {
         let cell0 = &self.decoder.forward_cells[0];
         let xe = cell0.project_part(e.clone(), 0) + cell0.bias::<2>();
         let out = self.step(xe, e, &mut state);
-        let log_probs = log_softmax(self.output.forward(out.readout), 1);
+        let log_probs = log_softmax(crate::cell::linear(&self.output, out.readout), 1);
         (Step { log_probs, attention: Some(out.weights) }, state)
     }
 }

@@ -152,7 +152,7 @@ impl RecurrentCell {
     /// One step from an already projected input `xw = x W_x + b` (`[batch, gates·d_hidden]`).
     pub fn step(&self, xw: Tensor<2>, state: &CellState) -> CellState {
         let h = self.d_hidden;
-        let hw = state.h.clone().matmul(self.w_hidden.val()); // [B, G·H]
+        let hw = crate::small_matmul::matmul(state.h.clone(), self.w_hidden.val()); // [B, G·H]
         match self.kind {
             CellKind::Lstm => {
                 let gates = xw + hw;
@@ -179,13 +179,24 @@ impl RecurrentCell {
 
 /// `x W` for `x` of any rank `[..., d_in]` as one 2-D product over all leading positions
 /// (`[rows, d_in] × [d_in, d_out]`): burn broadcasts `W` into a batched product otherwise, one
-/// small `[time, d_in]` product per sentence, several times slower on the CPU.
+/// small `[time, d_in]` product per sentence, several times slower on the CPU. A few rows
+/// (decoder steps) go through [`crate::small_matmul`].
 pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
     let mut dims = x.dims();
     let d_in = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();
     dims[D - 1] = w.dims()[1];
-    x.reshape([rows, d_in]).matmul(w).reshape(dims)
+    crate::small_matmul::matmul(x.reshape([rows, d_in]), w).reshape(dims)
+}
+
+/// A burn `Linear` layer through [`matmul_rows`] (one 2-D product; small ones split by column,
+/// see [`crate::small_matmul`]): `x W + b`.
+pub fn linear<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<D> {
+    let y = matmul_rows(x, layer.weight.val());
+    match &layer.bias {
+        Some(b) => y + b.val().unsqueeze::<D>(),
+        None => y,
+    }
 }
 
 /// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and

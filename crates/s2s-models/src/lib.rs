@@ -19,6 +19,7 @@ pub mod lstm;
 pub mod model;
 pub mod packed_gemm;
 pub mod rnn;
+pub mod small_matmul;
 pub mod transformer;
 
 pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};

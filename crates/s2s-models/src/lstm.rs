@@ -129,7 +129,10 @@ impl LstmSeq2Seq {
         // Target padding comes after every real token and is masked in the loss: run on.
         let keep = Tensor::ones([batch, tgt], &y.device());
         let (h, _) = self.decoder.forward(y, &keep, tgt, Some(init)); // [B, T, H]
-        Forward { logits: self.output.forward(crate::dropout::forward(&self.dropout, h)), attention: None }
+        Forward {
+            logits: crate::cell::linear(&self.output, crate::dropout::forward(&self.dropout, h)),
+            attention: None,
+        }
     }
 
     /// The decoder's initial state.
@@ -142,7 +145,7 @@ impl LstmSeq2Seq {
     pub fn decode_step(&self, state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let (top, layers) = self.decoder.step(self.decoder.forward_cells[0].project(e), &state.layers);
-        let log_probs = log_softmax(self.output.forward(top), 1);
+        let log_probs = log_softmax(crate::cell::linear(&self.output, top), 1);
         (Step { log_probs, attention: None }, RnnState { layers, ..state })
     }
 }

@@ -62,48 +62,72 @@ impl PackedB {
     }
 
     /// `C = A B` (or `C += A B` when `accumulate`), `A` `[m, k]` with row stride `lda`, `C`
-    /// `[m, n]` with row stride `ldc`.
+    /// `[m, n]` with row stride `ldc`, on the calling thread.
     ///
     /// # Panics
     /// When `a` or `c` is too short for the shapes given.
     pub fn matmul(&self, a: &[f32], m: usize, lda: usize, c: &mut [f32], ldc: usize, accumulate: bool) {
-        let (k, n) = (self.k, self.n);
-        if m == 0 || n == 0 {
-            return;
-        }
-        assert!(lda >= k && ldc >= n, "packed_gemm: row strides shorter than rows");
-        assert!(a.len() >= (m - 1) * lda + k, "packed_gemm: A shorter than [m, k]");
-        assert!(c.len() >= (m - 1) * ldc + n, "packed_gemm: C shorter than [m, n]");
-        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked above); the bounds were checked above
-            // and the kernel reads `A`/writes `C` only inside `[m, k]` / `[m, n]`.
-            unsafe { self.run(a, m, lda, c, ldc, accumulate, avx2::block) };
-            return;
-        }
-        // SAFETY: as above; the portable block has no CPU requirement.
-        unsafe { self.run(a, m, lda, c, ldc, accumulate, portable_block) };
+        self.check(a, m, lda, c.len(), ldc);
+        // SAFETY: bounds checked; one caller writes all of `C`.
+        unsafe { self.run(a, m, lda, c.as_mut_ptr(), ldc, accumulate, 0..self.panels(), kernel()) };
     }
 
-    /// The loops around the register block: panels of `B`, blocks of `k`, blocks of rows.
+    /// As [`PackedB::matmul`] (`C = A B`), the panels of `B` (columns of `C`) cut into one
+    /// range per rayon thread.
+    ///
+    /// # Panics
+    /// When `a` or `c` is too short for the shapes given.
+    pub fn matmul_par(&self, a: &[f32], m: usize, lda: usize, c: &mut [f32], ldc: usize) {
+        use rayon::prelude::*;
+        self.check(a, m, lda, c.len(), ldc);
+        let panels = self.panels();
+        let blocks = rayon::current_num_threads().min(panels.div_ceil(4)).max(1);
+        let per = panels.div_ceil(blocks);
+        let out = SendPtr(c.as_mut_ptr());
+        let block = kernel();
+        (0..panels).step_by(per.max(1)).collect::<Vec<_>>().into_par_iter().for_each(|p0| {
+            let out = &out;
+            // SAFETY: bounds checked; each range of panels writes only its own columns of `C`,
+            // which outlives the loop.
+            unsafe { self.run(a, m, lda, out.0, ldc, false, p0..(p0 + per).min(panels), block) };
+        });
+    }
+
+    fn panels(&self) -> usize {
+        self.n.div_ceil(NR)
+    }
+
+    fn check(&self, a: &[f32], m: usize, lda: usize, c_len: usize, ldc: usize) {
+        if m == 0 || self.n == 0 {
+            return;
+        }
+        assert!(lda >= self.k && ldc >= self.n, "packed_gemm: row strides shorter than rows");
+        assert!(a.len() >= (m - 1) * lda + self.k, "packed_gemm: A shorter than [m, k]");
+        assert!(c_len >= (m - 1) * ldc + self.n, "packed_gemm: C shorter than [m, n]");
+    }
+
+    /// The loops around the register block: panels `panels` of `B`, blocks of `k`, blocks of
+    /// rows, writing columns `16·panels` of `C`.
     ///
     /// # Safety
-    /// `a` and `c` hold `[m, k]` / `[m, n]` at strides `lda` / `ldc`, and `block` may run on
-    /// this CPU.
+    /// `a` and `c` hold `[m, k]` / `[m, n]` at strides `lda` / `ldc`, nothing else writes
+    /// those columns of `C` meanwhile, and `block` may run on this CPU.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         &self,
         a: &[f32],
         m: usize,
         lda: usize,
-        c: &mut [f32],
+        c: *mut f32,
         ldc: usize,
         accumulate: bool,
+        panels: std::ops::Range<usize>,
         block: Block,
     ) {
         let (k, n) = (self.k, self.n);
         let mut edge = [0f32; MR * NR];
-        for (p, panel) in self.data.chunks_exact(k * NR).enumerate() {
+        for p in panels {
+            let panel = &self.data[p * k * NR..(p + 1) * k * NR];
             let col0 = p * NR;
             let width = NR.min(n - col0);
             for k0 in (0..k).step_by(KC) {
@@ -113,20 +137,20 @@ impl PackedB {
                     let rows = MR.min(m - r0);
                     let a_ptr = unsafe { a.as_ptr().add(r0 * lda + k0) };
                     let b_ptr = unsafe { panel.as_ptr().add(k0 * NR) };
+                    let c_ptr = unsafe { c.add(r0 * ldc + col0) };
                     if width == NR {
-                        let c_ptr = unsafe { c.as_mut_ptr().add(r0 * ldc + col0) };
                         unsafe { block(rows, kc, a_ptr, lda, b_ptr, c_ptr, ldc, add) };
                     } else {
                         // The last, narrower panel: through a full-width scratch block.
                         for r in 0..rows {
                             for j in 0..width {
-                                edge[r * NR + j] = if add { c[(r0 + r) * ldc + col0 + j] } else { 0.0 };
+                                edge[r * NR + j] = if add { unsafe { *c_ptr.add(r * ldc + j) } } else { 0.0 };
                             }
                         }
                         unsafe { block(rows, kc, a_ptr, lda, b_ptr, edge.as_mut_ptr(), NR, true) };
                         for r in 0..rows {
                             for j in 0..width {
-                                c[(r0 + r) * ldc + col0 + j] = edge[r * NR + j];
+                                unsafe { *c_ptr.add(r * ldc + j) = edge[r * NR + j] };
                             }
                         }
                     }
@@ -134,6 +158,20 @@ impl PackedB {
             }
         }
     }
+}
+
+/// `C`'s first element, shared by the threads that write disjoint columns of it.
+struct SendPtr(*mut f32);
+// SAFETY: the threads holding it write disjoint elements (see `matmul_par`).
+unsafe impl Sync for SendPtr {}
+
+/// The register block this CPU runs: AVX2/FMA where available, else portable code.
+fn kernel() -> Block {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        return avx2::block;
+    }
+    portable_block
 }
 
 /// `C[rows, NR] (+)= A[rows, kc] · Bpanel[kc, NR]` for `rows ≤ MR`.
@@ -314,6 +352,20 @@ mod tests {
         }
     }
 
+    /// The column ranges run on several threads write exactly what one thread does.
+    #[test]
+    fn parallel_panels_equal_one_thread() {
+        let (m, k, n) = (10, 70, 16 * 9 + 5);
+        let (a, b) = (values(m * k, 7), values(k * n, 8));
+        let packed = PackedB::from_fn(k, n, |r, c| b[r * n + c]);
+        let mut one = vec![0f32; m * n];
+        packed.matmul(&a, m, k, &mut one, n, false);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().expect("pool");
+        let mut par = vec![f32::NAN; m * n];
+        pool.install(|| packed.matmul_par(&a, m, k, &mut par, n));
+        assert_eq!(one, par);
+    }
+
     /// The portable block computes what the AVX2 one does.
     #[test]
     fn portable_block_equals_the_dispatched_one() {
@@ -324,7 +376,7 @@ mod tests {
         packed.matmul(&a, m, k, &mut fast, n, false);
         let mut slow = vec![0f32; m * n];
         // SAFETY: shapes as packed; the portable block runs anywhere.
-        unsafe { packed.run(&a, m, k, &mut slow, n, false, portable_block) };
+        unsafe { packed.run(&a, m, k, slow.as_mut_ptr(), n, false, 0..packed.panels(), portable_block) };
         for (x, y) in fast.iter().zip(&slow) {
             assert!((x - y).abs() < 1e-5);
         }

@@ -48,12 +48,12 @@ impl AdditiveAttentionConfig {
 impl AdditiveAttention {
     /// `W₁ hᵢ` for every position: `[batch, src, d_key]` → `[batch, src, d_attention]`.
     pub fn keys(&self, memory: Tensor<3>) -> Tensor<3> {
-        self.key_proj.forward(memory)
+        crate::cell::linear(&self.key_proj, memory)
     }
 
     /// `eᵢ = vᵀ tanh(W₁hᵢ + W₂s)`: `[batch, d_query]` → `[batch, src]`.
     pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-        let q = self.query_proj.forward(query).unsqueeze_dim::<3>(1); // [B, 1, A]
+        let q = crate::cell::linear(&self.query_proj, query).unsqueeze_dim::<3>(1); // [B, 1, A]
         let [b, s, a] = keys.dims();
         // vᵀ tanh(·) as one [B·S, A] × [A, 1] product (a batched [S, A] × [A, 1] per sentence,
         // which `Linear` on a 3-d input amounts to, runs B tiny matmuls).

@@ -108,7 +108,7 @@ impl LuongAttention {
     pub fn keys(&self, memory: Tensor<3>) -> Tensor<3> {
         match (&self.concat, &self.key_proj) {
             (Some(c), _) => c.keys(memory),
-            (None, Some(k)) => k.forward(memory),
+            (None, Some(k)) => crate::cell::linear(k, memory),
             (None, None) => memory,
         }
     }

@@ -48,7 +48,8 @@ pub struct FeedForward {
 impl FeedForward {
     /// Applies the network.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.outer.forward(crate::dropout::forward(&self.dropout, relu(self.inner.forward(x))))
+        let hidden = relu(crate::cell::linear(&self.inner, x));
+        crate::cell::linear(&self.outer, crate::dropout::forward(&self.dropout, hidden))
     }
 }
 

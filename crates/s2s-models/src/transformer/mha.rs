@@ -108,8 +108,15 @@ impl MultiHeadAttention {
 
     /// `x W + b` for several projections at once: their weights side by side, one
     /// `[rows, d_model] × [d_model, n·d_model]` product, then split back (fewer, larger
-    /// products; the parameters stay the separate `W^Q`, `W^K`, `W^V` of the paper).
+    /// products; the parameters stay the separate `W^Q`, `W^K`, `W^V` of the paper). A few rows
+    /// (decoder steps) take one product per weight instead.
     fn project_fused<const N: usize>(&self, x: Tensor<3>, which: [&Linear; N]) -> [Tensor<3>; N] {
+        let [b, t, _] = x.dims();
+        if b * t <= crate::small_matmul::MAX_ROWS {
+            // Decoder steps: each weight on its own, so each stays packed between steps
+            // (a concatenation would be a new weight every step).
+            return which.map(|l| crate::cell::linear(l, x.clone()));
+        }
         let d = which[0].weight.dims()[1];
         let w = Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1);
         let bias =
@@ -140,7 +147,7 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        self.attend_heads(self.split(self.query.forward(query)), kv, mask)
+        self.attend_heads(self.split(crate::cell::linear(&self.query, query)), kv, mask)
     }
 
     /// [`MultiHeadAttention::attend`] from queries already projected and split into heads
@@ -160,7 +167,7 @@ impl MultiHeadAttention {
         let weights = softmax(scores, 3);
         let out = crate::dropout::forward(&self.dropout, weights.clone()).matmul(kv.v.clone()); // [B, h, Tq, dk]
         let out = out.swap_dims(1, 2).reshape([b, tq, h * dk]);
-        (self.output.forward(out), weights)
+        (crate::cell::linear(&self.output, out), weights)
     }
 }
 

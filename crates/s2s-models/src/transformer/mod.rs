@@ -226,7 +226,7 @@ impl Transformer {
             None => x,
         };
         match &self.output {
-            Some(o) => o.forward(x),
+            Some(o) => crate::cell::linear(o, x),
             None => crate::cell::matmul_rows(x, self.tgt_embed.weight.val().transpose()), // E: [V, d]
         }
     }

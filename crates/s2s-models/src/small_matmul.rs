@@ -1,0 +1,295 @@
+//! `x W` for a few rows at a time: decoder steps (issue 12).
+//!
+//! Decoder steps multiply a `[batch, d_in]` state (64 rows in the benchmark, 320 in its beam
+//! search) by a large weight: `[512, 2048]` per LSTM layer, `[1024, 512]` for Luong's `W_c`,
+//! `[512, 8000]` for the output layer. burn's CPU backend hands such a product to `gemm` with
+//! its own threading, which gains nothing below a few hundred rows (measured on the 2-core
+//! AVX2 VM: `[64, 512] × [512, 2048]` at ~55 GFLOP/s with 1 thread or 2), and `gemm` re-packs
+//! the whole weight on every call (16 % of greedy decoding time). [`matmul`] on flex:
+//!
+//! - **Decoding** (no autodiff): the weight is packed once for [`PackedB`] and kept (see
+//!   [`packed`]); its columns are cut into one range per thread.
+//! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
+//!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
+//!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, `∂W = xᵀ ∂y` through burn,
+//!   whose threading suits its `d_in` rows. Weights change with every optimiser step, so
+//!   nothing is kept.
+//!
+//! Larger products, and other backends, go to burn.
+//!
+//! # Shapes
+//! - `x`: `[rows, d_in]`, `W`: `[d_in, d_out]` → `[rows, d_out]`
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::tensor::{Tensor, TensorData};
+use rayon::prelude::*;
+
+use std::sync::{Arc, Mutex};
+
+use crate::flex_data::f32s;
+use crate::packed_gemm::PackedB;
+
+/// Products with more rows than this go to burn, whose own threading pays off there.
+pub const MAX_ROWS: usize = 1024;
+
+/// While training, products with more rows than this go to burn (their weights are not
+/// packed ahead, and `gemm`'s own threading pays off from a few hundred rows).
+const SPLIT_MAX_ROWS: usize = 256;
+
+/// The column-split product as a burn backend extension (flex only).
+#[backend_extension(Flex, Autodiff)]
+pub trait SmallMatmul: burn::backend::Backend {
+    /// `x W` (`[rows, d_in] × [d_in, d_out]`). With `reuse`, `W` is a weight that comes back
+    /// unchanged (decoding): it is packed once and kept (see [`packed`]).
+    fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, reuse: bool) -> FloatTensor<Self>;
+}
+
+impl SmallMatmul for Flex {
+    fn small_matmul(x: FlexTensor, w: FlexTensor, reuse: bool) -> FlexTensor {
+        let [m, k] = x.layout().shape().dims::<2>();
+        let [k2, n] = w.layout().shape().dims::<2>();
+        assert_eq!(k, k2, "small_matmul: [m, k] × [k, n] shapes disagree");
+        if !reuse && m > SPLIT_MAX_ROWS {
+            return Flex::float_matmul(x, w);
+        }
+        let x = f32s(&x);
+        let out = if reuse {
+            let mut out = vec![0f32; m * n];
+            packed(&w).matmul_par(&x, m, k, &mut out, n);
+            out
+        } else {
+            let (w, rs, cs) = strided(&w);
+            split_columns(&x, m, k, &w, n, rs, cs)
+        };
+        FlexTensor::from_data(TensorData::new(out, [m, n]))
+    }
+}
+
+impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
+    fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct SmallMatmulBackward;
+
+        impl Backward<Flex, 2> for SmallMatmulBackward {
+            type State = (FlexTensor, FlexTensor);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_x, node_w] = ops.parents;
+                let grad = grads.consume::<Flex>(&ops.node);
+                let (x, w) = ops.state;
+                if let Some(node) = node_x {
+                    let [m, n] = grad.layout().shape().dims::<2>();
+                    let k = w.layout().shape().dims::<2>()[0];
+                    let dx = if m > SPLIT_MAX_ROWS {
+                        Flex::float_matmul(grad.clone(), Flex::float_transpose(w.clone()))
+                    } else {
+                        let dy = f32s(&grad);
+                        // Wᵀ: element (r, c) is W's (c, r).
+                        let (w, rs, cs) = strided(&w);
+                        FlexTensor::from_data(TensorData::new(
+                            split_columns(&dy, m, n, &w, k, cs, rs),
+                            [m, k],
+                        ))
+                    };
+                    grads.register::<Flex>(node.id, dx);
+                }
+                if let Some(node) = node_w {
+                    grads.register::<Flex>(node.id, Flex::float_matmul(Flex::float_transpose(x), grad));
+                }
+            }
+        }
+
+        let (x, x_node) = x.into_parts();
+        let (w, w_node) = w.into_parts();
+        match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let out = Flex::small_matmul(x.clone(), w.clone(), false);
+                prep.finish((x, w), out)
+            }
+            // Weights change with every optimiser step: never kept packed while training.
+            OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),
+        }
+    }
+}
+
+/// `A B` for row-major `A` (`[m, k]`) and `B` (`[k, n]`, element `(r, c)` at
+/// `r·b_rs + c·b_cs`), the columns of `B` cut into one block per thread, each block one
+/// single-threaded `gemm` call writing its columns of the row-major result.
+fn split_columns(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, b_rs: usize, b_cs: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return out;
+    }
+    assert!(
+        a.len() >= m * k && b.len() > (k - 1) * b_rs + (n - 1) * b_cs,
+        "small_matmul: operands too short"
+    );
+    // Blocks of whole 16-column panels, at least 64 columns each.
+    let blocks = rayon::current_num_threads().min(n.div_ceil(64)).max(1);
+    let width = n.div_ceil(blocks).div_ceil(16) * 16;
+    let starts: Vec<usize> = (0..n).step_by(width).collect();
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    starts.par_iter().for_each(|&c0| {
+        let cols = width.min(n - c0);
+        let dst = &out_ptr;
+        // SAFETY: blocks write disjoint column ranges `c0..c0 + cols` of the `[m, n]` output,
+        // which outlives the parallel loop; `a` and `b` are read within `[m, k]` and
+        // `[k, n]` at the strides given (bounds asserted below).
+        unsafe {
+            gemm::gemm(
+                m,
+                cols,
+                k,
+                dst.0.add(c0),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                b.as_ptr().add(c0 * b_cs),
+                b_cs as isize,
+                b_rs as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    });
+    out
+}
+
+/// A 2-D flex tensor's f32 elements from its first one, and its row and column strides: the
+/// storage itself when the strides are non-negative (a transposed or narrowed weight is
+/// read in place), else a row-major copy.
+fn strided(t: &FlexTensor) -> (std::borrow::Cow<'_, [f32]>, usize, usize) {
+    let layout = t.layout();
+    let [_, cols] = layout.shape().dims::<2>();
+    match layout.strides() {
+        &[rs, cs] if rs >= 0 && cs >= 0 && t.dtype() == burn::tensor::DType::F32 => {
+            (t.storage::<f32>()[layout.start_offset()..].into(), rs as usize, cs as usize)
+        }
+        _ => (f32s(t), cols, 1),
+    }
+}
+
+/// Packed weights kept for decoding, least recently used first, and their size in bytes.
+static PACKED: Mutex<(Vec<(FlexTensor, Arc<PackedB>)>, usize)> = Mutex::new((Vec::new(), 0));
+
+/// At most this many bytes of packed weights are kept (the largest, a `[512, 8000]` output
+/// layer, takes 16 MiB).
+const PACKED_BYTES: usize = 128 << 20;
+
+/// `w` packed for [`PackedB`], from the cache when the same tensor — the same storage, read
+/// the same way — was packed before. An entry holds a handle on the weight's storage, so the
+/// storage can neither be freed and reused for other data nor written in place (burn copies
+/// storage it does not own alone) while the entry lives: a hit is always the same values.
+/// Decoding multiplies the same few weights at every step; the `gemm` crate re-packs the whole
+/// weight on every call, which took 16 % of greedy decoding time.
+fn packed(w: &FlexTensor) -> Arc<PackedB> {
+    let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &w.data_arc()) && a.layout() == w.layout();
+    let mut cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = cache.0.iter().position(|(t, _)| same(t)) {
+        let entry = cache.0.remove(i);
+        let p = entry.1.clone();
+        cache.0.push(entry);
+        return p;
+    }
+    let [k, n] = w.layout().shape().dims::<2>();
+    let (data, rs, cs) = strided(w);
+    let p = Arc::new(PackedB::from_fn(k, n, |r, c| data[r * rs + c * cs]));
+    cache.1 += 4 * k * n;
+    cache.0.push((w.clone(), p.clone()));
+    while cache.1 > PACKED_BYTES && cache.0.len() > 1 {
+        let (t, _) = cache.0.remove(0);
+        let [k, n] = t.layout().shape().dims::<2>();
+        cache.1 -= 4 * k * n;
+    }
+    p
+}
+
+/// The output pointer shared by the column blocks (each writes its own columns).
+struct SendPtr(*mut f32);
+// SAFETY: see `split_columns` — the blocks write disjoint elements.
+unsafe impl Sync for SendPtr {}
+
+/// `x W` through the kernels above when `x` has at most [`MAX_ROWS`] rows and lives on flex,
+/// else through burn.
+pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    if x.dims()[0] > MAX_ROWS || !crate::flex_data::is_flex(&x.device()) {
+        return x.matmul(w);
+    }
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, Distribution};
+
+    fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
+        (a - b).abs().max().into_scalar::<f32>()
+    }
+
+    /// Equals burn's product forward and backward (`∂x`, `∂W` of a random linear function of
+    /// the output), with column counts that leave a partial last block, and without autodiff.
+    #[test]
+    fn equals_burns_matmul_forward_and_backward() {
+        let ad = Device::flex().autodiff();
+        ad.seed(3);
+        for (m, k, n) in [(1, 5, 3), (7, 33, 200), (64, 40, 130), (300, 8, 20)] {
+            let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &ad);
+            // A transposed weight (as tied embeddings are) is read in place through its strides.
+            let w = if n % 2 == 0 {
+                Tensor::<2>::random([n, k], Distribution::Normal(0.0, 1.0), &ad).transpose()
+            } else {
+                Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), &ad)
+            };
+            let r = Tensor::<2>::random([m, n], Distribution::Normal(0.0, 1.0), &ad);
+            let run = |fast: bool| {
+                let (x, w) = (x.clone().require_grad(), w.clone().require_grad());
+                let y = if fast { matmul(x.clone(), w.clone()) } else { x.clone().matmul(w.clone()) };
+                let grads = (y.clone() * r.clone()).sum().backward();
+                (y.inner(), x.grad(&grads).expect("∂x"), w.grad(&grads).expect("∂W"))
+            };
+            let (y1, dx1, dw1) = run(true);
+            let (y2, dx2, dw2) = run(false);
+            assert!(max_diff(y1, y2) < 1e-4, "{m}x{k}x{n}: y");
+            assert!(max_diff(dx1, dx2) < 1e-4, "{m}x{k}x{n}: ∂x");
+            assert!(max_diff(dw1, dw2) < 1e-4, "{m}x{k}x{n}: ∂W");
+            let (x, w) = (x.inner(), w.inner());
+            assert!(max_diff(matmul(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
+        }
+    }
+
+    /// Without autodiff the weight is packed once and reused: repeated products, and products
+    /// with two views of one storage (rows `0..k` and `k..2k`), equal burn's every time.
+    #[test]
+    fn packed_weights_are_reused_and_never_confused() {
+        let d = Device::flex();
+        d.seed(4);
+        let (m, k, n) = (9, 24, 70);
+        let w = Tensor::<2>::random([2 * k, n], Distribution::Normal(0.0, 1.0), &d);
+        let (top, bottom) = (w.clone().narrow(0, 0, k), w.clone().narrow(0, k, k));
+        for step in 0..3 {
+            let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &d);
+            for part in [&top, &bottom] {
+                let fast = matmul(x.clone(), part.clone());
+                assert!(max_diff(fast, x.clone().matmul(part.clone())) < 1e-4, "step {step}");
+            }
+        }
+        let cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = cache.0.iter().filter(|(t, _)| t.layout().shape().dims::<2>() == [k, n]);
+        assert_eq!(ours.count(), 2, "one packed entry per view, none per step");
+    }
+}
