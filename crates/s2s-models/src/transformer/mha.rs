@@ -48,27 +48,76 @@ pub struct MultiHeadAttention {
     pub heads: usize,
 }
 
-/// Projected keys and values, split into heads.
+/// Projected keys and values, split into heads. As a decoder's self-attention cache it grows
+/// in place: the tensors have room for more positions than the `len` in use, an appended step
+/// is written into that room (burn's CPU backend writes a tensor it owns alone in place), and
+/// the room doubles when full — so a step copies the prefix only when the room doubles, not at
+/// every step as a concatenation would.
 ///
 /// # Shapes
-/// - `k`, `v`: `[rows, heads, t, d_k]`
+/// - `k`, `v`: `[rows, heads, capacity, d_k]`, positions `0..len` in use
 #[derive(Debug, Clone)]
 pub struct KeyValue {
-    /// Keys.
-    pub k: Tensor<4>,
-    /// Values.
-    pub v: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    len: usize,
 }
 
+/// Positions a growing cache makes room for at first.
+const FIRST_ROOM: usize = 16;
+
 impl KeyValue {
-    /// Appends `next` along time (the self-attention cache growing by one step).
-    pub fn append(self, next: KeyValue) -> KeyValue {
-        KeyValue { k: Tensor::cat(vec![self.k, next.k], 2), v: Tensor::cat(vec![self.v, next.v], 2) }
+    /// Keys and values `[rows, heads, t, d_k]`, every position in use.
+    pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
+        let len = k.dims()[2];
+        Self { k, v, len }
     }
 
-    /// Keeps rows `indices` (beam reordering).
+    /// Positions in use.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no position is in use.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keys in use, `[rows, heads, len, d_k]` (a view, no copy).
+    pub fn keys(&self) -> Tensor<4> {
+        self.k.clone().narrow(2, 0, self.len)
+    }
+
+    /// Values in use, `[rows, heads, len, d_k]` (a view, no copy).
+    pub fn values(&self) -> Tensor<4> {
+        self.v.clone().narrow(2, 0, self.len)
+    }
+
+    /// Appends `next` along time (the self-attention cache growing by one step).
+    pub fn append(self, next: KeyValue) -> KeyValue {
+        let (t, len) = (next.len, self.len);
+        let [rows, heads, room, dk] = self.k.dims();
+        let (mut k, mut v) = (self.k, self.v);
+        if len + t > room {
+            let room = (2 * room).max(len + t).max(FIRST_ROOM);
+            let grow = |x: Tensor<4>| {
+                Tensor::zeros([rows, heads, room, dk], &x.device())
+                    .slice_assign([0..rows, 0..heads, 0..len, 0..dk], x.narrow(2, 0, len))
+            };
+            (k, v) = (grow(k), grow(v));
+        }
+        let at = [0..rows, 0..heads, len..len + t, 0..dk];
+        KeyValue {
+            k: k.slice_assign(at.clone(), next.keys()),
+            v: v.slice_assign(at, next.values()),
+            len: len + t,
+        }
+    }
+
+    /// Keeps rows `indices` (beam reordering; the room is kept, so the next step appends in
+    /// place).
     pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
-        KeyValue { k: self.k.select(0, indices.clone()), v: self.v.select(0, indices.clone()) }
+        KeyValue { k: self.k.select(0, indices.clone()), v: self.v.select(0, indices.clone()), len: self.len }
     }
 }
 
@@ -129,14 +178,14 @@ impl MultiHeadAttention {
     /// Projects `x` `[batch, t, d_model]` into keys and values (one fused product).
     pub fn project_kv(&self, x: Tensor<3>) -> KeyValue {
         let [k, v] = self.project_fused(x, [&self.key, &self.value]);
-        KeyValue { k: self.split(k), v: self.split(v) }
+        KeyValue::new(self.split(k), self.split(v))
     }
 
     /// Self-attention's projections of `x`: queries `[batch, heads, t, d_k]` and keys/values,
     /// from one fused `[d_model, 3·d_model]` product.
     pub fn project_qkv(&self, x: Tensor<3>) -> (Tensor<4>, KeyValue) {
         let [q, k, v] = self.project_fused(x, [&self.query, &self.key, &self.value]);
-        (self.split(q), KeyValue { k: self.split(k), v: self.split(v) })
+        (self.split(q), KeyValue::new(self.split(k), self.split(v)))
     }
 
     /// Attends from `query` to `kv`; `mask` is added to the scores (0 or −∞), broadcast over
@@ -159,13 +208,13 @@ impl MultiHeadAttention {
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
         let [b, h, tq, dk] = q.dims();
-        let tk = kv.k.dims()[2];
-        let mut scores = q.matmul(kv.k.clone().swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
+        let tk = kv.len();
+        let mut scores = q.matmul(kv.keys().swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
         if let Some(m) = mask {
             scores = scores + m.clone().expand([b, h, tq, tk]);
         }
         let weights = softmax(scores, 3);
-        let out = crate::dropout::forward(&self.dropout, weights.clone()).matmul(kv.v.clone()); // [B, h, Tq, dk]
+        let out = crate::dropout::forward(&self.dropout, weights.clone()).matmul(kv.values()); // [B, h, Tq, dk]
         let out = out.swap_dims(1, 2).reshape([b, tq, h * dk]);
         (crate::cell::linear(&self.output, out), weights)
     }
@@ -176,6 +225,38 @@ mod tests {
     use super::*;
     use crate::attention::gradcheck;
     use burn::tensor::{Distribution, TensorData};
+
+    /// A cache grown one step at a time past its first room (and past a doubling), with a
+    /// beam reordering on the way, holds what concatenating the steps gives.
+    #[test]
+    fn growing_cache_equals_concatenation() {
+        let d = Device::flex();
+        d.seed(11);
+        let step = || Tensor::<4>::random([3, 2, 1, 4], Distribution::Normal(0.0, 1.0), &d);
+        let (k0, v0) = (step(), step());
+        let mut cache = KeyValue::new(k0.clone(), v0.clone());
+        let (mut ks, mut vs) = (vec![k0], vec![v0]);
+        let order = Tensor::<1, Int>::from_data(TensorData::new(vec![2i64, 0, 0], [3]), &d);
+        for t in 1..(2 * FIRST_ROOM + 3) {
+            let (k, v) = (step(), step());
+            cache = cache.append(KeyValue::new(k.clone(), v.clone()));
+            ks.push(k);
+            vs.push(v);
+            if t == 5 {
+                cache = cache.select(&order);
+                ks = ks.into_iter().map(|x| x.select(0, order.clone())).collect();
+                vs = vs.into_iter().map(|x| x.select(0, order.clone())).collect();
+            }
+            assert_eq!(cache.len(), t + 1);
+            let want = Tensor::cat(ks.clone(), 2);
+            assert_eq!(cache.keys().into_data(), want.into_data(), "keys after step {t}");
+            assert_eq!(
+                cache.values().into_data(),
+                Tensor::cat(vs.clone(), 2).into_data(),
+                "values after step {t}"
+            );
+        }
+    }
 
     fn wave(n: usize, k: f32) -> Vec<f32> {
         (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * 0.5).collect()
