@@ -135,6 +135,10 @@ pub struct BenchResult {
     pub beam5_sentences_per_s: f64,
     /// Peak resident memory of the process so far, MiB (CPU; 0 where unknown).
     pub peak_rss_mib: f64,
+    /// Mean milliseconds per timed training step in each phase: `forward` (model, loss, and
+    /// reading the loss back), `backward`, `clip` (global norm), `adam`. Exact on the CPU; on a
+    /// GPU work queued in one phase may finish in the next.
+    pub train_phase_ms: BTreeMap<String, f64>,
 }
 
 fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
@@ -179,24 +183,38 @@ pub fn bench(
     let tgt_out = Tensor::<2, Int>::from_data(TensorData::new(tgt_out, [n, t]), &ad);
     let keep = Tensor::<2>::ones([n, t], &ad);
     let mut optim = AdamConfig::new().init();
-    let mut step = |model: s2s_models::Model| {
+    let phases = ["forward", "backward", "clip", "adam"];
+    let mut phase_s = [0f64; 4];
+    let mut step = |model: s2s_models::Model, phase_s: &mut [f64; 4]| {
+        let mut lap = Instant::now();
+        let mut done = |i: usize| {
+            phase_s[i] += lap.elapsed().as_secs_f64();
+            lap = Instant::now();
+        };
         let out = model.forward(&src, tgt_in.clone());
         let loss =
             label_smoothed_loss(out.logits, tgt_out.clone(), &keep, 0.1).smoothed.div_scalar((n * t) as f64);
         let _ = loss.clone().into_scalar::<f32>();
+        done(0);
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        done(1);
         clip_global_norm(&model, &mut grads, 1.0);
-        optim.step(1e-4, model, grads)
+        done(2);
+        let model = optim.step(1e-4, model, grads);
+        done(3);
+        model
     };
     for _ in 0..3 {
-        model = step(model);
+        model = step(model, &mut [0f64; 4]);
     }
     let t0 = Instant::now();
     for _ in 0..steps {
-        model = step(model);
+        model = step(model, &mut phase_s);
     }
     let _ = model.num_params();
     let train_tokens_per_s = (steps * n * t) as f64 / t0.elapsed().as_secs_f64();
+    let train_phase_ms =
+        phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), 1e3 * s / steps.max(1) as f64)).collect();
 
     let model = model.valid();
     let src = Source::new(&src_ids, &lens, s, device);
@@ -222,6 +240,7 @@ pub fn bench(
         decode_sentences_per_s,
         beam5_sentences_per_s,
         peak_rss_mib: peak_rss_mib(),
+        train_phase_ms,
     })
 }
 

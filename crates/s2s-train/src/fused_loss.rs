@@ -119,12 +119,9 @@ impl Rows {
             .zip(&self.targets)
             .zip(&self.keep)
             .map(|((x, &y), &k)| {
-                let max = x.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a));
-                let (mut sum, mut total) = (0f32, 0f32);
-                for &a in x {
-                    sum += exp(a - max);
-                    total += a;
-                }
+                let max = lanes(x, f32::NEG_INFINITY, |m, a| m.max(a), |m, a| m.max(a));
+                let sum = lanes(x, 0.0, |s, a| s + exp(a - max), |s, t| s + t);
+                let total = lanes(x, 0.0, |s, a| s + a, |s, t| s + t);
                 let lse = max + sum.ln();
                 let nll = lse - x[y as usize];
                 let uniform = lse - total / v as f32;
@@ -155,6 +152,25 @@ impl Rows {
         FlexTensor::from_data(TensorData::new(out, [n, v]))
     }
 }
+
+/// `x` folded with `step` in [`LANES`] independent accumulators, then the lanes and the tail
+/// combined with `merge`: a float reduction the compiler can vectorise (one accumulator makes
+/// every step wait for the last, and it may not reorder float additions itself).
+#[inline]
+fn lanes(x: &[f32], init: f32, step: impl Fn(f32, f32) -> f32, merge: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().fold(init, |a, &v| step(a, v));
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a = step(*a, v);
+        }
+    }
+    acc.into_iter().fold(tail, merge)
+}
+
+/// Accumulators per reduction: two AVX registers.
+const LANES: usize = 16;
 
 /// `[nll, ℓ]` per row of `logits` `[rows, vocab]` against `targets` `[rows]` (class ids as
 /// floats) where `keep` `[rows]` is 1, through the fused kernel (flex devices only).

@@ -41,8 +41,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let (device, device_name) = select(a.device);
     eprintln!("device: {device_name}");
     if !a.json {
-        println!("| model | params | train tok/s | greedy sent/s | beam-5 sent/s | peak RSS MiB |");
-        println!("|---|---|---|---|---|---|");
+        println!(
+            "| model | params | train tok/s | step ms: forward / backward / clip / adam | greedy sent/s | beam-5 sent/s | peak RSS MiB |"
+        );
+        println!("|---|---|---|---|---|---|---|");
     }
     for n in names {
         let spec = cfg.models[&n].spec().map_err(anyhow::Error::msg)?;
@@ -51,11 +53,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
+            let ms = |p: &str| r.train_phase_ms.get(p).copied().unwrap_or(0.0);
             println!(
-                "| {} | {} | {:.0} | {:.1} | {:.1} | {:.0} |",
+                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.1} | {:.1} | {:.0} |",
                 r.model,
                 r.params,
                 r.train_tokens_per_s,
+                ms("forward"),
+                ms("backward"),
+                ms("clip"),
+                ms("adam"),
                 r.decode_sentences_per_s,
                 r.beam5_sentences_per_s,
                 r.peak_rss_mib
