@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Side-by-side throughput: `s2s bench --json` and ../shared/bench/torch_ref.py on the same
-# machine, one after the other, then the ratio per model (ours / PyTorch).
-#   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer]
+# machine, then the ratio per model (ours / PyTorch).
+#   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer] [--rounds R]
+# Each round runs every model once with ours, then once with PyTorch, model by model, so the
+# two meet the same machine state; with R > 1 the table shows the median of each figure and
+# the range of the per-round ratios (shared VMs drift 10-30 % between runs).
 # PyTorch runs on the CPU with 2 threads unless TORCH_DEVICE=cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer
+device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
     --steps) steps=$2; shift 2;;
     --models) models=$2; shift 2;;
+    --rounds) rounds=$2; shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -18,20 +22,36 @@ shared=${S2S_SHARED:-../shared}
 bin=${S2S_BIN:-target/release/s2s}
 [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
 ours=$(mktemp); theirs=$(mktemp)
-"$bin" bench --device "$device" --steps "$steps" --models "$models" --json > "$ours"
-python3 "$shared/bench/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
-  --steps "$steps" --models "$models" 2>/dev/null > "$theirs"
+trap 'rm -f "$ours" "$theirs"' EXIT
+for _ in $(seq "$rounds"); do
+  for m in ${models//,/ }; do
+    "$bin" bench --device "$device" --steps "$steps" --models "$m" --json >> "$ours"
+    python3 "$shared/bench/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
+      --steps "$steps" --models "$m" 2>/dev/null >> "$theirs"
+  done
+done
 python3 - "$ours" "$theirs" <<'PY'
-import json, sys
-ours = {d["model"]: d for d in map(json.loads, open(sys.argv[1]))}
-torch = {d["model"]: d for d in map(json.loads, open(sys.argv[2]))}
+import json, statistics, sys
+def load(path):
+    runs = {}
+    for d in map(json.loads, open(path)):
+        runs.setdefault(d["model"], []).append(d)
+    return runs
+ours, torch = load(sys.argv[1]), load(sys.argv[2])
+med = lambda runs, key: statistics.median(r.get(key, 0) for r in runs) if runs else 0
+def ratio(o, t, key):
+    a, b = med(o, key), med(t, key)
+    if not b:
+        return "-"
+    per = [x.get(key, 0) / y[key] for x, y in zip(o, t) if y.get(key)]
+    spread = f" ({min(per):.2f}–{max(per):.2f})" if len(per) > 1 else ""
+    return f"{a / b:.2f}×{spread}"
 print("| model | params (ours / torch) | train tok/s ours | torch | ratio | greedy sent/s ours | torch | ratio | beam-5 sent/s ours |")
 print("|---|---|---|---|---|---|---|---|---|")
 for m, o in ours.items():
-    t = torch.get(m, {})
-    tt, td = t.get("train_tokens_per_s", 0), t.get("decode_sentences_per_s", 0)
-    r = lambda a, b: f"{a / b:.2f}×" if b else "-"
-    print(f"| {m} | {o['params']:,} / {t.get('params', 0):,} | {o['train_tokens_per_s']:.0f} | {tt:.0f} | {r(o['train_tokens_per_s'], tt)} "
-          f"| {o['decode_sentences_per_s']:.1f} | {td:.1f} | {r(o['decode_sentences_per_s'], td)} | {o['beam5_sentences_per_s']:.1f} |")
+    t = torch.get(m, [])
+    params_t = t[0].get("params", 0) if t else 0
+    print(f"| {m} | {o[0]['params']:,} / {params_t:,} | {med(o, 'train_tokens_per_s'):.0f} | {med(t, 'train_tokens_per_s'):.0f} "
+          f"| {ratio(o, t, 'train_tokens_per_s')} | {med(o, 'decode_sentences_per_s'):.1f} | {med(t, 'decode_sentences_per_s'):.1f} "
+          f"| {ratio(o, t, 'decode_sentences_per_s')} | {med(o, 'beam5_sentences_per_s'):.1f} |")
 PY
-rm -f "$ours" "$theirs"
