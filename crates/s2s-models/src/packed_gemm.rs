@@ -160,9 +160,10 @@ impl PackedB {
     }
 }
 
-/// `C`'s first element, shared by the threads that write disjoint columns of it.
-struct SendPtr(*mut f32);
-// SAFETY: the threads holding it write disjoint elements (see `matmul_par`).
+/// An output's first element, shared by threads that write disjoint elements of it (here in
+/// `matmul_par`, and in `small_matmul`'s column blocks).
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: every user hands it only to threads that write disjoint elements.
 unsafe impl Sync for SendPtr {}
 
 /// The register block this CPU runs: AVX2/FMA where available, else portable code.

@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
 
 use crate::flex_data::f32s;
-use crate::packed_gemm::PackedB;
+use crate::packed_gemm::{PackedB, SendPtr};
 
 /// Products with more rows than this go to burn, whose own threading pays off there.
 pub const MAX_ROWS: usize = 1024;
@@ -217,11 +217,6 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
     }
     p
 }
-
-/// The output pointer shared by the column blocks (each writes its own columns).
-struct SendPtr(*mut f32);
-// SAFETY: see `split_columns` — the blocks write disjoint elements.
-unsafe impl Sync for SendPtr {}
 
 /// `x W` through the kernels above when `x` has at most [`MAX_ROWS`] rows and lives on flex,
 /// else through burn.
