@@ -277,7 +277,7 @@ fn scatter(dst: &mut [f32], hidden: usize, segments: usize, units: &Range<usize>
     }
 }
 
-/// Columns `U` of each `[.., width]` row of `src` (`rows` rows from row `row0`, `width` apart).
+/// Columns `U` of the rows `rows` of `src`, a matrix with rows `width` long.
 fn gather(src: &[f32], width: usize, rows: impl Iterator<Item = usize>, units: &Range<usize>) -> Vec<f32> {
     rows.flat_map(|r| src[r * width + units.start..r * width + units.end].iter().copied()).collect()
 }
@@ -588,11 +588,8 @@ fn operands<'a>(
 mod tests {
     use super::*;
     use crate::cell::lstm_gates_composed;
+    use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
-
-    fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
-        (a - b).abs().max().into_scalar::<f32>()
-    }
 
     /// The kernel equals the composed tensor operations, forward and backward (gradients of a
     /// random linear function of `h'` and `c'` with respect to the gates and `c`), and without

@@ -22,6 +22,17 @@ pub mod rnn;
 pub mod small_matmul;
 pub mod transformer;
 
+/// What the unit tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use burn::tensor::Tensor;
+
+    /// The largest absolute element-wise difference of `a` and `b`.
+    pub(crate) fn max_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
+        (a - b).abs().max().into_scalar::<f32>()
+    }
+}
+
 pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 pub use interface::{DecodeState, Forward, RnnState, Source, Step};
 pub use model::Model;

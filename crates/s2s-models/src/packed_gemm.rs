@@ -56,11 +56,6 @@ impl PackedB {
         self.k
     }
 
-    /// Columns (`n`) of the packed matrix.
-    pub fn n(&self) -> usize {
-        self.n
-    }
-
     /// `C = A B` (or `C += A B` when `accumulate`), `A` `[m, k]` with row stride `lda`, `C`
     /// `[m, n]` with row stride `ldc`, on the calling thread.
     ///

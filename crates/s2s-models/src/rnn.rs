@@ -228,11 +228,8 @@ fn run_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::max_diff;
     use burn::tensor::{Distribution, TensorData};
-
-    fn close(a: Tensor<2>, b: Tensor<2>) -> f32 {
-        (a - b).abs().max().into_scalar::<f32>()
-    }
 
     /// A sentence alone and the same sentence padded in a batch give the same outputs and
     /// final states, in both directions and every layer.
@@ -252,17 +249,17 @@ mod tests {
             // Skipping the mask on the dense prefix changes nothing.
             let (masked_everywhere, _) = rnn.forward(x.clone(), &keep, 0, None);
             assert!(
-                close(out.clone().reshape([2, 60]), masked_everywhere.reshape([2, 60])) < 1e-6,
+                max_diff(out.clone().reshape([2, 60]), masked_everywhere.reshape([2, 60])) < 1e-6,
                 "{kind:?} dense"
             );
             let alone = x.narrow(0, 1, 1).narrow(1, 0, 3);
             let (out1, fin1) = rnn.forward(alone, &Tensor::ones([1, 3], &d), 3, None);
             let padded_row = out.clone().narrow(0, 1, 1).narrow(1, 0, 3).reshape([3, 10]);
-            assert!(close(padded_row, out1.reshape([3, 10])) < 1e-5, "{kind:?} outputs");
+            assert!(max_diff(padded_row, out1.reshape([3, 10])) < 1e-5, "{kind:?} outputs");
             let tail: Tensor<2> = out.narrow(0, 1, 1).narrow(1, 3, 3).reshape([3, 10]);
             assert_eq!(tail.abs().max().into_scalar::<f32>(), 0.0, "{kind:?} padded outputs are zero");
             for (a, b) in fin.into_iter().zip(fin1) {
-                assert!(close(a.h.narrow(0, 1, 1), b.h) < 1e-5, "{kind:?} final state");
+                assert!(max_diff(a.h.narrow(0, 1, 1), b.h) < 1e-5, "{kind:?} final state");
             }
         }
     }
@@ -327,10 +324,16 @@ mod tests {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                 let (out_f, grads_f) = pool.install(|| grads_of(true));
                 for (i, (a, b)) in out_f.into_iter().zip(out_s.clone()).enumerate() {
-                    assert!(close(a, b) < 1e-5, "reverse={reverse}, {threads} threads: output {i} differs");
+                    assert!(
+                        max_diff(a, b) < 1e-5,
+                        "reverse={reverse}, {threads} threads: output {i} differs"
+                    );
                 }
                 for (i, (a, b)) in grads_f.into_iter().zip(grads_s.clone()).enumerate() {
-                    assert!(close(a, b) < 1e-4, "reverse={reverse}, {threads} threads: gradient {i} differs");
+                    assert!(
+                        max_diff(a, b) < 1e-4,
+                        "reverse={reverse}, {threads} threads: gradient {i} differs"
+                    );
                 }
             }
         }
@@ -348,7 +351,7 @@ mod tests {
             let x_t = x.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
             let (top, s) = rnn.step(rnn.forward_cells[0].project(x_t), &states);
             states = s;
-            assert!(close(top, out.clone().narrow(1, t, 1).squeeze_dim::<2>(1)) < 1e-5);
+            assert!(max_diff(top, out.clone().narrow(1, t, 1).squeeze_dim::<2>(1)) < 1e-5);
         }
     }
 }

@@ -197,7 +197,8 @@ const PACKED_BYTES: usize = 128 << 20;
 /// Decoding multiplies the same few weights at every step; the `gemm` crate re-packs the whole
 /// weight on every call, which took 16 % of greedy decoding time.
 fn packed(w: &FlexTensor) -> Arc<PackedB> {
-    let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &w.data_arc()) && a.layout() == w.layout();
+    let storage = w.data_arc();
+    let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &storage) && a.layout() == w.layout();
     let mut cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(i) = cache.0.iter().position(|(t, _)| same(t)) {
         let entry = cache.0.remove(i);
@@ -230,11 +231,8 @@ pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
-
-    fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
-        (a - b).abs().max().into_scalar::<f32>()
-    }
 
     /// Equals burn's product forward and backward (`∂x`, `∂W` of a random linear function of
     /// the output), with column counts that leave a partial last block, and without autodiff.
