@@ -65,8 +65,21 @@ fn main() -> ExitCode {
             if args::is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", message(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes joined by `: `, each cause left out when the message so far already
+/// says it (the library errors put their I/O cause in their own text, `{path}: {source}`,
+/// and also report it as their source).
+fn message(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1).map(|c| c.to_string()) {
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
 }

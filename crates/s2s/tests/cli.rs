@@ -706,3 +706,15 @@ fn manifest_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
+
+/// A missing file is named with the operating system's reason, once.
+#[test]
+fn a_missing_file_is_named_with_its_reason_once() {
+    let d = tmp("missing");
+    let missing = d.join("missing.txt");
+    let o = s2s(&["score", "--hyp", missing.to_str().unwrap(), "--ref", missing.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains(missing.to_str().unwrap()), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}
