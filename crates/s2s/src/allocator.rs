@@ -1,30 +1,293 @@
-//! glibc `malloc` tuned for tensor workloads: keep freed memory instead of returning it.
+//! Memory allocation tuned for tensor workloads: freed memory is kept for the next step.
 //!
-//! burn's flex backend allocates a fresh buffer for nearly every tensor operation. With glibc's
-//! defaults, buffers above the (adaptive) mmap threshold are mapped and unmapped each time, and
-//! the heap top is trimmed back to the kernel, so every step pays minor page faults to zero
-//! pages again (`perf`: ~10 % of an LSTM training step). Raising the mmap threshold to its
-//! maximum (32 MiB on 64-bit) and turning trimming off reuses that memory: +14 % training
-//! throughput on the `lstm` bench shape, for a higher peak RSS (~640 → ~800 MB there). Buffers
-//! above 32 MiB (a `[1536, 8000]` logits tensor) are still mapped per use. Measured in
-//! docs/benchmarks.md; `S2S_MALLOC_DEFAULTS=1` keeps glibc's defaults (to compare).
+//! burn's flex backend allocates a fresh buffer for nearly every tensor operation, and a
+//! training step allocates the same sizes as the step before. With glibc's defaults, buffers
+//! above the (adaptive) mmap threshold are mapped and unmapped each time and the heap top is
+//! trimmed back to the kernel, so every step pays minor page faults to zero pages again
+//! (`perf`: ~10 % of an LSTM training step). Two remedies, measured in docs/benchmarks.md:
+//!
+//! - [`tune`]: glibc's mmap threshold at its maximum (32 MiB on 64-bit) and trimming off, so
+//!   buffers up to 32 MiB are reused from the heap (+14 % training throughput on the `lstm`
+//!   bench shape).
+//! - [`LargeBlocks`], the global allocator: glibc maps anything larger afresh on every use (a
+//!   `[1536, 8000]` logits tensor and its gradient, 49 MB each, page-faulted at every step).
+//!   Freed blocks of 32 MiB or more are kept, up to [`KEPT_BYTES`], and handed out again to
+//!   requests of the same size or up to a quarter smaller.
+//!
+//! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Blocks at least this large are kept when freed (glibc maps them, see the module doc).
+const LARGE: usize = 32 << 20;
+
+/// At most this many bytes of freed large blocks are kept.
+pub const KEPT_BYTES: usize = 1 << 30;
+
+/// Large blocks handed out and kept at most (more are allocated and freed as usual).
+const SLOTS: usize = 64;
+
+/// A block from `System`: its address and the layout it was allocated with.
+#[derive(Clone, Copy)]
+struct Block {
+    ptr: usize,
+    size: usize,
+    align: usize,
+}
+
+/// The bookkeeping: blocks in use (their real size may exceed what was asked for) and freed
+/// blocks kept for reuse (`kept[..kept_len]`, oldest first). Fixed arrays: the allocator must
+/// not allocate.
+struct Blocks {
+    used: [Option<Block>; SLOTS],
+    kept: [Block; SLOTS],
+    kept_len: usize,
+    kept_bytes: usize,
+}
+
+impl Blocks {
+    /// Removes kept block `i`, keeping the others in order.
+    fn unkeep(&mut self, i: usize) -> Block {
+        let block = self.kept[i];
+        self.kept[i..self.kept_len].rotate_left(1);
+        self.kept_len -= 1;
+        self.kept_bytes -= block.size;
+        block
+    }
+}
+
+/// The system allocator, with freed large blocks kept for reuse (see the module doc).
+pub struct LargeBlocks {
+    blocks: Mutex<Blocks>,
+    off: AtomicBool,
+}
+
+impl LargeBlocks {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        Self {
+            blocks: Mutex::new(Blocks {
+                used: [None; SLOTS],
+                kept: [Block { ptr: 0, size: 0, align: 0 }; SLOTS],
+                kept_len: 0,
+                kept_bytes: 0,
+            }),
+            off: AtomicBool::new(false),
+        }
+    }
+
+    fn large(&self, layout: &Layout) -> bool {
+        layout.size() >= LARGE && !self.off.load(Ordering::Relaxed)
+    }
+
+    /// A kept block for `layout` (the smallest that fits and wastes at most a quarter), moved
+    /// to the used list; else a new one from `System`, recorded as used when there is room.
+    unsafe fn take(&self, layout: Layout, zeroed: bool) -> *mut u8 {
+        let mut b = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(slot) = b.used.iter().position(Option::is_none) else {
+            drop(b);
+            return unsafe { if zeroed { System.alloc_zeroed(layout) } else { System.alloc(layout) } };
+        };
+        let fits = |k: &Block| {
+            k.align == layout.align()
+                && k.size >= layout.size()
+                && k.size - layout.size() <= layout.size() / 4
+        };
+        let best = (0..b.kept_len).filter(|&i| fits(&b.kept[i])).min_by_key(|&i| b.kept[i].size);
+        if let Some(i) = best {
+            let block = b.unkeep(i);
+            b.used[slot] = Some(block);
+            drop(b);
+            let ptr = block.ptr as *mut u8;
+            if zeroed {
+                // SAFETY: the block is `block.size ≥ layout.size()` bytes, owned by the caller now.
+                unsafe { ptr.write_bytes(0, layout.size()) };
+            }
+            return ptr;
+        }
+        // Reserve the slot before allocating (the lock is not held across `System`).
+        b.used[slot] = Some(Block { ptr: 0, size: layout.size(), align: layout.align() });
+        drop(b);
+        let ptr = unsafe { if zeroed { System.alloc_zeroed(layout) } else { System.alloc(layout) } };
+        let mut b = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        b.used[slot] = (!ptr.is_null()).then_some(Block {
+            ptr: ptr as usize,
+            size: layout.size(),
+            align: layout.align(),
+        });
+        ptr
+    }
+
+    /// Keeps a used block (evicting the oldest kept ones past [`KEPT_BYTES`]); a block not
+    /// recorded as used goes back to `System` with the caller's layout.
+    unsafe fn give(&self, ptr: *mut u8, layout: Layout) {
+        let mut freed = [None; SLOTS];
+        let mut b = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(slot) = b.used.iter().position(|u| u.is_some_and(|u| u.ptr == ptr as usize)) else {
+            drop(b);
+            return unsafe { System.dealloc(ptr, layout) };
+        };
+        let block = b.used[slot].take().expect("found above");
+        let mut n = 0;
+        if block.size > KEPT_BYTES {
+            freed[n] = Some(block);
+        } else {
+            while b.kept_len == SLOTS || b.kept_bytes + block.size > KEPT_BYTES {
+                freed[n] = Some(b.unkeep(0)); // the oldest
+                n += 1;
+            }
+            let end = b.kept_len;
+            b.kept[end] = block;
+            b.kept_len += 1;
+            b.kept_bytes += block.size;
+        }
+        drop(b);
+        for f in freed.into_iter().flatten() {
+            // SAFETY: each block was allocated by `System` with this size and alignment.
+            unsafe { System.dealloc(f.ptr as *mut u8, Layout::from_size_align_unchecked(f.size, f.align)) };
+        }
+    }
+}
+
+impl Default for LargeBlocks {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: small requests go to `System` unchanged; a large block is handed to one caller at a
+// time (moved between the used and kept lists under the lock), is at least as large as the
+// request with the requested alignment, and goes back to `System` with the layout it was
+// allocated with.
+unsafe impl GlobalAlloc for LargeBlocks {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if self.large(&layout) {
+            unsafe { self.take(layout, false) }
+        } else {
+            unsafe { System.alloc(layout) }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if self.large(&layout) {
+            unsafe { self.take(layout, true) }
+        } else {
+            unsafe { System.alloc_zeroed(layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if layout.size() < LARGE && new_size < LARGE {
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: the caller guarantees a valid new layout; copy the smaller of the two sizes.
+        unsafe {
+            let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+            let new = self.alloc(new_layout);
+            if !new.is_null() {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+            new
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() >= LARGE {
+            unsafe { self.give(ptr, layout) }
+        } else {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+}
+
+/// Applies the tuning (call first in `main`, before other threads start): glibc's mmap
+/// threshold and trimming, and [`LargeBlocks`] on unless `S2S_MALLOC_DEFAULTS` is set.
+pub fn tune(global: &LargeBlocks) {
+    if std::env::var_os("S2S_MALLOC_DEFAULTS").is_some() {
+        global.off.store(true, Ordering::Relaxed);
+        return;
+    }
+    tune_glibc();
+}
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn tune() {
+fn tune_glibc() {
     unsafe extern "C" {
         fn mallopt(param: i32, value: i32) -> i32;
     }
     const M_TRIM_THRESHOLD: i32 = -1;
     const M_MMAP_THRESHOLD: i32 = -3;
-    if std::env::var_os("S2S_MALLOC_DEFAULTS").is_some() {
-        return;
-    }
     // SAFETY: mallopt only changes allocator parameters; called before any other thread runs.
     unsafe {
-        mallopt(M_MMAP_THRESHOLD, 32 << 20);
+        mallopt(M_MMAP_THRESHOLD, LARGE as i32);
         mallopt(M_TRIM_THRESHOLD, i32::MAX);
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn tune() {}
+fn tune_glibc() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, 64).unwrap()
+    }
+
+    /// A freed large block is handed out again, to the same size and to one up to a quarter
+    /// smaller, zeroed when asked, the smallest that fits first; a request no kept block fits
+    /// gets a new block.
+    #[test]
+    fn freed_large_blocks_are_reused() {
+        let a = LargeBlocks::new();
+        unsafe {
+            let p = a.alloc(layout(40 * MIB));
+            p.write_bytes(7, 40 * MIB);
+            a.dealloc(p, layout(40 * MIB));
+            let q = a.alloc(layout(40 * MIB));
+            assert_eq!(q, p, "same size: the kept block");
+            a.dealloc(q, layout(40 * MIB));
+            let z = a.alloc_zeroed(layout(33 * MIB));
+            assert_eq!(z, p, "a fifth smaller: the kept block");
+            assert!(std::slice::from_raw_parts(z, 33 * MIB).iter().all(|&b| b == 0), "zeroed");
+            // Freed with the smaller layout it was asked for: the block keeps its real size.
+            a.dealloc(z, layout(33 * MIB));
+            assert_eq!(a.blocks.lock().unwrap().kept_bytes, 40 * MIB);
+            let other = a.alloc(layout(60 * MIB));
+            assert_ne!(other, p, "larger than any kept block");
+            a.dealloc(other, layout(60 * MIB));
+            // Kept: 40 and 60 MiB. The best fit for 32 MiB is the 40 MiB block …
+            let fit = a.alloc(layout(32 * MIB));
+            assert_eq!((fit, a.blocks.lock().unwrap().kept_bytes), (p, 60 * MIB));
+            // … and 45 MiB fits none (60 MiB wastes more than a quarter): a new block.
+            let new = a.alloc(layout(45 * MIB));
+            assert!(new != p && new != other);
+            assert_eq!(a.blocks.lock().unwrap().kept_bytes, 60 * MIB);
+            a.dealloc(fit, layout(32 * MIB));
+            a.dealloc(new, layout(45 * MIB));
+        }
+    }
+
+    /// At most `KEPT_BYTES` are kept: the oldest blocks go back to the system first.
+    #[test]
+    fn kept_bytes_are_bounded() {
+        let a = LargeBlocks::new();
+        let size = 300 * MIB;
+        unsafe {
+            let ps: Vec<*mut u8> = (0..4).map(|_| a.alloc(layout(size))).collect();
+            for &p in &ps {
+                a.dealloc(p, layout(size));
+            }
+            let b = a.blocks.lock().unwrap();
+            assert_eq!(b.kept_len, KEPT_BYTES / size);
+            assert!(b.kept_bytes <= KEPT_BYTES);
+            assert_eq!(b.kept[0].ptr, ps[1] as usize, "the first freed was evicted");
+        }
+    }
+}

@@ -44,8 +44,12 @@ enum Command {
     Translate(translate::TranslateArgs),
 }
 
+/// Freed large blocks are kept for the next training step (see [`allocator`]).
+#[global_allocator]
+static GLOBAL: allocator::LargeBlocks = allocator::LargeBlocks::new();
+
 fn main() -> ExitCode {
-    allocator::tune();
+    allocator::tune(&GLOBAL);
     let cli = Cli::parse();
     if matches!(cli.command, Command::Train(_) | Command::Experiment(_)) {
         signals::install();
