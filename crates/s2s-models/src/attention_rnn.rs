@@ -17,12 +17,13 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
 use crate::cell::CellKind;
+use crate::deferred_grad::{defer_grad, for_steps};
+use crate::fused_log_softmax::log_softmax;
 use crate::fused_tanh::tanh;
 use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
 use crate::lstm::bridge;
@@ -192,24 +193,35 @@ impl AttentionRnn {
         }
     }
 
+    /// The rows of layer 0's input weight that multiply the context (Bahdanau) or `h̃`
+    /// (Luong with input feeding) part of its input, `[H, G·H]`; `None` when the input is the
+    /// embedding alone.
+    fn feed_weight(&self) -> Option<Tensor<2>> {
+        let w = self.decoder.forward_cells[0].w_input.val();
+        let rows = w.dims()[0];
+        (rows > self.emb).then(|| w.narrow(0, self.emb, rows - self.emb))
+    }
+
     /// One decoder step. `xe` is layer 0's projection of the embedding part of its input
-    /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it).
-    fn step(&self, xe: Tensor<2>, e: Tensor<2>, state: &mut RnnState) -> StepOut {
+    /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it), `feed_w`
+    /// the [`Self::feed_weight`].
+    fn step(&self, xe: Tensor<2>, e: Tensor<2>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
-        let cell0 = &self.decoder.forward_cells[0];
+        let project_feed =
+            |x: Tensor<2>| crate::small_matmul::matmul(x, feed_w.expect("the input has a fed part").clone());
         match self.style {
             AttentionStyle::Bahdanau => {
                 let query = state.layers.last().expect("decoder layers").h.clone();
                 let (ctx, weights) = self.attention.attend(query, keys, memory, &state.pad); // [N, H], [N, S]
-                let xw = xe + cell0.project_part(ctx.clone(), self.emb);
+                let xw = xe + project_feed(ctx.clone());
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
                 StepOut { readout: Tensor::cat(vec![s, ctx, e], 1), weights } // [N, 2H + E]
             }
             AttentionStyle::Luong => {
                 let xw = match &state.feed {
-                    Some(feed) => xe + cell0.project_part(feed.clone(), self.emb),
+                    Some(feed) => xe + project_feed(feed.clone()),
                     None => xe,
                 };
                 let (s, layers) = self.decoder.step(xw, &state.layers);
@@ -233,12 +245,21 @@ impl AttentionRnn {
         let cell0 = &self.decoder.forward_cells[0];
         // The embedding part of layer 0's input projection, for every step in one matmul.
         let ye = cell0.project_part(y.clone(), 0) + cell0.bias::<3>(); // [B, T, G·H]
+        // What every step multiplies, with their weight gradients summed over the steps in one
+        // product each (`deferred_grad`).
+        let stepper = AttentionRnn {
+            decoder: for_steps(&self.decoder),
+            attention: for_steps(&self.attention),
+            combine: self.combine.as_ref().map(for_steps),
+            ..self.clone()
+        };
+        let feed_w = self.feed_weight().map(defer_grad);
         let mut readouts = Vec::with_capacity(tgt);
         let mut weights = Vec::with_capacity(tgt);
         for t in 0..tgt {
             let xe = ye.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
             let e = y.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
-            let out = self.step(xe, e, &mut state);
+            let out = stepper.step(xe, e, feed_w.as_ref(), &mut state);
             readouts.push(out.readout);
             weights.push(out.weights);
         }
@@ -252,8 +273,8 @@ impl AttentionRnn {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let cell0 = &self.decoder.forward_cells[0];
         let xe = cell0.project_part(e.clone(), 0) + cell0.bias::<2>();
-        let out = self.step(xe, e, &mut state);
-        let log_probs = log_softmax(crate::cell::linear(&self.output, out.readout), 1);
+        let out = self.step(xe, e, self.feed_weight().as_ref(), &mut state);
+        let log_probs = log_softmax(crate::cell::linear(&self.output, out.readout));
         (Step { log_probs, attention: Some(out.weights) }, state)
     }
 }

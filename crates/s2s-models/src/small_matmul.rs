@@ -12,8 +12,9 @@
 //! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
 //!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
 //!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, `∂W = xᵀ ∂y` through burn,
-//!   whose threading suits its `d_in` rows. Weights change with every optimiser step, so
-//!   nothing is kept.
+//!   whose threading suits its `d_in` rows — or, for a weight wrapped by
+//!   [`crate::deferred_grad::defer_grad`], once for all steps. Weights change with every
+//!   optimiser step, so nothing is kept packed.
 //!
 //! Larger products, and other backends, go to burn.
 //!
@@ -33,6 +34,7 @@ use rayon::prelude::*;
 
 use std::sync::{Arc, Mutex};
 
+use crate::deferred_grad::Stash;
 use crate::flex_data::f32s;
 use crate::packed_gemm::{PackedB, SendPtr};
 
@@ -78,12 +80,13 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
         struct SmallMatmulBackward;
 
         impl Backward<Flex, 2> for SmallMatmulBackward {
-            type State = (FlexTensor, FlexTensor);
+            /// `x`, `W`, and where `∂W` goes when `W` is deferred ([`crate::deferred_grad`]).
+            type State = (FlexTensor, FlexTensor, Option<Arc<Stash>>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_x, node_w] = ops.parents;
                 let grad = grads.consume::<Flex>(&ops.node);
-                let (x, w) = ops.state;
+                let (x, w, stash) = ops.state;
                 if let Some(node) = node_x {
                     let [m, n] = grad.layout().shape().dims::<2>();
                     let k = w.layout().shape().dims::<2>()[0];
@@ -100,18 +103,23 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                     };
                     grads.register::<Flex>(node.id, dx);
                 }
-                if let Some(node) = node_w {
-                    grads.register::<Flex>(node.id, Flex::float_matmul(Flex::float_transpose(x), grad));
+                match (node_w, stash) {
+                    (Some(node), Some(stash)) => stash.push(x, grad, node.id, grads),
+                    (Some(node), None) => {
+                        grads.register::<Flex>(node.id, Flex::float_matmul(Flex::float_transpose(x), grad))
+                    }
+                    (None, _) => {}
                 }
             }
         }
 
+        let stash = crate::deferred_grad::stash_of(w.id());
         let (x, x_node) = x.into_parts();
         let (w, w_node) = w.into_parts();
         match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let out = Flex::small_matmul(x.clone(), w.clone(), false);
-                prep.finish((x, w), out)
+                prep.finish((x, w, stash), out)
             }
             // Weights change with every optimiser step: never kept packed while training.
             OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),

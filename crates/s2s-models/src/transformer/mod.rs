@@ -14,13 +14,13 @@ pub mod layer;
 pub mod mha;
 pub mod position;
 
+use crate::fused_log_softmax::log_softmax;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
 };
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::interface::{DecodeState, Forward, Source, Step};
@@ -280,7 +280,7 @@ impl Transformer {
         }
         let logits = self.project(x); // [N, 1, V]
         let [n, _, v] = logits.dims();
-        let log_probs = log_softmax(logits.reshape([n, v]), 1);
+        let log_probs = log_softmax(logits.reshape([n, v]));
         let attention = attention.map(|w| {
             let [n, _, _, s] = w.dims();
             w.mean_dim(1).reshape([n, s])
