@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
 use crate::cell::CellKind;
 use crate::deferred_grad::{defer_grad, for_steps};
-use crate::fused_log_softmax::log_softmax;
+use crate::fused_softmax::log_softmax;
 use crate::fused_tanh::tanh;
 use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
 use crate::lstm::bridge;

@@ -5,13 +5,14 @@
 /// `eˣ` without branches, so that loops over it vectorise: Cody–Waite range reduction
 /// `x = n·ln2 + r`, `|r| ≤ ln2/2`, a degree-6 polynomial for `eʳ` (Cephes `expf`'s
 /// coefficients, relative error below 2·10⁻⁷) and `2ⁿ` built in the exponent bits. Inputs are
-/// clamped to the range where the result is a normal float; NaN stays NaN.
+/// clamped to the range where the result is a normal float, except that below −87 the result
+/// is 0 (so `exp(−∞) = 0`: masked scores get exactly zero weight); NaN stays NaN.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding and subtracting it rounds to an integer
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+    let c = x.clamp(-87.0, 88.0);
+    let n = (c * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = c - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_199_9e-3;
     p = p * r + 8.333_452e-3;
@@ -19,7 +20,8 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 0.166_666_65;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let e = y * f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if x < -87.0 { 0.0 } else { e }
 }
 
 /// `σ(x) = 1 / (1 + e⁻ˣ)`.
@@ -32,6 +34,29 @@ pub fn sigmoid(x: f32) -> f32 {
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+/// Lanes of the row reductions below (what the compiler vectorises).
+pub const LANES: usize = 16;
+
+/// `op` folded over `x` in [`LANES`] independent lanes, then across them: a reduction the
+/// compiler vectorises (a sequential fold cannot be reordered).
+#[inline(always)]
+pub fn lane_fold(x: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+    lane_fold_map(x, init, |v| v, op)
+}
+
+/// `op` folded over `f(xᵢ)`, in [`LANES`] lanes (see [`lane_fold`]).
+#[inline(always)]
+pub fn lane_fold_map(x: &[f32], init: f32, f: impl Fn(f32) -> f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [init; LANES];
+    let mut blocks = x.chunks_exact(LANES);
+    for block in &mut blocks {
+        for (l, &v) in lanes.iter_mut().zip(block) {
+            *l = op(*l, f(v));
+        }
+    }
+    blocks.remainder().iter().fold(lanes.into_iter().fold(init, &op), |a, &v| op(a, f(v)))
 }
 
 #[cfg(test)]
@@ -54,6 +79,7 @@ mod tests {
         assert!(worst[1] < 2e-7, "sigmoid absolute error {}", worst[1]);
         assert!(worst[2] < 3e-7, "tanh absolute error {}", worst[2]);
         assert!(exp(f32::NAN).is_nan() && tanh(f32::NAN).is_nan());
+        assert_eq!((exp(f32::NEG_INFINITY), exp(-1e4)), (0.0, 0.0));
         assert!(sigmoid(-1e4) < 1e-38, "saturates (e⁸⁸ is the largest exponential it forms)");
         assert_eq!((sigmoid(1e4), tanh(-1e4), tanh(1e4)), (1.0, -1.0, 1.0));
     }

@@ -4,7 +4,7 @@
 //!
 //! `p(y | x) = Πₜ softmax(W_o sₜ)`, `sₜ = RNN_dec(E y_{t−1}, s_{t−1})`, `s₀ = RNN_enc(x)`.
 
-use crate::fused_log_softmax::log_softmax;
+use crate::fused_softmax::log_softmax;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};

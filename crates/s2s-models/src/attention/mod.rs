@@ -8,7 +8,6 @@ pub mod bahdanau;
 pub mod luong;
 
 use burn::module::Module;
-use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Tensor};
 
 pub use bahdanau::{AdditiveAttention, AdditiveAttentionConfig};
@@ -56,7 +55,7 @@ impl Attention {
 /// Masked softmax of `scores` `[batch, src]` (`pad` true on padding) and the weighted sum of
 /// `values` `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
 pub fn attend(scores: Tensor<2>, values: &Tensor<3>, pad: &Tensor<2, Bool>) -> (Tensor<2>, Tensor<2>) {
-    let weights = softmax(scores.mask_fill(pad.clone(), f32::NEG_INFINITY), 1); // [B, S]
+    let weights = crate::fused_softmax::softmax(scores.mask_fill(pad.clone(), f32::NEG_INFINITY)); // [B, S]
     // Σ_s weights ⊙ values (an element-wise pass, not one [1, S] × [S, D] product per sentence).
     let context = (weights.clone().unsqueeze_dim::<3>(2) * values.clone()).sum_dim(1).squeeze_dim::<2>(1); // [B, D]
     (context, weights)

@@ -10,6 +10,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 
 use super::mha::{KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
+use crate::fused_layer_norm::layer_norm;
 
 /// Configuration shared by [`EncoderLayer`] and [`DecoderLayer`].
 #[derive(Config, Debug)]
@@ -76,13 +77,13 @@ impl Residual {
 
     /// The sublayer's input: `LayerNorm(x)` for pre-norm, `x` for post-norm.
     pub fn input(&self, x: &Tensor<3>) -> Tensor<3> {
-        if self.pre_norm { self.norm.forward(x.clone()) } else { x.clone() }
+        if self.pre_norm { layer_norm(&self.norm, x.clone()) } else { x.clone() }
     }
 
     /// Adds the sublayer's output `y` to `x`.
     pub fn output(&self, x: Tensor<3>, y: Tensor<3>) -> Tensor<3> {
         let sum = x + crate::dropout::forward(&self.dropout, y);
-        if self.pre_norm { sum } else { self.norm.forward(sum) }
+        if self.pre_norm { sum } else { layer_norm(&self.norm, sum) }
     }
 }
 

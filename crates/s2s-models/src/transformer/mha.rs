@@ -9,7 +9,6 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor};
 
 /// Configuration of [`MultiHeadAttention`].
@@ -213,7 +212,7 @@ impl MultiHeadAttention {
         if let Some(m) = mask {
             scores = scores + m.clone().expand([b, h, tq, tk]);
         }
-        let weights = softmax(scores, 3);
+        let weights = crate::fused_softmax::softmax(scores);
         let out = crate::dropout::forward(&self.dropout, weights.clone()).matmul(kv.values()); // [B, h, Tq, dk]
         let out = out.swap_dims(1, 2).reshape([b, tq, h * dk]);
         (crate::cell::linear(&self.output, out), weights)

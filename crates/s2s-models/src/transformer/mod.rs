@@ -14,7 +14,7 @@ pub mod layer;
 pub mod mha;
 pub mod position;
 
-use crate::fused_log_softmax::log_softmax;
+use crate::fused_softmax::log_softmax;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{
@@ -214,7 +214,7 @@ impl Transformer {
             x = layer.forward(x, &mask);
         }
         if let Some(n) = &self.encoder_norm {
-            x = n.forward(x);
+            x = crate::fused_layer_norm::layer_norm(n, x);
         }
         (x, mask)
     }
@@ -222,7 +222,7 @@ impl Transformer {
     /// Logits `[batch, t, vocab]` of the decoder's top layer.
     fn project(&self, x: Tensor<3>) -> Tensor<3> {
         let x = match &self.decoder_norm {
-            Some(n) => n.forward(x),
+            Some(n) => crate::fused_layer_norm::layer_norm(n, x),
             None => x,
         };
         match &self.output {

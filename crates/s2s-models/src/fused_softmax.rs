@@ -1,0 +1,198 @@
+//! `softmax` and `log_softmax` over the last dimension on the CPU in one fused pass per row,
+//! with their backward: `∂x = y ⊙ (∂y − Σ ∂y ⊙ y)` for `y = softmax(x)`, and
+//! `∂x = ∂y − softmax(x) Σ ∂y` for `y = log_softmax(x)` (issue 12).
+//!
+//! Every decoder step normalises `[rows, vocabulary]` logits (8,000 classes in the benchmark),
+//! and every attention layer its `[batch, heads, t_q, t_k]` scores. burn composes both from a
+//! maximum, a subtraction, glibc's scalar `expf`, a sum and a division or logarithm, each a
+//! pass over the data and a new buffer (softmax of the Transformer bench shape's scores:
+//! ~1.5 ms of a 2.1 ms attention forward). Here a row is read three times — maximum,
+//! `Σ exp(x − max)` through the vectorised [`crate::fastmath::exp`] in 16 lanes
+//! ([`crate::fastmath::lane_fold`]), and the output — with rows in parallel. A burn
+//! `#[backend_extension]` for flex; other backends keep burn's functions.
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::tensor::{Tensor, TensorData};
+use rayon::prelude::*;
+
+use crate::fastmath::{exp, lane_fold, lane_fold_map};
+use crate::flex_data::f32s;
+
+/// The fused softmax as a burn backend extension (flex only).
+#[backend_extension(Flex, Autodiff)]
+pub trait FastSoftmax: burn::backend::Backend {
+    /// `softmax` (or with `log`, `log_softmax`) over the last dimension, any rank.
+    fn fast_softmax(x: FloatTensor<Self>, log: bool) -> FloatTensor<Self>;
+}
+
+impl FastSoftmax for Flex {
+    fn fast_softmax(x: FlexTensor, log: bool) -> FlexTensor {
+        rows(&x, None, |x, _, out| {
+            let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
+            if log {
+                let lse = max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln();
+                out.iter_mut().zip(x).for_each(|(o, &x)| *o = x - lse);
+            } else {
+                out.iter_mut().zip(x).for_each(|(o, &x)| *o = exp(x - max));
+                let scale = 1.0 / lane_fold(out, 0.0, |a, b| a + b);
+                out.iter_mut().for_each(|o| *o *= scale);
+            }
+        })
+    }
+}
+
+impl<C: CheckpointStrategy> FastSoftmax for Autodiff<Flex, C> {
+    fn fast_softmax(x: FloatTensor<Self>, log: bool) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct FastSoftmaxBackward;
+
+        impl Backward<Flex, 1> for FastSoftmaxBackward {
+            /// The output `y`, and whether it is `log_softmax`.
+            type State = (FlexTensor, bool);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let grad = grads.consume::<Flex>(&ops.node);
+                let (y, log) = ops.state;
+                if let Some(node) = node {
+                    let dx = rows(&y, Some(&grad), |y, g, out| {
+                        if log {
+                            let total = lane_fold(g, 0.0, |a, b| a + b);
+                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                *o = g - exp(y) * total;
+                            }
+                        } else {
+                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                *o = g * y;
+                            }
+                            let dot = lane_fold(out, 0.0, |a, b| a + b);
+                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                *o = y * (g - dot);
+                            }
+                        }
+                    });
+                    grads.register::<Flex>(node.id, dx);
+                }
+            }
+        }
+
+        let (x, node) = x.into_parts();
+        match FastSoftmaxBackward.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let y = Flex::fast_softmax(x, log);
+                prep.finish((y.clone(), log), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(Flex::fast_softmax(x, log)),
+        }
+    }
+}
+
+/// `f(row of a, row of b (or empty), output row)` for every row of the last dimension, groups
+/// of rows in parallel.
+fn rows(a: &FlexTensor, b: Option<&FlexTensor>, f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) -> FlexTensor {
+    let shape = a.layout().shape().clone();
+    let width = shape.as_slice().last().copied().unwrap_or(1).max(1);
+    let a = f32s(a);
+    let b = b.map(f32s);
+    let mut out = vec![0f32; a.len()];
+    let chunk = width * (1usize << 14).div_ceil(width);
+    out.par_chunks_mut(chunk).zip(a.par_chunks(chunk)).enumerate().for_each(|(i, (o, a))| {
+        let b = b.as_ref().map(|b| &b[i * chunk..i * chunk + a.len()]);
+        for (r, (o, a)) in o.chunks_mut(width).zip(a.chunks(width)).enumerate() {
+            f(a, b.map_or(&[][..], |b| &b[r * width..(r + 1) * width]), o);
+        }
+    });
+    FlexTensor::from_data(TensorData::new(out, shape))
+}
+
+/// `log_softmax` over the last dimension: the fused kernel on flex devices, burn's elsewhere.
+pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if crate::flex_data::is_flex(&x.device()) {
+        Tensor::from_dispatch(<Dispatch as FastSoftmax>::fast_softmax(x.into_dispatch(), true))
+    } else {
+        burn::tensor::activation::log_softmax(x, D - 1)
+    }
+}
+
+/// `softmax` over the last dimension: the fused kernel on flex devices, burn's elsewhere.
+pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if crate::flex_data::is_flex(&x.device()) {
+        Tensor::from_dispatch(<Dispatch as FastSoftmax>::fast_softmax(x.into_dispatch(), false))
+    } else {
+        burn::tensor::activation::softmax(x, D - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::max_diff;
+    use burn::tensor::Device;
+
+    /// Equal to a float64 reference, value and gradient, softmax and log-softmax, on an
+    /// autodiff device and without, with a row width that leaves a partial lane block and rows
+    /// spanning several chunks; and to burn's functions.
+    #[test]
+    fn equals_a_float64_reference() {
+        let d = Device::flex().autodiff();
+        for (shape, log) in
+            [([2, 3, 8003], true), ([1, 4, 5], true), ([2, 3, 8003], false), ([3, 2, 37], false)]
+        {
+            let width = shape[2];
+            let n = shape.iter().product::<usize>();
+            let xs: Vec<f32> =
+                (0..n).map(|i| 8.0 * (i as f32 * 0.37).sin() * (i as f32 * 0.011).cos()).collect();
+            let gs: Vec<f32> = (0..n).map(|i| (i as f32 * 1.3).cos()).collect();
+            let x = Tensor::<3>::from_data(TensorData::new(xs.clone(), shape), &d);
+            let w = Tensor::<3>::from_data(TensorData::new(gs.clone(), shape), &d);
+            let (mut want_y, mut want_dx) = (vec![0f64; n], vec![0f64; n]);
+            for r in 0..n / width {
+                let row = r * width..(r + 1) * width;
+                let max = xs[row.clone()].iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+                let lse = max + xs[row.clone()].iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+                let p = |i: usize| (xs[i] as f64 - lse).exp();
+                let total: f64 = gs[row.clone()].iter().map(|&g| g as f64).sum();
+                let dot: f64 = row.clone().map(|i| gs[i] as f64 * p(i)).sum();
+                for i in row {
+                    want_y[i] = if log { xs[i] as f64 - lse } else { p(i) };
+                    want_dx[i] = if log { gs[i] as f64 - p(i) * total } else { p(i) * (gs[i] as f64 - dot) };
+                }
+            }
+            let worst = |got: Tensor<3>, want: &[f64]| {
+                let got: Vec<f32> = got.into_data().try_to_vec().unwrap();
+                got.iter().zip(want).map(|(&a, &b)| (a as f64 - b).abs()).fold(0.0, f64::max)
+            };
+            let f = |x: Tensor<3>| if log { log_softmax(x) } else { softmax(x) };
+            let xg = x.clone().require_grad();
+            let y = f(xg.clone());
+            let grads = (y.clone() * w.clone()).sum().backward();
+            let (ey, edx) = (worst(y.inner(), &want_y), worst(xg.grad(&grads).expect("∂x"), &want_dx));
+            assert!(ey < 1e-5 && edx < 1e-6, "{shape:?} log {log}: value off by {ey}, gradient by {edx}");
+            let plain = x.inner();
+            let burn = if log {
+                burn::tensor::activation::log_softmax(plain.clone(), 2)
+            } else {
+                burn::tensor::activation::softmax(plain.clone(), 2)
+            };
+            assert!(max_diff(f(plain), burn) < 1e-4);
+        }
+    }
+
+    /// Masked classes (−∞) get probability exactly 0, the others still sum to 1.
+    #[test]
+    fn negative_infinity_is_probability_zero() {
+        let d = Device::flex();
+        let x = Tensor::<2>::from_data(TensorData::new(vec![1.0, f32::NEG_INFINITY, 2.0, 0.5], [1, 4]), &d);
+        for p in [log_softmax(x.clone()).exp(), softmax(x)] {
+            let p: Vec<f32> = p.into_data().try_to_vec::<f32>().unwrap();
+            assert_eq!(p[1], 0.0);
+            assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{p:?}");
+        }
+    }
+}
