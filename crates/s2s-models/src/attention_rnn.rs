@@ -197,9 +197,9 @@ impl AttentionRnn {
     /// (Luong with input feeding) part of its input, `[H, G·H]`; `None` when the input is the
     /// embedding alone.
     fn feed_weight(&self) -> Option<Tensor<2>> {
-        let w = self.decoder.forward_cells[0].w_input.val();
-        let rows = w.dims()[0];
-        (rows > self.emb).then(|| w.narrow(0, self.emb, rows - self.emb))
+        let cell0 = &self.decoder.forward_cells[0];
+        let rows = cell0.w_input.dims()[0];
+        (rows > self.emb).then(|| cell0.input_rows(self.emb, rows - self.emb))
     }
 
     /// One decoder step. `xe` is layer 0's projection of the embedding part of its input

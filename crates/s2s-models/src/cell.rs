@@ -141,7 +141,13 @@ impl RecurrentCell {
     /// does not depend on the step can be projected for every step at once.
     pub fn project_part<const D: usize>(&self, x: Tensor<D>, first_row: usize) -> Tensor<D> {
         let d = x.dims()[D - 1];
-        matmul_rows(x, self.w_input.val().narrow(0, first_row, d))
+        matmul_rows(x, self.input_rows(first_row, d))
+    }
+
+    /// The rows `first_row..first_row + rows` of `W_x`: the weight of one part of a
+    /// concatenated input (see [`Self::project_part`]), `[rows, gates·d_hidden]`.
+    pub fn input_rows(&self, first_row: usize, rows: usize) -> Tensor<2> {
+        self.w_input.val().narrow(0, first_row, rows)
     }
 
     /// The gate biases broadcastable to `D` dimensions.

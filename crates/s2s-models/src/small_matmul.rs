@@ -113,13 +113,13 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
             }
         }
 
-        let stash = crate::deferred_grad::stash_of(w.id());
+        let w_id = w.id();
         let (x, x_node) = x.into_parts();
         let (w, w_node) = w.into_parts();
         match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let out = Flex::small_matmul(x.clone(), w.clone(), false);
-                prep.finish((x, w, stash), out)
+                prep.finish((x, w, crate::deferred_grad::stash_of(w_id)), out)
             }
             // Weights change with every optimiser step: never kept packed while training.
             OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),
