@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
 use s2s_models::attention::LuongScore;
@@ -16,6 +16,7 @@ use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec}
 use serde::{Deserialize, Serialize};
 
 use crate::clip::clip_global_norm;
+use crate::fused_adam::FusedAdam;
 use crate::loss::label_smoothed_loss;
 
 /// The benchmark configuration shipped with the project.
@@ -182,7 +183,8 @@ pub fn bench(
     let tgt_in = Tensor::<2, Int>::from_data(TensorData::new(tgt_in, [n, t]), &ad);
     let tgt_out = Tensor::<2, Int>::from_data(TensorData::new(tgt_out, [n, t]), &ad);
     let keep = Tensor::<2>::ones([n, t], &ad);
-    let mut optim = AdamConfig::new().init();
+    // burn's `AdamConfig` defaults, through the trainer's Adam.
+    let mut optim = ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0));
     let phases = ["forward", "backward", "clip", "adam"];
     let mut phase_s = [0f64; 4];
     let mut step = |model: s2s_models::Model, phase_s: &mut [f64; 4]| {

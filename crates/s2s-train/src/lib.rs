@@ -13,6 +13,7 @@ pub mod device;
 pub mod error;
 pub mod evaluate;
 pub mod experiment;
+pub mod fused_adam;
 pub mod fused_loss;
 pub mod interrupt;
 pub mod loss;

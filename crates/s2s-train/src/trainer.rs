@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use s2s_data::{Batch, Batcher, Example, Tokenizers};
@@ -22,6 +21,7 @@ use crate::clip::clip_global_norm;
 use crate::config::{OptimizerKind, StopMetric, TrainSpec};
 use crate::error::TrainError;
 use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
+use crate::fused_adam::FusedAdam;
 use crate::loss::label_smoothed_loss;
 use crate::metrics::{self, MetricsRow};
 
@@ -78,14 +78,13 @@ pub struct TrainJob<'a> {
 }
 
 fn optimizer(spec: &TrainSpec) -> ModuleOptimizer {
-    let decay = (spec.weight_decay > 0.0).then(|| WeightDecayConfig::new(spec.weight_decay as f32));
     match spec.optimizer {
-        OptimizerKind::Adam => AdamConfig::new()
-            .with_beta_1(spec.beta1 as f32)
-            .with_beta_2(spec.beta2 as f32)
-            .with_epsilon(spec.epsilon as f32)
-            .with_weight_decay(decay)
-            .init(),
+        OptimizerKind::Adam => ModuleOptimizer::from(FusedAdam::new(
+            spec.beta1 as f32,
+            spec.beta2 as f32,
+            spec.epsilon as f32,
+            spec.weight_decay as f32,
+        )),
         OptimizerKind::AdamW => AdamWConfig::new()
             .with_beta_1(spec.beta1 as f32)
             .with_beta_2(spec.beta2 as f32)
