@@ -16,35 +16,49 @@ use rayon::prelude::*;
 /// `dropout(x)` with `d`'s probability (see the module doc).
 pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
-    if d.prob == 0.0
-        || !d.training.is_enabled()
-        || !device.is_autodiff()
-        || !crate::flex_data::is_flex(&device)
-    {
+    if !active(d, &device) {
         return d.forward(x);
     }
-    let bits = Tensor::<1>::random([2], Distribution::Default, &device)
-        .into_data()
-        .try_to_vec::<f32>()
-        .expect("f32");
-    let seed = (u64::from(bits[0].to_bits()) << 32) | u64::from(bits[1].to_bits());
+    let seed = draw_seed(&device);
     let shape = x.shape();
     let mask = mask(seed, shape.num_elements(), 1.0 - d.prob as f32);
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
 }
 
+/// True when `d` drops anything on `device` (training, `p > 0`, autodiff on flex): where
+/// [`forward`] and the fused attention draw a mask.
+pub(crate) fn active(d: &Dropout, device: &burn::tensor::Device) -> bool {
+    d.prob > 0.0 && d.training.is_enabled() && device.is_autodiff() && crate::flex_data::is_flex(device)
+}
+
+/// A mask's seed, from the device's own generator (reseeded by the trainer every step).
+pub(crate) fn draw_seed(device: &burn::tensor::Device) -> u64 {
+    let bits =
+        Tensor::<1>::random([2], Distribution::Default, device).into_data().try_to_vec::<f32>().expect("f32");
+    (u64::from(bits[0].to_bits()) << 32) | u64::from(bits[1].to_bits())
+}
+
+/// Element `index` of the mask drawn from `seed` (what [`mask`] writes there): `scale`
+/// (`1 / keep`) with probability `keep`, else 0. `threshold` is [`threshold`]`(keep)`.
+#[inline]
+pub(crate) fn element(seed: u64, index: usize, threshold: u32, scale: f32) -> f32 {
+    let r = (splitmix64(seed.wrapping_add((index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))) >> 40) as u32; // 24 uniform bits
+    if r < threshold { scale } else { 0.0 }
+}
+
+/// The 24-bit threshold below which an element is kept with probability `keep`.
+pub(crate) fn threshold(keep: f32) -> u32 {
+    (keep as f64 * (1u64 << 24) as f64) as u32
+}
+
 /// `n` values, each `1 / keep` with probability `keep` and 0 otherwise, from `seed`.
-fn mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
+pub(crate) fn mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
     const CHUNK: usize = 1 << 14;
-    let scale = 1.0 / keep;
-    let threshold = (keep as f64 * (1u64 << 24) as f64) as u32;
+    let (scale, threshold) = (1.0 / keep, threshold(keep));
     let mut out = vec![0f32; n];
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
         for (i, v) in chunk.iter_mut().enumerate() {
-            let r =
-                (splitmix64(seed.wrapping_add(((c * CHUNK + i) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-                    >> 40) as u32; // 24 uniform bits
-            *v = if r < threshold { scale } else { 0.0 };
+            *v = element(seed, c * CHUNK + i, threshold, scale);
         }
     });
     out

@@ -13,6 +13,7 @@ pub mod deferred_grad;
 pub mod dropout;
 pub mod fastmath;
 pub mod flex_data;
+pub mod fused_attention;
 pub mod fused_layer_norm;
 pub mod fused_lstm;
 pub mod fused_softmax;

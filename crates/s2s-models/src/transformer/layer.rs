@@ -146,8 +146,7 @@ impl EncoderLayer {
     /// Applies the layer.
     pub fn forward(&self, x: Tensor<3>, mask: &Tensor<4>) -> Tensor<3> {
         let h = self.attention_residual.input(&x);
-        let (q, kv) = self.self_attention.project_qkv(h);
-        let (a, _) = self.self_attention.attend_heads(q, &kv, Some(mask));
+        let (a, _) = self.self_attention.self_attend(h, Some(mask));
         let x = self.attention_residual.output(x, a);
         let h = self.ffn_residual.input(&x);
         self.ffn_residual.output(x, self.ffn.forward(h))
@@ -189,12 +188,14 @@ impl DecoderLayer {
         memory_mask: &Tensor<4>,
     ) -> (Tensor<3>, KeyValue, Tensor<4>) {
         let h = self.self_residual.input(&x);
-        let (q, new) = self.self_attention.project_qkv(h);
-        let kv = match cache {
-            Some(c) => c.append(new),
-            None => new,
+        let (a, kv) = match cache {
+            Some(c) => {
+                let (q, new) = self.self_attention.project_qkv(h);
+                let kv = c.append(new);
+                (self.self_attention.attend_heads(q, &kv, self_mask).0, kv)
+            }
+            None => self.self_attention.self_attend(h, self_mask),
         };
-        let (a, _) = self.self_attention.attend_heads(q, &kv, self_mask);
         let x = self.self_residual.output(x, a);
         let h = self.cross_residual.input(&x);
         let (c, weights) = self.cross_attention.attend(h, memory, Some(memory_mask));

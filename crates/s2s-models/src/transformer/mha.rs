@@ -60,6 +60,9 @@ pub struct KeyValue {
     k: Tensor<4>,
     v: Tensor<4>,
     len: usize,
+    /// `[K | V]` before the split into heads (`[rows, t, 2·d_model]`), when one product made
+    /// them: what the fused cross-attention reads ([`crate::fused_attention`]).
+    packed: Option<Tensor<3>>,
 }
 
 /// Positions a growing cache makes room for at first.
@@ -69,7 +72,7 @@ impl KeyValue {
     /// Keys and values `[rows, heads, t, d_k]`, every position in use.
     pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
         let len = k.dims()[2];
-        Self { k, v, len }
+        Self { k, v, len, packed: None }
     }
 
     /// Positions in use.
@@ -110,13 +113,19 @@ impl KeyValue {
             k: k.slice_assign(at.clone(), next.keys()),
             v: v.slice_assign(at, next.values()),
             len: len + t,
+            packed: None,
         }
     }
 
     /// Keeps rows `indices` (beam reordering; the room is kept, so the next step appends in
     /// place).
     pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
-        KeyValue { k: self.k.select(0, indices.clone()), v: self.v.select(0, indices.clone()), len: self.len }
+        KeyValue {
+            k: self.k.select(0, indices.clone()),
+            v: self.v.select(0, indices.clone()),
+            len: self.len,
+            packed: self.packed.map(|p| p.select(0, indices.clone())),
+        }
     }
 }
 
@@ -155,35 +164,84 @@ impl MultiHeadAttention {
     }
 
     /// `x W + b` for several projections at once: their weights side by side, one
-    /// `[rows, d_model] × [d_model, n·d_model]` product, then split back (fewer, larger
-    /// products; the parameters stay the separate `W^Q`, `W^K`, `W^V` of the paper). A few rows
-    /// (decoder steps) take one product per weight instead.
-    fn project_fused<const N: usize>(&self, x: Tensor<3>, which: [&Linear; N]) -> [Tensor<3>; N] {
+    /// `[rows, d_model] × [d_model, n·d_model]` product, `[batch, t, n·d_model]` (fewer,
+    /// larger products; the parameters stay the separate `W^Q`, `W^K`, `W^V` of the paper).
+    /// `None` for a few rows (decoder steps), which take one product per weight instead, so
+    /// each weight stays packed between steps (a concatenation would be a new weight every
+    /// step).
+    fn project_cat(&self, x: &Tensor<3>, which: &[&Linear]) -> Option<Tensor<3>> {
         let [b, t, _] = x.dims();
         if b * t <= crate::small_matmul::MAX_ROWS {
-            // Decoder steps: each weight on its own, so each stays packed between steps
-            // (a concatenation would be a new weight every step).
-            return which.map(|l| crate::cell::linear(l, x.clone()));
+            return None;
         }
         let d = which[0].weight.dims()[1];
         let w = Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1);
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         let b = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
-        let y = crate::cell::matmul_rows(x, w) + b.unsqueeze::<3>(); // [B, T, N·d]
-        std::array::from_fn(|i| y.clone().narrow(2, i * d, d))
+        Some(crate::cell::matmul_rows(x.clone(), w) + b.unsqueeze::<3>()) // [B, T, N·d]
+    }
+
+    /// The projections `which` of `x`, through [`MultiHeadAttention::project_cat`] when it
+    /// makes one product, and that product.
+    fn project_fused<const N: usize>(
+        &self,
+        x: Tensor<3>,
+        which: [&Linear; N],
+    ) -> ([Tensor<3>; N], Option<Tensor<3>>) {
+        match self.project_cat(&x, &which) {
+            Some(y) => {
+                let d = which[0].weight.dims()[1];
+                (std::array::from_fn(|i| y.clone().narrow(2, i * d, d)), Some(y))
+            }
+            None => (which.map(|l| crate::cell::linear(l, x.clone())), None),
+        }
+    }
+
+    /// The dropout on the weights as the fused kernel takes it: its mask's seed (drawn as
+    /// [`crate::dropout::forward`] draws it) and the share kept; `(0, 1)` when nothing drops.
+    fn fused_dropout(&self, device: &Device) -> (u64, f32) {
+        if crate::dropout::active(&self.dropout, device) {
+            (crate::dropout::draw_seed(device), 1.0 - self.dropout.prob as f32)
+        } else {
+            (0, 1.0)
+        }
+    }
+
+    /// True when the fused kernel runs this attention: on flex, with a mask it takes.
+    fn fuses(&self, device: &Device, mask: Option<&Tensor<4>>, batch: usize, tq: usize, tk: usize) -> bool {
+        crate::flex_data::is_flex(device)
+            && mask.is_some_and(|m| crate::fused_attention::mask_fits(m.dims(), batch, tq, tk))
+    }
+
+    /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
+    /// `[batch, t, d_model]` and the keys and values, for a cache. On flex, when one product
+    /// makes `[Q | K | V]`, one fused kernel attends ([`crate::fused_attention`]).
+    pub fn self_attend(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
+        let [b, t, _] = x.dims();
+        let device = x.device();
+        let ([q, k, v], qkv) = self.project_fused(x, [&self.query, &self.key, &self.value]);
+        let kv = KeyValue::new(self.split(k), self.split(v));
+        match (qkv, mask) {
+            (Some(qkv), Some(m)) if self.fuses(&device, mask, b, t, t) => {
+                let drop = self.fused_dropout(&device);
+                let (out, _) = crate::fused_attention::self_attention(qkv, m, self.heads, drop);
+                (crate::cell::linear(&self.output, out), kv)
+            }
+            _ => (self.attend_heads(self.split(q), &kv, mask).0, kv),
+        }
     }
 
     /// Projects `x` `[batch, t, d_model]` into keys and values (one fused product).
     pub fn project_kv(&self, x: Tensor<3>) -> KeyValue {
-        let [k, v] = self.project_fused(x, [&self.key, &self.value]);
-        KeyValue::new(self.split(k), self.split(v))
+        let ([k, v], packed) = self.project_fused(x, [&self.key, &self.value]);
+        KeyValue { packed, ..KeyValue::new(self.split(k), self.split(v)) }
     }
 
     /// Self-attention's projections of `x`: queries `[batch, heads, t, d_k]` and keys/values,
     /// from one fused `[d_model, 3·d_model]` product.
     pub fn project_qkv(&self, x: Tensor<3>) -> (Tensor<4>, KeyValue) {
-        let [q, k, v] = self.project_fused(x, [&self.query, &self.key, &self.value]);
+        let ([q, k, v], _) = self.project_fused(x, [&self.query, &self.key, &self.value]);
         (self.split(q), KeyValue::new(self.split(k), self.split(v)))
     }
 
@@ -195,7 +253,17 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        self.attend_heads(self.split(crate::cell::linear(&self.query, query)), kv, mask)
+        let [b, tq, _] = query.dims();
+        let q = crate::cell::linear(&self.query, query);
+        match (&kv.packed, mask) {
+            (Some(packed), Some(m)) if self.fuses(&q.device(), mask, b, tq, kv.len()) => {
+                let drop = self.fused_dropout(&q.device());
+                let (out, weights) =
+                    crate::fused_attention::cross_attention(q, packed.clone(), m, self.heads, drop);
+                (crate::cell::linear(&self.output, out), weights)
+            }
+            _ => self.attend_heads(self.split(q), kv, mask),
+        }
     }
 
     /// [`MultiHeadAttention::attend`] from queries already projected and split into heads
