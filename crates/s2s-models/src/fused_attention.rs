@@ -81,6 +81,17 @@ impl Operand<'_> {
         let at = (b * self.t + i) * self.width + self.offset + h * dk;
         &self.data[at..at + dk]
     }
+
+    /// Head `h` of sentence `b`, rows `0..t`, transposed: `[d_k, t]`.
+    fn transposed(&self, b: usize, h: usize, t: usize, dk: usize) -> Vec<f32> {
+        let mut out = vec![0f32; dk * t];
+        for j in 0..t {
+            for (c, &x) in self.row(b, h, j, dk).iter().enumerate() {
+                out[c * t + j] = x;
+            }
+        }
+        out
+    }
 }
 
 /// Sizes of one call.
@@ -143,13 +154,8 @@ fn forward(
     weights.par_chunks_mut(tq * tk).enumerate().for_each(|(bh, w)| {
         let out_ptr = &out_ptr;
         let (b, h) = (bh / heads, bh % heads);
-        // Kᵀ `[d_k, t_k]`, so each score row is a sum of scaled rows (no reductions).
-        let mut kt = vec![0f32; dk * tk];
-        for j in 0..tk {
-            for (c, &x) in k.row(b, h, j, dk).iter().enumerate() {
-                kt[c * tk + j] = x;
-            }
-        }
+        // Kᵀ, so each score row is a sum of scaled rows (no reductions).
+        let kt = k.transposed(b, h, tk, dk);
         let mut o = vec![0f32; dk];
         for i in 0..tq {
             let s = &mut w[i * tk..(i + 1) * tk];
@@ -227,12 +233,7 @@ unsafe fn backward(
     (0..batch * heads).into_par_iter().for_each(|bh| {
         let targets = &targets;
         let (b, h) = (bh / heads, bh % heads);
-        let mut vt = vec![0f32; dk * tk];
-        for j in 0..tk {
-            for (c, &x) in v.row(b, h, j, dk).iter().enumerate() {
-                vt[c * tk + j] = x;
-            }
-        }
+        let vt = v.transposed(b, h, tk, dk);
         let mut g_k = vec![0f32; tk * dk];
         let mut g_v = vec![0f32; tk * dk];
         let (mut dp, mut dq_row, mut mask) = (vec![0f32; tk], vec![0f32; dk], vec![0f32; tk]);
