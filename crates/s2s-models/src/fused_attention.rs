@@ -113,9 +113,10 @@ struct Mask<'a> {
 
 /// Reads the mask's layout; `None` when it is not `[batch or 1, 1, t_q or 1, t_k]`.
 fn mask_strides(mask: &FlexTensor, d: Dims) -> Option<(usize, usize)> {
-    let [mb, mh, mq, mk] = mask.layout().shape().dims::<4>();
-    let ok = (mb == d.batch || mb == 1) && mh == 1 && (mq == d.tq || mq == 1) && mk == d.tk;
-    ok.then(|| (if mb == 1 { 0 } else { mq * mk }, if mq == 1 { 0 } else { mk }))
+    let dims = mask.layout().shape().dims::<4>();
+    let [mb, _, mq, mk] = dims;
+    mask_fits(dims, d.batch, d.tq, d.tk)
+        .then(|| (if mb == 1 { 0 } else { mq * mk }, if mq == 1 { 0 } else { mk }))
 }
 
 /// True when the fused kernel takes a mask of these dimensions (`[batch, heads, t_q, t_k]`
@@ -125,14 +126,26 @@ pub fn mask_fits(mask: [usize; 4], batch: usize, tq: usize, tk: usize) -> bool {
     (mb == batch || mb == 1) && mh == 1 && (mq == tq || mq == 1) && mk == tk
 }
 
-/// The dropout mask's element `e`, or 1 without dropout.
-#[inline]
-fn drop_at(drop: (u64, f32), e: usize) -> f32 {
-    let (seed, keep) = drop;
-    if keep >= 1.0 {
-        1.0
-    } else {
-        crate::dropout::element(seed, e, crate::dropout::threshold(keep), 1.0 / keep)
+/// One call's dropout mask, drawn element by element from its seed as
+/// [`crate::dropout::mask`] draws it; all ones without dropout.
+#[derive(Clone, Copy)]
+struct DropMask {
+    seed: u64,
+    threshold: u32,
+    scale: f32,
+    on: bool,
+}
+
+impl DropMask {
+    /// From `(seed, keep)`.
+    fn new((seed, keep): (u64, f32)) -> Self {
+        Self { seed, threshold: crate::dropout::threshold(keep), scale: 1.0 / keep, on: keep < 1.0 }
+    }
+
+    /// Element `e` (of `[batch, heads, t_q, t_k]`).
+    #[inline]
+    fn at(&self, e: usize) -> f32 {
+        if self.on { crate::dropout::element(self.seed, e, self.threshold, self.scale) } else { 1.0 }
     }
 }
 
@@ -146,6 +159,7 @@ fn forward(
     drop: (u64, f32),
 ) -> (Vec<f32>, Vec<f32>) {
     let Dims { batch, heads, tq, tk, dk } = d;
+    let drop = DropMask::new(drop);
     let width = heads * dk;
     let scale = 1.0 / (dk as f32).sqrt();
     let mut out = vec![0f32; batch * tq * width];
@@ -181,7 +195,7 @@ fn forward(
             let e0 = (bh * tq + i) * tk;
             for (j, s) in s.iter_mut().enumerate() {
                 *s *= inv;
-                let p = *s * drop_at(drop, e0 + j);
+                let p = *s * drop.at(e0 + j);
                 if p != 0.0 {
                     for (o, &y) in o.iter_mut().zip(v.row(b, h, j, dk)) {
                         *o += p * y;
@@ -227,6 +241,7 @@ unsafe fn backward(
     dv: Target,
 ) {
     let Dims { batch, heads, tq, tk, dk } = d;
+    let drop = DropMask::new(drop);
     let scale = 1.0 / (dk as f32).sqrt();
     let go = Operand { data: grad, t: tq, width: heads * dk, offset: 0 };
     let targets = [SendTarget(dq), SendTarget(dkk), SendTarget(dv)];
@@ -241,7 +256,7 @@ unsafe fn backward(
             let p = &p[(bh * tq + i) * tk..][..tk];
             let e0 = (bh * tq + i) * tk;
             for (j, m) in mask.iter_mut().enumerate() {
-                *m = drop_at(drop, e0 + j);
+                *m = drop.at(e0 + j);
             }
             let g = go.row(b, h, i, dk);
             // ∂(P⊙D) = ∂O Vᵀ, and ∂V += (P⊙D)ᵀ ∂O.
@@ -673,7 +688,7 @@ mod tests {
                 m.attend_heads(q, &kv, Some(&mask)).0
             };
             let grads = (out.clone() * r.clone()).sum().backward();
-            (out.inner(), all_grads(&m, &[x.clone()], &grads))
+            (out.inner(), all_grads(&m, std::slice::from_ref(&x), &grads))
         };
         let ((y1, g1), (y2, g2)) = (run(true), run(false));
         assert!(max_diff(y1, y2) < 1e-5, "self: output");

@@ -209,9 +209,8 @@ impl MultiHeadAttention {
     }
 
     /// True when the fused kernel runs this attention: on flex, with a mask it takes.
-    fn fuses(&self, device: &Device, mask: Option<&Tensor<4>>, batch: usize, tq: usize, tk: usize) -> bool {
-        crate::flex_data::is_flex(device)
-            && mask.is_some_and(|m| crate::fused_attention::mask_fits(m.dims(), batch, tq, tk))
+    fn fuses(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
+        crate::flex_data::is_flex(device) && crate::fused_attention::mask_fits(mask.dims(), batch, tq, tk)
     }
 
     /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
@@ -223,7 +222,7 @@ impl MultiHeadAttention {
         let ([q, k, v], qkv) = self.project_fused(x, [&self.query, &self.key, &self.value]);
         let kv = KeyValue::new(self.split(k), self.split(v));
         match (qkv, mask) {
-            (Some(qkv), Some(m)) if self.fuses(&device, mask, b, t, t) => {
+            (Some(qkv), Some(m)) if Self::fuses(&device, m, b, t, t) => {
                 let drop = self.fused_dropout(&device);
                 let (out, _) = crate::fused_attention::self_attention(qkv, m, self.heads, drop);
                 (crate::cell::linear(&self.output, out), kv)
@@ -256,7 +255,7 @@ impl MultiHeadAttention {
         let [b, tq, _] = query.dims();
         let q = crate::cell::linear(&self.query, query);
         match (&kv.packed, mask) {
-            (Some(packed), Some(m)) if self.fuses(&q.device(), mask, b, tq, kv.len()) => {
+            (Some(packed), Some(m)) if Self::fuses(&q.device(), m, b, tq, kv.len()) => {
                 let drop = self.fused_dropout(&q.device());
                 let (out, weights) =
                     crate::fused_attention::cross_attention(q, packed.clone(), m, self.heads, drop);
