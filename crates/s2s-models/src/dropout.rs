@@ -57,9 +57,14 @@ pub(crate) fn mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
     let (scale, threshold) = (1.0 / keep, threshold(keep));
     let mut out = vec![0f32; n];
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-        for (i, v) in chunk.iter_mut().enumerate() {
-            *v = element(seed, c * CHUNK + i, threshold, scale);
-        }
+        crate::fastmath::wide(
+            #[inline(always)]
+            || {
+                for (i, v) in chunk.iter_mut().enumerate() {
+                    *v = element(seed, c * CHUNK + i, threshold, scale);
+                }
+            },
+        )
     });
     out
 }

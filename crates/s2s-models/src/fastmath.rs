@@ -11,7 +11,12 @@
 pub fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding and subtracting it rounds to an integer
     let c = x.clamp(-87.0, 88.0);
-    let n = (c * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let t = c * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
+    // `n` is an integer in −126..=127, held in `t`'s low mantissa bits: reading it from there
+    // (not `n as i32`, a saturating conversion that compiles to scalar code per lane) keeps the
+    // whole function in vector registers.
+    let n_int = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let r = c - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_199_9e-3;
@@ -20,7 +25,7 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 0.166_666_65;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    let e = y * f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let e = y * f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     if x < -87.0 { 0.0 } else { e }
 }
 
@@ -34,6 +39,58 @@ pub fn sigmoid(x: f32) -> f32 {
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+/// Runs `f` compiled for the widest vector unit this CPU has: AVX-512 (x86-64-v4), else AVX2
+/// and FMA (x86-64-v3), else the baseline (SSE2 on x86-64), checked at run time.
+///
+/// The crate is built for the baseline, so a loop over [`exp`] or [`lane_fold`] becomes 4-lane
+/// SSE code. Called inside a `target_feature` function, `f` (a closure with one caller) is
+/// inlined there and its loops are vectorised for that function's features: 16 lanes with
+/// AVX-512. Elementwise results do not depend on the width (no operation is contracted or
+/// reordered: the reductions' lanes are fixed by [`LANES`], not by the register width), so
+/// every path computes the same bits. Wrap the body a thread runs — inside a rayon closure,
+/// not around the parallel loop, whose closures are compiled apart.
+#[inline(always)]
+pub fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has every feature the function is compiled for.
+            return unsafe { x86::v4(f) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            return unsafe { x86::v3(f) };
+        }
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    /// `f` compiled with x86-64-v4's vector features.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW, DQ, VL, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+    pub(super) unsafe fn v4<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// `f` compiled with x86-64-v3's vector features.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn v3<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
 }
 
 /// Lanes of the row reductions below (what the compiler vectorises).
@@ -62,6 +119,33 @@ pub fn lane_fold_map(x: &[f32], init: f32, f: impl Fn(f32) -> f32, op: impl Fn(f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The widest path [`wide`] picks on this CPU computes the same bits as the baseline
+    /// build, over the whole clamp range, its edges, infinities and NaN.
+    #[test]
+    fn the_wide_path_computes_the_baseline_bits() {
+        let mut xs: Vec<f32> = (-100_000..=100_000).map(|k| k as f32 * 0.00095).collect();
+        xs.extend([-87.0, -86.99, 88.0, 88.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0]);
+        #[inline(always)]
+        fn run(x: &[f32], out: &mut [[f32; 3]]) {
+            for (o, &x) in out.iter_mut().zip(x) {
+                *o = [exp(x), sigmoid(x), tanh(x)];
+            }
+        }
+        let mut plain = vec![[0f32; 3]; xs.len()];
+        run(&xs, &mut plain);
+        let mut fast = vec![[0f32; 3]; xs.len()];
+        wide(
+            #[inline(always)]
+            || run(&xs, &mut fast),
+        );
+        for ((p, f), x) in plain.iter().zip(&fast).zip(&xs) {
+            for (a, b) in p.iter().zip(f) {
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "x = {x}: {a} vs {b}");
+            }
+        }
+        assert!(exp(f32::NAN).is_nan() && exp(f32::NEG_INFINITY) == 0.0 && exp(-87.5) == 0.0);
+    }
 
     #[test]
     fn exp_sigmoid_tanh_match_the_standard_library() {

@@ -473,9 +473,18 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     ]
 }
 
-/// One row's gate math: `c ← σ(f)⊙c + σ(i)⊙tanh(g)`, `h ← σ(o)⊙tanh(c)` in place.
+/// One row's gate math: `c ← σ(f)⊙c + σ(i)⊙tanh(g)`, `h ← σ(o)⊙tanh(c)` in place (vectorised
+/// for this CPU: [`crate::fastmath::wide`]).
 #[inline]
 fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
+    crate::fastmath::wide(
+        #[inline(always)]
+        || cell_forward_body(gates, c, h_out),
+    )
+}
+
+#[inline(always)]
+fn cell_forward_body(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
     let n = c.len();
     let (gi, rest) = gates.split_at(n);
     let (gf, rest) = rest.split_at(n);
@@ -491,6 +500,14 @@ fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
 /// `∂gates` into `d_gates`.
 #[inline]
 fn cell_backward(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_gates: &mut [f32]) {
+    crate::fastmath::wide(
+        #[inline(always)]
+        || cell_backward_body(gates, c, dh, dc, d_gates),
+    )
+}
+
+#[inline(always)]
+fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_gates: &mut [f32]) {
     let n = c.len();
     let (gi, rest) = gates.split_at(n);
     let (gf, rest) = rest.split_at(n);

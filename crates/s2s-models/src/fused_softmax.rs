@@ -33,17 +33,22 @@ pub trait FastSoftmax: burn::backend::Backend {
 
 impl FastSoftmax for Flex {
     fn fast_softmax(x: FlexTensor, log: bool) -> FlexTensor {
-        rows(&x, None, |x, _, out| {
-            let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
-            if log {
-                let lse = max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln();
-                out.iter_mut().zip(x).for_each(|(o, &x)| *o = x - lse);
-            } else {
-                out.iter_mut().zip(x).for_each(|(o, &x)| *o = exp(x - max));
-                let scale = 1.0 / lane_fold(out, 0.0, |a, b| a + b);
-                out.iter_mut().for_each(|o| *o *= scale);
-            }
-        })
+        rows(
+            &x,
+            None,
+            #[inline(always)]
+            |x, _, out| {
+                let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
+                if log {
+                    let lse = max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln();
+                    out.iter_mut().zip(x).for_each(|(o, &x)| *o = x - lse);
+                } else {
+                    out.iter_mut().zip(x).for_each(|(o, &x)| *o = exp(x - max));
+                    let scale = 1.0 / lane_fold(out, 0.0, |a, b| a + b);
+                    out.iter_mut().for_each(|o| *o *= scale);
+                }
+            },
+        )
     }
 }
 
@@ -61,22 +66,27 @@ impl<C: CheckpointStrategy> FastSoftmax for Autodiff<Flex, C> {
                 let grad = grads.consume::<Flex>(&ops.node);
                 let (y, log) = ops.state;
                 if let Some(node) = node {
-                    let dx = rows(&y, Some(&grad), |y, g, out| {
-                        if log {
-                            let total = lane_fold(g, 0.0, |a, b| a + b);
-                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
-                                *o = g - exp(y) * total;
+                    let dx = rows(
+                        &y,
+                        Some(&grad),
+                        #[inline(always)]
+                        |y, g, out| {
+                            if log {
+                                let total = lane_fold(g, 0.0, |a, b| a + b);
+                                for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                    *o = g - exp(y) * total;
+                                }
+                            } else {
+                                for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                    *o = g * y;
+                                }
+                                let dot = lane_fold(out, 0.0, |a, b| a + b);
+                                for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                    *o = y * (g - dot);
+                                }
                             }
-                        } else {
-                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
-                                *o = g * y;
-                            }
-                            let dot = lane_fold(out, 0.0, |a, b| a + b);
-                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
-                                *o = y * (g - dot);
-                            }
-                        }
-                    });
+                        },
+                    );
                     grads.register::<Flex>(node.id, dx);
                 }
             }
@@ -104,9 +114,14 @@ fn rows(a: &FlexTensor, b: Option<&FlexTensor>, f: impl Fn(&[f32], &[f32], &mut 
     let chunk = width * (1usize << 14).div_ceil(width);
     out.par_chunks_mut(chunk).zip(a.par_chunks(chunk)).enumerate().for_each(|(i, (o, a))| {
         let b = b.as_ref().map(|b| &b[i * chunk..i * chunk + a.len()]);
-        for (r, (o, a)) in o.chunks_mut(width).zip(a.chunks(width)).enumerate() {
-            f(a, b.map_or(&[][..], |b| &b[r * width..(r + 1) * width]), o);
-        }
+        crate::fastmath::wide(
+            #[inline(always)]
+            || {
+                for (r, (o, a)) in o.chunks_mut(width).zip(a.chunks(width)).enumerate() {
+                    f(a, b.map_or(&[][..], |b| &b[r * width..(r + 1) * width]), o);
+                }
+            },
+        )
     });
     FlexTensor::from_data(TensorData::new(out, shape))
 }

@@ -27,7 +27,12 @@ pub trait FastTanh: burn::backend::Backend {
 
 impl FastTanh for Flex {
     fn fast_tanh(x: FlexTensor) -> FlexTensor {
-        map(&x, None, |x, _| crate::fastmath::tanh(x))
+        map(
+            &x,
+            None,
+            #[inline(always)]
+            |x, _| crate::fastmath::tanh(x),
+        )
     }
 }
 
@@ -44,7 +49,15 @@ impl<C: CheckpointStrategy> FastTanh for Autodiff<Flex, C> {
                 let [node] = ops.parents;
                 let grad = grads.consume::<Flex>(&ops.node);
                 if let Some(node) = node {
-                    grads.register::<Flex>(node.id, map(&ops.state, Some(&grad), |y, g| g * (1.0 - y * y)));
+                    grads.register::<Flex>(
+                        node.id,
+                        map(
+                            &ops.state,
+                            Some(&grad),
+                            #[inline(always)]
+                            |y, g| g * (1.0 - y * y),
+                        ),
+                    );
                 }
             }
         }
@@ -67,15 +80,20 @@ fn map(a: &FlexTensor, b: Option<&FlexTensor>, f: impl Fn(f32, f32) -> f32 + Syn
     let a = f32s(a);
     let mut out = vec![0f32; a.len()];
     match b.map(f32s) {
-        Some(b) => out
-            .par_chunks_mut(CHUNK)
-            .zip(a.par_chunks(CHUNK))
-            .zip(b.par_chunks(CHUNK))
-            .for_each(|((o, a), b)| o.iter_mut().zip(a).zip(b).for_each(|((o, &a), &b)| *o = f(a, b))),
-        None => out
-            .par_chunks_mut(CHUNK)
-            .zip(a.par_chunks(CHUNK))
-            .for_each(|(o, a)| o.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a, 0.0))),
+        Some(b) => out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK)).zip(b.par_chunks(CHUNK)).for_each(
+            |((o, a), b)| {
+                crate::fastmath::wide(
+                    #[inline(always)]
+                    || o.iter_mut().zip(a).zip(b).for_each(|((o, &a), &b)| *o = f(a, b)),
+                )
+            },
+        ),
+        None => out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK)).for_each(|(o, a)| {
+            crate::fastmath::wide(
+                #[inline(always)]
+                || o.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a, 0.0)),
+            )
+        }),
     }
     FlexTensor::from_data(TensorData::new(out, shape))
 }

@@ -57,13 +57,18 @@ impl AdamStep for Flex {
             .zip(vs.par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK))
             .for_each(|(((p, m), v), g)| {
-                for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
-                    // The order of burn's tensor operations (see the module doc).
-                    let g = if decay != 0.0 { *p * decay + g } else { g };
-                    *m = *m * beta_1 + g * (1.0 - beta_1);
-                    *v = *v * beta_2 + g * g * (1.0 - beta_2);
-                    *p -= (*m * c / (v.sqrt() + eps)) * lr;
-                }
+                s2s_models::fastmath::wide(
+                    #[inline(always)]
+                    || {
+                        for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+                            // The order of burn's tensor operations (see the module doc).
+                            let g = if decay != 0.0 { *p * decay + g } else { g };
+                            *m = *m * beta_1 + g * (1.0 - beta_1);
+                            *v = *v * beta_2 + g * g * (1.0 - beta_2);
+                            *p -= (*m * c / (v.sqrt() + eps)) * lr;
+                        }
+                    },
+                )
             });
         (param, m, v)
     }

@@ -27,7 +27,7 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
-use s2s_models::fastmath::exp;
+use s2s_models::fastmath::{exp, wide};
 use s2s_models::flex_data::{contiguous, f32s};
 
 /// The fused loss as a burn backend extension (flex only; see the module doc).
@@ -119,13 +119,18 @@ impl Rows {
             .zip(&self.targets)
             .zip(&self.keep)
             .map(|((x, &y), &k)| {
-                let max = lanes(x, f32::NEG_INFINITY, |m, a| m.max(a), |m, a| m.max(a));
-                let sum = lanes(x, 0.0, |s, a| s + exp(a - max), |s, t| s + t);
-                let total = lanes(x, 0.0, |s, a| s + a, |s, t| s + t);
-                let lse = max + sum.ln();
-                let nll = lse - x[y as usize];
-                let uniform = lse - total / v as f32;
-                [k * nll, k * ((1.0 - eps) * nll + eps * uniform), lse]
+                wide(
+                    #[inline(always)]
+                    || {
+                        let max = lanes(x, f32::NEG_INFINITY, |m, a| m.max(a), |m, a| m.max(a));
+                        let sum = lanes(x, 0.0, |s, a| s + exp(a - max), |s, t| s + t);
+                        let total = lanes(x, 0.0, |s, a| s + a, |s, t| s + t);
+                        let lse = max + sum.ln();
+                        let nll = lse - x[y as usize];
+                        let uniform = lse - total / v as f32;
+                        [k * nll, k * ((1.0 - eps) * nll + eps * uniform), lse]
+                    },
+                )
             })
             .collect();
         let out: Vec<f32> = per_row.iter().flat_map(|r| [r[0], r[1]]).collect();
@@ -144,9 +149,14 @@ impl Rows {
                 return;
             }
             let (scale, floor) = (g_nll + g_l, g_l * eps / v as f32);
-            for (d, &a) in d.iter_mut().zip(x) {
-                *d = scale * exp(a - lse[r]) - floor;
-            }
+            wide(
+                #[inline(always)]
+                || {
+                    for (d, &a) in d.iter_mut().zip(x) {
+                        *d = scale * exp(a - lse[r]) - floor;
+                    }
+                },
+            );
             d[self.targets[r] as usize] -= g_nll + g_l * (1.0 - eps);
         });
         FlexTensor::from_data(TensorData::new(out, [n, v]))
@@ -156,7 +166,7 @@ impl Rows {
 /// `x` folded with `step` in [`LANES`] independent accumulators, then the lanes and the tail
 /// combined with `merge`: a float reduction the compiler can vectorise (one accumulator makes
 /// every step wait for the last, and it may not reorder float additions itself).
-#[inline]
+#[inline(always)]
 fn lanes(x: &[f32], init: f32, step: impl Fn(f32, f32) -> f32, merge: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [init; LANES];
     let chunks = x.chunks_exact(LANES);
