@@ -96,6 +96,20 @@ mod x86 {
 /// Lanes of the row reductions below (what the compiler vectorises).
 pub const LANES: usize = 16;
 
+/// `x[j..j + LANES]` as an array: loops over such blocks vectorise without the run-time
+/// length and overlap checks a loop over indexed slices needs (which [`wide`]'s functions did
+/// not always hoist: the LSTM gate math ran at half speed there).
+#[inline(always)]
+pub fn block(x: &[f32], j: usize) -> &[f32; LANES] {
+    x[j..j + LANES].try_into().expect("a whole block")
+}
+
+/// `x[j..j + LANES]` as a mutable array (see [`block`]).
+#[inline(always)]
+pub fn block_mut(x: &mut [f32], j: usize) -> &mut [f32; LANES] {
+    (&mut x[j..j + LANES]).try_into().expect("a whole block")
+}
+
 /// `op` folded over `x` in [`LANES`] independent lanes, then across them: a reduction the
 /// compiler vectorises (a sequential fold cannot be reordered).
 #[inline(always)]
