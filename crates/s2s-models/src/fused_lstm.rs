@@ -235,8 +235,11 @@ fn pack_forward(w: &[f32], h: usize, groups: &[Range<usize>]) -> Vec<Vec<PackedB
             groups
                 .iter()
                 .map(|uj| {
-                    PackedB::from_fn(uj.len(), 4 * n, |r, c| {
-                        w[(uj.start + r) * 4 * h + (c / n) * h + ui.start + c % n]
+                    PackedB::from_rows(uj.len(), 4 * n, |r, row| {
+                        let src = &w[(uj.start + r) * 4 * h..(uj.start + r + 1) * 4 * h];
+                        for (g, dst) in row.chunks_exact_mut(n).enumerate() {
+                            dst.copy_from_slice(&src[g * h + ui.start..g * h + ui.end]);
+                        }
                     })
                 })
                 .collect()
@@ -254,8 +257,11 @@ fn pack_backward(w: &[f32], h: usize, groups: &[Range<usize>]) -> Vec<Vec<Packed
                 .iter()
                 .map(|uj| {
                     let n = uj.len();
-                    PackedB::from_fn(4 * n, ui.len(), |r, c| {
-                        w[(ui.start + c) * 4 * h + (r / n) * h + uj.start + r % n]
+                    PackedB::from_rows(4 * n, ui.len(), |r, row| {
+                        let col = (r / n) * h + uj.start + r % n;
+                        for (c, v) in row.iter_mut().enumerate() {
+                            *v = w[(ui.start + c) * 4 * h + col];
+                        }
                     })
                 })
                 .collect()

@@ -54,6 +54,22 @@ impl PackedB {
         Self { k, n, data }
     }
 
+    /// Packs the `[k, n]` matrix whose row `r` `fill(r, row)` writes into `row` (`n` long): a
+    /// row at a time, so a caller copies contiguous runs instead of computing every element's
+    /// source (packing `W_h` per LSTM layer call went from ~2 ms to a copy's time).
+    pub fn from_rows(k: usize, n: usize, mut fill: impl FnMut(usize, &mut [f32])) -> Self {
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0f32; panels * k * NR];
+        let mut row = vec![0f32; n];
+        for r in 0..k {
+            fill(r, &mut row);
+            for (p, src) in row.chunks(NR).enumerate() {
+                data[(p * k + r) * NR..][..src.len()].copy_from_slice(src);
+            }
+        }
+        Self { k, n, data }
+    }
+
     /// Rows (`k`) of the packed matrix.
     pub fn k(&self) -> usize {
         self.k
@@ -493,6 +509,16 @@ mod tests {
                 assert!((x - 2.0 * y).abs() < 2e-4 * k as f32, "accumulate {m}x{k}x{n}: {x} vs {y}");
             }
         }
+    }
+
+    /// Packing row by row lays out what packing element by element does, narrow panel included.
+    #[test]
+    fn packing_by_rows_equals_packing_by_elements() {
+        let (k, n) = (7, 16 * 3 + 5);
+        let b = values(k * n, 9);
+        let by_fn = PackedB::from_fn(k, n, |r, c| b[r * n + c]);
+        let by_rows = PackedB::from_rows(k, n, |r, row| row.copy_from_slice(&b[r * n..(r + 1) * n]));
+        assert_eq!((by_fn.k, by_fn.n, &by_fn.data), (by_rows.k, by_rows.n, &by_rows.data));
     }
 
     /// Packing a column subset of a transposed matrix, into a `C` with a wider row stride.
