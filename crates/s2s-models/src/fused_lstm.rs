@@ -36,6 +36,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::flex_data::{contiguous, f32s};
+use crate::lockstep::{self, Slot};
 use crate::packed_gemm::PackedB;
 
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
@@ -291,8 +292,6 @@ fn gather(src: &[f32], width: usize, rows: impl Iterator<Item = usize>, units: &
 /// One thread's share of the forward pass: its units' state and what it saves.
 struct ForwardGroup {
     units: Range<usize>,
-    /// `h_t` of the group's units, `[batch, |U|]`, written while every group reads `h_{t−1}`.
-    h_next: Vec<f32>,
     c: Vec<f32>,
     gates: Vec<f32>,
     /// Outputs `[batch, time, |U|]`.
@@ -314,37 +313,45 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
     let groups = unit_groups(h, rayon::current_num_threads());
     let packed = pack_forward(f32s(&l.w).as_ref(), h, &groups);
     let (h0, c0) = (f32s(h0), f32s(c0));
-    let mut h_cur: Vec<Vec<f32>> = groups.iter().map(|u| gather(&h0, h, 0..b_n, u)).collect();
+    // Each group's state `h` double-buffered: step `s` reads every group's `[s % 2]` and
+    // writes its own `[(s + 1) % 2]` (see `lockstep::Slot`).
+    let h_bufs: Vec<[Slot<Vec<f32>>; 2]> = groups
+        .iter()
+        .map(|u| [Slot::new(gather(&h0, h, 0..b_n, u)), Slot::new(vec![0f32; b_n * u.len()])])
+        .collect();
     let keep = if save { 1 } else { 0 };
-    let mut states: Vec<ForwardGroup> = groups
+    let states: Vec<Slot<ForwardGroup>> = groups
         .iter()
         .map(|u| {
             let n = u.len();
-            ForwardGroup {
+            Slot::new(ForwardGroup {
                 units: u.clone(),
-                h_next: vec![0f32; b_n * n],
                 c: gather(&c0, h, 0..b_n, u),
                 gates: vec![0f32; b_n * 4 * n],
                 out: vec![0f32; b_n * t_n * n],
                 s_gates: vec![0f32; keep * b_n * t_n * 4 * n],
                 s_h: vec![0f32; keep * b_n * t_n * n],
                 s_c: vec![0f32; keep * b_n * t_n * n],
-            }
+            })
         })
         .collect();
-    for t in l.order() {
-        if (0..b_n).all(|b| !l.real(b, t)) {
-            continue;
-        }
-        states.par_iter_mut().zip(&packed).enumerate().for_each(|(i, (g, packed))| {
-            let n = g.units.len();
-            for (j, p) in packed.iter().enumerate() {
-                p.matmul(&h_cur[j], b_n, p.k(), &mut g.gates, 4 * n, j > 0);
+    let steps: Vec<usize> = l.order().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
+    lockstep::run(groups.len(), |i, barrier| {
+        // SAFETY: only worker `i` touches group `i`'s state.
+        let g = unsafe { states[i].get_mut() };
+        let n = g.units.len();
+        for (s, &t) in steps.iter().enumerate() {
+            let (cur, next) = (s % 2, (s + 1) % 2);
+            for (j, p) in packed[i].iter().enumerate() {
+                // SAFETY: this step every worker reads the `cur` buffers and writes only its own
+                // `next` one; the barrier below ends the step.
+                p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, j > 0);
             }
-            let h_prev = &h_cur[i];
+            let h_prev = unsafe { h_bufs[i][cur].get() };
+            let h_next = unsafe { h_bufs[i][next].get_mut() };
             for b in 0..b_n {
                 let at = b * t_n + t;
-                let (hb, cb) = (&mut g.h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
+                let (hb, cb) = (&mut h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
                 if save {
                     g.s_h[at * n..(at + 1) * n].copy_from_slice(&h_prev[b * n..(b + 1) * n]);
                     g.s_c[at * n..(at + 1) * n].copy_from_slice(cb);
@@ -366,11 +373,13 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                 cell_forward(gates, cb, hb);
                 g.out[at * n..(at + 1) * n].copy_from_slice(hb);
             }
-        });
-        for (cur, g) in h_cur.iter_mut().zip(&mut states) {
-            std::mem::swap(cur, &mut g.h_next);
+            barrier.wait();
         }
-    }
+    });
+    let last = steps.len() % 2;
+    let h_cur: Vec<Vec<f32>> =
+        h_bufs.into_iter().map(|[a, b]| if last == 0 { a } else { b }.into_inner()).collect();
+    let states: Vec<ForwardGroup> = states.into_iter().map(Slot::into_inner).collect();
     let mut out = vec![0f32; b_n * (t_n + 2) * h];
     let mut h_prev = vec![0f32; keep * b_n * t_n * h];
     for (g, h_fin) in states.iter().zip(&h_cur) {
@@ -402,6 +411,8 @@ struct BackwardGroup<'a> {
     dc: Vec<f32>,
     /// `∂gates` `[batch, time, 4·|U|]`.
     d_gates: Vec<f32>,
+    /// `∂h_{t−1}` of the group's units, `[batch, |U|]` (scratch).
+    dh_prev: Vec<f32>,
 }
 
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
@@ -414,53 +425,62 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let packed = pack_backward(f32s(&l.w).as_ref(), h, &groups);
     let grad = f32s(grad);
     let row = |b: usize, t: usize| b * (t_n + 2) + t;
-    let mut states: Vec<BackwardGroup> = s
+    let states: Vec<Slot<BackwardGroup>> = s
         .groups
         .iter()
-        .map(|(u, gates, c_prev)| BackwardGroup {
-            units: u.clone(),
-            dh: gather(&grad, h, (0..b_n).map(|b| row(b, t_n)), u),
-            dc: gather(&grad, h, (0..b_n).map(|b| row(b, t_n + 1)), u),
-            d_gates: vec![0f32; b_n * t_n * 4 * u.len()],
-            gates,
-            c_prev,
+        .map(|(u, gates, c_prev)| {
+            Slot::new(BackwardGroup {
+                units: u.clone(),
+                dh: gather(&grad, h, (0..b_n).map(|b| row(b, t_n)), u),
+                dc: gather(&grad, h, (0..b_n).map(|b| row(b, t_n + 1)), u),
+                d_gates: vec![0f32; b_n * t_n * 4 * u.len()],
+                dh_prev: vec![0f32; b_n * u.len()],
+                gates,
+                c_prev,
+            })
         })
         .collect();
-    let mut step: Vec<Vec<f32>> = groups.iter().map(|u| vec![0f32; b_n * 4 * u.len()]).collect();
-    let mut dh_prev: Vec<Vec<f32>> = groups.iter().map(|u| vec![0f32; b_n * u.len()]).collect();
-    for t in l.order().rev() {
-        if (0..b_n).all(|b| !l.real(b, t)) {
-            continue;
-        }
-        states.par_iter_mut().zip(&mut step).for_each(|(g, step)| {
-            let n = g.units.len();
-            for b in 0..b_n {
-                let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
-                if !l.real(b, t) {
-                    dg.fill(0.0);
-                    continue;
+    // Each group's gate gradients of the current step, read by every group's `∂h_{t−1}`.
+    let step: Vec<Slot<Vec<f32>>> = groups.iter().map(|u| Slot::new(vec![0f32; b_n * 4 * u.len()])).collect();
+    let steps: Vec<usize> = l.order().rev().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
+    lockstep::run(groups.len(), |i, barrier| {
+        // SAFETY: only worker `i` touches group `i`'s state.
+        let g = unsafe { states[i].get_mut() };
+        let n = g.units.len();
+        for &t in &steps {
+            {
+                // SAFETY: this phase each worker writes only its own step buffer (nobody reads
+                // them until the barrier below).
+                let step = unsafe { step[i].get_mut() };
+                for b in 0..b_n {
+                    let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
+                    if !l.real(b, t) {
+                        dg.fill(0.0);
+                        continue;
+                    }
+                    let at = b * t_n + t;
+                    let dhb = &mut g.dh[b * n..(b + 1) * n];
+                    for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
+                        *d += x;
+                    }
+                    let (gates, c_prev) =
+                        (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
+                    cell_backward(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
+                    g.d_gates[at * 4 * n..(at + 1) * 4 * n].copy_from_slice(dg);
                 }
-                let at = b * t_n + t;
-                let dhb = &mut g.dh[b * n..(b + 1) * n];
-                for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
-                    *d += x;
-                }
-                let (gates, c_prev) =
-                    (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
-                cell_backward(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
-                g.d_gates[at * 4 * n..(at + 1) * 4 * n].copy_from_slice(dg);
             }
-        });
-        states.par_iter_mut().zip(&mut dh_prev).zip(&packed).for_each(|((g, dh_prev), packed)| {
-            let n = g.units.len();
-            for (j, p) in packed.iter().enumerate() {
-                p.matmul(&step[j], b_n, p.k(), dh_prev, n, j > 0);
+            barrier.wait();
+            for (j, p) in packed[i].iter().enumerate() {
+                // SAFETY: this phase every worker only reads the step buffers.
+                p.matmul(unsafe { step[j].get() }, b_n, p.k(), &mut g.dh_prev, n, j > 0);
             }
             for b in (0..b_n).filter(|&b| l.real(b, t)) {
-                g.dh[b * n..(b + 1) * n].copy_from_slice(&dh_prev[b * n..(b + 1) * n]);
+                g.dh[b * n..(b + 1) * n].copy_from_slice(&g.dh_prev[b * n..(b + 1) * n]);
             }
-        });
-    }
+            barrier.wait();
+        }
+    });
+    let states: Vec<BackwardGroup> = states.into_iter().map(Slot::into_inner).collect();
     let mut d_gates = vec![0f32; b_n * t_n * 4 * h];
     let (mut dh, mut dc) = (vec![0f32; b_n * h], vec![0f32; b_n * h]);
     for g in &states {

@@ -19,6 +19,7 @@ pub mod fused_lstm;
 pub mod fused_softmax;
 pub mod fused_tanh;
 pub mod interface;
+pub mod lockstep;
 pub mod lstm;
 pub mod model;
 pub mod packed_gemm;
