@@ -208,20 +208,22 @@ impl AttentionRnn {
     fn step(&self, xe: Tensor<2>, e: Tensor<2>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
-        let project_feed =
-            |x: Tensor<2>| crate::small_matmul::matmul(x, feed_w.expect("the input has a fed part").clone());
+        // `xe + x W_feed`: layer 0's whole input projection.
+        let add_feed = |xe: Tensor<2>, x: Tensor<2>| {
+            crate::small_matmul::add_matmul(xe, x, feed_w.expect("the input has a fed part").clone())
+        };
         match self.style {
             AttentionStyle::Bahdanau => {
                 let query = state.layers.last().expect("decoder layers").h.clone();
                 let (ctx, weights) = self.attention.attend(query, keys, memory, &state.pad); // [N, H], [N, S]
-                let xw = xe + project_feed(ctx.clone());
+                let xw = add_feed(xe, ctx.clone());
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
                 StepOut { readout: Tensor::cat(vec![s, ctx, e], 1), weights } // [N, 2H + E]
             }
             AttentionStyle::Luong => {
                 let xw = match &state.feed {
-                    Some(feed) => xe + project_feed(feed.clone()),
+                    Some(feed) => add_feed(xe, feed.clone()),
                     None => xe,
                 };
                 let (s, layers) = self.decoder.step(xw, &state.layers);

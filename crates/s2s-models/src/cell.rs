@@ -132,7 +132,7 @@ impl CellConfig {
 impl RecurrentCell {
     /// Input projection of every step at once, bias included: `x W_x + b`.
     pub fn project<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        matmul_rows(x, self.w_input.val()) + self.bias.val().unsqueeze::<D>()
+        affine_rows(x, self.w_input.val(), self.bias.val())
     }
 
     /// The projection of one part of a concatenated input, no bias: `x W_x[first_row..]`
@@ -158,10 +158,10 @@ impl RecurrentCell {
     /// One step from an already projected input `xw = x W_x + b` (`[batch, gates·d_hidden]`).
     pub fn step(&self, xw: Tensor<2>, state: &CellState) -> CellState {
         let h = self.d_hidden;
-        let hw = crate::small_matmul::matmul(state.h.clone(), self.w_hidden.val()); // [B, G·H]
+        let hw = || crate::small_matmul::matmul(state.h.clone(), self.w_hidden.val()); // [B, G·H]
         match self.kind {
             CellKind::Lstm => {
-                let gates = xw + hw;
+                let gates = crate::small_matmul::add_matmul(xw, state.h.clone(), self.w_hidden.val());
                 let c_prev = state.c.clone().expect("LSTM state has a memory cell");
                 let (h, c) = if crate::flex_data::is_flex(&gates.device()) {
                     crate::fused_lstm::lstm_gates(gates, c_prev)
@@ -171,14 +171,14 @@ impl RecurrentCell {
                 CellState { h, c: Some(c) }
             }
             CellKind::Gru => {
-                let hw = hw + self.bias_hidden.as_ref().expect("GRU has b_h").val().unsqueeze::<2>();
+                let hw = hw() + self.bias_hidden.as_ref().expect("GRU has b_h").val().unsqueeze::<2>();
                 let r = sigmoid(xw.clone().narrow(1, 0, h) + hw.clone().narrow(1, 0, h));
                 let z = sigmoid(xw.clone().narrow(1, h, h) + hw.clone().narrow(1, h, h));
                 let n = tanh(xw.narrow(1, 2 * h, h) + r * hw.narrow(1, 2 * h, h));
                 let one_minus_z = z.clone().neg().add_scalar(1.0);
                 CellState { h: one_minus_z * n + z * state.h.clone(), c: None }
             }
-            CellKind::Rnn => CellState { h: tanh(xw + hw), c: None },
+            CellKind::Rnn => CellState { h: tanh(xw + hw()), c: None },
         }
     }
 }
@@ -198,11 +198,20 @@ pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
 /// A burn `Linear` layer through [`matmul_rows`] (one 2-D product; small ones split by column,
 /// see [`crate::small_matmul`]): `x W + b`.
 pub fn linear<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<D> {
-    let y = matmul_rows(x, layer.weight.val());
     match &layer.bias {
-        Some(b) => y + b.val().unsqueeze::<D>(),
-        None => y,
+        Some(b) => affine_rows(x, layer.weight.val(), b.val()),
+        None => matmul_rows(x, layer.weight.val()),
     }
+}
+
+/// `x W + b` over the last dimension as one 2-D product, the bias added inside it while
+/// decoding ([`crate::small_matmul::add_matmul`]).
+pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
+    let mut dims = x.dims();
+    let d_in = dims[D - 1];
+    let rows = dims[..D - 1].iter().product::<usize>();
+    dims[D - 1] = w.dims()[1];
+    crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x.reshape([rows, d_in]), w).reshape(dims)
 }
 
 /// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and

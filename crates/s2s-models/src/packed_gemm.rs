@@ -92,8 +92,30 @@ impl PackedB {
     /// # Panics
     /// When `a` or `c` is too short for the shapes given.
     pub fn matmul_par(&self, a: &[f32], m: usize, lda: usize, c: &mut [f32], ldc: usize) {
+        self.matmul_par_add(a, m, lda, c, ldc, None);
+    }
+
+    /// [`PackedB::matmul_par`], then `C += base` (`base` `[m, n]`, or `[1, n]` added to every
+    /// row), each thread adding to its own columns right after computing them (while they are
+    /// in its cache): the same result as adding after the product, without a pass of its own.
+    ///
+    /// # Panics
+    /// When `a`, `c` or `base` is too short for the shapes given.
+    pub fn matmul_par_add(
+        &self,
+        a: &[f32],
+        m: usize,
+        lda: usize,
+        c: &mut [f32],
+        ldc: usize,
+        base: Option<&[f32]>,
+    ) {
         use rayon::prelude::*;
         self.check(a, m, lda, c.len(), ldc);
+        let n = self.n;
+        if let Some(base) = base {
+            assert!(base.len() == n || base.len() == m * n, "packed_gemm: base is neither [1, n] nor [m, n]");
+        }
         let panels = self.panels();
         let blocks = rayon::current_num_threads().min(panels.div_ceil(4)).max(1);
         let per = panels.div_ceil(blocks);
@@ -101,9 +123,23 @@ impl PackedB {
         let kernel = kernel();
         (0..panels).step_by(per.max(1)).collect::<Vec<_>>().into_par_iter().for_each(|p0| {
             let out = &out;
+            let p1 = (p0 + per).min(panels);
             // SAFETY: bounds checked; each range of panels writes only its own columns of `C`,
             // which outlives the loop.
-            unsafe { self.run(a, m, lda, out.0, ldc, false, p0..(p0 + per).min(panels), kernel) };
+            unsafe { self.run(a, m, lda, out.0, ldc, false, p0..p1, kernel) };
+            if let Some(base) = base {
+                let cols = p0 * NR..(p1 * NR).min(n);
+                for r in 0..m {
+                    let b = if base.len() == n { &base[cols.clone()] } else { &base[r * n..][cols.clone()] };
+                    // SAFETY: row `r`'s columns `cols` of `C` are this range's alone (above).
+                    let row = unsafe {
+                        std::slice::from_raw_parts_mut(out.0.add(r * ldc + cols.start), cols.len())
+                    };
+                    for (y, &x) in row.iter_mut().zip(b) {
+                        *y += x;
+                    }
+                }
+            }
         });
     }
 
@@ -538,6 +574,26 @@ mod tests {
                 assert!((c[i * ldc + j] - want).abs() < 1e-4, "({i}, {j})");
             }
             assert_eq!(&c[i * ldc + 4..i * ldc + 6], &[9.0, 9.0], "wrote past the columns of C");
+        }
+    }
+
+    /// Adding a `[1, n]` or `[m, n]` base inside the parallel product gives the bits of adding
+    /// it afterwards.
+    #[test]
+    fn adding_a_base_equals_adding_after_the_product() {
+        let (m, k, n) = (10, 70, 16 * 9 + 5);
+        let (a, b) = (values(m * k, 7), values(k * n, 8));
+        let packed = PackedB::from_fn(k, n, |r, c| b[r * n + c]);
+        let mut plain = vec![0f32; m * n];
+        packed.matmul(&a, m, k, &mut plain, n, false);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().expect("pool");
+        for rows in [1, m] {
+            let base = values(rows * n, 11);
+            let mut fused = vec![f32::NAN; m * n];
+            pool.install(|| packed.matmul_par_add(&a, m, k, &mut fused, n, Some(&base)));
+            for (i, (x, y)) in fused.iter().zip(&plain).enumerate() {
+                assert_eq!(x.to_bits(), (y + base[if rows == 1 { i % n } else { i }]).to_bits());
+            }
         }
     }
 

@@ -27,6 +27,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
+use burn::backend::TensorMetadata;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
@@ -51,6 +52,14 @@ pub trait SmallMatmul: burn::backend::Backend {
     /// `x W` (`[rows, d_in] × [d_in, d_out]`). With `reuse`, `W` is a weight that comes back
     /// unchanged (decoding): it is packed once and kept (see [`packed`]).
     fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, reuse: bool) -> FloatTensor<Self>;
+
+    /// `base + x W` for decoding (`W` kept packed as with `reuse`), `base` `[rows, d_out]` or
+    /// `[1, d_out]`: the addition happens inside the product ([`PackedB::matmul_par_add`]).
+    fn add_small_matmul(
+        base: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
 }
 
 impl SmallMatmul for Flex {
@@ -72,9 +81,34 @@ impl SmallMatmul for Flex {
         };
         FlexTensor::from_data(TensorData::new(out, [m, n]))
     }
+
+    fn add_small_matmul(base: FlexTensor, x: FlexTensor, w: FlexTensor) -> FlexTensor {
+        let [m, k] = x.layout().shape().dims::<2>();
+        let [k2, n] = w.layout().shape().dims::<2>();
+        assert_eq!(k, k2, "add_small_matmul: [m, k] × [k, n] shapes disagree");
+        let rows = base.layout().shape().dims::<2>()[0];
+        assert!(
+            base.layout().shape().dims::<2>()[1] == n && (rows == 1 || rows == m),
+            "add_small_matmul: base shape"
+        );
+        let mut out = vec![0f32; m * n];
+        packed(&w).matmul_par_add(&f32s(&x), m, k, &mut out, n, Some(&f32s(&base)));
+        FlexTensor::from_data(TensorData::new(out, [m, n]))
+    }
 }
 
 impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
+    /// Composed (training never reaches it: [`add_matmul`] composes under autodiff itself).
+    fn add_small_matmul(
+        base: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let y = Self::small_matmul(x, w, false);
+        let base = Self::float_expand(base, y.shape());
+        Self::float_add(base, y)
+    }
+
     fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct SmallMatmulBackward;
@@ -236,6 +270,20 @@ pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), true))
 }
 
+/// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row). While decoding
+/// on flex the addition happens inside the product (no pass or tensor of its own); elsewhere,
+/// and under autodiff, the two are composed — the same result to the bit.
+pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    if x.dims()[0] > MAX_ROWS || !crate::flex_data::is_flex(&x.device()) || x.is_autodiff() {
+        return base + matmul(x, w);
+    }
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::add_small_matmul(
+        base.into_dispatch(),
+        x.into_dispatch(),
+        w.into_dispatch(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +318,24 @@ mod tests {
             assert!(max_diff(dw1, dw2) < 1e-4, "{m}x{k}x{n}: ∂W");
             let (x, w) = (x.inner(), w.inner());
             assert!(max_diff(matmul(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
+        }
+    }
+
+    /// `add_matmul` while decoding equals burn's product plus the base, bias-shaped or full, to
+    /// the bit.
+    #[test]
+    fn add_matmul_equals_the_composed_sum() {
+        let d = Device::flex();
+        d.seed(5);
+        // Not [24, 70]: the reuse test counts the cache's entries of that shape.
+        let (m, k, n) = (9, 23, 71);
+        let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &d);
+        let w = Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), &d);
+        for rows in [1, m] {
+            let base = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), &d);
+            let fused = add_matmul(base.clone(), x.clone(), w.clone()).into_data();
+            let composed = (base + matmul(x.clone(), w.clone())).into_data();
+            assert_eq!(fused, composed, "base rows {rows}");
         }
     }
 
