@@ -305,9 +305,10 @@ struct ForwardGroup {
 
 /// Runs the layer: per step and group of units one product `h_{t−1} W_h[:, gates of U]`
 /// ([`PackedB`], `W_h` packed once per call) and the fused gate math on the rows with a real
-/// token (padded rows keep their state and output 0); groups run on rayon's threads and meet
-/// once per step. Returns `[outputs | h_T | c_T]` and, when `save`, what the backward pass
-/// needs.
+/// token (padded rows keep their state and output 0); each group runs on a thread of its own
+/// for the whole layer and the threads meet at a barrier after every step
+/// ([`crate::lockstep`]). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
+/// pass needs.
 fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (FlexTensor, Option<Saved>) {
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
     let groups = unit_groups(h, rayon::current_num_threads());
@@ -416,8 +417,9 @@ struct BackwardGroup<'a> {
 }
 
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
-/// reverse order — per step each group runs its units' gate math, then (after all groups
-/// have) `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j] W_hᵀ[.., U]` with `W_hᵀ` packed once —
+/// reverse order — per step each group (a thread of its own, [`crate::lockstep`]) runs its
+/// units' gate math, then (after a barrier) `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j]
+/// W_hᵀ[.., U]` with `W_hᵀ` packed once, and a barrier again —
 /// and `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
 fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
