@@ -188,11 +188,17 @@ impl RecurrentCell {
 /// small `[time, d_in]` product per sentence, several times slower on the CPU. A few rows
 /// (decoder steps) go through [`crate::small_matmul`].
 pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
+    as_rows(x, w.dims()[1], |x| crate::small_matmul::matmul(x, w))
+}
+
+/// `f` on `x` seen as `[rows, d_in]` (every leading dimension one row), its `[rows, d_out]`
+/// result given `x`'s leading dimensions back.
+fn as_rows<const D: usize>(x: Tensor<D>, d_out: usize, f: impl FnOnce(Tensor<2>) -> Tensor<2>) -> Tensor<D> {
     let mut dims = x.dims();
     let d_in = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();
-    dims[D - 1] = w.dims()[1];
-    crate::small_matmul::matmul(x.reshape([rows, d_in]), w).reshape(dims)
+    dims[D - 1] = d_out;
+    f(x.reshape([rows, d_in])).reshape(dims)
 }
 
 /// A burn `Linear` layer through [`matmul_rows`] (one 2-D product; small ones split by column,
@@ -207,11 +213,7 @@ pub fn linear<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<
 /// `x W + b` over the last dimension as one 2-D product, the bias added inside it while
 /// decoding ([`crate::small_matmul::add_matmul`]).
 pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
-    let mut dims = x.dims();
-    let d_in = dims[D - 1];
-    let rows = dims[..D - 1].iter().product::<usize>();
-    dims[D - 1] = w.dims()[1];
-    crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x.reshape([rows, d_in]), w).reshape(dims)
+    as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
 }
 
 /// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and

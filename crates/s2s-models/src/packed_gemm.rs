@@ -183,7 +183,7 @@ impl PackedB {
             let col0 = p * NR;
             let width = NR.min(n - col0);
             let pair = match kernel.two {
-                Some(two) if p + kernel.span <= panels.end && n - col0 >= kernel.span * NR => Some(two),
+                Some(two) if p + 2 <= panels.end && n - col0 >= 2 * NR => Some(two),
                 _ => None,
             };
             let panel = &self.data[p * k * NR..(p + 1) * k * NR];
@@ -216,7 +216,7 @@ impl PackedB {
                     }
                 }
             }
-            p += if pair.is_some() { kernel.span } else { 1 };
+            p += if pair.is_some() { 2 } else { 1 };
         }
     }
 }
@@ -233,17 +233,17 @@ fn kernel() -> Kernel {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            return Kernel { mr: avx512::MR, one: avx512::block, two: Some(avx512::block2), span: 2 };
+            return avx512::KERNEL;
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return Kernel { mr: MR, one: avx2::block, two: None, span: 1 };
+            return avx2::KERNEL;
         }
     }
     PORTABLE
 }
 
 /// The portable register block.
-const PORTABLE: Kernel = Kernel { mr: MR, one: portable_block, two: None, span: 1 };
+const PORTABLE: Kernel = Kernel { mr: MR, one: portable_block, two: None };
 
 /// Rows of `C` per register block, at most (the edge scratch's size).
 const MAX_MR: usize = 8;
@@ -255,11 +255,8 @@ struct Kernel {
     mr: usize,
     /// One panel: `[rows, NR]`.
     one: Block,
-    /// [`Kernel::span`] neighbouring panels at once, `[rows, span·NR]`, where the CPU has
-    /// registers for it.
+    /// Two neighbouring panels at once, `[rows, 2·NR]`, where the CPU has registers for it.
     two: Option<Block2>,
-    /// Panels per call of `two`.
-    span: usize,
 }
 
 /// `C[rows, NR] (+)= A[rows, kc] · Bpanel[kc, NR]` for `rows ≤ mr`.
@@ -310,7 +307,10 @@ mod avx2 {
     #[cfg(target_arch = "x86_64")]
     use std::arch::x86_64::*;
 
-    use super::{MR, NR};
+    use super::{Kernel, MR, NR};
+
+    /// The AVX2/FMA register block.
+    pub(super) const KERNEL: Kernel = Kernel { mr: MR, one: block, two: None };
 
     /// The register block with AVX2/FMA, dispatched on the row count so each variant keeps
     /// its `2·R` accumulators in registers.
@@ -389,7 +389,10 @@ mod avx512 {
     #[cfg(target_arch = "x86_64")]
     use std::arch::x86_64::*;
 
-    use super::NR;
+    use super::{Kernel, NR};
+
+    /// The AVX-512 register blocks: one panel, and two at once.
+    pub(super) const KERNEL: Kernel = Kernel { mr: MR, one: block, two: Some(block2) };
 
     /// Rows per block: with two panels, `2·MR` = 16 accumulators of the 32 registers, enough
     /// independent chains to keep both FMA ports busy through their latency.
@@ -620,13 +623,10 @@ mod tests {
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         {
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                kernels.push(("avx2", Kernel { mr: MR, one: avx2::block, two: None, span: 1 }));
+                kernels.push(("avx2", avx2::KERNEL));
             }
             if std::arch::is_x86_feature_detected!("avx512f") {
-                kernels.push((
-                    "avx512",
-                    Kernel { mr: avx512::MR, one: avx512::block, two: Some(avx512::block2), span: 2 },
-                ));
+                kernels.push(("avx512", avx512::KERNEL));
             }
         }
         for &(m, k, n) in &[(11, 40, 32), (17, 300, 16 * 5 + 3), (64, 513, 16 * 4), (3, 7, 16 * 3)] {
