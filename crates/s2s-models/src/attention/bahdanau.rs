@@ -2,7 +2,6 @@
 //! `eᵢ = vᵀ tanh(W₁ hᵢ + W₂ s)`, with `hᵢ` the encoder annotations and `s` the decoder state
 //! (in RNNsearch, the state *before* the current step).
 
-use crate::fused_tanh::tanh;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
@@ -53,12 +52,8 @@ impl AdditiveAttention {
 
     /// `eᵢ = vᵀ tanh(W₁hᵢ + W₂s)`: `[batch, d_query]` → `[batch, src]`.
     pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-        let q = crate::cell::linear(&self.query_proj, query).unsqueeze_dim::<3>(1); // [B, 1, A]
-        let [b, s, a] = keys.dims();
-        // vᵀ tanh(·) as one [B·S, A] × [A, 1] product (a batched [S, A] × [A, 1] per sentence,
-        // which `Linear` on a 3-d input amounts to, runs B tiny matmuls).
-        let h = tanh(keys.clone() + q).reshape([b * s, a]); // [B·S, A]
-        h.matmul(self.v.weight.val()).reshape([b, s]) // [B, S]
+        let q = crate::cell::linear(&self.query_proj, query); // [B, A]
+        super::step::additive_scores(q, keys, self.v.weight.val()) // [B, S]
     }
 }
 

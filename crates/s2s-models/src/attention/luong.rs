@@ -122,9 +122,7 @@ impl LuongAttention {
             Some(u) => u.forward(query), // U s: [B, r]
             None => query,               // s:   [B, d]
         };
-        // Σ_k keys ⊙ q rather than a batched [S, k] × [k, 1] product per sentence: one
-        // element-wise pass beats `batch` tiny matrix products on the CPU.
-        (keys.clone() * q.unsqueeze_dim::<3>(1)).sum_dim(2).squeeze_dim::<2>(2) // [B, S, k] → [B, S]
+        super::step::dot_scores(q, keys) // [B, S]
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod bahdanau;
 pub mod luong;
+pub mod step;
 
 use burn::module::Module;
 use burn::tensor::{Bool, Tensor};
@@ -56,8 +57,7 @@ impl Attention {
 /// `values` `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
 pub fn attend(scores: Tensor<2>, values: &Tensor<3>, pad: &Tensor<2, Bool>) -> (Tensor<2>, Tensor<2>) {
     let weights = crate::fused_softmax::softmax(scores.mask_fill(pad.clone(), f32::NEG_INFINITY)); // [B, S]
-    // Σ_s weights ⊙ values (an element-wise pass, not one [1, S] × [S, D] product per sentence).
-    let context = (weights.clone().unsqueeze_dim::<3>(2) * values.clone()).sum_dim(1).squeeze_dim::<2>(1); // [B, D]
+    let context = step::weighted_sum(weights.clone(), values); // [B, D]
     (context, weights)
 }
 

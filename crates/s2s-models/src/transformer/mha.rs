@@ -178,8 +178,10 @@ impl MultiHeadAttention {
         let w = Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1);
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
-        let b = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
-        Some(crate::cell::matmul_rows(x.clone(), w) + b.unsqueeze::<3>()) // [B, T, N·d]
+        let bias = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
+        // Through burn: the side-by-side weight is new at every call, nothing to keep packed.
+        let xw = x.clone().reshape([b * t, x.dims()[2]]).matmul(w).reshape([b, t, which.len() * d]);
+        Some(xw + bias.unsqueeze::<3>()) // [B, T, N·d]
     }
 
     /// The projections `which` of `x`, through [`MultiHeadAttention::project_cat`] when it
