@@ -284,6 +284,15 @@ fn scatter(dst: &mut [f32], hidden: usize, segments: usize, units: &Range<usize>
     }
 }
 
+/// Writes `src` at `dst + at`.
+///
+/// # Safety
+/// `dst` points into a live buffer with `at + src.len()` elements, and no other thread
+/// touches those elements meanwhile.
+unsafe fn write_units(dst: &SendPtr, at: usize, src: &[f32]) {
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0.add(at), src.len()) };
+}
+
 /// Columns `U` of the rows `rows` of `src`, a matrix with rows `width` long.
 fn gather(src: &[f32], width: usize, rows: impl Iterator<Item = usize>, units: &Range<usize>) -> Vec<f32> {
     rows.flat_map(|r| src[r * width + units.start..r * width + units.end].iter().copied()).collect()
@@ -294,12 +303,9 @@ struct ForwardGroup {
     units: Range<usize>,
     c: Vec<f32>,
     gates: Vec<f32>,
-    /// Outputs `[batch, time, |U|]`.
-    out: Vec<f32>,
-    /// Saved for backward (empty when not saving): gates `[batch, time, 4·|U|]`, `h_{t−1}` and
-    /// `c_{t−1}` `[batch, time, |U|]`.
+    /// Saved for backward (empty when not saving): gates `[batch, time, 4·|U|]` and `c_{t−1}`
+    /// `[batch, time, |U|]` (`h_{t−1}` goes to the layer's buffer directly).
     s_gates: Vec<f32>,
-    s_h: Vec<f32>,
     s_c: Vec<f32>,
 }
 
@@ -329,15 +335,21 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                 units: u.clone(),
                 c: gather(&c0, h, 0..b_n, u),
                 gates: vec![0f32; b_n * 4 * n],
-                out: vec![0f32; b_n * t_n * n],
                 s_gates: vec![0f32; keep * b_n * t_n * 4 * n],
-                s_h: vec![0f32; keep * b_n * t_n * n],
                 s_c: vec![0f32; keep * b_n * t_n * n],
             })
         })
         .collect();
+    // The layer's outputs `[batch, time + 2, hidden]` (`h_t` for every step, then `h_T` and
+    // `c_T`) and, when saving, `h_{t−1}` `[batch, time, hidden]`: each group writes its own
+    // units' columns there directly (gathering per-group buffers afterwards took ~4 ms a
+    // layer on the lstm bench shape). Padded positions stay 0.
+    let mut out = vec![0f32; b_n * (t_n + 2) * h];
+    let mut h_prev_all = vec![0f32; keep * b_n * t_n * h];
+    let (out_ptr, h_prev_ptr) = (SendPtr(out.as_mut_ptr()), SendPtr(h_prev_all.as_mut_ptr()));
     let steps: Vec<usize> = l.order().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
     lockstep::run(groups.len(), |i, barrier| {
+        let (out_ptr, h_prev_ptr) = (&out_ptr, &h_prev_ptr);
         // SAFETY: only worker `i` touches group `i`'s state.
         let g = unsafe { states[i].get_mut() };
         let n = g.units.len();
@@ -354,7 +366,9 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                 let at = b * t_n + t;
                 let (hb, cb) = (&mut h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
                 if save {
-                    g.s_h[at * n..(at + 1) * n].copy_from_slice(&h_prev[b * n..(b + 1) * n]);
+                    // SAFETY: columns `U` of row `at` are this group's alone; the buffer
+                    // outlives the workers.
+                    unsafe { write_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n]) };
                     g.s_c[at * n..(at + 1) * n].copy_from_slice(cb);
                 }
                 if !l.real(b, t) {
@@ -372,7 +386,8 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                     g.s_gates[at * 4 * n..(at + 1) * 4 * n].copy_from_slice(gates);
                 }
                 cell_forward(gates, cb, hb);
-                g.out[at * n..(at + 1) * n].copy_from_slice(hb);
+                // SAFETY: as for `h_{t−1}` above.
+                unsafe { write_units(out_ptr, (b * (t_n + 2) + t) * h + g.units.start, hb) };
             }
             barrier.wait();
         }
@@ -381,23 +396,18 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
     let h_cur: Vec<Vec<f32>> =
         h_bufs.into_iter().map(|[a, b]| if last == 0 { a } else { b }.into_inner()).collect();
     let states: Vec<ForwardGroup> = states.into_iter().map(Slot::into_inner).collect();
-    let mut out = vec![0f32; b_n * (t_n + 2) * h];
-    let mut h_prev = vec![0f32; keep * b_n * t_n * h];
     for (g, h_fin) in states.iter().zip(&h_cur) {
         let n = g.units.len();
-        let mut tail = Vec::with_capacity(b_n * (t_n + 2) * n);
         for b in 0..b_n {
-            tail.extend_from_slice(&g.out[b * t_n * n..(b + 1) * t_n * n]);
-            tail.extend_from_slice(&h_fin[b * n..(b + 1) * n]);
-            tail.extend_from_slice(&g.c[b * n..(b + 1) * n]);
-        }
-        scatter(&mut out, h, 1, &g.units, &tail);
-        if save {
-            scatter(&mut h_prev, h, 1, &g.units, &g.s_h);
+            let row = b * (t_n + 2) + t_n;
+            out[row * h + g.units.start..][..n].copy_from_slice(&h_fin[b * n..(b + 1) * n]);
+            out[(row + 1) * h + g.units.start..][..n].copy_from_slice(&g.c[b * n..(b + 1) * n]);
         }
     }
-    let saved = save
-        .then(|| Saved { h_prev, groups: states.into_iter().map(|g| (g.units, g.s_gates, g.s_c)).collect() });
+    let saved = save.then(|| Saved {
+        h_prev: h_prev_all,
+        groups: states.into_iter().map(|g| (g.units, g.s_gates, g.s_c)).collect(),
+    });
     (FlexTensor::from_data(TensorData::new(out, [b_n, t_n + 2, h])), saved)
 }
 
