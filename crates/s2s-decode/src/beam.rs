@@ -148,9 +148,9 @@ pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) ->
         let (step, next) =
             model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &device));
         state = next;
-        let vocab = step.log_probs.dims()[1];
-        let logp: Vec<f32> =
-            step.log_probs.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        let log_probs = step.log_probs();
+        let vocab = log_probs.dims()[1];
+        let logp: Vec<f32> = log_probs.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
         let att: Option<Vec<f32>> = if cfg.attention {
             step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
         } else {
@@ -265,7 +265,7 @@ mod tests {
             Tensor::zeros([src.batch()], &src.ids.device())
         }
         fn step(&self, _: Self::State, last: Tensor<1, Int>) -> (Step, Self::State) {
-            (Step { log_probs: self.0.clone().select(0, last.clone()), attention: None }, last)
+            (Step { logits: self.0.clone().select(0, last.clone()), attention: None }, last)
         }
         fn select(&self, state: Self::State, indices: &Tensor<1, Int>) -> Self::State {
             state.select(0, indices.clone())

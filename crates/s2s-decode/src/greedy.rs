@@ -47,9 +47,7 @@ pub fn greedy<M: Incremental>(
         let input = Tensor::<1, Int>::from_data(TensorData::new(last.clone(), [rows.len()]), &device);
         let (step, next) = model.step(state, input);
         state = next;
-        let (best, ids) = step.log_probs.max_dim_with_indices(1); // [N, 1] each
-        let ids: Vec<i64> = ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
-        let best: Vec<f32> = best.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        let (ids, best) = s2s_models::fused_softmax::best_log_probs(step.logits);
         let att: Option<Vec<f32>> = if capture_attention {
             step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
         } else {

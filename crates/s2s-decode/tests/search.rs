@@ -2,7 +2,6 @@
 //! results do not depend on batch size or order, and the Transformer's cached decoding gives
 //! what recomputing the whole prefix gives.
 
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, greedy};
 use s2s_models::attention::LuongScore;
@@ -91,11 +90,11 @@ impl Incremental for NoEarlyEos<'_> {
     fn step(&self, (state, t): Self::State, last: Tensor<1, Int>) -> (Step, Self::State) {
         let (mut step, next) = self.0.decode_step(state, last);
         if t < self.1 {
-            let [_, v] = step.log_probs.dims();
+            let [_, v] = step.logits.dims();
             let mut bias = vec![0f32; v];
             bias[3] = -1e4; // </s>
-            let bias = Tensor::<1>::from_data(TensorData::new(bias, [v]), &step.log_probs.device());
-            step.log_probs = step.log_probs + bias.unsqueeze::<2>();
+            let bias = Tensor::<1>::from_data(TensorData::new(bias, [v]), &step.logits.device());
+            step.logits = step.logits + bias.unsqueeze::<2>();
         }
         (step, (next, t + 1))
     }
@@ -155,8 +154,8 @@ impl Incremental for Uncached<'_> {
         let tgt = Tensor::<2, Int>::from_data(TensorData::new(s.prefix.concat(), [n, t]), &d);
         let f = self.0.forward(&source(&s.src, &d), tgt);
         let v = f.logits.dims()[2];
-        let log_probs = log_softmax(f.logits.narrow(1, t - 1, 1).reshape([n, v]), 1);
-        (Step { log_probs, attention: None }, s)
+        let logits = f.logits.narrow(1, t - 1, 1).reshape([n, v]);
+        (Step { logits, attention: None }, s)
     }
     fn select(&self, s: Prefixes, indices: &Tensor<1, Int>) -> Prefixes {
         let idx: Vec<i64> = indices.to_data().convert::<i64>().try_to_vec::<i64>().unwrap();

@@ -23,7 +23,6 @@ use serde::{Deserialize, Serialize};
 use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
 use crate::cell::CellKind;
 use crate::deferred_grad::{defer_grad, for_steps};
-use crate::fused_softmax::log_softmax;
 use crate::fused_tanh::tanh;
 use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
 use crate::lstm::bridge;
@@ -276,7 +275,7 @@ impl AttentionRnn {
         let cell0 = &self.decoder.forward_cells[0];
         let xe = cell0.project_part(e.clone(), 0) + cell0.bias::<2>();
         let out = self.step(xe, e, self.feed_weight().as_ref(), &mut state);
-        let log_probs = log_softmax(crate::cell::linear(&self.output, out.readout));
-        (Step { log_probs, attention: Some(out.weights) }, state)
+        let logits = crate::cell::linear(&self.output, out.readout);
+        (Step { logits, attention: Some(out.weights) }, state)
     }
 }

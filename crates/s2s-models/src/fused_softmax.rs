@@ -24,6 +24,55 @@ use rayon::prelude::*;
 use crate::fastmath::{exp, lane_fold, lane_fold_map};
 use crate::flex_data::f32s;
 
+/// Each row's best entry and its log-probability as a burn backend extension (flex only;
+/// decoding).
+#[backend_extension(Flex)]
+pub trait BestLogProb: burn::backend::Backend {
+    /// `[rows, 2]`: the index of each row's largest score (the first of equals, as a float:
+    /// exact below 2²⁴) and `log_softmax` at it.
+    fn best_log_prob(logits: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
+impl BestLogProb for Flex {
+    fn best_log_prob(logits: FlexTensor) -> FlexTensor {
+        let [rows, width] = logits.layout().shape().dims::<2>();
+        let x = f32s(&logits);
+        let mut out = vec![0f32; rows * 2];
+        let per_task = (1usize << 14).div_ceil(width.max(1));
+        out.par_chunks_mut(2).zip(x.par_chunks(width.max(1))).with_min_len(per_task).for_each(|(o, x)| {
+            crate::fastmath::wide(
+                #[inline(always)]
+                || {
+                    // The same `max` and `lse` as the fused `log_softmax` above, so the
+                    // log-probability has its bits.
+                    let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
+                    let lse = max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln();
+                    let best = x.iter().position(|&v| v == max).unwrap_or(0);
+                    o[0] = best as f32;
+                    o[1] = x[best] - lse;
+                },
+            )
+        });
+        FlexTensor::from_data(TensorData::new(out, [rows, 2]))
+    }
+}
+
+/// Each row's best token (the first of equal scores) and its log-probability, read back to
+/// the host: one pass per row on flex without autodiff, `log_softmax` and an argmax
+/// elsewhere.
+pub fn best_log_probs(logits: Tensor<2>) -> (Vec<i64>, Vec<f32>) {
+    if crate::flex_data::is_flex(&logits.device()) && !logits.is_autodiff() {
+        let pairs =
+            Tensor::<2>::from_dispatch(<Dispatch as BestLogProb>::best_log_prob(logits.into_dispatch()));
+        let v = pairs.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        return v.chunks_exact(2).map(|p| (p[0] as i64, p[1])).unzip();
+    }
+    let (best, ids) = log_softmax(logits).max_dim_with_indices(1); // [N, 1] each
+    let ids = ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
+    let best = best.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    (ids, best)
+}
+
 /// The fused softmax as a burn backend extension (flex only).
 #[backend_extension(Flex, Autodiff)]
 pub trait FastSoftmax: burn::backend::Backend {
@@ -149,6 +198,30 @@ mod tests {
     use super::*;
     use crate::test_support::max_diff;
     use burn::tensor::Device;
+
+    /// The one-pass pick gives what `log_softmax` and an argmax give (indices, and the
+    /// log-probabilities to the bit), over rows spanning several tasks; equal scores go to
+    /// the first.
+    #[test]
+    fn best_log_probs_equal_log_softmax_and_argmax() {
+        let d = Device::flex();
+        d.seed(9);
+        let logits = Tensor::<2>::random([300, 77], burn::tensor::Distribution::Normal(0.0, 3.0), &d);
+        let (ids, best) = best_log_probs(logits.clone());
+        let (want_best, want_ids) = log_softmax(logits).max_dim_with_indices(1);
+        let want_ids = want_ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        let want_best = want_best.into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(ids, want_ids);
+        assert_eq!(
+            best.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
+            want_best.iter().map(|b| b.to_bits()).collect::<Vec<_>>()
+        );
+        let tie = Tensor::<2>::from_data(TensorData::new(vec![0.0f32, 2.0, 1.0, 2.0], [1, 4]), &d);
+        let (ids, best) = best_log_probs(tie);
+        assert_eq!(ids, vec![1]);
+        let lse = (1.0f32 + 2.0 * 2f32.exp() + 1f32.exp()).ln();
+        assert!((best[0] - (2.0 - lse)).abs() < 1e-6);
+    }
 
     /// Equal to a float64 reference, value and gradient, softmax and log-softmax, on an
     /// autodiff device and without, with a row width that leaves a partial lane block and rows

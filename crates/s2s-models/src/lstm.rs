@@ -4,7 +4,6 @@
 //!
 //! `p(y | x) = Πₜ softmax(W_o sₜ)`, `sₜ = RNN_dec(E y_{t−1}, s_{t−1})`, `s₀ = RNN_enc(x)`.
 
-use crate::fused_softmax::log_softmax;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
@@ -145,7 +144,7 @@ impl LstmSeq2Seq {
     pub fn decode_step(&self, state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let (top, layers) = self.decoder.step(self.decoder.forward_cells[0].project(e), &state.layers);
-        let log_probs = log_softmax(crate::cell::linear(&self.output, top));
-        (Step { log_probs, attention: None }, RnnState { layers, ..state })
+        let logits = crate::cell::linear(&self.output, top);
+        (Step { logits, attention: None }, RnnState { layers, ..state })
     }
 }

@@ -14,7 +14,6 @@ pub mod layer;
 pub mod mha;
 pub mod position;
 
-use crate::fused_softmax::log_softmax;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{
@@ -280,13 +279,13 @@ impl Transformer {
         }
         let logits = self.project(x); // [N, 1, V]
         let [n, _, v] = logits.dims();
-        let log_probs = log_softmax(logits.reshape([n, v]));
+        let logits = logits.reshape([n, v]);
         let attention = attention.map(|w| {
             let [n, _, _, s] = w.dims();
             w.mean_dim(1).reshape([n, s])
         });
         (
-            Step { log_probs, attention },
+            Step { logits, attention },
             TransformerState { memory, cache: next, memory_mask, position: position + 1 },
         )
     }
