@@ -18,10 +18,10 @@
 //! - `q`: `[batch, d]`, `keys` / `values`: `[batch, src, d]`, `v`: `[d, 1]`
 //! - scores and weights: `[batch, src]`, context: `[batch, d]`
 
-use burn::backend::flex::FlexTensor;
-use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use std::borrow::Cow;
 
+use burn::backend::flex::FlexTensor;
+use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
@@ -94,9 +94,12 @@ impl AttentionStep for Flex {
             [b, s],
             "weighted_sum: weights are not [batch, src]"
         );
+        let mut out = vec![0f32; b * d];
+        if out.is_empty() || s == 0 {
+            return FlexTensor::from_data(TensorData::new(out, [b, d]));
+        }
         let w = f32s(&weights);
         let (vals, stride) = sentences(&values);
-        let mut out = vec![0f32; b * d];
         let whole = d / LANES * LANES;
         out.par_chunks_mut(d).enumerate().with_min_len(ROWS_PER_TASK).for_each(|(r, c)| {
             let (w, h) = (&w[r * s..(r + 1) * s], &vals[r * stride..][..s * d]);
@@ -134,9 +137,12 @@ fn per_row(
 ) -> FlexTensor {
     let [b, s, d] = keys.layout().shape().dims::<3>();
     assert_eq!(q.layout().shape().dims::<2>(), [b, d], "attention scores: query is not [batch, d]");
+    let mut out = vec![0f32; b * s];
+    if out.is_empty() {
+        return FlexTensor::from_data(TensorData::new(out, [b, s]));
+    }
     let q = f32s(q);
     let (k, stride) = sentences(keys);
-    let mut out = vec![0f32; b * s];
     out.par_chunks_mut(s).enumerate().with_min_len(ROWS_PER_TASK).for_each(|(r, e)| {
         wide(
             #[inline(always)]
