@@ -273,7 +273,8 @@ impl AttentionRnn {
     pub fn decode_step(&self, mut state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let cell0 = &self.decoder.forward_cells[0];
-        let xe = cell0.project_part(e.clone(), 0) + cell0.bias::<2>();
+        // `e W_x[emb rows] + b` as one product with the bias added inside it.
+        let xe = crate::small_matmul::add_matmul(cell0.bias::<2>(), e.clone(), cell0.input_rows(0, self.emb));
         let out = self.step(xe, e, self.feed_weight().as_ref(), &mut state);
         let logits = crate::cell::linear(&self.output, out.readout);
         (Step { logits, attention: Some(out.weights) }, state)
