@@ -140,7 +140,7 @@ impl LstmSeq2Seq {
         DecodeState::Rnn(RnnState { layers, memory: None, keys: None, pad: src.pad.clone(), feed: None })
     }
 
-    /// One step: `last` `[rows]` → log-probs `[rows, vocab]`.
+    /// One step: `last` `[rows]` → logits `[rows, vocab]`.
     pub fn decode_step(&self, state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let (top, layers) = self.decoder.step(self.decoder.forward_cells[0].project(e), &state.layers);
