@@ -244,8 +244,9 @@ impl AttentionRnn {
         let tgt = tgt_in.dims()[1];
         let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
         let cell0 = &self.decoder.forward_cells[0];
-        // The embedding part of layer 0's input projection, for every step in one matmul.
-        let ye = cell0.project_part(y.clone(), 0) + cell0.bias::<3>(); // [B, T, G·H]
+        // The embedding part of layer 0's input projection (bias included), for every step in
+        // one matmul.
+        let ye = cell0.project_first(y.clone()); // [B, T, G·H]
         // What every step multiplies, with their weight gradients summed over the steps in one
         // product each (`deferred_grad`).
         let stepper = AttentionRnn {
@@ -273,8 +274,7 @@ impl AttentionRnn {
     pub fn decode_step(&self, mut state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let cell0 = &self.decoder.forward_cells[0];
-        // `e W_x[emb rows] + b` as one product with the bias added inside it.
-        let xe = crate::small_matmul::add_matmul(cell0.bias::<2>(), e.clone(), cell0.input_rows(0, self.emb));
+        let xe = cell0.project_first(e.clone()); // [N, G·H]
         let out = self.step(xe, e, self.feed_weight().as_ref(), &mut state);
         let logits = crate::cell::linear(&self.output, out.readout);
         (Step { logits, attention: Some(out.weights) }, state)

@@ -135,24 +135,20 @@ impl RecurrentCell {
         affine_rows(x, self.w_input.val(), self.bias.val())
     }
 
-    /// The projection of one part of a concatenated input, no bias: `x W_x[first_row..]`
-    /// (as many rows as `x` has features). Projecting `[x_a; x_b]` equals
-    /// `project_part(x_a, 0) + project_part(x_b, d_a) + b` — no concat, and the part that
-    /// does not depend on the step can be projected for every step at once.
-    pub fn project_part<const D: usize>(&self, x: Tensor<D>, first_row: usize) -> Tensor<D> {
+    /// The projection of the first part of a concatenated input, bias included:
+    /// `x_a W_x[..d_a] + b` (`d_a` = `x_a`'s features). Projecting `[x_a; x_b]` equals
+    /// `project_first(x_a) + x_b W_x[d_a..]` ([`Self::input_rows`]) — no concat, and the part
+    /// that does not depend on the step can be projected for every step at once. While
+    /// decoding the bias is added inside the product ([`affine_rows`]).
+    pub fn project_first<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let d = x.dims()[D - 1];
-        matmul_rows(x, self.input_rows(first_row, d))
+        affine_rows(x, self.input_rows(0, d), self.bias.val())
     }
 
     /// The rows `first_row..first_row + rows` of `W_x`: the weight of one part of a
-    /// concatenated input (see [`Self::project_part`]), `[rows, gates·d_hidden]`.
+    /// concatenated input (see [`Self::project_first`]), `[rows, gates·d_hidden]`.
     pub fn input_rows(&self, first_row: usize, rows: usize) -> Tensor<2> {
         self.w_input.val().narrow(0, first_row, rows)
-    }
-
-    /// The gate biases broadcastable to `D` dimensions.
-    pub fn bias<const D: usize>(&self) -> Tensor<D> {
-        self.bias.val().unsqueeze::<D>()
     }
 
     /// One step from an already projected input `xw = x W_x + b` (`[batch, gates·d_hidden]`).
