@@ -270,17 +270,15 @@ fn pack_backward(w: &[f32], h: usize, groups: &[Range<usize>]) -> Vec<Vec<Packed
         .collect()
 }
 
-/// Copies a group's `[rows, segments·|U|]` block into columns `s·hidden + U` of a
-/// `[rows, segments·hidden]` matrix.
-fn scatter(dst: &mut [f32], hidden: usize, segments: usize, units: &Range<usize>, part: &[f32]) {
+/// Copies a group's `[rows, |U|]` block into columns `U` of a `[rows, hidden]` matrix (what
+/// [`gather`] takes out).
+fn scatter(dst: &mut [f32], hidden: usize, units: &Range<usize>, part: &[f32]) {
     let n = units.len();
     if n == 0 {
         return;
     }
-    for (row, src) in dst.chunks_exact_mut(segments * hidden).zip(part.chunks_exact(segments * n)) {
-        for s in 0..segments {
-            row[s * hidden + units.start..][..n].copy_from_slice(&src[s * n..(s + 1) * n]);
-        }
+    for (row, src) in dst.chunks_exact_mut(hidden).zip(part.chunks_exact(n)) {
+        row[units.clone()].copy_from_slice(src);
     }
 }
 
@@ -484,10 +482,7 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                     for (s, dg) in dg.chunks_exact(n).enumerate() {
                         // SAFETY: columns `s·hidden + U` of row `at` are this group's alone, and
                         // `d_gates` outlives the workers.
-                        unsafe {
-                            let dst = d_gates_out.0.add(at * 4 * h + s * h + g.units.start);
-                            std::ptr::copy_nonoverlapping(dg.as_ptr(), dst, n);
-                        }
+                        unsafe { write_units(d_gates_out, at * 4 * h + s * h + g.units.start, dg) };
                     }
                 }
             }
@@ -505,8 +500,8 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let states: Vec<BackwardGroup> = states.into_iter().map(Slot::into_inner).collect();
     let (mut dh, mut dc) = (vec![0f32; b_n * h], vec![0f32; b_n * h]);
     for g in &states {
-        scatter(&mut dh, h, 1, &g.units, &g.dh);
-        scatter(&mut dc, h, 1, &g.units, &g.dc);
+        scatter(&mut dh, h, &g.units, &g.dh);
+        scatter(&mut dc, h, &g.units, &g.dc);
     }
     let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev, [b_n * t_n, h]));
     let d_gates = FlexTensor::from_data(TensorData::new(d_gates, [b_n * t_n, 4 * h]));
