@@ -43,10 +43,9 @@ impl BestLogProb for Flex {
             crate::fastmath::wide(
                 #[inline(always)]
                 || {
-                    // The same `max` and `lse` as the fused `log_softmax` above, so the
-                    // log-probability has its bits.
-                    let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
-                    let lse = max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln();
+                    // The fused `log_softmax`'s own `max` and `lse`, so the log-probability has
+                    // its bits.
+                    let (max, lse) = max_and_lse(x);
                     let best = x.iter().position(|&v| v == max).unwrap_or(0);
                     o[0] = best as f32;
                     o[1] = x[best] - lse;
@@ -87,11 +86,11 @@ impl FastSoftmax for Flex {
             None,
             #[inline(always)]
             |x, _, out| {
-                let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
                 if log {
-                    let lse = max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln();
+                    let (_, lse) = max_and_lse(x);
                     out.iter_mut().zip(x).for_each(|(o, &x)| *o = x - lse);
                 } else {
+                    let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
                     out.iter_mut().zip(x).for_each(|(o, &x)| *o = exp(x - max));
                     let scale = 1.0 / lane_fold(out, 0.0, |a, b| a + b);
                     out.iter_mut().for_each(|o| *o *= scale);
@@ -150,6 +149,13 @@ impl<C: CheckpointStrategy> FastSoftmax for Autodiff<Flex, C> {
             OpsKind::UnTracked(prep) => prep.finish(Flex::fast_softmax(x, log)),
         }
     }
+}
+
+/// A row's maximum and `log Σ exp`, computed as `max + log Σ exp(x − max)`.
+#[inline(always)]
+fn max_and_lse(x: &[f32]) -> (f32, f32) {
+    let max = lane_fold(x, f32::NEG_INFINITY, f32::max);
+    (max, max + lane_fold_map(x, 0.0, |v| exp(v - max), |a, b| a + b).ln())
 }
 
 /// `f(row of a, row of b (or empty), output row)` for every row of the last dimension, groups

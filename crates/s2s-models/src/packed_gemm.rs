@@ -145,11 +145,11 @@ impl PackedB {
         (0..panels).step_by(per.max(1)).collect::<Vec<_>>().into_par_iter().for_each(|p0| {
             let out = &out;
             let p1 = (p0 + per).min(panels);
-            // SAFETY: bounds checked; each range of panels writes only its own columns of `C`,
-            // which outlives the loop.
             // Rows in blocks of `MC`, so a block of `A` stays in L2 while the panels pass.
             for r0 in (0..m).step_by(MC) {
                 let rows = MC.min(m - r0);
+                // SAFETY: bounds checked; each range of panels writes only its own columns of
+                // `C`, which outlives the loop.
                 unsafe {
                     self.run(&a[r0 * lda..], rows, lda, out.0.add(r0 * ldc), ldc, false, p0..p1, kernel)
                 };
