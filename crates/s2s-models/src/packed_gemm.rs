@@ -310,6 +310,8 @@ impl Prefetch {
 pub(crate) struct SendPtr(pub(crate) *mut f32);
 // SAFETY: every user hands it only to threads that write disjoint elements.
 unsafe impl Sync for SendPtr {}
+// SAFETY: as above (a worker's own state may hold one).
+unsafe impl Send for SendPtr {}
 
 /// The register blocks this CPU runs: AVX-512 where available, else AVX2/FMA, else portable
 /// code.

@@ -266,14 +266,21 @@ mod tests {
 
     /// The fused LSTM layer kernel equals the step-by-step loop — outputs, final states and
     /// every gradient (inputs, weights, bias, initial state) — in both directions, with
-    /// padding after a dense prefix, whether the units run as one group (1 thread) or as three
-    /// uneven ones (3 threads; 26 units cut 8/9/9, so packed panels end narrow).
+    /// padding after a dense prefix (and, in the second batch, trailing steps where every row
+    /// is padding), whether the units run as one group (1 thread) or as three uneven ones (3
+    /// threads; 26 units cut 8/9/9, so packed panels end narrow).
     #[test]
     fn fused_lstm_layer_equals_the_step_by_step_loop() {
+        for lengths in [[6usize, 4, 2], [4, 2, 1]] {
+            fused_lstm_layer_equals_the_step_by_step_loop_on(lengths);
+        }
+    }
+
+    fn fused_lstm_layer_equals_the_step_by_step_loop_on(lengths: [usize; 3]) {
         let d = Device::flex().autodiff();
         d.seed(5);
         let (b, t, n_in, h) = (3, 6, 4, 26);
-        let lengths = [6usize, 4, 2];
+        let dense = lengths.iter().copied().min().unwrap_or(0);
         let keep_v: Vec<f32> =
             lengths.iter().flat_map(|&len| (0..t).map(move |i| if i < len { 1.0 } else { 0.0 })).collect();
         let keep = Tensor::<2>::from_data(TensorData::new(keep_v, [b, t]), &d);
@@ -293,9 +300,9 @@ mod tests {
                 let start = CellState { h: h0.clone(), c: Some(c0.clone()) };
                 let xw = cell.project(x.clone());
                 let (out, fin) = if fused {
-                    run(&cell, xw, &keep, &keeps, 2, start, reverse)
+                    run(&cell, xw, &keep, &keeps, dense, start, reverse)
                 } else {
-                    run_steps(&cell, xw, &keeps, 2, start, reverse)
+                    run_steps(&cell, xw, &keeps, dense, start, reverse)
                 };
                 let c_fin = fin.c.clone().expect("c");
                 let loss = (out.clone() * w_out.clone()).sum()
@@ -326,13 +333,13 @@ mod tests {
                 for (i, (a, b)) in out_f.into_iter().zip(out_s.clone()).enumerate() {
                     assert!(
                         max_diff(a, b) < 1e-5,
-                        "reverse={reverse}, {threads} threads: output {i} differs"
+                        "{lengths:?}, reverse={reverse}, {threads} threads: output {i} differs"
                     );
                 }
                 for (i, (a, b)) in grads_f.into_iter().zip(grads_s.clone()).enumerate() {
                     assert!(
                         max_diff(a, b) < 1e-4,
-                        "reverse={reverse}, {threads} threads: gradient {i} differs"
+                        "{lengths:?}, reverse={reverse}, {threads} threads: gradient {i} differs"
                     );
                 }
             }
