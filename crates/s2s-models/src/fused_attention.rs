@@ -671,7 +671,7 @@ mod tests {
     fn multi_head_attention_takes_them() {
         let ad = Device::flex().autodiff();
         ad.seed(22);
-        // 9 × 120 rows: over small_matmul::MAX_ROWS, so [Q | K | V] is one product.
+        // 9 × 120 rows: over mha's CAT_MIN_ROWS, so [Q | K | V] is one product.
         let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
         let m = MultiHeadAttentionConfig::new(d_model, heads).with_dropout(0.0).init(&ad).unwrap();
         let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();

@@ -577,7 +577,7 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev, [b_n * t_n, h]));
     // SAFETY: the workers wrote every element of the steps they ran.
     let d_gates = FlexTensor::from_data(TensorData::new(unsafe { d_gates.finish(&steps) }, [b_n * t_n, 4 * h]));
-    let d_w = Flex::float_matmul(Flex::float_transpose(h_prev), d_gates.clone());
+    let d_w = crate::small_matmul::matmul_2d(&Flex::float_transpose(h_prev), &d_gates);
     [
         d_gates.reshape(Shape::new([b_n, t_n, 4 * h])),
         d_w,

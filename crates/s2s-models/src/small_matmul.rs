@@ -16,7 +16,9 @@
 //!   [`crate::deferred_grad::defer_grad`], once for all steps. Weights change with every
 //!   optimiser step, so nothing is kept packed.
 //!
-//! Larger products, and other backends, go to burn.
+//! Larger products (while training, and for tensors computed afresh, [`matmul_fresh`]) go to
+//! `gemm` with its own threads ([`matmul_2d`]: burn's product, without its output copy);
+//! other backends to burn.
 //!
 //! # Shapes
 //! - `x`: `[rows, d_in]`, `W`: `[d_in, d_out]` → `[rows, d_out]`
@@ -39,14 +41,11 @@ use crate::deferred_grad::Stash;
 use crate::flex_data::f32s;
 use crate::packed_gemm::{PackedB, SendPtr};
 
-/// While training, products with more rows than this go to burn, whose own threading pays
-/// off there. Decoding takes the packed weight at any row count: the encoders' input
-/// projections (`[batch·src, d] × [d, 4·hidden]`) ran at ~160 GFLOP/s through burn there,
-/// against ~210 packed (Luong's encoder, 2 layers: 30.4 → 23.2 ms a batch).
-pub const MAX_ROWS: usize = 1024;
-
-/// While training, products with more rows than this go to burn (their weights are not
-/// packed ahead, and `gemm`'s own threading pays off from a few hundred rows).
+/// While training, products with more rows than this go to [`matmul_2d`] (their weights are
+/// not packed ahead, and `gemm`'s own threading pays off from a few hundred rows). Decoding
+/// takes the packed weight at any row count: the encoders' input projections
+/// (`[batch·src, d] × [d, 4·hidden]`) ran at ~160 GFLOP/s through burn there, against ~210
+/// packed (Luong's encoder, 2 layers: 30.4 → 23.2 ms a batch).
 const SPLIT_MAX_ROWS: usize = 256;
 
 /// The column-split product as a burn backend extension (flex only).
@@ -71,7 +70,7 @@ impl SmallMatmul for Flex {
         let [k2, n] = w.layout().shape().dims::<2>();
         assert_eq!(k, k2, "small_matmul: [m, k] × [k, n] shapes disagree");
         if !reuse && m > SPLIT_MAX_ROWS {
-            return Flex::float_matmul(x, w);
+            return matmul_2d(&x, &w);
         }
         let x = f32s(&x);
         let out = if reuse {
@@ -128,7 +127,7 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                     let [m, n] = grad.layout().shape().dims::<2>();
                     let k = w.layout().shape().dims::<2>()[0];
                     let dx = if m > SPLIT_MAX_ROWS {
-                        Flex::float_matmul(grad.clone(), Flex::float_transpose(w.clone()))
+                        matmul_2d(&grad, &Flex::float_transpose(w.clone()))
                     } else {
                         let dy = f32s(&grad);
                         // Wᵀ: element (r, c) is W's (c, r).
@@ -143,7 +142,7 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                 match (node_w, stash) {
                     (Some(node), Some(stash)) => stash.push(x, grad, node.id, grads),
                     (Some(node), None) => {
-                        grads.register::<Flex>(node.id, Flex::float_matmul(Flex::float_transpose(x), grad))
+                        grads.register::<Flex>(node.id, matmul_2d(&Flex::float_transpose(x), &grad))
                     }
                     (None, _) => {}
                 }
@@ -214,6 +213,60 @@ fn split_columns(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, b_rs: usize
     out
 }
 
+/// `A B` for 2-D f32 flex tensors through `gemm` with its own threads (from burn's
+/// threshold, 192³ multiply-adds, up), as burn's `float_matmul` does, but with the result
+/// allocated once. burn-flex 0.22 creates a product's output with `FlexTensor::empty`, which
+/// zero-fills a byte vector and then copies it into a 16-byte-aligned allocation: two
+/// allocations, a memset and a memcpy per product, and for the large ones fresh pages
+/// faulted in twice (in `perf`, ~7 % of the lstm bench's time went to those faults).
+pub fn matmul_2d(a: &FlexTensor, b: &FlexTensor) -> FlexTensor {
+    let [m, k] = a.layout().shape().dims::<2>();
+    let [k2, n] = b.layout().shape().dims::<2>();
+    assert_eq!(k, k2, "matmul_2d: [m, k] × [k, n] shapes disagree");
+    if m == 0 || n == 0 || k == 0 {
+        return FlexTensor::from_data(TensorData::new(vec![0f32; m * n], [m, n]));
+    }
+    let ((a, a_rs, a_cs), (b, b_rs, b_cs)) = (strided(a), strided(b));
+    assert!(
+        a.len() > (m - 1) * a_rs + (k - 1) * a_cs && b.len() > (k - 1) * b_rs + (n - 1) * b_cs,
+        "matmul_2d: operands too short"
+    );
+    let parallelism = if m * n * k >= 192 * 192 * 192 {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    // SAFETY: `out` has room for `[m, n]` row-major, which `gemm` (not reading it: `read_dst`
+    // false) writes completely; the operands hold `[m, k]` and `[k, n]` at the strides given
+    // (asserted above).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+        out.set_len(m * n);
+    }
+    FlexTensor::from_data(TensorData::new(out, [m, n]))
+}
+
 /// A 2-D flex tensor's f32 elements from its first one, and its row and column strides: the
 /// storage itself when the strides are non-negative (a transposed or narrowed weight is
 /// read in place), else a row-major copy.
@@ -264,14 +317,23 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
     p
 }
 
-/// `x W` through the kernels above on flex (under autodiff, when `x` has at most
-/// [`MAX_ROWS`] rows), else through burn. Without autodiff `W` must be a weight, which comes
-/// back unchanged and is kept packed ([`packed`]), not a tensor computed afresh each call.
+/// `x W` through the kernels above on flex, else through burn. Without autodiff `W` must be a
+/// weight, which comes back unchanged and is kept packed ([`packed`]), not a tensor computed
+/// afresh each call (for those: [`matmul_fresh`]).
 pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
-    if !crate::flex_data::is_flex(&x.device()) || (x.is_autodiff() && x.dims()[0] > MAX_ROWS) {
+    if !crate::flex_data::is_flex(&x.device()) {
         return x.matmul(w);
     }
     Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), true))
+}
+
+/// [`matmul`] for a `W` computed afresh (a concatenation of weights, say): never packed or
+/// kept, so it does not push the weights that are out of the cache.
+pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    if !crate::flex_data::is_flex(&x.device()) {
+        return x.matmul(w);
+    }
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), false))
 }
 
 /// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row). While decoding
@@ -295,12 +357,14 @@ mod tests {
     use burn::tensor::{Device, Distribution};
 
     /// Equals burn's product forward and backward (`∂x`, `∂W` of a random linear function of
-    /// the output), with column counts that leave a partial last block, and without autodiff.
+    /// the output), with column counts that leave a partial last block, with row counts for
+    /// every path (split by column, `gemm` on one thread, `gemm` threaded), and without
+    /// autodiff (a weight, and a tensor computed afresh).
     #[test]
     fn equals_burns_matmul_forward_and_backward() {
         let ad = Device::flex().autodiff();
         ad.seed(3);
-        for (m, k, n) in [(1, 5, 3), (7, 33, 200), (64, 40, 130), (300, 8, 20), (1100, 9, 33)] {
+        for (m, k, n) in [(1, 5, 3), (7, 33, 200), (64, 40, 130), (300, 8, 20), (1100, 9, 33), (1100, 200, 40)] {
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &ad);
             // A transposed weight (as tied embeddings are) is read in place through its strides.
             let w = if n % 2 == 0 {
@@ -321,7 +385,8 @@ mod tests {
             assert!(max_diff(dx1, dx2) < 1e-4, "{m}x{k}x{n}: ∂x");
             assert!(max_diff(dw1, dw2) < 1e-4, "{m}x{k}x{n}: ∂W");
             let (x, w) = (x.inner(), w.inner());
-            assert!(max_diff(matmul(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
+            assert!(max_diff(matmul(x.clone(), w.clone()), x.clone().matmul(w.clone())) < 1e-4);
+            assert!(max_diff(matmul_fresh(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
         }
     }
 

@@ -156,6 +156,11 @@ impl MultiHeadAttentionConfig {
     }
 }
 
+/// Above this many rows (`batch × time`) the projections of one input go as one product,
+/// their weights side by side ([`MultiHeadAttention::project_cat`]); decoder steps, with
+/// fewer, multiply each weight on its own.
+pub(crate) const CAT_MIN_ROWS: usize = 1024;
+
 impl MultiHeadAttention {
     /// `[b, t, d]` → `[b, h, t, d/h]`.
     fn split(&self, x: Tensor<3>) -> Tensor<4> {
@@ -171,7 +176,7 @@ impl MultiHeadAttention {
     /// step).
     fn project_cat(&self, x: &Tensor<3>, which: &[&Linear]) -> Option<Tensor<3>> {
         let [b, t, _] = x.dims();
-        if b * t <= crate::small_matmul::MAX_ROWS {
+        if b * t <= CAT_MIN_ROWS {
             return None;
         }
         let d = which[0].weight.dims()[1];
@@ -179,8 +184,9 @@ impl MultiHeadAttention {
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         let bias = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
-        // Through burn: the side-by-side weight is new at every call, nothing to keep packed.
-        let xw = x.clone().reshape([b * t, x.dims()[2]]).matmul(w).reshape([b, t, which.len() * d]);
+        // The side-by-side weight is new at every call: nothing to keep packed.
+        let xw = crate::small_matmul::matmul_fresh(x.clone().reshape([b * t, x.dims()[2]]), w)
+            .reshape([b, t, which.len() * d]);
         Some(xw + bias.unsqueeze::<3>()) // [B, T, N·d]
     }
 
