@@ -187,30 +187,57 @@ fn split_columns(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, b_rs: usize
         // which outlives the parallel loop; `a` and `b` are read within `[m, k]` and
         // `[k, n]` at the strides given (bounds asserted below).
         unsafe {
-            gemm::gemm(
-                m,
-                cols,
-                k,
+            gemm_into(
+                [m, cols, k],
                 dst.0.add(c0),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                b.as_ptr().add(c0 * b_cs),
-                b_cs as isize,
-                b_rs as isize,
-                0.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
+                n,
+                (a.as_ptr(), k, 1),
+                (b.as_ptr().add(c0 * b_cs), b_rs, b_cs),
                 gemm::Parallelism::None,
-            );
-        }
+            )
+        };
     });
     out
+}
+
+/// `C = A B` through `gemm`: `C` row-major (`[m, n]`, row stride `ldc`), `A` (`[m, k]`) and
+/// `B` (`[k, n]`) each a first element with its row and column strides.
+///
+/// # Safety
+/// `c` has room for `[m, n]` at `ldc` and nothing else touches it meanwhile; `a` and `b` hold
+/// their matrices at the strides given.
+unsafe fn gemm_into(
+    [m, n, k]: [usize; 3],
+    c: *mut f32,
+    ldc: usize,
+    (a, a_rs, a_cs): (*const f32, usize, usize),
+    (b, b_rs, b_cs): (*const f32, usize, usize),
+    parallelism: gemm::Parallelism,
+) {
+    // `dst = alpha·dst + beta·A·B` with `read_dst` false: `C` is written, never read.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            ldc as isize,
+            false,
+            a,
+            a_cs as isize,
+            a_rs as isize,
+            b,
+            b_cs as isize,
+            b_rs as isize,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    };
 }
 
 /// `A B` for 2-D f32 flex tensors through `gemm` with its own threads (from burn's
@@ -241,27 +268,7 @@ pub fn matmul_2d(a: &FlexTensor, b: &FlexTensor) -> FlexTensor {
     // false) writes completely; the operands hold `[m, k]` and `[k, n]` at the strides given
     // (asserted above).
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            0.0f32,
-            1.0f32,
-            false,
-            false,
-            false,
-            parallelism,
-        );
+        gemm_into([m, n, k], out.as_mut_ptr(), n, (a.as_ptr(), a_rs, a_cs), (b.as_ptr(), b_rs, b_cs), parallelism);
         out.set_len(m * n);
     }
     FlexTensor::from_data(TensorData::new(out, [m, n]))
