@@ -64,7 +64,8 @@ impl PackedB {
     pub fn from_fn(k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> Self {
         let panels = n.div_ceil(NR);
         let mut data = vec![ZERO_LINE; panels * k];
-        for (p, panel) in data.chunks_exact_mut(k).enumerate() {
+        // (`max(1)`: with `k = 0` there is no panel row, and `chunks_exact_mut(0)` panics.)
+        for (p, panel) in data.chunks_exact_mut(k.max(1)).enumerate() {
             let (col0, width) = (p * NR, NR.min(n - p * NR));
             for (kk, row) in panel.iter_mut().enumerate() {
                 for (j, v) in row.0[..width].iter_mut().enumerate() {
@@ -131,8 +132,51 @@ impl PackedB {
         ldc: usize,
         base: Option<&[f32]>,
     ) {
-        use rayon::prelude::*;
         self.check(a, m, lda, c.len(), ldc);
+        // SAFETY: bounds checked; `c` is ours alone while the call runs.
+        unsafe { self.par_add_into(a, m, lda, c.as_mut_ptr(), ldc, base) };
+    }
+
+    /// `A B (+ base)` (as [`PackedB::matmul_par_add`]) in a new `[m, n]` buffer, written once:
+    /// not zero-filled first (a `[64, 8000]` decoder output is 2 MiB a step).
+    ///
+    /// # Panics
+    /// When `a` or `base` is too short for the shapes given.
+    pub fn product(&self, a: &[f32], m: usize, lda: usize, base: Option<&[f32]>) -> Vec<f32> {
+        let n = self.n;
+        if self.k == 0 {
+            // Nothing to multiply: the loops would write nothing.
+            let mut c = vec![0f32; m * n];
+            self.matmul_par_add(a, m, lda, &mut c, n, base);
+            return c;
+        }
+        self.check(a, m, lda, m * n, n);
+        let mut c = Vec::with_capacity(m * n);
+        // SAFETY: bounds checked against the capacity; with `k > 0` the first block of `k`
+        // writes every element of `C` without reading it, and the rest (and `base`) only
+        // after; so all `m·n` elements are written before `set_len`.
+        unsafe {
+            self.par_add_into(a, m, lda, c.as_mut_ptr(), n, base);
+            c.set_len(m * n);
+        }
+        c
+    }
+
+    /// [`PackedB::matmul_par_add`] into `c`.
+    ///
+    /// # Safety
+    /// `c` has room for `[m, n]` at row stride `ldc`, nothing else touches it meanwhile, and
+    /// `a` holds `[m, k]` at `lda` (checked by the callers).
+    unsafe fn par_add_into(
+        &self,
+        a: &[f32],
+        m: usize,
+        lda: usize,
+        c: *mut f32,
+        ldc: usize,
+        base: Option<&[f32]>,
+    ) {
+        use rayon::prelude::*;
         let n = self.n;
         if let Some(base) = base {
             assert!(base.len() == n || base.len() == m * n, "packed_gemm: base is neither [1, n] nor [m, n]");
@@ -140,7 +184,7 @@ impl PackedB {
         let panels = self.panels();
         let blocks = rayon::current_num_threads().min(panels.div_ceil(4)).max(1);
         let per = panels.div_ceil(blocks);
-        let out = SendPtr(c.as_mut_ptr());
+        let out = SendPtr(c);
         let kernel = kernel();
         (0..panels).step_by(per.max(1)).collect::<Vec<_>>().into_par_iter().for_each(|p0| {
             let out = &out;
@@ -683,7 +727,7 @@ mod tests {
     }
 
     /// Adding a `[1, n]` or `[m, n]` base inside the parallel product gives the bits of adding
-    /// it afterwards.
+    /// it afterwards, into a given buffer or a new one ([`PackedB::product`], also with `k = 0`).
     #[test]
     fn adding_a_base_equals_adding_after_the_product() {
         let (m, k, n) = (10, 70, 16 * 9 + 5);
@@ -699,6 +743,10 @@ mod tests {
             for (i, (x, y)) in fused.iter().zip(&plain).enumerate() {
                 assert_eq!(x.to_bits(), (y + base[if rows == 1 { i % n } else { i }]).to_bits());
             }
+            assert_eq!(pool.install(|| packed.product(&a, m, k, Some(&base))), fused, "product, base rows {rows}");
+            let empty = PackedB::from_fn(0, n, |_, _| 1.0);
+            let want: Vec<f32> = (0..m * n).map(|i| base[if rows == 1 { i % n } else { i }]).collect();
+            assert_eq!(empty.product(&[], m, 0, Some(&base)), want, "k = 0, base rows {rows}");
         }
     }
 
@@ -717,6 +765,7 @@ mod tests {
             let mut par = vec![f32::NAN; m * n];
             pool.install(|| packed.matmul_par(&a, m, k, &mut par, n));
             assert_eq!(one, par, "{m} rows");
+            assert_eq!(one, pool.install(|| packed.product(&a, m, k, None)), "{m} rows, product");
         }
     }
 

@@ -74,9 +74,7 @@ impl SmallMatmul for Flex {
         }
         let x = f32s(&x);
         let out = if reuse {
-            let mut out = vec![0f32; m * n];
-            packed(&w).matmul_par(&x, m, k, &mut out, n);
-            out
+            packed(&w).product(&x, m, k, None)
         } else {
             let (w, rs, cs) = strided(&w);
             split_columns(&x, m, k, &w, n, rs, cs)
@@ -93,8 +91,7 @@ impl SmallMatmul for Flex {
             base.layout().shape().dims::<2>()[1] == n && (rows == 1 || rows == m),
             "add_small_matmul: base shape"
         );
-        let mut out = vec![0f32; m * n];
-        packed(&w).matmul_par_add(&f32s(&x), m, k, &mut out, n, Some(&f32s(&base)));
+        let out = packed(&w).product(&f32s(&x), m, k, Some(&f32s(&base)));
         FlexTensor::from_data(TensorData::new(out, [m, n]))
     }
 }
