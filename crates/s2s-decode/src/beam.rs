@@ -215,15 +215,45 @@ pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) ->
     done
 }
 
-/// Indices of the `n` largest entries of `row` (ties: lower index first), unordered.
+/// Indices of the `n` largest entries of `row` in `f32::total_cmp`'s order (ties: lower
+/// index first), best first.
+///
+/// One pass keeping the `n` best so far: a block of 64 entries whose largest does not beat
+/// the `n`-th best is skipped after one (vectorised) maximum, which is nearly every block once
+/// the first few have set the bar. A full partial sort (`select_nth_unstable` over an index
+/// vector) took ~20 µs for an 8000-word row, ~7 ms a beam-5 step of 64 sentences; this takes
+/// about a third of that.
 fn top(row: &[f32], n: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..row.len()).collect();
-    let n = n.min(row.len());
-    if n < row.len() {
-        idx.select_nth_unstable_by(n, |&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-        idx.truncate(n);
+    /// `f32::total_cmp`'s order as an integer: `key(a) < key(b)` iff `a < b` in that order.
+    #[inline(always)]
+    fn key(v: f32) -> i32 {
+        let b = v.to_bits() as i32;
+        b ^ (((b >> 31) as u32) >> 1) as i32
     }
-    idx
+    const BLOCK: usize = 64;
+    let n = n.min(row.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    // The best so far, best first: (key, index).
+    let mut best: Vec<(i32, usize)> = Vec::with_capacity(n + 1);
+    for (b, block) in row.chunks(BLOCK).enumerate() {
+        if best.len() == n && block.iter().fold(i32::MIN, |m, &v| m.max(key(v))) <= best[n - 1].0 {
+            continue;
+        }
+        for (j, &v) in block.iter().enumerate() {
+            let k = key(v);
+            // A tie with the n-th best loses: its index is higher.
+            if best.len() == n && k <= best[n - 1].0 {
+                continue;
+            }
+            // After every entry at least as large (so ties keep index order).
+            let at = best.partition_point(|&(kb, _)| kb >= k);
+            best.insert(at, (k, b * BLOCK + j));
+            best.truncate(n);
+        }
+    }
+    best.into_iter().map(|(_, i)| i).collect()
 }
 
 #[cfg(test)]
@@ -231,6 +261,42 @@ mod tests {
     use super::*;
     use burn::tensor::Device;
     use s2s_models::Step;
+
+    /// `top` picks what a full sort picks (ties to the lower index), on rows with ties,
+    /// infinities and NaN, at the edges of its 64-entry blocks, and for `n` of 0, 1, 10 and
+    /// more than the row holds.
+    #[test]
+    fn top_equals_a_full_sort() {
+        let sorted = |row: &[f32], n: usize| {
+            let mut idx: Vec<usize> = (0..row.len()).collect();
+            idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            idx.truncate(n);
+            idx
+        };
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 33) % 2000) as f32 / 100.0 - 10.0
+        };
+        let mut rows: Vec<Vec<f32>> = (0..20).map(|len| (0..len * 37 + 1).map(|_| next()).collect()).collect();
+        rows.push(vec![1.0; 300]);
+        rows.push((0..300).map(|i| (i % 7) as f32).collect());
+        rows.push((0..300).map(|i| -(i as f32)).collect());
+        rows.push((0..300).map(|i| i as f32).collect());
+        let mut special: Vec<f32> = (0..200).map(|_| next()).collect();
+        special[3] = f32::NAN;
+        special[64] = f32::INFINITY;
+        special[65] = f32::NEG_INFINITY;
+        special[127] = f32::INFINITY;
+        special[128] = -0.0;
+        special[129] = 0.0;
+        rows.push(special);
+        for row in &rows {
+            for n in [0, 1, 10, row.len() + 3] {
+                assert_eq!(top(row, n), sorted(row, n), "n {n}, row of {}", row.len());
+            }
+        }
+    }
 
     /// A Markov chain over 7 tokens: the next token's probabilities depend on the last token
     /// only. From `<s>`: `a` 0.6, `b` 0.4; after `a`: `</s>` 0.4, `a`/`c` 0.3; after `b`:
