@@ -278,7 +278,8 @@ mod tests {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((state >> 33) % 2000) as f32 / 100.0 - 10.0
         };
-        let mut rows: Vec<Vec<f32>> = (0..20).map(|len| (0..len * 37 + 1).map(|_| next()).collect()).collect();
+        let mut rows: Vec<Vec<f32>> =
+            (0..20).map(|len| (0..len * 37 + 1).map(|_| next()).collect()).collect();
         rows.push(vec![1.0; 300]);
         rows.push((0..300).map(|i| (i % 7) as f32).collect());
         rows.push((0..300).map(|i| -(i as f32)).collect());

@@ -422,7 +422,9 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                         let (hb, cb) = (&mut h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
                         let out_at = (b * (t_n + 2) + t) * h + g.units.start;
                         if save {
-                            unsafe { write_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n]) };
+                            unsafe {
+                                write_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n])
+                            };
                             unsafe { write_units(&g.s_c.ptr, at * n, cb) };
                         }
                         if !l.real(b, t) {
@@ -538,7 +540,9 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                         dg.fill(0.0);
                         for s in 0..4 {
                             // SAFETY: as below.
-                            unsafe { zero_units(d_gates_out, (b * t_n + t) * 4 * h + s * h + g.units.start, n) };
+                            unsafe {
+                                zero_units(d_gates_out, (b * t_n + t) * 4 * h + s * h + g.units.start, n)
+                            };
                         }
                         continue;
                     }
@@ -576,7 +580,8 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     }
     let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev, [b_n * t_n, h]));
     // SAFETY: the workers wrote every element of the steps they ran.
-    let d_gates = FlexTensor::from_data(TensorData::new(unsafe { d_gates.finish(&steps) }, [b_n * t_n, 4 * h]));
+    let d_gates =
+        FlexTensor::from_data(TensorData::new(unsafe { d_gates.finish(&steps) }, [b_n * t_n, 4 * h]));
     let d_w = crate::small_matmul::matmul_2d(&Flex::float_transpose(h_prev), &d_gates);
     [
         d_gates.reshape(Shape::new([b_n, t_n, 4 * h])),

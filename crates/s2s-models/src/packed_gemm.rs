@@ -743,7 +743,11 @@ mod tests {
             for (i, (x, y)) in fused.iter().zip(&plain).enumerate() {
                 assert_eq!(x.to_bits(), (y + base[if rows == 1 { i % n } else { i }]).to_bits());
             }
-            assert_eq!(pool.install(|| packed.product(&a, m, k, Some(&base))), fused, "product, base rows {rows}");
+            assert_eq!(
+                pool.install(|| packed.product(&a, m, k, Some(&base))),
+                fused,
+                "product, base rows {rows}"
+            );
             let empty = PackedB::from_fn(0, n, |_, _| 1.0);
             let want: Vec<f32> = (0..m * n).map(|i| base[if rows == 1 { i % n } else { i }]).collect();
             assert_eq!(empty.product(&[], m, 0, Some(&base)), want, "k = 0, base rows {rows}");

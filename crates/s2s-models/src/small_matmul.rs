@@ -255,17 +255,21 @@ pub fn matmul_2d(a: &FlexTensor, b: &FlexTensor) -> FlexTensor {
         a.len() > (m - 1) * a_rs + (k - 1) * a_cs && b.len() > (k - 1) * b_rs + (n - 1) * b_cs,
         "matmul_2d: operands too short"
     );
-    let parallelism = if m * n * k >= 192 * 192 * 192 {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
+    let parallelism =
+        if m * n * k >= 192 * 192 * 192 { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
     // SAFETY: `out` has room for `[m, n]` row-major, which `gemm` (not reading it: `read_dst`
     // false) writes completely; the operands hold `[m, k]` and `[k, n]` at the strides given
     // (asserted above).
     unsafe {
-        gemm_into([m, n, k], out.as_mut_ptr(), n, (a.as_ptr(), a_rs, a_cs), (b.as_ptr(), b_rs, b_cs), parallelism);
+        gemm_into(
+            [m, n, k],
+            out.as_mut_ptr(),
+            n,
+            (a.as_ptr(), a_rs, a_cs),
+            (b.as_ptr(), b_rs, b_cs),
+            parallelism,
+        );
         out.set_len(m * n);
     }
     FlexTensor::from_data(TensorData::new(out, [m, n]))
@@ -337,7 +341,11 @@ pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     if !crate::flex_data::is_flex(&x.device()) {
         return x.matmul(w);
     }
-    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), false))
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
+        x.into_dispatch(),
+        w.into_dispatch(),
+        false,
+    ))
 }
 
 /// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row). While decoding
@@ -368,7 +376,9 @@ mod tests {
     fn equals_burns_matmul_forward_and_backward() {
         let ad = Device::flex().autodiff();
         ad.seed(3);
-        for (m, k, n) in [(1, 5, 3), (7, 33, 200), (64, 40, 130), (300, 8, 20), (1100, 9, 33), (1100, 200, 40)] {
+        for (m, k, n) in
+            [(1, 5, 3), (7, 33, 200), (64, 40, 130), (300, 8, 20), (1100, 9, 33), (1100, 200, 40)]
+        {
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &ad);
             // A transposed weight (as tied embeddings are) is read in place through its strides.
             let w = if n % 2 == 0 {

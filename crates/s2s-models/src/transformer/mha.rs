@@ -185,8 +185,11 @@ impl MultiHeadAttention {
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         let bias = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
         // The side-by-side weight is new at every call: nothing to keep packed.
-        let xw = crate::small_matmul::matmul_fresh(x.clone().reshape([b * t, x.dims()[2]]), w)
-            .reshape([b, t, which.len() * d]);
+        let xw = crate::small_matmul::matmul_fresh(x.clone().reshape([b * t, x.dims()[2]]), w).reshape([
+            b,
+            t,
+            which.len() * d,
+        ]);
         Some(xw + bias.unsqueeze::<3>()) // [B, T, N·d]
     }
 
