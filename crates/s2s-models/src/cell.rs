@@ -189,7 +189,11 @@ pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
 
 /// `f` on `x` seen as `[rows, d_in]` (every leading dimension one row), its `[rows, d_out]`
 /// result given `x`'s leading dimensions back.
-fn as_rows<const D: usize>(x: Tensor<D>, d_out: usize, f: impl FnOnce(Tensor<2>) -> Tensor<2>) -> Tensor<D> {
+pub(crate) fn as_rows<const D: usize>(
+    x: Tensor<D>,
+    d_out: usize,
+    f: impl FnOnce(Tensor<2>) -> Tensor<2>,
+) -> Tensor<D> {
     let mut dims = x.dims();
     let d_in = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();

@@ -536,24 +536,18 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                 let step = unsafe { step[i].get_mut() };
                 for b in 0..b_n {
                     let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
-                    if !l.real(b, t) {
-                        dg.fill(0.0);
-                        for s in 0..4 {
-                            // SAFETY: as below.
-                            unsafe {
-                                zero_units(d_gates_out, (b * t_n + t) * 4 * h + s * h + g.units.start, n)
-                            };
-                        }
-                        continue;
-                    }
                     let at = b * t_n + t;
-                    let dhb = &mut g.dh[b * n..(b + 1) * n];
-                    for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
-                        *d += x;
+                    if l.real(b, t) {
+                        let dhb = &mut g.dh[b * n..(b + 1) * n];
+                        for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
+                            *d += x;
+                        }
+                        let (gates, c_prev) =
+                            (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
+                        cell_backward(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
+                    } else {
+                        dg.fill(0.0);
                     }
-                    let (gates, c_prev) =
-                        (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
-                    cell_backward(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
                     for (s, dg) in dg.chunks_exact(n).enumerate() {
                         // SAFETY: columns `s·hidden + U` of row `at` are this group's alone, and
                         // `d_gates` outlives the workers.

@@ -329,22 +329,24 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
 /// weight, which comes back unchanged and is kept packed ([`packed`]), not a tensor computed
 /// afresh each call (for those: [`matmul_fresh`]).
 pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
-    if !crate::flex_data::is_flex(&x.device()) {
-        return x.matmul(w);
-    }
-    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), true))
+    product(x, w, true)
 }
 
 /// [`matmul`] for a `W` computed afresh (a concatenation of weights, say): never packed or
 /// kept, so it does not push the weights that are out of the cache.
 pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    product(x, w, false)
+}
+
+/// [`matmul`] (`reuse`: `W` is a weight, kept packed while decoding) or [`matmul_fresh`].
+fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
     if !crate::flex_data::is_flex(&x.device()) {
         return x.matmul(w);
     }
     Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
         x.into_dispatch(),
         w.into_dispatch(),
-        false,
+        reuse,
     ))
 }
 

@@ -185,11 +185,8 @@ impl MultiHeadAttention {
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         let bias = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
         // The side-by-side weight is new at every call: nothing to keep packed.
-        let xw = crate::small_matmul::matmul_fresh(x.clone().reshape([b * t, x.dims()[2]]), w).reshape([
-            b,
-            t,
-            which.len() * d,
-        ]);
+        let xw =
+            crate::cell::as_rows(x.clone(), which.len() * d, |x| crate::small_matmul::matmul_fresh(x, w));
         Some(xw + bias.unsqueeze::<3>()) // [B, T, N·d]
     }
 
