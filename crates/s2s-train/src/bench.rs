@@ -72,6 +72,11 @@ impl BenchConfig {
 }
 
 impl Shape {
+    /// Hidden units of a recurrent shape.
+    pub fn hidden(&self) -> Option<usize> {
+        self.hidden
+    }
+
     /// The toolkit's model with this shape (as close to `torch_ref.py`'s as the kinds allow:
     /// the Transformer gets separate embeddings and an untied output, like PyTorch's).
     pub fn spec(&self) -> Result<ModelSpec, String> {

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod run;
 pub mod schedule;
+pub mod step_rate;
 pub mod testset;
 pub mod trainer;
 

@@ -4,6 +4,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use s2s_train::bench::{BenchConfig, bench};
 use s2s_train::device::{DeviceChoice, select};
+use s2s_train::step_rate::lstm_step_rate;
 
 /// Measure training tokens/s and decoding sentences/s on the shapes of
 /// experiments/bench/models.json (the same as ../shared/bench/torch_ref.py's).
@@ -15,12 +16,17 @@ pub struct BenchArgs {
     /// Comma-separated shapes (default: all).
     #[arg(long)]
     models: Option<String>,
-    /// Timed training steps (decoding runs max(1, steps/4) passes).
+    /// Timed training steps (decoding runs max(1, steps/4) passes); with --lstm-step, rounds.
     #[arg(long, default_value_t = 20)]
     steps: usize,
     /// One JSON object per model (like torch_ref.py) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Instead of the models: the LSTM step (one layer of the `lstm` shape over `tgt_len`
+    /// steps, gate math and all) beside the machine's best product rate, measured in the same
+    /// run (CPU only; docs/benchmarks.md).
+    #[arg(long)]
+    lstm_step: bool,
 }
 
 /// Runs `s2s bench`.
@@ -37,6 +43,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 cfg.models.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
+    }
+    if a.lstm_step {
+        return lstm_step(&cfg, a.steps, a.json);
     }
     let (device, device_name) = select(a.device);
     eprintln!("device: {device_name}");
@@ -69,5 +78,42 @@ pub fn run(a: BenchArgs) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `s2s bench --lstm-step`: the `lstm` shape's layer (hidden units, batch, `tgt_len` steps;
+/// the output product over `tgt_vocab`), each figure the best of `rounds` interleaved rounds.
+fn lstm_step(cfg: &BenchConfig, rounds: usize, json: bool) -> Result<()> {
+    let Some(hidden) = cfg.models.get("lstm").and_then(|s| s.hidden()) else {
+        bail!("experiments/bench/models.json has no `lstm` shape with `hidden`");
+    };
+    let b = cfg.batch;
+    eprintln!("device: cpu (flex), {} threads", rayon::current_num_threads());
+    let r = lstm_step_rate(b.sentences, hidden, b.tgt_len, b.tgt_vocab, rounds.max(1));
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    println!("| product (best of {} rounds) | GFLOP/s |", rounds.max(1));
+    println!("|---|---|");
+    for p in &r.products {
+        println!("| {} | {:.1} |", p.product, p.gflops);
+    }
+    println!();
+    println!(
+        "| LSTM layer `[{}, {}]`, {} steps | GFLOP/s | of the best product rate ({:.1}) |",
+        r.batch, r.hidden, r.time, r.best_product_gflops
+    );
+    println!("|---|---|---|");
+    println!("| forward, decoding | {:.1} | **{:.2}** |", r.decode_layer_gflops, r.decode_ratio);
+    println!(
+        "| forward, training (saves for backward) | {:.1} | **{:.2}** |",
+        r.train_forward_gflops, r.train_forward_ratio
+    );
+    println!(
+        "| backward, training | {:.1} | {:.2} |",
+        r.train_backward_gflops,
+        r.train_backward_gflops / r.best_product_gflops
+    );
     Ok(())
 }

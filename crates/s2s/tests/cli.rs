@@ -718,3 +718,26 @@ fn a_missing_file_is_named_with_its_reason_once() {
     assert!(err.contains(missing.to_str().unwrap()), "{err}");
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+/// `s2s bench --lstm-step --json` measures the bench's `lstm` shape (hidden 512, 64 sentences,
+/// 24 steps) and reports ratios that are its own figures divided by the best product's.
+#[test]
+fn bench_lstm_step_reports_the_step_beside_the_best_product_rate() {
+    let o = s2s(&["bench", "--lstm-step", "--steps", "1", "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["batch"].as_u64(), v["hidden"].as_u64(), v["time"].as_u64()),
+        (Some(64), Some(512), Some(24))
+    );
+    let products = v["products"].as_array().unwrap();
+    assert_eq!(products.len(), 4);
+    let best = products.iter().map(|p| p["gflops"].as_f64().unwrap()).fold(0.0, f64::max);
+    assert!(best > 0.0 && best == v["best_product_gflops"].as_f64().unwrap());
+    for (rate, ratio) in
+        [("decode_layer_gflops", "decode_ratio"), ("train_forward_gflops", "train_forward_ratio")]
+    {
+        let (rate, ratio) = (v[rate].as_f64().unwrap(), v[ratio].as_f64().unwrap());
+        assert!(rate > 0.0 && (ratio - rate / best).abs() < 1e-9, "{rate} / {best} vs {ratio}");
+    }
+}
