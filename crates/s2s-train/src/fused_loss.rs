@@ -149,11 +149,15 @@ impl Rows {
                 return;
             }
             let (scale, floor) = (g_nll + g_l, g_l * eps / v as f32);
+            // The row's log-sum-exp as a local: read from `lse` inside the loop, it was loaded
+            // again after every store to `d` (the compiler cannot tell the two apart here), and
+            // the loop ran one element at a time on every CPU.
+            let m = lse[r];
             wide(
                 #[inline(always)]
                 || {
                     for (d, &a) in d.iter_mut().zip(x) {
-                        *d = scale * exp(a - lse[r]) - floor;
+                        *d = scale * exp(a - m) - floor;
                     }
                 },
             );
