@@ -45,6 +45,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
     }
     if a.lstm_step {
+        if matches!(a.device, DeviceChoice::Wgpu) {
+            bail!("--lstm-step measures the CPU kernels (flex) only: drop --device wgpu");
+        }
         return lstm_step(&cfg, a.steps, a.json);
     }
     let (device, device_name) = select(a.device);

@@ -741,3 +741,11 @@ fn bench_lstm_step_reports_the_step_beside_the_best_product_rate() {
         assert!(rate > 0.0 && (ratio - rate / best).abs() < 1e-9, "{rate} / {best} vs {ratio}");
     }
 }
+
+/// `--lstm-step` measures CPU kernels: asking for it on wgpu is refused, with the remedy.
+#[test]
+fn bench_lstm_step_refuses_wgpu() {
+    let o = s2s(&["bench", "--lstm-step", "--device", "wgpu"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("drop --device wgpu"), "{}", text(&o.stderr));
+}
