@@ -9,11 +9,10 @@
 //! `∂gates W_hᵀ`, and `∂W_h` as one product over all steps.
 //!
 //! The machine's best product rate is the fastest of the products this toolkit runs, each
-//! alone on two threads, best of several calls: the step's own product against a `W_h` packed
-//! once ([`PackedB`]), the decoder's output-layer product, and `gemm`'s large training
-//! products ([`matmul_2d`]). Every figure is the best of several calls, so they compare like with
-//! like (a layer call's best against a product's best), and the calls are interleaved round
-//! by round.
+//! alone on all the pool's threads: the step's own product against a `W_h` packed once
+//! ([`PackedB`]), a decoder's output-layer product, and `gemm`'s large training products
+//! ([`matmul_2d`]). Every figure is its best call, so they compare like with like (a layer
+//! call's best against a product's best), and the calls are interleaved round by round.
 
 use std::time::Instant;
 
@@ -124,6 +123,7 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
     let four_h = 4 * hidden;
     let mut products = [
         Product::packed(batch, hidden, four_h),
+        // Bahdanau's deep output on the bench shapes: `[s_t; c_t; E y]`, 512 + 512 + 256 wide.
         Product::packed(batch, 2 * hidden + hidden / 2, out_vocab),
         Product::gemm(batch * time, hidden, four_h),
         Product::gemm(batch * time, hidden, out_vocab),
