@@ -117,8 +117,8 @@ impl Product {
 /// Measures the LSTM step of a `[batch, hidden]` layer over `time` steps beside the best
 /// product rate (see the module doc) on the CPU (flex). `rounds` rounds, each running every
 /// product three times back to back (the step's own, which is short, six) and every layer
-/// figure once, so that a machine whose speed drifts (shared VMs: ±20 % between runs) drifts under both
-/// sides of the ratio alike; each figure is its best round.
+/// figure once, so that a machine whose speed drifts (shared VMs: ±20 % between runs) drifts
+/// under both sides of the ratio alike; each figure is its best round.
 pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize, rounds: usize) -> StepRate {
     let four_h = 4 * hidden;
     let mut products = [
@@ -192,6 +192,7 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
         train_forward_ratio: train_forward_gflops / best,
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
