@@ -30,7 +30,7 @@ use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Shape, Tensor, TensorData};
 
-use crate::fastmath::{LANES, block, block_mut, sigmoid, tanh};
+use crate::fastmath::{LANES, sigmoid, tanh};
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -349,8 +349,10 @@ fn gather(src: &[f32], width: usize, rows: impl Iterator<Item = usize>, units: &
 
 /// Rows ahead of the one being worked on whose inputs the gate passes ask the cache for: a
 /// row's slices of a `[batch, time, ·]` buffer lie a whole sentence apart, too far for the
-/// hardware prefetchers to follow. On the lstm bench shape the forward pass's input add
-/// (reading `xw`) went from a median of ~200 to ~150 thousand TSC cycles a step per thread.
+/// hardware prefetchers to follow. On the lstm bench shape (2-core AVX2 VM, phase timers) the
+/// forward pass's input add (reading `xw`) went from a median of ~200 to ~150 thousand TSC
+/// cycles a step per thread, and the backward gate pass (reading the saved gates, `c_{t−1}`
+/// and `∂h_t`) from 694–996 to 528–720.
 const AHEAD: usize = 2;
 
 /// Asks for the cache lines of `x` to be fetched into L1 (a hint: it never faults, and it does
@@ -636,81 +638,85 @@ fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
 /// iterations and the loop runs at the chains' latency. Over a chunk of units, one
 /// activation at a time (four short loops of independent elements, then the state update)
 /// keeps ~8 chains in flight: the forward gate math of `[64, 256]` units, hot in cache, went
-/// from 224 to 195 thousand TSC cycles on the 2-core AVX2 VM. Each unit sees the same
-/// operations in the same order, so the results are the same bits.
+/// from 229 to 192 thousand TSC cycles on the 2-core AVX2 VM, the backward one from 271 to
+/// 228. Each unit sees the same operations in the same order, so the results are the same
+/// bits whatever the chunk: whole chunks of `CHUNK`, then of [`LANES`] (fixed-size arrays
+/// vectorise without run-time length or overlap checks; a plain indexed loop ran at half the
+/// speed inside `wide`), then single units.
 const CHUNK: usize = 64;
 
-/// `x[j..j + CHUNK]` as an array (see [`block`]).
+/// `x[j..j + W]` as an array.
 #[inline(always)]
-fn chunk(x: &[f32], j: usize) -> &[f32; CHUNK] {
-    x[j..j + CHUNK].try_into().expect("a whole chunk")
+fn chunk<const W: usize>(x: &[f32], j: usize) -> &[f32; W] {
+    x[j..j + W].try_into().expect("a whole chunk")
 }
 
-/// `x[j..j + CHUNK]` as a mutable array.
+/// `x[j..j + W]` as a mutable array.
 #[inline(always)]
-fn chunk_mut(x: &mut [f32], j: usize) -> &mut [f32; CHUNK] {
-    (&mut x[j..j + CHUNK]).try_into().expect("a whole chunk")
+fn chunk_mut<const W: usize>(x: &mut [f32], j: usize) -> &mut [f32; W] {
+    (&mut x[j..j + W]).try_into().expect("a whole chunk")
 }
 
-/// `y = f(x)` element by element over a chunk.
+/// The four gates' activations `[σ(i), σ(f), tanh(g), σ(o)]` of units `j..j + W`, one gate
+/// at a time.
 #[inline(always)]
-fn activate(x: &[f32; CHUNK], y: &mut [f32; CHUNK], f: impl Fn(f32) -> f32) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y = f(x);
+fn activations<const W: usize>(gates: [&[f32]; 4], j: usize) -> [[f32; W]; 4] {
+    #[inline(always)]
+    fn each<const W: usize>(x: &[f32; W], f: impl Fn(f32) -> f32) -> [f32; W] {
+        let mut y = [0f32; W];
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = f(x);
+        }
+        y
     }
+    let [gi, gf, gg, go] = gates;
+    [
+        each(chunk::<W>(gi, j), sigmoid),
+        each(chunk::<W>(gf, j), sigmoid),
+        each(chunk::<W>(gg, j), tanh),
+        each(chunk::<W>(go, j), sigmoid),
+    ]
 }
 
-/// The four gates' activations `[σ(i), σ(f), tanh(g), σ(o)]` of the chunk at `j`.
+/// The rows `[i f g o]` of a gate block, each `n` long.
 #[inline(always)]
-fn activations(gates: [&[f32]; 4], j: usize, act: &mut [[f32; CHUNK]; 4]) {
-    let [gi, gf, gg, go] = gates;
-    activate(chunk(gi, j), &mut act[0], sigmoid);
-    activate(chunk(gf, j), &mut act[1], sigmoid);
-    activate(chunk(gg, j), &mut act[2], tanh);
-    activate(chunk(go, j), &mut act[3], sigmoid);
+fn split_gates(gates: &[f32], n: usize) -> [&[f32]; 4] {
+    let (gi, rest) = gates.split_at(n);
+    let (gf, rest) = rest.split_at(n);
+    let (gg, go) = rest.split_at(n);
+    [gi, gf, gg, &go[..n]]
 }
 
 #[inline(always)]
 fn cell_forward_body(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
     /// One unit from its activations.
     #[inline(always)]
-    fn update(i: f32, f: f32, t_g: f32, o: f32, c: &mut f32, h: &mut f32) {
+    fn update(a: [f32; 4], c: &mut f32, h: &mut f32) {
+        let [i, f, t_g, o] = a;
         let c_new = f * *c + i * t_g;
         *c = c_new;
         *h = o * tanh(c_new);
     }
+    /// Units `range` (whole chunks of `W`).
     #[inline(always)]
-    fn one(i: f32, f: f32, g: f32, o: f32, c: &mut f32, h: &mut f32) {
-        update(sigmoid(i), sigmoid(f), tanh(g), sigmoid(o), c, h);
+    fn chunks<const W: usize>(gates: [&[f32]; 4], range: Range<usize>, c: &mut [f32], h: &mut [f32]) {
+        for j in range.step_by(W) {
+            let [i, f, t_g, o] = activations::<W>(gates, j);
+            let (c, h) = (chunk_mut::<W>(c, j), chunk_mut::<W>(h, j));
+            for k in 0..W {
+                update([i[k], f[k], t_g[k], o[k]], &mut c[k], &mut h[k]);
+            }
+        }
     }
     let n = c.len();
-    let (gi, rest) = gates.split_at(n);
-    let (gf, rest) = rest.split_at(n);
-    let (gg, go) = rest.split_at(n);
-    let (go, h_out) = (&go[..n], &mut h_out[..n]);
-    // Whole chunks (see `CHUNK`), then blocks, then single units.
-    let chunks = n - n % CHUNK;
-    let mut act = [[0f32; CHUNK]; 4];
-    for j in (0..chunks).step_by(CHUNK) {
-        activations([gi, gf, gg, go], j, &mut act);
-        let [i, f, t_g, o] = &act;
-        let (c, h) = (chunk_mut(c, j), chunk_mut(h_out, j));
-        for k in 0..CHUNK {
-            update(i[k], f[k], t_g[k], o[k], &mut c[k], &mut h[k]);
-        }
-    }
-    // Whole blocks as fixed-size arrays: vectorised without run-time length or overlap checks
-    // (a plain indexed loop here ran at half the speed inside `wide`).
-    let whole = n - n % LANES;
-    for j in (chunks..whole).step_by(LANES) {
-        let (i, f, g, o) = (block(gi, j), block(gf, j), block(gg, j), block(go, j));
-        let (c, h) = (block_mut(c, j), block_mut(h_out, j));
-        for k in 0..LANES {
-            one(i[k], f[k], g[k], o[k], &mut c[k], &mut h[k]);
-        }
-    }
+    let gates = split_gates(gates, n);
+    let h_out = &mut h_out[..n];
+    let (big, whole) = (n - n % CHUNK, n - n % LANES);
+    chunks::<CHUNK>(gates, 0..big, c, h_out);
+    chunks::<LANES>(gates, big..whole, c, h_out);
     for j in whole..n {
-        one(gi[j], gf[j], gg[j], go[j], &mut c[j], &mut h_out[j]);
+        let [gi, gf, gg, go] = gates;
+        update([sigmoid(gi[j]), sigmoid(gf[j]), tanh(gg[j]), sigmoid(go[j])], &mut c[j], &mut h_out[j]);
     }
 }
 
@@ -740,63 +746,38 @@ fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_ga
         *d_o = dh * t * o * (1.0 - o);
         *dc = dc_total * f;
     }
-    /// One unit from its pre-activations `g`.
+    /// Units `range` (whole chunks of `W`).
     #[inline(always)]
-    fn one(g: [f32; 4], c: f32, dh: f32, dc: &mut f32, d: [&mut f32; 4]) {
-        grads([sigmoid(g[0]), sigmoid(g[1]), tanh(g[2]), sigmoid(g[3])], c, dh, dc, d);
+    fn chunks<const W: usize>(
+        gates: [&[f32]; 4],
+        range: Range<usize>,
+        (c, dh, dc): (&[f32], &[f32], &mut [f32]),
+        [di, df, dgg, d_o]: [&mut [f32]; 4],
+    ) {
+        for j in range.step_by(W) {
+            let [i, f, t_g, o] = activations::<W>(gates, j);
+            let (cb, dhb, dcb) = (chunk::<W>(c, j), chunk::<W>(dh, j), chunk_mut::<W>(dc, j));
+            let (dib, dfb) = (chunk_mut::<W>(di, j), chunk_mut::<W>(df, j));
+            let (dgb, dob) = (chunk_mut::<W>(dgg, j), chunk_mut::<W>(d_o, j));
+            for k in 0..W {
+                let d = [&mut dib[k], &mut dfb[k], &mut dgb[k], &mut dob[k]];
+                grads([i[k], f[k], t_g[k], o[k]], cb[k], dhb[k], &mut dcb[k], d);
+            }
+        }
     }
     let n = c.len();
-    let (gi, rest) = gates.split_at(n);
-    let (gf, rest) = rest.split_at(n);
-    let (gg, go) = rest.split_at(n);
+    let gates = split_gates(gates, n);
     let (di, rest) = d_gates.split_at_mut(n);
     let (df, rest) = rest.split_at_mut(n);
     let (dgg, d_o) = rest.split_at_mut(n);
-    let (go, d_o, dh, dc) = (&go[..n], &mut d_o[..n], &dh[..n], &mut dc[..n]);
-    // Whole chunks (see `CHUNK`), then blocks, then single units.
-    let chunks = n - n % CHUNK;
-    let mut act = [[0f32; CHUNK]; 4];
-    for j in (0..chunks).step_by(CHUNK) {
-        activations([gi, gf, gg, go], j, &mut act);
-        let [i, f, t_g, o] = &act;
-        let (cb, dhb) = (chunk(c, j), chunk(dh, j));
-        let (dcb, dib, dfb) = (chunk_mut(dc, j), chunk_mut(di, j), chunk_mut(df, j));
-        let (dgb, dob) = (chunk_mut(dgg, j), chunk_mut(d_o, j));
-        for k in 0..CHUNK {
-            grads(
-                [i[k], f[k], t_g[k], o[k]],
-                cb[k],
-                dhb[k],
-                &mut dcb[k],
-                [&mut dib[k], &mut dfb[k], &mut dgb[k], &mut dob[k]],
-            );
-        }
-    }
-    // Whole blocks as fixed-size arrays (see `cell_forward_body`).
-    let whole = n - n % LANES;
-    for j in (chunks..whole).step_by(LANES) {
-        let (i, f, g, o, cb, dhb) =
-            (block(gi, j), block(gf, j), block(gg, j), block(go, j), block(c, j), block(dh, j));
-        let (dcb, dib, dfb) = (block_mut(dc, j), block_mut(di, j), block_mut(df, j));
-        let (dgb, dob) = (block_mut(dgg, j), block_mut(d_o, j));
-        for k in 0..LANES {
-            one(
-                [i[k], f[k], g[k], o[k]],
-                cb[k],
-                dhb[k],
-                &mut dcb[k],
-                [&mut dib[k], &mut dfb[k], &mut dgb[k], &mut dob[k]],
-            );
-        }
-    }
+    let (d_o, dh, dc) = (&mut d_o[..n], &dh[..n], &mut dc[..n]);
+    let (big, whole) = (n - n % CHUNK, n - n % LANES);
+    chunks::<CHUNK>(gates, 0..big, (c, dh, dc), [di, df, dgg, d_o]);
+    chunks::<LANES>(gates, big..whole, (c, dh, dc), [di, df, dgg, d_o]);
     for j in whole..n {
-        one(
-            [gi[j], gf[j], gg[j], go[j]],
-            c[j],
-            dh[j],
-            &mut dc[j],
-            [&mut di[j], &mut df[j], &mut dgg[j], &mut d_o[j]],
-        );
+        let [gi, gf, gg, go] = gates;
+        let a = [sigmoid(gi[j]), sigmoid(gf[j]), tanh(gg[j]), sigmoid(go[j])];
+        grads(a, c[j], dh[j], &mut dc[j], [&mut di[j], &mut df[j], &mut dgg[j], &mut d_o[j]]);
     }
 }
 
