@@ -32,6 +32,7 @@ use burn::tensor::{Shape, Tensor, TensorData};
 
 use crate::fastmath::{LANES, sigmoid, tanh};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -370,6 +371,48 @@ fn prefetch(x: &[f32]) {
     let _ = x;
 }
 
+/// How far each worker of a layer pass has got, so that workers wait for one another's
+/// step buffers only where they need them, not at a barrier per step: worker `i` multiplies
+/// its own buffer first, then each other worker's as soon as it is published. A worker that
+/// ran late then costs the others nothing as long as its buffer arrives before they have
+/// finished their own product. With barriers, the two vCPUs of the 2-core VM (whose speed
+/// differs from step to step) waited a median of ~170–300 thousand TSC cycles a forward step
+/// per thread, ~8 % of it; with these counters, 0–16.
+struct Progress {
+    /// `written[i] = s + 1`: worker `i` has written its buffer of step `s` (the state `h_t` of
+    /// its units forward, their `∂gates_t` backward).
+    written: Vec<AtomicUsize>,
+    /// `read[i] = s + 1`: worker `i` is done reading the other workers' buffers in step `s`.
+    read: Vec<AtomicUsize>,
+}
+
+impl Progress {
+    fn new(workers: usize) -> Self {
+        let zeros = || (0..workers).map(|_| AtomicUsize::new(0)).collect();
+        Self { written: zeros(), read: zeros() }
+    }
+
+    /// The workers other than `i`, in the order `i` reads their buffers.
+    fn others(&self, i: usize) -> impl Iterator<Item = usize> + use<> {
+        let n = self.written.len();
+        (1..n).map(move |d| (i + d) % n)
+    }
+
+    /// Waits (see [`lockstep::Barrier::wait_until`]) until worker `j` has written step `s`'s
+    /// buffer.
+    fn wait_written(&self, barrier: &lockstep::Barrier, j: usize, s: usize) {
+        barrier.wait_until(|| self.written[j].load(Ordering::Acquire) > s);
+    }
+
+    /// Waits until every worker but `i` is done reading in step `s` (nothing to wait for
+    /// before step 0).
+    fn wait_read(&self, barrier: &lockstep::Barrier, i: usize, s: Option<usize>) {
+        if let Some(s) = s {
+            barrier.wait_until(|| self.others(i).all(|j| self.read[j].load(Ordering::Acquire) > s));
+        }
+    }
+}
+
 /// One thread's share of the forward pass: its units' state and what it saves.
 struct ForwardGroup {
     units: Range<usize>,
@@ -384,8 +427,8 @@ struct ForwardGroup {
 /// Runs the layer: per step and group of units one product `h_{t−1} W_h[:, gates of U]`
 /// ([`PackedB`], `W_h` packed once per call) and the fused gate math on the rows with a real
 /// token (padded rows keep their state and output 0); each group runs on a thread of its own
-/// for the whole layer and the threads meet at a barrier after every step
-/// ([`crate::lockstep`]). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
+/// for the whole layer ([`crate::lockstep`]), and takes the other groups' `h_{t−1}` as they
+/// arrive ([`Progress`]). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
 /// pass needs.
 fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (FlexTensor, Option<Saved>) {
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
@@ -419,6 +462,7 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
     let out = Unzeroed::new(b_n, t_n + 2, h);
     let h_prev_all = Unzeroed::new(keep * b_n, t_n, h);
     let steps: Vec<usize> = l.order().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
+    let progress = Progress::new(groups.len());
     lockstep::run(groups.len(), |i, barrier| {
         let (out_ptr, h_prev_ptr) = (&out.ptr, &h_prev_all.ptr);
         // SAFETY: only worker `i` touches group `i`'s state.
@@ -427,12 +471,23 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
         let zeros = vec![0f32; 4 * n];
         for (s, &t) in steps.iter().enumerate() {
             let (cur, next) = (s % 2, (s + 1) % 2);
-            for (j, p) in packed[i].iter().enumerate() {
-                // SAFETY: this step every worker reads the `cur` buffers and writes only its own
-                // `next` one; the barrier below ends the step.
-                p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, j > 0);
+            // The product with this worker's own state first (it wrote it), then, as each
+            // other worker's arrives, with theirs (see `Progress`).
+            for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
+                if let Some(prev) = s.checked_sub(1).filter(|_| first > 0) {
+                    progress.wait_written(barrier, j, prev);
+                }
+                let p = &packed[i][j];
+                // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
+                // in step `s + 1`, after this worker's `read` says it is done with it.
+                p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, first > 0);
             }
+            progress.read[i].store(s + 1, Ordering::Release);
+            // `h_bufs[i][next]` was every other worker's input in step `s − 1`.
+            progress.wait_read(barrier, i, s.checked_sub(1));
             let h_prev = unsafe { h_bufs[i][cur].get() };
+            // SAFETY: the other workers are done reading it (above) and read it again only
+            // after this worker publishes it (below).
             let h_next = unsafe { h_bufs[i][next].get_mut() };
             // The rows' gate math, vectorised for this CPU as a whole. SAFETY (each write):
             // columns `U` of row `at` (and group `i`'s own buffers) are this worker's alone; the
@@ -479,7 +534,7 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                     }
                 },
             );
-            barrier.wait();
+            progress.written[i].store(s + 1, Ordering::Release);
         }
     });
     let last = steps.len() % 2;
@@ -523,8 +578,8 @@ struct BackwardGroup<'a> {
 
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
 /// reverse order — per step each group (a thread of its own, [`crate::lockstep`]) runs its
-/// units' gate math, then (after a barrier) `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j]
-/// W_hᵀ[.., U]` with `W_hᵀ` packed once, and a barrier again —
+/// units' gate math, then `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j] W_hᵀ[.., U]` with
+/// `W_hᵀ` packed once, taking the other groups' `∂gates` as they arrive ([`Progress`]) —
 /// and `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
 fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
@@ -546,23 +601,30 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
             })
         })
         .collect();
-    // Each group's gate gradients of the current step, read by every group's `∂h_{t−1}`.
-    let step: Vec<Slot<Vec<f32>>> = groups.iter().map(|u| Slot::new(vec![0f32; b_n * 4 * u.len()])).collect();
+    // Each group's gate gradients of a step, read by every group's `∂h_{t−1}`; two buffers a
+    // group, step `s` writing `[s % 2]`, so that a worker may start step `s + 1` while the
+    // others still read its step `s` (with one buffer, each step waited for the slowest
+    // reader: backward waits grew from a median of 76–204 to 283–348 thousand TSC cycles a
+    // step per thread instead of shrinking).
+    let step: Vec<[Slot<Vec<f32>>; 2]> =
+        groups.iter().map(|u| [(); 2].map(|_| Slot::new(vec![0f32; b_n * 4 * u.len()]))).collect();
     let steps: Vec<usize> = l.order().rev().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
     // `∂gates` `[batch, time, 4·hidden]`, each group writing its own units' columns (no
     // per-group buffer to scatter afterwards: that pass took ~5 ms a layer on the lstm bench
     // shape); padded positions are 0.
     let d_gates = Unzeroed::new(b_n, t_n, 4 * h);
     let d_gates_out = &d_gates.ptr;
+    let progress = Progress::new(groups.len());
     lockstep::run(groups.len(), |i, barrier| {
         // SAFETY: only worker `i` touches group `i`'s state.
         let g = unsafe { states[i].get_mut() };
         let n = g.units.len();
-        for &t in &steps {
+        for (s, &t) in steps.iter().enumerate() {
             {
-                // SAFETY: this phase each worker writes only its own step buffer (nobody reads
-                // them until the barrier below).
-                let step = unsafe { step[i].get_mut() };
+                // Every other worker read this worker's buffer `[s % 2]` in step `s − 2`.
+                progress.wait_read(barrier, i, s.checked_sub(2));
+                // SAFETY: nobody reads it again until this worker publishes it (below).
+                let step = unsafe { step[i][s % 2].get_mut() };
                 for b in 0..b_n {
                     let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
                     let at = b * t_n + t;
@@ -590,15 +652,19 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                     }
                 }
             }
-            barrier.wait();
-            for (j, p) in packed[i].iter().enumerate() {
-                // SAFETY: this phase every worker only reads the step buffers.
-                p.matmul(unsafe { step[j].get() }, b_n, p.k(), &mut g.dh_prev, n, j > 0);
+            progress.written[i].store(s + 1, Ordering::Release);
+            // This worker's own gate gradients first, then each other worker's as they arrive.
+            for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
+                progress.wait_written(barrier, j, s);
+                let p = &packed[i][j];
+                // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
+                // `s + 2`, after this worker's `read` says it is done with it.
+                p.matmul(unsafe { step[j][s % 2].get() }, b_n, p.k(), &mut g.dh_prev, n, first > 0);
             }
+            progress.read[i].store(s + 1, Ordering::Release);
             for b in (0..b_n).filter(|&b| l.real(b, t)) {
                 g.dh[b * n..(b + 1) * n].copy_from_slice(&g.dh_prev[b * n..(b + 1) * n]);
             }
-            barrier.wait();
         }
     });
     let states: Vec<BackwardGroup> = states.into_iter().map(Slot::into_inner).collect();

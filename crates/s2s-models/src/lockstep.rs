@@ -4,8 +4,10 @@
 //! every time step, each thread needs every other thread's previous state. Forking the step
 //! onto rayon's pool and joining it again costs 20–60 µs a step on the 2-core VM (measured:
 //! two 400 µs halves took 459 µs), because the idle worker falls asleep between steps and has
-//! to be woken. [`run`] instead keeps the threads for the whole layer and meets them at a
-//! spinning [`Barrier`] after each step.
+//! to be woken. [`run`] instead keeps the threads for the whole layer; they meet at a
+//! spinning [`Barrier`], or wait for just what they need from one another with
+//! [`Barrier::wait_until`] on counters of their own (the LSTM layer does the latter: a
+//! barrier per step made both threads wait for the slower one every step).
 //!
 //! The calling thread is worker 0; the others are scoped OS threads, so all of them run at
 //! once whatever rayon is doing (a barrier among rayon tasks could wait for a task that never
@@ -47,8 +49,18 @@ impl Barrier {
             self.generation.fetch_add(1, Ordering::Release);
             return;
         }
+        self.wait_until(|| self.generation.load(Ordering::Acquire) != generation);
+    }
+
+    /// Returns once `ready()` holds, spinning, then yielding, meanwhile: for point-to-point
+    /// waits between barriers (one worker waiting for a counter that another publishes with
+    /// `Release`, read here with `Acquire`).
+    ///
+    /// # Panics
+    /// When another worker panicked.
+    pub fn wait_until(&self, ready: impl Fn() -> bool) {
         let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == generation {
+        while !ready() {
             assert!(!self.poisoned.load(Ordering::Relaxed), "another lockstep worker panicked");
             if spins < 4096 {
                 spins += 1;
