@@ -378,18 +378,21 @@ fn prefetch(x: &[f32]) {
 /// finished their own product. With barriers, the two vCPUs of the 2-core VM (whose speed
 /// differs from step to step) waited a median of ~170–300 thousand TSC cycles a forward step
 /// per thread, ~8 % of it; with these counters, 0–16.
+///
+/// Each worker's buffer is doubled (step `s` writes `[s % 2]`), and that is what makes
+/// waiting for writes enough: a worker overwrites the buffer others read in step `s` only in
+/// step `s + 2`, after it has waited for their writes of step `s + 1` (`s` forward, where
+/// step `s` reads what step `s − 1` wrote), which each of them makes only after its reads
+/// of step `s`. No worker ever waits for another's reads.
 struct Progress {
     /// `written[i] = s + 1`: worker `i` has written its buffer of step `s` (the state `h_t` of
     /// its units forward, their `∂gates_t` backward).
     written: Vec<AtomicUsize>,
-    /// `read[i] = s + 1`: worker `i` is done reading the other workers' buffers in step `s`.
-    read: Vec<AtomicUsize>,
 }
 
 impl Progress {
     fn new(workers: usize) -> Self {
-        let zeros = || (0..workers).map(|_| AtomicUsize::new(0)).collect();
-        Self { written: zeros(), read: zeros() }
+        Self { written: (0..workers).map(|_| AtomicUsize::new(0)).collect() }
     }
 
     /// The workers other than `i`, in the order `i` reads their buffers.
@@ -402,14 +405,6 @@ impl Progress {
     /// buffer.
     fn wait_written(&self, barrier: &lockstep::Barrier, j: usize, s: usize) {
         barrier.wait_until(|| self.written[j].load(Ordering::Acquire) > s);
-    }
-
-    /// Waits until every worker but `i` is done reading in step `s` (nothing to wait for
-    /// before step 0).
-    fn wait_read(&self, barrier: &lockstep::Barrier, i: usize, s: Option<usize>) {
-        if let Some(s) = s {
-            barrier.wait_until(|| self.others(i).all(|j| self.read[j].load(Ordering::Acquire) > s));
-        }
     }
 }
 
@@ -479,15 +474,13 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                 }
                 let p = &packed[i][j];
                 // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
-                // in step `s + 1`, after this worker's `read` says it is done with it.
+                // in step `s + 1`, after this worker's write of step `s` (see `Progress`).
                 p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, first > 0);
             }
-            progress.read[i].store(s + 1, Ordering::Release);
-            // `h_bufs[i][next]` was every other worker's input in step `s − 1`.
-            progress.wait_read(barrier, i, s.checked_sub(1));
             let h_prev = unsafe { h_bufs[i][cur].get() };
-            // SAFETY: the other workers are done reading it (above) and read it again only
-            // after this worker publishes it (below).
+            // SAFETY: the other workers read it in step `s − 1`, done before their writes of
+            // that step, which this worker waited for; they read it again only after this
+            // worker publishes it (below).
             let h_next = unsafe { h_bufs[i][next].get_mut() };
             // The rows' gate math, vectorised for this CPU as a whole. SAFETY (each write):
             // columns `U` of row `at` (and group `i`'s own buffers) are this worker's alone; the
@@ -602,10 +595,10 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
         })
         .collect();
     // Each group's gate gradients of a step, read by every group's `∂h_{t−1}`; two buffers a
-    // group, step `s` writing `[s % 2]`, so that a worker may start step `s + 1` while the
-    // others still read its step `s` (with one buffer, each step waited for the slowest
-    // reader: backward waits grew from a median of 76–204 to 283–348 thousand TSC cycles a
-    // step per thread instead of shrinking).
+    // group, step `s` writing `[s % 2]` (see `Progress`), so that a worker may start step
+    // `s + 1` while the others still read its step `s` (with one buffer, each step waited for
+    // the slowest reader: backward waits grew from a median of 76–204 to 283–348 thousand TSC
+    // cycles a step per thread instead of shrinking).
     let step: Vec<[Slot<Vec<f32>>; 2]> =
         groups.iter().map(|u| [(); 2].map(|_| Slot::new(vec![0f32; b_n * 4 * u.len()]))).collect();
     let steps: Vec<usize> = l.order().rev().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
@@ -621,9 +614,9 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
         let n = g.units.len();
         for (s, &t) in steps.iter().enumerate() {
             {
-                // Every other worker read this worker's buffer `[s % 2]` in step `s − 2`.
-                progress.wait_read(barrier, i, s.checked_sub(2));
-                // SAFETY: nobody reads it again until this worker publishes it (below).
+                // SAFETY: the other workers read it in step `s − 2`, done before their writes
+                // of step `s − 1`, which this worker waited for (see `Progress`); they read it
+                // again only after this worker publishes it (below).
                 let step = unsafe { step[i][s % 2].get_mut() };
                 for b in 0..b_n {
                     let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
@@ -658,10 +651,9 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                 progress.wait_written(barrier, j, s);
                 let p = &packed[i][j];
                 // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
-                // `s + 2`, after this worker's `read` says it is done with it.
+                // `s + 2`, after this worker's write of step `s + 1` (see `Progress`).
                 p.matmul(unsafe { step[j][s % 2].get() }, b_n, p.k(), &mut g.dh_prev, n, first > 0);
             }
-            progress.read[i].store(s + 1, Ordering::Release);
             for b in (0..b_n).filter(|&b| l.real(b, t)) {
                 g.dh[b * n..(b + 1) * n].copy_from_slice(&g.dh_prev[b * n..(b + 1) * n]);
             }
