@@ -101,13 +101,25 @@ pub const LANES: usize = 16;
 /// not always hoist: the LSTM gate math ran at half speed there).
 #[inline(always)]
 pub fn block(x: &[f32], j: usize) -> &[f32; LANES] {
-    x[j..j + LANES].try_into().expect("a whole block")
+    chunk(x, j)
 }
 
 /// `x[j..j + LANES]` as a mutable array (see [`block`]).
 #[inline(always)]
 pub fn block_mut(x: &mut [f32], j: usize) -> &mut [f32; LANES] {
-    (&mut x[j..j + LANES]).try_into().expect("a whole block")
+    chunk_mut(x, j)
+}
+
+/// `x[j..j + W]` as an array: [`block`] at any width.
+#[inline(always)]
+pub fn chunk<const W: usize>(x: &[f32], j: usize) -> &[f32; W] {
+    x[j..j + W].try_into().expect("a whole chunk")
+}
+
+/// `x[j..j + W]` as a mutable array.
+#[inline(always)]
+pub fn chunk_mut<const W: usize>(x: &mut [f32], j: usize) -> &mut [f32; W] {
+    (&mut x[j..j + W]).try_into().expect("a whole chunk")
 }
 
 /// `op` folded over `x` in [`LANES`] independent lanes, then across them: a reduction the

@@ -30,9 +30,8 @@ use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Shape, Tensor, TensorData};
 
-use crate::fastmath::{LANES, sigmoid, tanh};
+use crate::fastmath::{LANES, chunk, chunk_mut, sigmoid, tanh};
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -371,43 +370,6 @@ fn prefetch(x: &[f32]) {
     let _ = x;
 }
 
-/// How far each worker of a layer pass has got, so that workers wait for one another's
-/// step buffers only where they need them, not at a barrier per step: worker `i` multiplies
-/// its own buffer first, then each other worker's as soon as it is published. A worker that
-/// ran late then costs the others nothing as long as its buffer arrives before they have
-/// finished their own product. With barriers, the two vCPUs of the 2-core VM (whose speed
-/// differs from step to step) waited a median of ~170–300 thousand TSC cycles a forward step
-/// per thread, ~8 % of it; with these counters, 0–16.
-///
-/// Each worker's buffer is doubled (step `s` writes `[s % 2]`), and that is what makes
-/// waiting for writes enough: a worker overwrites the buffer others read in step `s` only in
-/// step `s + 2`, after it has waited for their writes of step `s + 1` (`s` forward, where
-/// step `s` reads what step `s − 1` wrote), which each of them makes only after its reads
-/// of step `s`. No worker ever waits for another's reads.
-struct Progress {
-    /// `written[i] = s + 1`: worker `i` has written its buffer of step `s` (the state `h_t` of
-    /// its units forward, their `∂gates_t` backward).
-    written: Vec<AtomicUsize>,
-}
-
-impl Progress {
-    fn new(workers: usize) -> Self {
-        Self { written: (0..workers).map(|_| AtomicUsize::new(0)).collect() }
-    }
-
-    /// The workers other than `i`, in the order `i` reads their buffers.
-    fn others(&self, i: usize) -> impl Iterator<Item = usize> + use<> {
-        let n = self.written.len();
-        (1..n).map(move |d| (i + d) % n)
-    }
-
-    /// Waits (see [`lockstep::Barrier::wait_until`]) until worker `j` has written step `s`'s
-    /// buffer.
-    fn wait_written(&self, barrier: &lockstep::Barrier, j: usize, s: usize) {
-        barrier.wait_until(|| self.written[j].load(Ordering::Acquire) > s);
-    }
-}
-
 /// One thread's share of the forward pass: its units' state and what it saves.
 struct ForwardGroup {
     units: Range<usize>,
@@ -422,8 +384,8 @@ struct ForwardGroup {
 /// Runs the layer: per step and group of units one product `h_{t−1} W_h[:, gates of U]`
 /// ([`PackedB`], `W_h` packed once per call) and the fused gate math on the rows with a real
 /// token (padded rows keep their state and output 0); each group runs on a thread of its own
-/// for the whole layer ([`crate::lockstep`]), and takes the other groups' `h_{t−1}` as they
-/// arrive ([`Progress`]). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
+/// for the whole layer, and takes the other groups' `h_{t−1}` as they are published
+/// ([`crate::lockstep`]; `h` double-buffered). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
 /// pass needs.
 fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (FlexTensor, Option<Saved>) {
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
@@ -457,8 +419,7 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
     let out = Unzeroed::new(b_n, t_n + 2, h);
     let h_prev_all = Unzeroed::new(keep * b_n, t_n, h);
     let steps: Vec<usize> = l.order().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
-    let progress = Progress::new(groups.len());
-    lockstep::run(groups.len(), |i, barrier| {
+    lockstep::run(groups.len(), |i, progress| {
         let (out_ptr, h_prev_ptr) = (&out.ptr, &h_prev_all.ptr);
         // SAFETY: only worker `i` touches group `i`'s state.
         let g = unsafe { states[i].get_mut() };
@@ -467,14 +428,14 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
         for (s, &t) in steps.iter().enumerate() {
             let (cur, next) = (s % 2, (s + 1) % 2);
             // The product with this worker's own state first (it wrote it), then, as each
-            // other worker's arrives, with theirs (see `Progress`).
+            // other worker's is published, with theirs.
             for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
-                if let Some(prev) = s.checked_sub(1).filter(|_| first > 0) {
-                    progress.wait_written(barrier, j, prev);
+                if first > 0 && s > 0 {
+                    progress.wait_published(j, s - 1);
                 }
                 let p = &packed[i][j];
                 // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
-                // in step `s + 1`, after this worker's write of step `s` (see `Progress`).
+                // in step `s + 1`, after waiting for this worker's step `s` (`lockstep`).
                 p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, first > 0);
             }
             let h_prev = unsafe { h_bufs[i][cur].get() };
@@ -527,7 +488,7 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                     }
                 },
             );
-            progress.written[i].store(s + 1, Ordering::Release);
+            progress.publish(i, s);
         }
     });
     let last = steps.len() % 2;
@@ -572,7 +533,8 @@ struct BackwardGroup<'a> {
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
 /// reverse order — per step each group (a thread of its own, [`crate::lockstep`]) runs its
 /// units' gate math, then `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j] W_hᵀ[.., U]` with
-/// `W_hᵀ` packed once, taking the other groups' `∂gates` as they arrive ([`Progress`]) —
+/// `W_hᵀ` packed once, taking the other groups' `∂gates` as they are published
+/// ([`crate::lockstep`]) —
 /// and `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
 fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
@@ -595,7 +557,7 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
         })
         .collect();
     // Each group's gate gradients of a step, read by every group's `∂h_{t−1}`; two buffers a
-    // group, step `s` writing `[s % 2]` (see `Progress`), so that a worker may start step
+    // group, step `s` writing `[s % 2]` (see `lockstep`), so that a worker may start step
     // `s + 1` while the others still read its step `s` (with one buffer, each step waited for
     // the slowest reader: backward waits grew from a median of 76–204 to 283–348 thousand TSC
     // cycles a step per thread instead of shrinking).
@@ -607,15 +569,14 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     // shape); padded positions are 0.
     let d_gates = Unzeroed::new(b_n, t_n, 4 * h);
     let d_gates_out = &d_gates.ptr;
-    let progress = Progress::new(groups.len());
-    lockstep::run(groups.len(), |i, barrier| {
+    lockstep::run(groups.len(), |i, progress| {
         // SAFETY: only worker `i` touches group `i`'s state.
         let g = unsafe { states[i].get_mut() };
         let n = g.units.len();
         for (s, &t) in steps.iter().enumerate() {
             {
                 // SAFETY: the other workers read it in step `s − 2`, done before their writes
-                // of step `s − 1`, which this worker waited for (see `Progress`); they read it
+                // of step `s − 1`, which this worker waited for (see `lockstep`); they read it
                 // again only after this worker publishes it (below).
                 let step = unsafe { step[i][s % 2].get_mut() };
                 for b in 0..b_n {
@@ -645,13 +606,15 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                     }
                 }
             }
-            progress.written[i].store(s + 1, Ordering::Release);
-            // This worker's own gate gradients first, then each other worker's as they arrive.
+            progress.publish(i, s);
+            // This worker's own gate gradients first, then each other worker's as published.
             for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
-                progress.wait_written(barrier, j, s);
+                if first > 0 {
+                    progress.wait_published(j, s);
+                }
                 let p = &packed[i][j];
                 // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
-                // `s + 2`, after this worker's write of step `s + 1` (see `Progress`).
+                // `s + 2`, after waiting for this worker's step `s + 1` (`lockstep`).
                 p.matmul(unsafe { step[j][s % 2].get() }, b_n, p.k(), &mut g.dh_prev, n, first > 0);
             }
             for b in (0..b_n).filter(|&b| l.real(b, t)) {
@@ -700,20 +663,8 @@ fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
 /// 228. Each unit sees the same operations in the same order, so the results are the same
 /// bits whatever the chunk: whole chunks of `CHUNK`, then of [`LANES`] (fixed-size arrays
 /// vectorise without run-time length or overlap checks; a plain indexed loop ran at half the
-/// speed inside `wide`), then single units.
+/// speed inside `wide`), then chunks of one.
 const CHUNK: usize = 64;
-
-/// `x[j..j + W]` as an array.
-#[inline(always)]
-fn chunk<const W: usize>(x: &[f32], j: usize) -> &[f32; W] {
-    x[j..j + W].try_into().expect("a whole chunk")
-}
-
-/// `x[j..j + W]` as a mutable array.
-#[inline(always)]
-fn chunk_mut<const W: usize>(x: &mut [f32], j: usize) -> &mut [f32; W] {
-    (&mut x[j..j + W]).try_into().expect("a whole chunk")
-}
 
 /// The four gates' activations `[σ(i), σ(f), tanh(g), σ(o)]` of units `j..j + W`, one gate
 /// at a time.
@@ -772,10 +723,7 @@ fn cell_forward_body(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
     let (big, whole) = (n - n % CHUNK, n - n % LANES);
     chunks::<CHUNK>(gates, 0..big, c, h_out);
     chunks::<LANES>(gates, big..whole, c, h_out);
-    for j in whole..n {
-        let [gi, gf, gg, go] = gates;
-        update([sigmoid(gi[j]), sigmoid(gf[j]), tanh(gg[j]), sigmoid(go[j])], &mut c[j], &mut h_out[j]);
-    }
+    chunks::<1>(gates, whole..n, c, h_out);
 }
 
 /// One row back through the gate math: from `∂h'` (`dh`) and `∂c'` (`dc`, replaced by `∂c`),
@@ -832,11 +780,7 @@ fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_ga
     let (big, whole) = (n - n % CHUNK, n - n % LANES);
     chunks::<CHUNK>(gates, 0..big, (c, dh, dc), [di, df, dgg, d_o]);
     chunks::<LANES>(gates, big..whole, (c, dh, dc), [di, df, dgg, d_o]);
-    for j in whole..n {
-        let [gi, gf, gg, go] = gates;
-        let a = [sigmoid(gi[j]), sigmoid(gf[j]), tanh(gg[j]), sigmoid(go[j])];
-        grads(a, c[j], dh[j], &mut dc[j], [&mut di[j], &mut df[j], &mut dgg[j], &mut d_o[j]]);
-    }
+    chunks::<1>(gates, whole..n, (c, dh, dc), [di, df, dgg, d_o]);
 }
 
 /// `(∂gates, ∂c)` from the forward inputs and `grad = ∂[h' | c']` (equations in the module doc).
