@@ -4,8 +4,8 @@
 //! One LSTM layer over `time` steps runs `time` recurrent products `h_{t−1} W_h`, `[batch,
 //! hidden] × [hidden, 4·hidden]`: `2·time·batch·hidden·4·hidden` flops. The layer's rate is
 //! those flops over a whole layer call: everything around the products (adding `x W_x`, the
-//! gate math, writing outputs and what backward needs, packing `W_h`, the threads meeting
-//! after each step) counts as time. The backward pass has twice those flops: per step
+//! gate math, writing outputs and what backward needs, packing `W_h`, the threads waiting
+//! for each other's state) counts as time. The backward pass has twice those flops: per step
 //! `∂gates W_hᵀ`, and `∂W_h` as one product over all steps.
 //!
 //! The machine's best product rate is the fastest of the products this toolkit runs, each
@@ -57,6 +57,8 @@ pub struct StepRate {
     pub decode_ratio: f64,
     /// `train_forward_gflops / best_product_gflops`.
     pub train_forward_ratio: f64,
+    /// `train_backward_gflops / best_product_gflops`.
+    pub train_backward_ratio: f64,
 }
 
 /// Seconds `f` takes once.
@@ -178,6 +180,7 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
     let best = products.iter().map(|p| p.gflops).fold(0.0, f64::max);
     let rate = |s: f64, f: f64| f / s / 1e9;
     let (decode_layer_gflops, train_forward_gflops) = (rate(decode, flops), rate(forward, flops));
+    let train_backward_gflops = rate(backward, 2.0 * flops);
     StepRate {
         batch,
         hidden,
@@ -187,9 +190,10 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
         best_product_gflops: best,
         decode_layer_gflops,
         train_forward_gflops,
-        train_backward_gflops: rate(backward, 2.0 * flops),
+        train_backward_gflops,
         decode_ratio: decode_layer_gflops / best,
         train_forward_ratio: train_forward_gflops / best,
+        train_backward_ratio: train_backward_gflops / best,
     }
 }
 

@@ -734,9 +734,11 @@ fn bench_lstm_step_reports_the_step_beside_the_best_product_rate() {
     assert_eq!(products.len(), 4);
     let best = products.iter().map(|p| p["gflops"].as_f64().unwrap()).fold(0.0, f64::max);
     assert!(best > 0.0 && best == v["best_product_gflops"].as_f64().unwrap());
-    for (rate, ratio) in
-        [("decode_layer_gflops", "decode_ratio"), ("train_forward_gflops", "train_forward_ratio")]
-    {
+    for (rate, ratio) in [
+        ("decode_layer_gflops", "decode_ratio"),
+        ("train_forward_gflops", "train_forward_ratio"),
+        ("train_backward_gflops", "train_backward_ratio"),
+    ] {
         let (rate, ratio) = (v[rate].as_f64().unwrap(), v[ratio].as_f64().unwrap());
         assert!(rate > 0.0 && (ratio - rate / best).abs() < 1e-9, "{rate} / {best} vs {ratio}");
     }
