@@ -7,6 +7,12 @@
 /// coefficients, relative error below 2·10⁻⁷) and `2ⁿ` built in the exponent bits. Inputs are
 /// clamped to the range where the result is a normal float, except that below −87 the result
 /// is 0 (so `exp(−∞) = 0`: masked scores get exactly zero weight); NaN stays NaN.
+///
+/// The reduction's first step and the polynomial are written as `mul_add`: one rounding
+/// instead of two (the reduction is the more accurate for it), and one instruction where the
+/// CPU has FMA — inside [`wide`] that is every x86-64-v3 CPU; the baseline path computes the
+/// same bits in software, slower (measured: the gate math of a `[64, 256]` LSTM step,
+/// 196 → 157 thousand cycles on AVX2).
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding and subtracting it rounds to an integer
@@ -17,14 +23,14 @@ pub fn exp(x: f32) -> f32 {
     // (not `n as i32`, a saturating conversion that compiles to scalar code per lane) keeps the
     // whole function in vector registers.
     let n_int = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
-    let r = c - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let mut p = 1.987_569_1e-4;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 0.166_666_65;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
+    let r = (-n).mul_add(0.693_359_4, c) + n * 2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4f32;
+    p = p.mul_add(r, 1.398_199_9e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 0.166_666_65);
+    p = p.mul_add(r, 0.5);
+    let y = (p * r).mul_add(r, r) + 1.0;
     let e = y * f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     if x < -87.0 { 0.0 } else { e }
 }
@@ -48,7 +54,8 @@ pub fn tanh(x: f32) -> f32 {
 /// SSE code. Called inside a `target_feature` function, `f` (a closure with one caller) is
 /// inlined there and its loops are vectorised for that function's features: 16 lanes with
 /// AVX-512. Elementwise results do not depend on the width (no operation is contracted or
-/// reordered: the reductions' lanes are fixed by [`LANES`], not by the register width), so
+/// reordered behind the code's back: multiply-adds are explicit `mul_add`, fused on every
+/// path, and the reductions' lanes are fixed by [`LANES`], not by the register width), so
 /// every path computes the same bits. Wrap the body a thread runs — inside a rayon closure,
 /// not around the parallel loop, whose closures are compiled apart.
 #[inline(always)]

@@ -166,49 +166,56 @@ fn forward(
     let mut weights = vec![0f32; batch * heads * tq * tk];
     let out_ptr = SendPtr(out.as_mut_ptr());
     weights.par_chunks_mut(tq * tk).enumerate().for_each(|(bh, w)| {
-        let out_ptr = &out_ptr;
-        let (b, h) = (bh / heads, bh % heads);
-        // Kᵀ, so each score row is a sum of scaled rows (no reductions).
-        let kt = k.transposed(b, h, tk, dk);
-        let mut o = vec![0f32; dk];
-        for i in 0..tq {
-            let s = &mut w[i * tk..(i + 1) * tk];
-            s.fill(0.0);
-            for (c, &x) in q.row(b, h, i, dk).iter().enumerate() {
-                for (s, &y) in s.iter_mut().zip(&kt[c * tk..(c + 1) * tk]) {
-                    *s += x * y;
-                }
-            }
-            let m = &mask.data[b * mask.sb + i * mask.si..][..tk];
-            let mut max = f32::NEG_INFINITY;
-            for (s, &m) in s.iter_mut().zip(m) {
-                *s = *s * scale + m;
-                max = max.max(*s);
-            }
-            let mut sum = 0.0;
-            for s in s.iter_mut() {
-                *s = exp(*s - max);
-                sum += *s;
-            }
-            let inv = 1.0 / sum;
-            o.fill(0.0);
-            let e0 = (bh * tq + i) * tk;
-            for (j, s) in s.iter_mut().enumerate() {
-                *s *= inv;
-                let p = *s * drop.at(e0 + j);
-                if p != 0.0 {
-                    for (o, &y) in o.iter_mut().zip(v.row(b, h, j, dk)) {
-                        *o += p * y;
+        // Compiled for this CPU's vector unit ([`crate::fastmath::wide`]): `exp` fuses its
+        // multiply-adds, which baseline x86-64 code would run in software.
+        crate::fastmath::wide(
+            #[inline(always)]
+            || {
+                let out_ptr = &out_ptr;
+                let (b, h) = (bh / heads, bh % heads);
+                // Kᵀ, so each score row is a sum of scaled rows (no reductions).
+                let kt = k.transposed(b, h, tk, dk);
+                let mut o = vec![0f32; dk];
+                for i in 0..tq {
+                    let s = &mut w[i * tk..(i + 1) * tk];
+                    s.fill(0.0);
+                    for (c, &x) in q.row(b, h, i, dk).iter().enumerate() {
+                        for (s, &y) in s.iter_mut().zip(&kt[c * tk..(c + 1) * tk]) {
+                            *s += x * y;
+                        }
+                    }
+                    let m = &mask.data[b * mask.sb + i * mask.si..][..tk];
+                    let mut max = f32::NEG_INFINITY;
+                    for (s, &m) in s.iter_mut().zip(m) {
+                        *s = *s * scale + m;
+                        max = max.max(*s);
+                    }
+                    let mut sum = 0.0;
+                    for s in s.iter_mut() {
+                        *s = exp(*s - max);
+                        sum += *s;
+                    }
+                    let inv = 1.0 / sum;
+                    o.fill(0.0);
+                    let e0 = (bh * tq + i) * tk;
+                    for (j, s) in s.iter_mut().enumerate() {
+                        *s *= inv;
+                        let p = *s * drop.at(e0 + j);
+                        if p != 0.0 {
+                            for (o, &y) in o.iter_mut().zip(v.row(b, h, j, dk)) {
+                                *o += p * y;
+                            }
+                        }
+                    }
+                    // SAFETY: task (b, h) alone writes columns h·d_k.. of row (b, i); `out` outlives
+                    // the loop.
+                    unsafe {
+                        let dst = out_ptr.0.add((b * tq + i) * width + h * dk);
+                        std::ptr::copy_nonoverlapping(o.as_ptr(), dst, dk);
                     }
                 }
-            }
-            // SAFETY: task (b, h) alone writes columns h·d_k.. of row (b, i); `out` outlives
-            // the loop.
-            unsafe {
-                let dst = out_ptr.0.add((b * tq + i) * width + h * dk);
-                std::ptr::copy_nonoverlapping(o.as_ptr(), dst, dk);
-            }
-        }
+            },
+        )
     });
     (out, weights)
 }
