@@ -291,6 +291,42 @@ unsafe fn write_units(dst: &SendPtr, at: usize, src: &[f32]) {
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0.add(at), src.len()) };
 }
 
+/// As [`write_units`], with non-temporal stores where the CPU has them (x86-64: SSE's
+/// `movntps` on the 16-byte aligned middle): for what is written once and read only after
+/// the layer.
+///
+/// # Safety
+/// As [`write_units`]; the writing thread calls [`stream_fence`] before the buffer is read.
+unsafe fn stream_units(dst: &SendPtr, at: usize, src: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
+        let p = dst.0.add(at);
+        let head = p.align_offset(16).min(src.len());
+        let body = (src.len() - head) / 4 * 4;
+        std::ptr::copy_nonoverlapping(src.as_ptr(), p, head);
+        for k in (head..head + body).step_by(4) {
+            _mm_stream_ps(p.add(k), _mm_loadu_ps(src.as_ptr().add(k)));
+        }
+        let tail = head + body;
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(tail), p.add(tail), src.len() - tail);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe {
+        write_units(dst, at, src)
+    };
+}
+
+/// Orders this thread's [`stream_units`] before its later stores (the release that hands the
+/// buffers on).
+fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
 /// Writes `len` zeros at `dst + at`.
 ///
 /// # Safety
@@ -461,35 +497,34 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                         let out_at = (b * (t_n + 2) + t) * h + g.units.start;
                         if save {
                             unsafe {
-                                write_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n])
+                                stream_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n])
                             };
-                            unsafe { write_units(&g.s_c.ptr, at * n, cb) };
+                            unsafe { stream_units(&g.s_c.ptr, at * n, cb) };
                         }
                         if !l.real(b, t) {
                             hb.copy_from_slice(&h_prev[b * n..(b + 1) * n]);
                             unsafe { write_units(out_ptr, out_at, &zeros[..n]) };
                             if save {
-                                unsafe { write_units(&g.s_gates.ptr, at * 4 * n, &zeros) };
+                                unsafe { stream_units(&g.s_gates.ptr, at * 4 * n, &zeros) };
                             }
                             continue;
                         }
-                        let gates = &mut g.gates[b * 4 * n..(b + 1) * 4 * n];
+                        let gates = &g.gates[b * 4 * n..(b + 1) * 4 * n];
                         let xw = &l.xw()[at * 4 * h..(at + 1) * 4 * h];
-                        for (s, gate) in gates.chunks_exact_mut(n).enumerate() {
-                            for (y, x) in gate.iter_mut().zip(&xw[s * h + g.units.start..]) {
-                                *y += x;
+                        let input = [0, 1, 2, 3].map(|s| &xw[s * h + g.units.start..][..n]);
+                        let s_gates = &g.s_gates.ptr;
+                        cell_forward_body(gates, Some(input), cb, hb, |s, j, pre| {
+                            if save {
+                                unsafe { stream_units(s_gates, at * 4 * n + s * n + j, pre) };
                             }
-                        }
-                        if save {
-                            unsafe { write_units(&g.s_gates.ptr, at * 4 * n, gates) };
-                        }
-                        cell_forward_body(gates, cb, hb);
+                        });
                         unsafe { write_units(out_ptr, out_at, hb) };
                     }
                 },
             );
             progress.publish(i, s);
         }
+        stream_fence();
     });
     let last = steps.len() % 2;
     let h_cur: Vec<Vec<f32>> =
@@ -647,7 +682,7 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
 fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
     crate::fastmath::wide(
         #[inline(always)]
-        || cell_forward_body(gates, c, h_out),
+        || cell_forward_body(gates, None, c, h_out, |_, _, _| ()),
     )
 }
 
@@ -666,10 +701,29 @@ fn cell_forward(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
 /// speed inside `wide`), then chunks of one.
 const CHUNK: usize = 64;
 
-/// The four gates' activations `[σ(i), σ(f), tanh(g), σ(o)]` of units `j..j + W`, one gate
-/// at a time.
+/// The pre-activation gates `[i f g o]` of units `j..j + W`: the product's, plus the input's
+/// `x W_x` when given (added in that order, as a separate pass would).
 #[inline(always)]
-fn activations<const W: usize>(gates: [&[f32]; 4], j: usize) -> [[f32; W]; 4] {
+fn pre_activations<const W: usize>(
+    gates: [&[f32]; 4],
+    input: Option<[&[f32]; 4]>,
+    j: usize,
+) -> [[f32; W]; 4] {
+    let mut pre = gates.map(|g| *chunk::<W>(g, j));
+    if let Some(input) = input {
+        for (p, x) in pre.iter_mut().zip(input) {
+            for (y, &x) in p.iter_mut().zip(chunk::<W>(x, j)) {
+                *y += x;
+            }
+        }
+    }
+    pre
+}
+
+/// The four gates' activations `[σ(i), σ(f), tanh(g), σ(o)]` of pre-activations `pre`, one
+/// gate at a time.
+#[inline(always)]
+fn activations<const W: usize>(pre: &[[f32; W]; 4]) -> [[f32; W]; 4] {
     #[inline(always)]
     fn each<const W: usize>(x: &[f32; W], f: impl Fn(f32) -> f32) -> [f32; W] {
         let mut y = [0f32; W];
@@ -678,13 +732,8 @@ fn activations<const W: usize>(gates: [&[f32]; 4], j: usize) -> [[f32; W]; 4] {
         }
         y
     }
-    let [gi, gf, gg, go] = gates;
-    [
-        each(chunk::<W>(gi, j), sigmoid),
-        each(chunk::<W>(gf, j), sigmoid),
-        each(chunk::<W>(gg, j), tanh),
-        each(chunk::<W>(go, j), sigmoid),
-    ]
+    let [gi, gf, gg, go] = pre;
+    [each(gi, sigmoid), each(gf, sigmoid), each(gg, tanh), each(go, sigmoid)]
 }
 
 /// The rows `[i f g o]` of a gate block, each `n` long.
@@ -696,8 +745,17 @@ fn split_gates(gates: &[f32], n: usize) -> [&[f32]; 4] {
     [gi, gf, gg, &go[..n]]
 }
 
+/// One row's gate math (see [`cell_forward`]) from the product's gates `[i f g o]` (each
+/// `c.len()` long) plus, when given, the input's (`x W_x`, gate by gate), handing each chunk's
+/// pre-activation sums to `keep(gate, first unit, sums)` (what the backward pass needs).
 #[inline(always)]
-fn cell_forward_body(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
+fn cell_forward_body(
+    gates: &[f32],
+    input: Option<[&[f32]; 4]>,
+    c: &mut [f32],
+    h_out: &mut [f32],
+    mut keep: impl FnMut(usize, usize, &[f32]),
+) {
     /// One unit from its activations.
     #[inline(always)]
     fn update(a: [f32; 4], c: &mut f32, h: &mut f32) {
@@ -708,9 +766,19 @@ fn cell_forward_body(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
     }
     /// Units `range` (whole chunks of `W`).
     #[inline(always)]
-    fn chunks<const W: usize>(gates: [&[f32]; 4], range: Range<usize>, c: &mut [f32], h: &mut [f32]) {
+    fn chunks<const W: usize>(
+        (gates, input): ([&[f32]; 4], Option<[&[f32]; 4]>),
+        range: Range<usize>,
+        c: &mut [f32],
+        h: &mut [f32],
+        keep: &mut impl FnMut(usize, usize, &[f32]),
+    ) {
         for j in range.step_by(W) {
-            let [i, f, t_g, o] = activations::<W>(gates, j);
+            let pre = pre_activations::<W>(gates, input, j);
+            for (s, p) in pre.iter().enumerate() {
+                keep(s, j, p);
+            }
+            let [i, f, t_g, o] = activations::<W>(&pre);
             let (c, h) = (chunk_mut::<W>(c, j), chunk_mut::<W>(h, j));
             for k in 0..W {
                 update([i[k], f[k], t_g[k], o[k]], &mut c[k], &mut h[k]);
@@ -718,12 +786,12 @@ fn cell_forward_body(gates: &[f32], c: &mut [f32], h_out: &mut [f32]) {
         }
     }
     let n = c.len();
-    let gates = split_gates(gates, n);
+    let operands = (split_gates(gates, n), input);
     let h_out = &mut h_out[..n];
     let (big, whole) = (n - n % CHUNK, n - n % LANES);
-    chunks::<CHUNK>(gates, 0..big, c, h_out);
-    chunks::<LANES>(gates, big..whole, c, h_out);
-    chunks::<1>(gates, whole..n, c, h_out);
+    chunks::<CHUNK>(operands, 0..big, c, h_out, &mut keep);
+    chunks::<LANES>(operands, big..whole, c, h_out, &mut keep);
+    chunks::<1>(operands, whole..n, c, h_out, &mut keep);
 }
 
 /// One row back through the gate math: from `∂h'` (`dh`) and `∂c'` (`dc`, replaced by `∂c`),
@@ -761,7 +829,7 @@ fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_ga
         [di, df, dgg, d_o]: [&mut [f32]; 4],
     ) {
         for j in range.step_by(W) {
-            let [i, f, t_g, o] = activations::<W>(gates, j);
+            let [i, f, t_g, o] = activations::<W>(&pre_activations::<W>(gates, None, j));
             let (cb, dhb, dcb) = (chunk::<W>(c, j), chunk::<W>(dh, j), chunk_mut::<W>(dc, j));
             let (dib, dfb) = (chunk_mut::<W>(di, j), chunk_mut::<W>(df, j));
             let (dgb, dob) = (chunk_mut::<W>(dgg, j), chunk_mut::<W>(d_o, j));
