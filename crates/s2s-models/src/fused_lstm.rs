@@ -949,8 +949,12 @@ pub fn lstm_layer(
         dense,
         reverse,
     ));
-    let last = |i: usize| out.clone().narrow(1, time + i, 1).reshape([batch, hidden]);
-    (out.clone().narrow(1, 0, time), last(0), last(1))
+    // `h_T` and `c_T` through one narrow of both, then narrowed apart: the gradient of a
+    // narrow is a zeroed tensor the size of what it narrows (burn's slice backward), and the
+    // gradients reaching `out` are added, so each narrow of `out` costs two passes over it.
+    let last = out.clone().narrow(1, time, 2);
+    let state = |i: usize| last.clone().narrow(1, i, 1).reshape([batch, hidden]);
+    (out.narrow(1, 0, time), state(0), state(1))
 }
 
 /// The f32 data of `gates` and `c` and `[batch, hidden]`, checked.
