@@ -83,8 +83,9 @@ impl PackedB {
     /// source. See [`PackedB::from_row_blocks`], which this calls.
     pub fn from_rows(k: usize, n: usize, mut fill: impl FnMut(usize, &mut [f32])) -> Self {
         Self::from_row_blocks(k, n, |rows, block| {
-            for (r, row) in rows.zip(block.chunks_exact_mut(n)) {
-                fill(r, row);
+            // (Indexed, not `chunks_exact_mut(n)`, which panics when `n = 0`.)
+            for (i, r) in rows.enumerate() {
+                fill(r, &mut block[i * n..(i + 1) * n]);
             }
         })
     }
@@ -730,14 +731,16 @@ mod tests {
         }
     }
 
-    /// Packing row by row lays out what packing element by element does, narrow panel included.
+    /// Packing row by row lays out what packing element by element does: a narrow panel, more
+    /// rows than one block of [`PACK_ROWS`], and empty matrices.
     #[test]
     fn packing_by_rows_equals_packing_by_elements() {
-        let (k, n) = (7, 16 * 3 + 5);
-        let b = values(k * n, 9);
-        let by_fn = PackedB::from_fn(k, n, |r, c| b[r * n + c]);
-        let by_rows = PackedB::from_rows(k, n, |r, row| row.copy_from_slice(&b[r * n..(r + 1) * n]));
-        assert_eq!((by_fn.k, by_fn.n, &by_fn.data), (by_rows.k, by_rows.n, &by_rows.data));
+        for (k, n) in [(7, 16 * 3 + 5), (PACK_ROWS + 9, 21), (3, 0), (0, 5)] {
+            let b = values(k * n, 9);
+            let by_fn = PackedB::from_fn(k, n, |r, c| b[r * n + c]);
+            let by_rows = PackedB::from_rows(k, n, |r, row| row.copy_from_slice(&b[r * n..(r + 1) * n]));
+            assert_eq!((by_fn.k, by_fn.n, &by_fn.data), (by_rows.k, by_rows.n, &by_rows.data));
+        }
     }
 
     /// Packing a column subset of a transposed matrix, into a `C` with a wider row stride.
