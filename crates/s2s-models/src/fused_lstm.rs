@@ -209,8 +209,10 @@ impl Layer {
 }
 
 /// What the backward pass needs from the forward one: `h_{t−1}` `[batch, time, hidden]`, and
-/// per group of units (as the forward pass cut them) the pre-activation gates
-/// `[batch, time, 4·|U|]` and `c_{t−1}` `[batch, time, |U|]`.
+/// per group of units (as the forward pass cut them) the gates' activations
+/// `[σ(i), σ(f), tanh(g), σ(o)]` `[batch, time, 4·|U|]` and `c_{t−1}` `[batch, time, |U|]`.
+/// (Activations, not pre-activations: the same number of floats, and the backward gate math
+/// then recomputes one `tanh` a unit instead of five `exp`s and divisions.)
 #[derive(Debug, Clone)]
 struct Saved {
     h_prev: Vec<f32>,
@@ -450,7 +452,7 @@ struct ForwardGroup {
     units: Range<usize>,
     c: Vec<f32>,
     gates: Vec<f32>,
-    /// Saved for backward (empty when not saving): gates `[batch, time, 4·|U|]` and `c_{t−1}`
+    /// Saved for backward (empty when not saving): the gates' activations `[batch, time, 4·|U|]` and `c_{t−1}`
     /// `[batch, time, |U|]` (`h_{t−1}` goes to the layer's buffer directly).
     s_gates: Unzeroed,
     s_c: Unzeroed,
@@ -594,7 +596,7 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
 /// One thread's share of the backward pass: its units' gradients.
 struct BackwardGroup<'a> {
     units: Range<usize>,
-    /// What the forward pass saved for these units.
+    /// What the forward pass saved for these units (the gates' activations, and `c_{t−1}`).
     gates: &'a [f32],
     c_prev: &'a [f32],
     /// `∂h_t` and `∂c_t` of the group's units, `[batch, |U|]`.
@@ -669,7 +671,7 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
                         }
                         let (gates, c_prev) =
                             (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
-                        cell_backward(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
+                        cell_backward::<true>(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
                     } else {
                         dg.fill(0.0);
                     }
@@ -786,7 +788,8 @@ fn split_gates(gates: &[f32], n: usize) -> [&[f32]; 4] {
 
 /// One row's gate math (see [`cell_forward`]) from the product's gates `[i f g o]` (each
 /// `c.len()` long) plus, when given, the input's (`x W_x`, gate by gate), handing each chunk's
-/// pre-activation sums to `keep(gate, first unit, sums)` (what the backward pass needs).
+/// activations `[σ(i), σ(f), tanh(g), σ(o)]` to `keep(gate, first unit, activations)` (what the
+/// backward pass needs).
 #[inline(always)]
 fn cell_forward_body(
     gates: &[f32],
@@ -813,11 +816,11 @@ fn cell_forward_body(
         keep: &mut impl FnMut(usize, usize, &[f32]),
     ) {
         for j in range.step_by(W) {
-            let pre = pre_activations::<W>(gates, input, j);
-            for (s, p) in pre.iter().enumerate() {
-                keep(s, j, p);
+            let act = activations::<W>(&pre_activations::<W>(gates, input, j));
+            for (s, a) in act.iter().enumerate() {
+                keep(s, j, a);
             }
-            let [i, f, t_g, o] = activations::<W>(&pre);
+            let [i, f, t_g, o] = act;
             let (c, h) = (chunk_mut::<W>(c, j), chunk_mut::<W>(h, j));
             for k in 0..W {
                 update([i[k], f[k], t_g[k], o[k]], &mut c[k], &mut h[k]);
@@ -834,17 +837,31 @@ fn cell_forward_body(
 }
 
 /// One row back through the gate math: from `∂h'` (`dh`) and `∂c'` (`dc`, replaced by `∂c`),
-/// `∂gates` into `d_gates`.
+/// `∂gates` into `d_gates`. `gates` holds the pre-activations `[i f g o]`, or, when `ACTIVATED`,
+/// their activations `[σ(i), σ(f), tanh(g), σ(o)]` as the forward pass computed them (what
+/// the layer saves: the same values, without four of the five `exp`s and divisions a unit).
 #[inline]
-fn cell_backward(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_gates: &mut [f32]) {
+fn cell_backward<const ACTIVATED: bool>(
+    gates: &[f32],
+    c: &[f32],
+    dh: &[f32],
+    dc: &mut [f32],
+    d_gates: &mut [f32],
+) {
     crate::fastmath::wide(
         #[inline(always)]
-        || cell_backward_body(gates, c, dh, dc, d_gates),
+        || cell_backward_body::<ACTIVATED>(gates, c, dh, dc, d_gates),
     )
 }
 
 #[inline(always)]
-fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_gates: &mut [f32]) {
+fn cell_backward_body<const ACTIVATED: bool>(
+    gates: &[f32],
+    c: &[f32],
+    dh: &[f32],
+    dc: &mut [f32],
+    d_gates: &mut [f32],
+) {
     /// One unit from its activations `a = [σ(i), σ(f), tanh(g), σ(o)]`; `d` = the gradients
     /// of its four pre-activations.
     #[inline(always)]
@@ -861,14 +878,18 @@ fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_ga
     }
     /// Units `range` (whole chunks of `W`).
     #[inline(always)]
-    fn chunks<const W: usize>(
+    fn chunks<const ACTIVATED: bool, const W: usize>(
         gates: [&[f32]; 4],
         range: Range<usize>,
         (c, dh, dc): (&[f32], &[f32], &mut [f32]),
         [di, df, dgg, d_o]: [&mut [f32]; 4],
     ) {
         for j in range.step_by(W) {
-            let [i, f, t_g, o] = activations::<W>(&pre_activations::<W>(gates, None, j));
+            let [i, f, t_g, o] = if ACTIVATED {
+                gates.map(|g| *chunk::<W>(g, j))
+            } else {
+                activations::<W>(&pre_activations::<W>(gates, None, j))
+            };
             let (cb, dhb, dcb) = (chunk::<W>(c, j), chunk::<W>(dh, j), chunk_mut::<W>(dc, j));
             let (dib, dfb) = (chunk_mut::<W>(di, j), chunk_mut::<W>(df, j));
             let (dgb, dob) = (chunk_mut::<W>(dgg, j), chunk_mut::<W>(d_o, j));
@@ -885,9 +906,9 @@ fn cell_backward_body(gates: &[f32], c: &[f32], dh: &[f32], dc: &mut [f32], d_ga
     let (dgg, d_o) = rest.split_at_mut(n);
     let (d_o, dh, dc) = (&mut d_o[..n], &dh[..n], &mut dc[..n]);
     let (big, whole) = (n - n % CHUNK, n - n % LANES);
-    chunks::<CHUNK>(gates, 0..big, (c, dh, dc), [di, df, dgg, d_o]);
-    chunks::<LANES>(gates, big..whole, (c, dh, dc), [di, df, dgg, d_o]);
-    chunks::<1>(gates, whole..n, (c, dh, dc), [di, df, dgg, d_o]);
+    chunks::<ACTIVATED, CHUNK>(gates, 0..big, (c, dh, dc), [di, df, dgg, d_o]);
+    chunks::<ACTIVATED, LANES>(gates, big..whole, (c, dh, dc), [di, df, dgg, d_o]);
+    chunks::<ACTIVATED, 1>(gates, whole..n, (c, dh, dc), [di, df, dgg, d_o]);
 }
 
 /// `(∂gates, ∂c)` from the forward inputs and `grad = ∂[h' | c']` (equations in the module doc).
@@ -900,7 +921,7 @@ fn backward(gates: &FlexTensor, c: &FlexTensor, grad: &FlexTensor) -> (FlexTenso
     for (((g, c), grad), (dg, dc)) in rows.zip(d_gates.chunks_exact_mut(4 * h).zip(d_c.chunks_exact_mut(h))) {
         let (dh, dc_next) = grad.split_at(h);
         dc.copy_from_slice(dc_next);
-        cell_backward(g, c, dh, dc, dg);
+        cell_backward::<false>(g, c, dh, dc, dg);
     }
     (
         FlexTensor::from_data(TensorData::new(d_gates, [batch, 4 * h])),
@@ -1074,7 +1095,7 @@ mod tests {
             let (mut c, mut h) = (c0.clone(), vec![0f32; n]);
             cell_forward(&gates, &mut c, &mut h);
             let (mut dc, mut d_gates) = (c0.iter().map(|x| x / 2.0).collect::<Vec<_>>(), vec![0f32; 4 * n]);
-            cell_backward(&gates, &c0, &dh, &mut dc, &mut d_gates);
+            cell_backward::<false>(&gates, &c0, &dh, &mut dc, &mut d_gates);
             let d_gates: Vec<Vec<f32>> = d_gates.chunks_exact(n).map(|d| d[..63].to_vec()).collect();
             (c[..63].to_vec(), h[..63].to_vec(), dc[..63].to_vec(), d_gates)
         };
@@ -1085,5 +1106,37 @@ mod tests {
         };
         assert!(chunked.1.iter().any(|&v| v != 0.0), "the test compares something");
         assert_eq!(bits(&chunked), bits(&unit_by_unit));
+    }
+
+    /// The backward gate math from the activations the forward pass hands over (what the layer
+    /// saves) computes the same bits as from the pre-activations, through a chunk, blocks and
+    /// single units (83 units), and the forward pass hands over every activation once.
+    #[test]
+    fn backward_from_saved_activations_equals_backward_from_gates() {
+        let n = 83;
+        let value = |u: usize, s: usize| ((u * 29 + s * 13) % 101) as f32 / 9.0 - 5.5;
+        let gates: Vec<f32> = (0..4).flat_map(|s| (0..n).map(move |u| value(u, s))).collect();
+        let c0: Vec<f32> = (0..n).map(|u| value(u, 4) / 3.0).collect();
+        let dh: Vec<f32> = (0..n).map(|u| value(u, 5) / 6.0).collect();
+        let (mut c, mut h) = (c0.clone(), vec![0f32; n]);
+        let mut act = vec![f32::NAN; 4 * n];
+        crate::fastmath::wide(|| {
+            cell_forward_body(&gates, None, &mut c, &mut h, |s, j, a| {
+                act[s * n + j..s * n + j + a.len()].copy_from_slice(a)
+            })
+        });
+        assert!(act.iter().all(|a| a.is_finite()), "every activation handed over");
+        let backward = |activated: bool| {
+            let (mut dc, mut d_gates) = (c0.iter().map(|x| x / 2.0).collect::<Vec<_>>(), vec![0f32; 4 * n]);
+            if activated {
+                cell_backward::<true>(&act, &c0, &dh, &mut dc, &mut d_gates);
+            } else {
+                cell_backward::<false>(&gates, &c0, &dh, &mut dc, &mut d_gates);
+            }
+            dc.iter().chain(&d_gates).map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let from_gates = backward(false);
+        assert!(from_gates.iter().any(|&b| f32::from_bits(b) != 0.0), "the test compares something");
+        assert_eq!(backward(true), from_gates);
     }
 }
