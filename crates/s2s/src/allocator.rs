@@ -12,7 +12,8 @@
 //! - [`LargeBlocks`], the global allocator: glibc maps anything larger afresh on every use (a
 //!   `[1536, 8000]` logits tensor and its gradient, 49 MB each, page-faulted at every step).
 //!   Freed blocks of 32 MiB or more are kept, up to [`KEPT_BYTES`], and handed out again to
-//!   requests of the same size or up to a quarter smaller.
+//!   requests of the same size or up to a quarter smaller. Every request of 64 KiB or more
+//!   also starts on a cache line ([`lined`]).
 //!
 //! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare).
 
