@@ -452,8 +452,9 @@ struct ForwardGroup {
     units: Range<usize>,
     c: Vec<f32>,
     gates: Vec<f32>,
-    /// Saved for backward (empty when not saving): the gates' activations `[batch, time, 4·|U|]` and `c_{t−1}`
-    /// `[batch, time, |U|]` (`h_{t−1}` goes to the layer's buffer directly).
+    /// Saved for backward (empty when not saving): the gates' activations
+    /// `[batch, time, 4·|U|]` and `c_{t−1}` `[batch, time, |U|]` (`h_{t−1}` goes to the layer's
+    /// buffer directly).
     s_gates: Unzeroed,
     s_c: Unzeroed,
 }

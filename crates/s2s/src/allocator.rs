@@ -15,7 +15,8 @@
 //!   requests of the same size or up to a quarter smaller. Every request of 64 KiB or more
 //!   also starts on a cache line ([`lined`]).
 //!
-//! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare).
+//! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare); the lining stays (it changes where a
+//! block starts, not which memory is reused).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
