@@ -555,9 +555,9 @@ fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (Fl
                         let xw = &l.xw()[at * 4 * h..(at + 1) * 4 * h];
                         let input = [0, 1, 2, 3].map(|s| &xw[s * h + g.units.start..][..n]);
                         let s_gates = &g.s_gates.ptr;
-                        cell_forward_body(gates, Some(input), cb, hb, |s, j, pre| {
+                        cell_forward_body(gates, Some(input), cb, hb, |s, j, act| {
                             if save {
-                                unsafe { stream_units(s_gates, at * 4 * n + s * n + j, pre) };
+                                unsafe { stream_units(s_gates, at * 4 * n + s * n + j, act) };
                             }
                         });
                         unsafe { write_units(out_ptr, out_at, hb) };
@@ -1087,12 +1087,8 @@ mod tests {
     /// blocks and single units (in a row of 63).
     #[test]
     fn chunked_gate_math_equals_unit_by_unit() {
-        let value = |u: usize, s: usize| ((u * 37 + s * 11) % 97) as f32 / 8.0 - 6.0;
         let run = |n: usize| {
-            // Row layout `[i f g o]`, each `n` long; unit `u` has the same values in both rows.
-            let gates: Vec<f32> = (0..4).flat_map(|s| (0..n).map(move |u| value(u, s))).collect();
-            let c0: Vec<f32> = (0..n).map(|u| value(u, 4) / 3.0).collect();
-            let dh: Vec<f32> = (0..n).map(|u| value(u, 5) / 6.0).collect();
+            let (gates, c0, dh) = row_operands(n);
             let (mut c, mut h) = (c0.clone(), vec![0f32; n]);
             cell_forward(&gates, &mut c, &mut h);
             let (mut dc, mut d_gates) = (c0.iter().map(|x| x / 2.0).collect::<Vec<_>>(), vec![0f32; 4 * n]);
@@ -1109,16 +1105,23 @@ mod tests {
         assert_eq!(bits(&chunked), bits(&unit_by_unit));
     }
 
+    /// One row's pre-activation gates (`[i f g o]`, each `n` long), `c` and `∂h'` for the
+    /// gate-math tests: unit `u` gets the same values whatever `n`.
+    fn row_operands(n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let value = |u: usize, s: usize| ((u * 37 + s * 11) % 97) as f32 / 8.0 - 6.0;
+        let gates: Vec<f32> = (0..4).flat_map(|s| (0..n).map(move |u| value(u, s))).collect();
+        let c0: Vec<f32> = (0..n).map(|u| value(u, 4) / 3.0).collect();
+        let dh: Vec<f32> = (0..n).map(|u| value(u, 5) / 6.0).collect();
+        (gates, c0, dh)
+    }
+
     /// The backward gate math from the activations the forward pass hands over (what the layer
     /// saves) computes the same bits as from the pre-activations, through a chunk, blocks and
     /// single units (83 units), and the forward pass hands over every activation once.
     #[test]
     fn backward_from_saved_activations_equals_backward_from_gates() {
         let n = 83;
-        let value = |u: usize, s: usize| ((u * 29 + s * 13) % 101) as f32 / 9.0 - 5.5;
-        let gates: Vec<f32> = (0..4).flat_map(|s| (0..n).map(move |u| value(u, s))).collect();
-        let c0: Vec<f32> = (0..n).map(|u| value(u, 4) / 3.0).collect();
-        let dh: Vec<f32> = (0..n).map(|u| value(u, 5) / 6.0).collect();
+        let (gates, c0, dh) = row_operands(n);
         let (mut c, mut h) = (c0.clone(), vec![0f32; n]);
         let mut act = vec![f32::NAN; 4 * n];
         crate::fastmath::wide(|| {
