@@ -6,7 +6,9 @@
 //! those flops over a whole layer call: everything around the products (adding `x W_x`, the
 //! gate math, writing outputs and what backward needs, packing `W_h`, the threads waiting
 //! for each other's state) counts as time. The backward pass has twice those flops: per step
-//! `∂gates W_hᵀ`, and `∂W_h` as one product over all steps.
+//! `∂gates W_hᵀ`, and `∂W_h` as one product over all steps. A training step of the layer is
+//! the forward and the backward pass of the same round: three times the forward flops over
+//! their summed time.
 //!
 //! The machine's best product rate is the fastest of the products this toolkit runs, each
 //! alone on all the pool's threads: the step's own product against a `W_h` packed once
@@ -53,12 +55,17 @@ pub struct StepRate {
     pub train_forward_gflops: f64,
     /// The layer's backward pass (twice the forward flops), GFLOP/s.
     pub train_backward_gflops: f64,
+    /// A training step's share of the layer, forward and backward of the same round (three
+    /// times the forward flops over their summed time), GFLOP/s.
+    pub train_step_gflops: f64,
     /// `decode_layer_gflops / best_product_gflops`.
     pub decode_ratio: f64,
     /// `train_forward_gflops / best_product_gflops`.
     pub train_forward_ratio: f64,
     /// `train_backward_gflops / best_product_gflops`.
     pub train_backward_ratio: f64,
+    /// `train_step_gflops / best_product_gflops`.
+    pub train_step_ratio: f64,
 }
 
 /// Seconds `f` takes once.
@@ -149,7 +156,7 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
     let train_args = (xw.require_grad(), w.require_grad(), zeros, keep);
 
     let mut product_s = [f64::INFINITY; 4];
-    let [mut decode, mut forward, mut backward] = [f64::INFINITY; 3];
+    let [mut decode, mut forward, mut backward, mut step] = [f64::INFINITY; 4];
     // Round 0 warms up (first touches, packing caches) and is not counted.
     for round in 0..=rounds.max(1) {
         let keep_best = |best: &mut f64, s: f64| {
@@ -168,9 +175,12 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
         keep_best(&mut decode, seconds(|| drop(layer(&decode_args))));
         let t0 = Instant::now();
         let (out, h, c) = layer(&train_args);
-        keep_best(&mut forward, t0.elapsed().as_secs_f64());
+        let f = t0.elapsed().as_secs_f64();
+        keep_best(&mut forward, f);
         let loss = out.sum() + h.sum() + c.sum();
-        keep_best(&mut backward, seconds(|| drop(loss.backward())));
+        let b = seconds(|| drop(loss.backward()));
+        keep_best(&mut backward, b);
+        keep_best(&mut step, f + b);
     }
     let products: Vec<ProductRate> = products
         .iter()
@@ -181,6 +191,7 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
     let rate = |s: f64, f: f64| f / s / 1e9;
     let (decode_layer_gflops, train_forward_gflops) = (rate(decode, flops), rate(forward, flops));
     let train_backward_gflops = rate(backward, 2.0 * flops);
+    let train_step_gflops = rate(step, 3.0 * flops);
     StepRate {
         batch,
         hidden,
@@ -191,9 +202,11 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
         decode_layer_gflops,
         train_forward_gflops,
         train_backward_gflops,
+        train_step_gflops,
         decode_ratio: decode_layer_gflops / best,
         train_forward_ratio: train_forward_gflops / best,
         train_backward_ratio: train_backward_gflops / best,
+        train_step_ratio: train_step_gflops / best,
     }
 }
 
@@ -210,9 +223,14 @@ mod tests {
         assert!(r.products.iter().all(|p| p.gflops.is_finite() && p.gflops > 0.0));
         let best = r.products.iter().map(|p| p.gflops).fold(0.0, f64::max);
         assert_eq!(r.best_product_gflops, best);
-        for g in [r.decode_layer_gflops, r.train_forward_gflops, r.train_backward_gflops] {
+        for g in [r.decode_layer_gflops, r.train_forward_gflops, r.train_backward_gflops, r.train_step_gflops]
+        {
             assert!(g.is_finite() && g > 0.0);
         }
         assert!((r.decode_ratio - r.decode_layer_gflops / best).abs() < 1e-12);
+        // A step's time is one round's forward plus backward, each at least its best: its rate
+        // lies at or below the harmonic combination of the best forward and backward rates.
+        let bound = 3.0 / (1.0 / r.train_forward_gflops + 2.0 / r.train_backward_gflops);
+        assert!(r.train_step_gflops <= bound * (1.0 + 1e-9), "{} > {bound}", r.train_step_gflops);
     }
 }

@@ -114,5 +114,9 @@ fn lstm_step(cfg: &BenchConfig, rounds: usize, json: bool) -> Result<()> {
         r.train_forward_gflops, r.train_forward_ratio
     );
     println!("| backward, training | {:.1} | {:.2} |", r.train_backward_gflops, r.train_backward_ratio);
+    println!(
+        "| training step (forward + backward of one round) | {:.1} | **{:.2}** |",
+        r.train_step_gflops, r.train_step_ratio
+    );
     Ok(())
 }

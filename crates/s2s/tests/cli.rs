@@ -738,6 +738,7 @@ fn bench_lstm_step_reports_the_step_beside_the_best_product_rate() {
         ("decode_layer_gflops", "decode_ratio"),
         ("train_forward_gflops", "train_forward_ratio"),
         ("train_backward_gflops", "train_backward_ratio"),
+        ("train_step_gflops", "train_step_ratio"),
     ] {
         let (rate, ratio) = (v[rate].as_f64().unwrap(), v[ratio].as_f64().unwrap());
         assert!(rate > 0.0 && (ratio - rate / best).abs() < 1e-9, "{rate} / {best} vs {ratio}");
