@@ -16,9 +16,10 @@
 //! that others read in step `s` only two steps later, after it has waited for what they
 //! published in between, which each of them published only after its reads of step `s`.
 //!
-//! The calling thread is worker 0; the others are scoped OS threads, so all of them run at
-//! once whatever rayon is doing (a wait among rayon tasks could wait for a task that never
-//! starts). A waiting thread spins briefly, then yields its core, so an oversubscribed
+//! The calling thread is worker 0; the others are OS threads of this module's own, kept
+//! between calls (or, while another call holds those, scoped threads started for the call), so
+//! all of them run at once whatever rayon is doing (a wait among rayon tasks could wait for a
+//! task that never starts). A waiting thread spins briefly, then yields its core, so an oversubscribed
 //! machine (tests running side by side) still makes progress. A panic in one worker poisons
 //! the [`Progress`]: the others stop waiting and panic too, and the panic reaches the caller.
 
@@ -89,7 +90,7 @@ impl Drop for PoisonOnPanic<'_> {
 /// Runs `work(i, progress)` for `i` in `0..threads` at once, `i = 0` on the calling thread, and
 /// returns when all have; a panic in any worker reaches the caller once all have stopped.
 ///
-/// The other workers run on helper threads kept for the next call ([`Helpers`]); when another
+/// The other workers run on helper threads kept for the next call (see `HELPERS`); when another
 /// call holds them (two threads running layers at once, or a worker calling `run`), on scoped
 /// threads started for this call.
 pub fn run(threads: usize, work: impl Fn(usize, &Progress) + Sync) {
