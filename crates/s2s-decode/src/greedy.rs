@@ -27,11 +27,33 @@ pub struct Hypothesis {
 }
 
 /// Greedy search for every row of `src`.
+///
+/// On the CPU every step's choices come back to the host at once, and finished rows leave
+/// the batch after each step. On a GPU a read-back waits for the whole queue, so the search
+/// runs [`GPU_CHUNK`] steps at a time on the device, each step fed the previous step's choice
+/// there, and reads the chunk's choices back once: rows that finish inside a chunk run on to
+/// its end and what they produce after `</s>` or their limit is dropped, so the result is the
+/// same (each row's computation is independent of the others').
 pub fn greedy<M: Incremental>(
     model: &M,
     src: &Source,
     limit: MaxLength,
     capture_attention: bool,
+) -> Vec<Hypothesis> {
+    let chunk = if s2s_models::flex_data::is_flex(&src.ids.device()) { 1 } else { GPU_CHUNK };
+    greedy_chunked(model, src, limit, capture_attention, chunk)
+}
+
+/// Steps between read-backs on a GPU (see [`greedy`]).
+pub const GPU_CHUNK: usize = 8;
+
+/// [`greedy`] with `chunk` steps on the device between read-backs (1: read back every step).
+pub fn greedy_chunked<M: Incremental>(
+    model: &M,
+    src: &Source,
+    limit: MaxLength,
+    capture_attention: bool,
+    chunk: usize,
 ) -> Vec<Hypothesis> {
     let device = src.ids.device();
     let batch = src.batch();
@@ -44,43 +66,67 @@ pub fn greedy<M: Incremental>(
     let mut last: Vec<i64> = vec![BOS as i64; batch];
     let src_len = src.len();
     while !rows.is_empty() {
-        let input = Tensor::<1, Int>::from_data(TensorData::new(last.clone(), [rows.len()]), &device);
-        let (step, next) = model.step(state, input);
-        state = next;
-        let (ids, best) = s2s_models::fused_softmax::best_log_probs(step.logits);
-        let att: Option<Vec<f32>> = if capture_attention {
-            step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
-        } else {
-            None
-        };
-        let mut keep = Vec::with_capacity(rows.len());
-        for (r, &sent) in rows.iter().enumerate() {
-            let h = &mut out[sent];
-            h.score += best[r] as f64;
-            if let (Some(a), Some(store)) = (&att, h.attention.as_mut()) {
-                store.push(a[r * src_len..r * src_len + src.lens[sent]].to_vec());
+        let n = rows.len();
+        // No more steps than the longest remaining row needs.
+        let need = rows.iter().map(|&s| limits[s].saturating_sub(out[s].tokens.len())).max().unwrap_or(0);
+        let k = chunk.clamp(1, need.max(1));
+        let mut input = Some(Tensor::<1, Int>::from_data(TensorData::new(last.clone(), [n]), &device));
+        let mut pairs = Vec::with_capacity(k);
+        let mut atts = Vec::with_capacity(k);
+        for j in 0..k {
+            let (step, next) = model.step(state, input.take().expect("each step is fed"));
+            state = next;
+            let p = s2s_models::fused_softmax::best_log_prob_pairs(step.logits); // [n, 2]
+            if j + 1 < k {
+                // The next step's input is this step's choice, on the device.
+                input = Some(p.clone().narrow(1, 0, 1).reshape([n]).int());
             }
-            let id = ids[r] as u32;
-            let finished = id == EOS || {
-                h.tokens.push(id);
-                h.tokens.len() >= limits[sent]
-            };
-            if !finished {
-                keep.push(r);
+            pairs.push(p);
+            if capture_attention {
+                atts.push(step.attention);
             }
         }
-        if keep.len() < rows.len() {
-            if keep.is_empty() {
-                break;
+        // One read-back for the chunk: row r, step j at [r·2k + 2j] (id) and [.. + 1] (log p).
+        let v: Vec<f32> =
+            Tensor::cat(pairs, 1).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        let atts: Vec<Option<Vec<f32>>> = atts
+            .into_iter()
+            .map(|a| a.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok()))
+            .collect();
+        let mut keep = Vec::with_capacity(n);
+        let mut next_last = Vec::with_capacity(n);
+        for (r, &sent) in rows.iter().enumerate() {
+            let h = &mut out[sent];
+            let mut finished = false;
+            for j in 0..k {
+                let (id, best) = (v[r * 2 * k + 2 * j] as u32, v[r * 2 * k + 2 * j + 1]);
+                h.score += best as f64;
+                if let (Some(Some(a)), Some(store)) = (atts.get(j), h.attention.as_mut()) {
+                    store.push(a[r * src_len..r * src_len + src.lens[sent]].to_vec());
+                }
+                finished = id == EOS || {
+                    h.tokens.push(id);
+                    h.tokens.len() >= limits[sent]
+                };
+                if finished {
+                    break;
+                }
             }
+            if !finished {
+                keep.push(r);
+                next_last.push(*h.tokens.last().expect("an unfinished row has a token") as i64);
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() < n {
             let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
             state = model
                 .select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device));
             rows = keep.iter().map(|&r| rows[r]).collect();
-            last = keep.iter().map(|&r| ids[r]).collect();
-        } else {
-            last = ids;
         }
+        last = next_last;
     }
     out
 }

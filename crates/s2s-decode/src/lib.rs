@@ -9,6 +9,6 @@ pub mod incremental;
 pub mod limits;
 
 pub use beam::{BeamConfig, LengthPenalty, beam_search};
-pub use greedy::{Hypothesis, greedy};
+pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;
 pub use limits::MaxLength;

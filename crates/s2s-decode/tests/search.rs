@@ -3,7 +3,7 @@
 //! what recomputing the whole prefix gives.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, greedy};
+use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, greedy, greedy_chunked};
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step, TransformerSpec};
 
@@ -74,6 +74,30 @@ fn beam_of_one_is_greedy() {
         for (gs, bs) in g.iter().zip(&b) {
             assert_eq!(gs.tokens, bs[0].tokens, "{kind}");
             assert!((gs.score - bs[0].score).abs() < 1e-4, "{kind}: {} vs {}", gs.score, bs[0].score);
+        }
+    }
+}
+
+/// Greedy search reading choices back every `k` steps (as on a GPU) gives what reading back
+/// every step gives: rows that end inside a chunk, by `</s>` or by their limit, keep exactly
+/// their tokens, score and attention.
+#[test]
+fn greedy_in_chunks_equals_greedy_step_by_step() {
+    let d = Device::flex();
+    let src = source(&sentences(), &d);
+    let limit = MaxLength { a: 1.0, b: 3 };
+    for (kind, model) in models(&d) {
+        let m = NoEarlyEos(&model, 2);
+        let one = greedy_chunked(&m, &src, limit, true, 1);
+        let lens: Vec<usize> = one.iter().map(|h| h.tokens.len()).collect();
+        assert!(lens.iter().any(|&l| l != lens[0]), "{kind}: rows should end at different steps {lens:?}");
+        for k in [2, 3, 8, 64] {
+            let chunked = greedy_chunked(&m, &src, limit, true, k);
+            for (i, (a, b)) in one.iter().zip(&chunked).enumerate() {
+                assert_eq!(a.tokens, b.tokens, "{kind} k={k} sentence {i}");
+                assert!((a.score - b.score).abs() < 1e-6, "{kind} k={k}: {} vs {}", a.score, b.score);
+                assert_eq!(a.attention, b.attention, "{kind} k={k} sentence {i} attention");
+            }
         }
     }
 }

@@ -58,19 +58,21 @@ impl BestLogProb for Flex {
 }
 
 /// Each row's best token (the first of equal scores) and its log-probability, read back to
-/// the host: one pass per row on flex without autodiff, `log_softmax` and an argmax
-/// elsewhere.
+/// the host (one read-back; see [`best_log_prob_pairs`]).
 pub fn best_log_probs(logits: Tensor<2>) -> (Vec<i64>, Vec<f32>) {
+    let v = best_log_prob_pairs(logits).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    v.chunks_exact(2).map(|p| (p[0] as i64, p[1])).unzip()
+}
+
+/// Each row's best token (the first of equal scores, as f32: ids are exact below 2²⁴) and its
+/// log-probability, `[rows, 2]`, left on the device: one pass per row on flex without
+/// autodiff, `log_softmax` and an argmax elsewhere.
+pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
     if crate::flex_data::is_flex(&logits.device()) && !logits.is_autodiff() {
-        let pairs =
-            Tensor::<2>::from_dispatch(<Dispatch as BestLogProb>::best_log_prob(logits.into_dispatch()));
-        let v = pairs.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
-        return v.chunks_exact(2).map(|p| (p[0] as i64, p[1])).unzip();
+        return Tensor::<2>::from_dispatch(<Dispatch as BestLogProb>::best_log_prob(logits.into_dispatch()));
     }
     let (best, ids) = log_softmax(logits).max_dim_with_indices(1); // [N, 1] each
-    let ids = ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap_or_default();
-    let best = best.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
-    (ids, best)
+    Tensor::cat(vec![ids.float(), best], 1)
 }
 
 /// The fused softmax as a burn backend extension (flex only).

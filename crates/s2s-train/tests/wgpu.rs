@@ -7,7 +7,7 @@
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
-use s2s_decode::{BeamConfig, MaxLength, beam_search};
+use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
 use s2s_models::{AttentionRnnSpec, ModelSpec, Source, TransformerSpec};
 use s2s_train::clip::clip_global_norm;
 use s2s_train::loss::label_smoothed_loss;
@@ -89,6 +89,14 @@ fn wgpu_matches_the_cpu() {
         for (x, y) in hc.iter().zip(&hg) {
             assert_eq!(x[0].tokens, y[0].tokens, "{spec:?}");
             assert!((x[0].score - y[0].score).abs() < 1e-3, "{spec:?}");
+        }
+        // Greedy search: on the GPU choices come back every few steps, on the CPU every step.
+        let limit = MaxLength { a: 1.0, b: 3 };
+        let gc = greedy(&trained_cpu.valid(), &Source::new(&ids, &[4, 3], 4, &cpu), limit, false);
+        let gg = greedy(&trained_gpu.valid(), &Source::new(&ids, &[4, 3], 4, &gpu), limit, false);
+        for (x, y) in gc.iter().zip(&gg) {
+            assert_eq!(x.tokens, y.tokens, "{spec:?} greedy");
+            assert!((x.score - y.score).abs() < 1e-3, "{spec:?} greedy");
         }
     }
 }
