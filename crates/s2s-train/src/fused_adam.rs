@@ -10,8 +10,11 @@
 //! it from thirteen tensor operations, each a pass over the parameter and most a fresh
 //! buffer: 59–69 ms a step on the 11.7M and 15.5M parameters of the benchmark shapes. On flex
 //! this kernel reads `θ`, `g`, `m`, `v` once and writes `θ`, `m`, `v` in place when it holds
-//! them alone. The state is burn's `AdamState`, so checkpoints keep their format; other
-//! backends (wgpu) run burn's `Adam`.
+//! them alone. On cubecl runtimes (wgpu) it is one kernel launch per parameter
+//! ([`cube_adam`]) instead of thirteen: a GPU step there is bound by launches, not by bytes
+//! (burn's Adam took ~33 ms of the Transformer's ~100 ms step on an H100). With burn's fusion
+//! on (`gpu-tuned`) burn fuses its own Adam and that one runs. The state is burn's
+//! `AdamState`, so checkpoints keep their format.
 
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
@@ -21,8 +24,9 @@ use burn::tensor::{Device, Tensor, TensorData};
 use rayon::prelude::*;
 use s2s_models::flex_data::{f32s, is_flex};
 
-/// The Adam update as a burn backend extension (flex only; see the module doc).
-#[backend_extension(Flex)]
+/// The Adam update as a burn backend extension (flex, and cubecl without fusion; see the
+/// module doc).
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")))]
 pub trait AdamStep: burn::backend::Backend {
     /// `(θ', m', v')` after one step with coefficients `k`
     /// (`[β₁, β₂, ε·√(1 − β₂ᵗ), c, α, λ]`).
@@ -74,6 +78,91 @@ impl AdamStep for Flex {
     }
 }
 
+/// The same update as one cubecl kernel per parameter, in place (see the module doc).
+#[cfg(not(feature = "gpu-tuned"))]
+mod cube_adam {
+    use burn::tensor::DType;
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::tensor::CubeTensor;
+    use cubecl::prelude::*;
+    use cubecl::{calculate_cube_count_elemwise, cube};
+
+    use super::AdamStep;
+
+    /// One element per unit: burn's operation order, as in the flex kernel.
+    #[cube(launch)]
+    fn adam_kernel(
+        p: &mut [f32],
+        m: &mut [f32],
+        v: &mut [f32],
+        g: &[f32],
+        beta_1: f32,
+        beta_2: f32,
+        eps: f32,
+        c: f32,
+        lr: f32,
+        decay: f32,
+    ) {
+        let i = ABSOLUTE_POS;
+        if i < p.len() {
+            let mut gi = g[i];
+            if decay != 0.0 {
+                gi = p[i] * decay + gi;
+            }
+            let mi = m[i] * beta_1 + gi * (1.0 - beta_1);
+            let vi = v[i] * beta_2 + gi * gi * (1.0 - beta_2);
+            m[i] = mi;
+            v[i] = vi;
+            p[i] -= (mi * c / (f32::sqrt(vi) + eps)) * lr;
+        }
+    }
+
+    /// `t` contiguous in a buffer of its own, so the kernel may write it.
+    fn exclusive(t: CubeTensor) -> CubeTensor {
+        let t = into_contiguous(t);
+        if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() }
+    }
+
+    impl AdamStep for CubeBackend {
+        fn adam_step(
+            param: CubeTensor,
+            grad: CubeTensor,
+            m: CubeTensor,
+            v: CubeTensor,
+            k: [f32; 6],
+        ) -> (CubeTensor, CubeTensor, CubeTensor) {
+            assert!(
+                [&param, &grad, &m, &v].iter().all(|t| t.dtype == DType::F32),
+                "adam_step computes in f32"
+            );
+            let [beta_1, beta_2, eps, c, lr, decay] = k;
+            let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
+            let n = param.meta.num_elements();
+            assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
+            let client = param.client.clone();
+            let cube_dim = CubeDim::new(&client, n);
+            let count = calculate_cube_count_elemwise(&client, n, cube_dim);
+            adam_kernel::launch(
+                &client,
+                count,
+                cube_dim,
+                param.clone().into_buffer_arg(),
+                m.clone().into_buffer_arg(),
+                v.clone().into_buffer_arg(),
+                grad.into_buffer_arg(),
+                beta_1,
+                beta_2,
+                eps,
+                c,
+                lr,
+                decay,
+            );
+            (param, m, v)
+        }
+    }
+}
+
 /// `t` as a contiguous tensor holding its storage alone, from offset 0 (itself when it
 /// already is one, else a copy), so the kernel can write it in place.
 fn owned(t: FlexTensor) -> FlexTensor {
@@ -120,7 +209,8 @@ impl Optimizer for FusedAdam {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        if !is_flex(&tensor.device()) || tensor.is_require_grad() {
+        let fused_stream = cfg!(feature = "gpu-tuned") && !is_flex(&tensor.device());
+        if fused_stream || tensor.is_require_grad() {
             return self.burn.step(lr, tensor, grad, state);
         }
         let (time, m, v) = match state {

@@ -100,3 +100,78 @@ fn wgpu_matches_the_cpu() {
         }
     }
 }
+
+/// The Adam kernel on wgpu (one launch per parameter) gives the flex kernel's update, which is
+/// bit for bit burn's Adam, and writes only tensors it holds alone: a parameter still shared
+/// elsewhere is left as it was.
+#[test]
+fn adam_kernel_on_wgpu_matches_the_cpu() {
+    use burn::backend::Dispatch;
+    use burn::tensor::Distribution;
+    use s2s_train::fused_adam::{AdamStep, FusedAdam};
+    let Some(gpu) = wgpu() else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must provide a Vulkan adapter (lavapipe)");
+        eprintln!("skipped: no wgpu adapter (apt-get install mesa-vulkan-drivers)");
+        return;
+    };
+    let cpu = Device::flex();
+    let normal = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &cpu);
+    let (p, g, m) = (normal([37, 300]), normal([37, 300]), normal([37, 300]));
+    let v = normal([37, 300]).abs();
+    let to_vec = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+    for k in [[0.9, 0.98, 1e-8, 0.7, 1e-2, 0.0], [0.9, 0.999, 1e-5, 1.3, 3e-3, 0.01f32]] {
+        let run = |d: &Device| {
+            let on = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), d);
+            let (p, g, m, v) = (on(&p), on(&g), on(&m), on(&v));
+            let shared = p.clone();
+            let (p2, m2, v2) = <Dispatch as AdamStep>::adam_step(
+                p.into_dispatch(),
+                g.into_dispatch(),
+                m.into_dispatch(),
+                v.into_dispatch(),
+                k,
+            );
+            let out = [p2, m2, v2].map(|t| to_vec(Tensor::<2>::from_dispatch(t)));
+            (out, to_vec(shared))
+        };
+        let (want, _) = run(&cpu);
+        let (got, shared) = run(&gpu);
+        assert_eq!(shared, to_vec(p.clone()), "a shared parameter must not be written");
+        for (name, (w, g)) in ["param", "m", "v"].iter().zip(want.iter().zip(&got)) {
+            let worst = w.iter().zip(g).map(|(a, b)| (a - b).abs() / a.abs().max(1.0)).fold(0f32, f32::max);
+            assert!(worst < 1e-6, "{name}: wgpu differs from the CPU by {worst} (k = {k:?})");
+        }
+        assert_ne!(got[0], to_vec(p.clone()), "the step must move the parameter");
+    }
+    // Through the optimizer, as the trainer uses it: 3 steps of a model give the CPU's losses.
+    let spec = &specs()[1];
+    cpu.seed(11);
+    let start = spec.init(16, 16, &cpu.clone().autodiff()).unwrap();
+    let path = std::env::temp_dir().join(format!("s2s-wgpu-adam-{}.bpk", std::process::id()));
+    start.clone().save_file(&path).unwrap();
+    // The loaded tensors read the file lazily: it is removed at the end.
+    let on_gpu = spec.init(16, 16, &gpu.clone().autodiff()).unwrap().try_load_file(&path).unwrap();
+    let losses_with = |model: s2s_models::Model, d: &Device| -> Vec<f32> {
+        let src = Source::new(&[4, 5, 6, 3, 7, 8, 3, 0], &[4, 3], 4, d);
+        let tgt_in = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 9, 10, 2, 11, 0], [2, 3]), d);
+        let tgt_out = Tensor::<2, Int>::from_data(TensorData::new(vec![9i64, 10, 3, 11, 3, 0], [2, 3]), d);
+        let keep = Tensor::<2>::from_data(TensorData::new(vec![1f32, 1., 1., 1., 1., 0.], [2, 3]), d);
+        let mut optim = burn::optim::ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0));
+        let mut model = model;
+        (0..3)
+            .map(|_| {
+                let f = model.forward(&src, tgt_in.clone());
+                let loss =
+                    label_smoothed_loss(f.logits, tgt_out.clone(), &keep, 0.1).smoothed.div_scalar(5.0);
+                let l = loss.clone().into_scalar::<f32>();
+                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                model = optim.step(1e-2, model.clone(), grads);
+                l
+            })
+            .collect()
+    };
+    let (a, b) = (losses_with(start, &cpu.clone().autodiff()), losses_with(on_gpu, &gpu.clone().autodiff()));
+    std::fs::remove_file(&path).ok();
+    assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4), "cpu {a:?} vs wgpu {b:?}");
+    assert!(a[2] < a[0], "training must lower the loss: {a:?}");
+}
