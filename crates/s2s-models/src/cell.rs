@@ -162,7 +162,7 @@ impl RecurrentCell {
                 let (h, c) = if crate::flex_data::is_flex(&gates.device()) {
                     crate::fused_lstm::lstm_gates(gates, c_prev)
                 } else {
-                    lstm_gates_composed(gates, c_prev)
+                    gpu_gates(gates, c_prev)
                 };
                 CellState { h, c: Some(c) }
             }
@@ -216,9 +216,20 @@ pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> 
     as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
 }
 
+/// The gate math on a cubecl device: its kernel ([`crate::gpu_lstm_cell`]), or the composed
+/// operations under burn's fusion (`gpu-tuned`).
+fn gpu_gates(gates: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    #[cfg(not(feature = "gpu-tuned"))]
+    return crate::gpu_lstm_cell::lstm_gates(gates, c_prev);
+    #[cfg(feature = "gpu-tuned")]
+    return lstm_gates_composed(gates, c_prev);
+}
+
 /// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and
 /// `c`, composed from tensor operations: what backends without the fused kernel run, and what
 /// [`crate::fused_lstm`] is tested against.
+// Used by the tests (the kernels' reference) and by `gpu-tuned` builds.
+#[cfg_attr(not(any(test, feature = "gpu-tuned")), allow(dead_code))]
 pub(crate) fn lstm_gates_composed(gates: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
     let h = c_prev.dims()[1];
     let i = sigmoid(gates.clone().narrow(1, 0, h));

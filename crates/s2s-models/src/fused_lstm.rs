@@ -14,8 +14,9 @@
 //! step, each allocating a tensor and calling scalar `expf`/`tanhf` (flex's `sigmoid` branches per
 //! element and does not vectorise). Here it is one pass over the gates each way, through a
 //! branch-free `exp` the compiler vectorises, registered with burn's autodiff as one node: a
-//! `#[backend_extension]` for flex (and flex under autodiff). Other backends (wgpu) keep the
-//! composed form in [`crate::cell`], which is also what the tests compare this kernel with.
+//! `#[backend_extension]` for flex (and flex under autodiff). On wgpu the same equations run as
+//! cubecl kernels ([`crate::gpu_lstm_cell`]); the composed form in [`crate::cell`] is what the
+//! tests compare both with, and what builds with burn's fusion (`gpu-tuned`) run.
 //!
 //! # Shapes
 //! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `[h' | c']`: `[batch, 2·hidden]`

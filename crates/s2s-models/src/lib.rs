@@ -18,6 +18,8 @@ pub mod fused_layer_norm;
 pub mod fused_lstm;
 pub mod fused_softmax;
 pub mod fused_tanh;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu_lstm_cell;
 pub mod interface;
 pub mod lockstep;
 pub mod lstm;
