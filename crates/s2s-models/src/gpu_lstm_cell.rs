@@ -39,45 +39,62 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + f32::exp(-x))
 }
 
-/// One unit `(row, j)` per thread.
+/// One unit's activations `σ(i)`, `σ(f)`, `tanh(g)`, `σ(o)`, and where its gates (`at`) and
+/// its `h'` (`out`; `c'` is `hidden` further) sit.
+#[derive(CubeType)]
+struct Unit {
+    i: f32,
+    f: f32,
+    g: f32,
+    o: f32,
+    at: usize,
+    out: usize,
+}
+
+/// Unit `u` = `(row, j)` of a `[batch, hidden]` state.
+#[cube]
+fn unit(gates: &[f32], u: usize, h: usize) -> Unit {
+    let (row, j) = (u / h, u % h);
+    let at = row * 4 * h + j;
+    Unit {
+        i: sigmoid(gates[at]),
+        f: sigmoid(gates[at + h]),
+        g: f32::tanh(gates[at + 2 * h]),
+        o: sigmoid(gates[at + 3 * h]),
+        at,
+        out: row * 2 * h + j,
+    }
+}
+
+/// One unit per thread.
 #[cube(launch)]
 fn gates_forward(gates: &[f32], c: &[f32], out: &mut [f32], hidden: u32) {
-    let u = ABSOLUTE_POS;
-    if u < c.len() {
+    let n = ABSOLUTE_POS;
+    if n < c.len() {
         let h = hidden as usize;
-        let (row, j) = (u / h, u % h);
-        let g = row * 4 * h + j;
-        let i = sigmoid(gates[g]);
-        let f = sigmoid(gates[g + h]);
-        let gg = f32::tanh(gates[g + 2 * h]);
-        let o = sigmoid(gates[g + 3 * h]);
-        let c2 = f * c[u] + i * gg;
-        out[row * 2 * h + j] = o * f32::tanh(c2);
-        out[row * 2 * h + h + j] = c2;
+        let u = unit(gates, n, h);
+        let c2 = u.f * c[n] + u.i * u.g;
+        out[u.out] = u.o * f32::tanh(c2);
+        out[u.out + h] = c2;
     }
 }
 
 /// One unit per thread: `∂gates` and `∂c` from `∂[h' | c']`, the activations recomputed.
 #[cube(launch)]
 fn gates_backward(gates: &[f32], c: &[f32], grad: &[f32], d_gates: &mut [f32], d_c: &mut [f32], hidden: u32) {
-    let u = ABSOLUTE_POS;
-    if u < c.len() {
+    let n = ABSOLUTE_POS;
+    if n < c.len() {
         let h = hidden as usize;
-        let (row, j) = (u / h, u % h);
-        let g = row * 4 * h + j;
-        let i = sigmoid(gates[g]);
-        let f = sigmoid(gates[g + h]);
-        let gg = f32::tanh(gates[g + 2 * h]);
-        let o = sigmoid(gates[g + 3 * h]);
-        let c_prev = c[u];
-        let t = f32::tanh(f * c_prev + i * gg);
-        let dh = grad[row * 2 * h + j];
-        let dc = grad[row * 2 * h + h + j] + dh * o * (1.0 - t * t);
-        d_gates[g] = dc * gg * i * (1.0 - i);
-        d_gates[g + h] = dc * c_prev * f * (1.0 - f);
-        d_gates[g + 2 * h] = dc * i * (1.0 - gg * gg);
-        d_gates[g + 3 * h] = dh * t * o * (1.0 - o);
-        d_c[u] = dc * f;
+        let u = unit(gates, n, h);
+        let c_prev = c[n];
+        let t = f32::tanh(u.f * c_prev + u.i * u.g);
+        let dh = grad[u.out];
+        let dc = grad[u.out + h] + dh * u.o * (1.0 - t * t);
+        d_gates[u.at] = dc * u.g * u.i * (1.0 - u.i);
+        d_gates[u.at + h] = dc * c_prev * u.f * (1.0 - u.f);
+        d_gates[u.at + 2 * h] = dc * u.i * (1.0 - u.g * u.g);
+        d_gates[u.at + 3 * h] = dh * t * u.o * (1.0 - u.o);
+        d_c[n] = dc * u.f;
     }
 }
 
