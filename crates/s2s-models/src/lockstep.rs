@@ -19,9 +19,10 @@
 //! The calling thread is worker 0; the others are OS threads of this module's own, kept
 //! between calls (or, while another call holds those, scoped threads started for the call), so
 //! all of them run at once whatever rayon is doing (a wait among rayon tasks could wait for a
-//! task that never starts). A waiting thread spins briefly, then yields its core, so an oversubscribed
-//! machine (tests running side by side) still makes progress. A panic in one worker poisons
-//! the [`Progress`]: the others stop waiting and panic too, and the panic reaches the caller.
+//! task that never starts). A waiting thread spins briefly, then yields its core, so an
+//! oversubscribed machine (tests running side by side) still makes progress. A panic in one
+//! worker poisons the [`Progress`]: the others stop waiting and panic too, and the panic
+//! reaches the caller.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -87,6 +88,12 @@ impl Drop for PoisonOnPanic<'_> {
     }
 }
 
+/// Worker `i`'s `work`, poisoning `progress` if it panics (on every path that runs a worker).
+fn worker(work: &(dyn Fn(usize, &Progress) + Sync), i: usize, progress: &Progress) {
+    let _poison = PoisonOnPanic(progress);
+    work(i, progress);
+}
+
 /// Runs `work(i, progress)` for `i` in `0..threads` at once, `i = 0` on the calling thread, and
 /// returns when all have; a panic in any worker reaches the caller once all have stopped.
 ///
@@ -109,13 +116,9 @@ pub fn run(threads: usize, work: impl Fn(usize, &Progress) + Sync) {
         None => std::thread::scope(|scope| {
             for i in 1..threads {
                 let (work, progress) = (&work, &progress);
-                scope.spawn(move || {
-                    let _poison = PoisonOnPanic(progress);
-                    work(i, progress);
-                });
+                scope.spawn(move || worker(work, i, progress));
             }
-            let _poison = PoisonOnPanic(&progress);
-            work(0, &progress);
+            worker(&work, 0, &progress);
         }),
     }
 }
@@ -158,10 +161,7 @@ impl Helpers {
                         // SAFETY: the caller waits for `done` before leaving the frame that
                         // holds `work` and `progress`.
                         let (work, progress) = unsafe { (&*job.work, &*job.progress) };
-                        let result = catch_unwind(AssertUnwindSafe(|| {
-                            let _poison = PoisonOnPanic(progress);
-                            work(job.i, progress);
-                        }));
+                        let result = catch_unwind(AssertUnwindSafe(|| worker(work, job.i, progress)));
                         let _ = job.done.send(result.err());
                     }
                 })
@@ -184,10 +184,7 @@ impl Helpers {
             }
         }
         drop(done);
-        let mine = catch_unwind(AssertUnwindSafe(|| {
-            let _poison = PoisonOnPanic(progress);
-            work(0, progress);
-        }));
+        let mine = catch_unwind(AssertUnwindSafe(|| worker(work, 0, progress)));
         let mut panic = mine.err();
         for _ in 0..sent {
             // (`Err` only if a helper dropped its job unreported, which it does not.)
