@@ -49,6 +49,22 @@ fn specs() -> Vec<ModelSpec> {
     ]
 }
 
+/// One model (seeded on the CPU) on both devices, the GPU's copy through a checkpoint written
+/// to `path` on the CPU: the round trip across devices. The loaded tensors read the file
+/// lazily, so it must outlive them.
+fn on_both(
+    spec: &ModelSpec,
+    cpu: &Device,
+    gpu: &Device,
+    path: &std::path::Path,
+) -> (s2s_models::Model, s2s_models::Model) {
+    cpu.seed(11);
+    let on_cpu = spec.init(16, 16, &cpu.clone().autodiff()).unwrap();
+    on_cpu.clone().save_file(path).unwrap();
+    let on_gpu = spec.init(16, 16, &gpu.clone().autodiff()).unwrap().try_load_file(path).unwrap();
+    (on_cpu, on_gpu)
+}
+
 /// Losses of 3 clipped steps on a fixed batch, each applied by `step` (an optimizer's).
 fn losses(
     model: s2s_models::Model,
@@ -85,12 +101,7 @@ fn wgpu_matches_the_cpu() {
     let dir = std::env::temp_dir().join(format!("s2s-wgpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (k, spec) in specs().into_iter().enumerate() {
-        cpu.seed(11);
-        let on_cpu = spec.init(16, 16, &cpu.clone().autodiff()).unwrap();
-        // Checkpoint round trip across devices.
-        let path = dir.join(format!("m{k}.bpk"));
-        on_cpu.clone().save_file(&path).unwrap();
-        let on_gpu = spec.init(16, 16, &gpu.clone().autodiff()).unwrap().try_load_file(&path).unwrap();
+        let (on_cpu, on_gpu) = on_both(&spec, &cpu, &gpu, &dir.join(format!("m{k}.bpk")));
         let (a, trained_cpu) = losses(on_cpu, &cpu.clone().autodiff(), burn_adam());
         let (b, trained_gpu) = losses(on_gpu, &gpu.clone().autodiff(), burn_adam());
         for (x, y) in a.iter().zip(&b) {
@@ -131,13 +142,8 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
         direct_kernel_matches_the_cpu(&cpu, &gpu);
     }
     // Through the optimizer, as the trainer uses it: 3 steps of a model give the CPU's losses.
-    let spec = &specs()[1];
-    cpu.seed(11);
-    let start = spec.init(16, 16, &cpu.clone().autodiff()).unwrap();
     let path = std::env::temp_dir().join(format!("s2s-wgpu-adam-{}.bpk", std::process::id()));
-    start.clone().save_file(&path).unwrap();
-    // The loaded tensors read the file lazily: it is removed at the end.
-    let on_gpu = spec.init(16, 16, &gpu.clone().autodiff()).unwrap().try_load_file(&path).unwrap();
+    let (start, on_gpu) = on_both(&specs()[1], &cpu, &gpu, &path);
     let ours = || {
         let mut optim = burn::optim::ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0));
         move |m: s2s_models::Model, g: GradientsParams| optim.step(1e-2, m, g)
