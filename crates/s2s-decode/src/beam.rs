@@ -96,7 +96,24 @@ struct Search {
 
 /// Beam search for every row of `src`: per sentence, up to `nbest` hypotheses, best first, each
 /// with its length-normalised score.
+///
+/// Each step the `2·beam` best tokens of every row are picked where the log-probabilities
+/// are: on the CPU by the host, on a GPU by the device (burn's top-k kernel), so that only
+/// `[rows, 2·beam]` values and ids come back instead of `[rows, vocab]` log-probabilities.
 pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) -> Vec<Vec<Hypothesis>> {
+    let on_device = !s2s_models::flex_data::is_flex(&src.ids.device());
+    beam_search_with(model, src, cfg, on_device)
+}
+
+/// [`beam_search`] with each row's best tokens picked on the device (`top_on_device`) or by
+/// the host after reading the whole row back. Both pick the same tokens (ties to the lower
+/// id).
+pub fn beam_search_with<M: Incremental>(
+    model: &M,
+    src: &Source,
+    cfg: &BeamConfig,
+    top_on_device: bool,
+) -> Vec<Vec<Hypothesis>> {
     let k = cfg.beam.max(1);
     let device = src.ids.device();
     let src_len = src.len();
@@ -148,9 +165,8 @@ pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) ->
         let (step, next) =
             model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &device));
         state = next;
-        let log_probs = step.log_probs();
-        let vocab = log_probs.dims()[1];
-        let logp: Vec<f32> = log_probs.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        // Row r's best tokens: ids[r·w + j] with log-probability lp[r·w + j], best first.
+        let (w, lp, ids) = row_tops(step.log_probs(), 2 * k, top_on_device);
         let att: Option<Vec<f32>> = if cfg.attention {
             step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
         } else {
@@ -162,8 +178,8 @@ pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) ->
             // The 2K best (score, live index, token) over this sentence's rows.
             let mut cands: Vec<(f64, usize, u32)> = Vec::with_capacity(s.live.len() * 2 * k);
             for (i, h) in s.live.iter().enumerate() {
-                let row = &logp[h.row * vocab..(h.row + 1) * vocab];
-                cands.extend(top(row, 2 * k).into_iter().map(|t| (h.score + row[t] as f64, i, t as u32)));
+                let at = h.row * w..(h.row + 1) * w;
+                cands.extend(lp[at.clone()].iter().zip(&ids[at]).map(|(&l, &t)| (h.score + l as f64, i, t)));
             }
             cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
             cands.truncate(2 * k);
@@ -213,6 +229,38 @@ pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) ->
         }
     }
     done
+}
+
+/// The `n` best entries of each row of `log_probs` `[rows, vocab]`, best first: `(w, lp, ids)`
+/// with `w = min(n, vocab)` and row `r`'s `j`-th best at `r·w + j`.
+///
+/// On the device: burn's `topk_with_indices` (cubecl's top-k reduction keeps ties in index
+/// order, like [`top`]), and the values and ids come back in one read, the ids as floats
+/// (exact below 2²⁴). Otherwise the whole tensor comes back and [`top`] picks on the host.
+fn row_tops(log_probs: Tensor<2>, n: usize, on_device: bool) -> (usize, Vec<f32>, Vec<u32>) {
+    let [rows, vocab] = log_probs.dims();
+    let w = n.min(vocab);
+    let read = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    if on_device {
+        let (values, indices) = log_probs.topk_with_indices(w, 1);
+        let both = read(Tensor::cat(vec![values, indices.float()], 1)); // [rows, 2w]
+        let (mut lp, mut ids) = (Vec::with_capacity(rows * w), Vec::with_capacity(rows * w));
+        for row in both.chunks(2 * w) {
+            lp.extend_from_slice(&row[..w]);
+            ids.extend(row[w..].iter().map(|&t| t as u32));
+        }
+        (w, lp, ids)
+    } else {
+        let all = read(log_probs);
+        let (mut lp, mut ids) = (Vec::with_capacity(rows * w), Vec::with_capacity(rows * w));
+        for row in all.chunks(vocab.max(1)) {
+            for t in top(row, w) {
+                lp.push(row[t]);
+                ids.push(t as u32);
+            }
+        }
+        (w, lp, ids)
+    }
 }
 
 /// Indices of the `n` largest entries of `row` in `f32::total_cmp`'s order (ties: lower

@@ -8,7 +8,7 @@ pub mod greedy;
 pub mod incremental;
 pub mod limits;
 
-pub use beam::{BeamConfig, LengthPenalty, beam_search};
+pub use beam::{BeamConfig, LengthPenalty, beam_search, beam_search_with};
 pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;
 pub use limits::MaxLength;

@@ -3,7 +3,9 @@
 //! what recomputing the whole prefix gives.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, greedy, greedy_chunked};
+use s2s_decode::{
+    BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_with, greedy, greedy_chunked,
+};
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step, TransformerSpec};
 
@@ -98,6 +100,26 @@ fn greedy_in_chunks_equals_greedy_step_by_step() {
                 assert!((a.score - b.score).abs() < 1e-6, "{kind} k={k}: {} vs {}", a.score, b.score);
                 assert_eq!(a.attention, b.attention, "{kind} k={k} sentence {i} attention");
             }
+        }
+    }
+}
+
+/// Beam search picking each row's best tokens on the device (as on a GPU) finds what picking
+/// them on the host finds: the same n-best lists, scores and attention, for a beam whose
+/// `2·beam` candidates a row are fewer than the vocabulary and for one whose are more.
+#[test]
+fn beam_with_top_k_on_the_device_equals_on_the_host() {
+    let d = Device::flex();
+    let src = source(&sentences(), &d);
+    for (kind, model) in models(&d) {
+        let m = NoEarlyEos(&model, 2);
+        for beam in [3, 10] {
+            let cfg =
+                BeamConfig { beam, nbest: beam, max_length: LIMIT, attention: true, ..Default::default() };
+            let host = beam_search_with(&m, &src, &cfg, false);
+            let device = beam_search_with(&m, &src, &cfg, true);
+            assert!(host.iter().all(|h| h.len() == beam), "{kind} beam {beam}: full n-best lists");
+            assert_eq!(host, device, "{kind} beam {beam}");
         }
     }
 }
