@@ -89,10 +89,12 @@ pub fn greedy_chunked<M: Incremental>(
         // One read-back for the chunk: row r, step j at [r·2k + 2j] (id) and [.. + 1] (log p).
         let v: Vec<f32> =
             Tensor::cat(pairs, 1).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
-        let atts: Vec<Option<Vec<f32>>> = atts
+        // The chunk's attention in one read too: row r, step j at [(r·k + j)·src_len ..].
+        let att: Option<Vec<f32>> = atts
             .into_iter()
-            .map(|a| a.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok()))
-            .collect();
+            .collect::<Option<Vec<Tensor<2>>>>()
+            .filter(|a| !a.is_empty())
+            .and_then(|a| Tensor::cat(a, 1).into_data().convert::<f32>().try_to_vec::<f32>().ok());
         let mut keep = Vec::with_capacity(n);
         let mut next_last = Vec::with_capacity(n);
         for (r, &sent) in rows.iter().enumerate() {
@@ -101,8 +103,9 @@ pub fn greedy_chunked<M: Incremental>(
             for j in 0..k {
                 let (id, best) = (v[r * 2 * k + 2 * j] as u32, v[r * 2 * k + 2 * j + 1]);
                 h.score += best as f64;
-                if let (Some(Some(a)), Some(store)) = (atts.get(j), h.attention.as_mut()) {
-                    store.push(a[r * src_len..r * src_len + src.lens[sent]].to_vec());
+                if let (Some(a), Some(store)) = (&att, h.attention.as_mut()) {
+                    let at = (r * k + j) * src_len;
+                    store.push(a[at..at + src.lens[sent]].to_vec());
                 }
                 finished = id == EOS || {
                     h.tokens.push(id);
