@@ -69,6 +69,22 @@ impl BenchConfig {
     pub fn shipped() -> Self {
         serde_json::from_str(MODELS_JSON).expect("experiments/bench/models.json parses")
     }
+
+    /// A configuration in the same format from `path` (e.g.
+    /// `experiments/bench/launch-bound.json`); errors name the file and what is wrong.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let cfg: Self = serde_json::from_str(&text).map_err(|e| {
+            format!("{}: {e} (expected the format of experiments/bench/models.json)", path.display())
+        })?;
+        if cfg.models.is_empty() {
+            return Err(format!("{}: no shapes under \"models\"", path.display()));
+        }
+        for (name, shape) in &cfg.models {
+            shape.spec().map_err(|e| format!("{}: shape `{name}`: {e}", path.display()))?;
+        }
+        Ok(cfg)
+    }
 }
 
 impl Shape {
@@ -274,5 +290,33 @@ mod tests {
             let p = spec.init(b.src_vocab, b.tgt_vocab, &d).unwrap().num_params();
             assert_eq!(p + extra_bias, torch, "{name}");
         }
+    }
+
+    /// The launch-bound file has the reference shapes' models, layer for layer, only narrower:
+    /// the same operations a step, so its step time counts them.
+    #[test]
+    fn launch_bound_shapes_mirror_the_reference_layers() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/bench");
+        let tiny = BenchConfig::from_file(&dir.join("launch-bound.json")).unwrap();
+        let full = BenchConfig::shipped();
+        assert_eq!(tiny.models.keys().collect::<Vec<_>>(), full.models.keys().collect::<Vec<_>>());
+        for (name, t) in &tiny.models {
+            let f = &full.models[name];
+            let layers = |s: &Shape| {
+                (s.family.clone(), s.attention.clone(), s.layers, s.bidirectional_encoder, s.input_feeding)
+            };
+            assert_eq!(layers(t), layers(f), "{name}");
+            assert_eq!(
+                (t.enc_layers, t.dec_layers, t.dropout),
+                (f.enc_layers, f.dec_layers, f.dropout),
+                "{name}"
+            );
+        }
+        assert_eq!((tiny.batch.src_len, tiny.batch.tgt_len), (full.batch.src_len, full.batch.tgt_len));
+        let bad = std::env::temp_dir().join(format!("s2s-bench-bad-{}.json", std::process::id()));
+        std::fs::write(&bad, "{\"batch\": {}}").unwrap();
+        let e = BenchConfig::from_file(&bad).unwrap_err();
+        let _ = std::fs::remove_file(&bad);
+        assert!(e.contains("s2s-bench-bad") && e.contains("models.json"), "{e}");
     }
 }

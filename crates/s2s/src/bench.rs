@@ -27,11 +27,19 @@ pub struct BenchArgs {
     /// run (CPU only; docs/benchmarks.md).
     #[arg(long)]
     lstm_step: bool,
+    /// Shapes from this file (the format of experiments/bench/models.json) instead of the
+    /// reference ones; experiments/bench/launch-bound.json has the same layers, narrow, so
+    /// that a step's time is mostly the cost of launching its operations.
+    #[arg(long)]
+    shapes: Option<std::path::PathBuf>,
 }
 
 /// Runs `s2s bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
-    let cfg = BenchConfig::shipped();
+    let cfg = match &a.shapes {
+        Some(path) => BenchConfig::from_file(path).map_err(anyhow::Error::msg)?,
+        None => BenchConfig::shipped(),
+    };
     let names: Vec<String> = match &a.models {
         Some(m) => m.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
         None => cfg.models.keys().cloned().collect(),
