@@ -10,16 +10,28 @@
 //! way, registered with burn's autodiff as one node. Not with burn's fusion (`gpu-tuned`),
 //! whose fused-stream tensors this does not take: that build keeps the composed form.
 //!
+//! A whole layer over a sequence ([`lstm_layer`], what the encoders and the `lstm` model's
+//! decoder run) is one autodiff node whose loop launches two kernels a step each way: forward
+//! the product `h W_h` and a step kernel (gates, state update, padding mask, and the output
+//! and what the backward needs written in place into whole-sequence buffers); backward a step
+//! kernel and the product `∂gates W_hᵀ`, then `∂W_h` as one product over all steps. Run
+//! step by step through [`crate::cell`], autodiff records each step's slices, products and
+//! masks, and its backward zero-fills and adds a sequence-sized gradient for every step's
+//! slice: ~540 launches a layer and training step on the `lstm` bench shape, ~100 here.
+//!
 //! # Shapes
 //! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `[h' | c']`: `[batch, 2·hidden]`
+//! - layer: `xw` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, `h0`, `c0`
+//!   `[batch, hidden]`, keep `[batch, time]` → `[outputs | h_T | c_T]` `[batch, time + 2, hidden]`
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
-use burn::tensor::{DType, Shape, Tensor};
+use burn::tensor::{DType, Shape, Slice, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -32,6 +44,17 @@ use cubecl::{calculate_cube_count_elemwise, cube};
 pub trait GpuLstmGates: burn::backend::Backend {
     /// `[h' | c']` (`[batch, 2·hidden]`) from `gates` (`[batch, 4·hidden]`) and `c`.
     fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// A whole LSTM layer in one direction (see [`lstm_layer`]): `[outputs | h_T | c_T]`,
+    /// `[batch, time + 2, hidden]`.
+    fn gpu_lstm_layer(
+        xw: FloatTensor<Self>,
+        w_hidden: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        keep: FloatTensor<Self>,
+        reverse: bool,
+    ) -> FloatTensor<Self>;
 }
 
 #[cube]
@@ -98,6 +121,129 @@ fn gates_backward(gates: &[f32], c: &[f32], grad: &[f32], d_gates: &mut [f32], d
     }
 }
 
+/// Unit `u` = `(row, j)` of the layer at time `t`: its pre-activation gates are `hw`'s (the
+/// step's product `h W_h`, `[batch, 4·hidden]`) plus `xw`'s (`[batch, time, 4·hidden]`).
+/// Saves `[gates | c_prev | h_prev]` at `saved[row, t]` (`[batch, time, 6·hidden]`), writes
+/// the output `keep·h'` at `out[row, t]` (`[batch, time + 2, hidden]`) and the next state
+/// (`h'`, `c'`, or the previous state where `keep` is 0) to `h_next`, `c_next`, and at the
+/// last step also to `out[row, time]` and `out[row, time + 1]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn layer_step_forward(
+    hw: &[f32],
+    xw: &[f32],
+    h_prev: &[f32],
+    c_prev: &[f32],
+    keep: &[f32],
+    saved: &mut [f32],
+    out: &mut [f32],
+    h_next: &mut [f32],
+    c_next: &mut [f32],
+    hidden: u32,
+    time: u32,
+    t: u32,
+    last: u32,
+) {
+    let n = ABSOLUTE_POS;
+    if n < c_prev.len() {
+        let (h, time, t) = (hidden as usize, time as usize, t as usize);
+        let (row, j) = (n / h, n % h);
+        let at = row * time + t;
+        let k = keep[at];
+        let (g_in, g_sv) = (row * 4 * h + j, at * 4 * h + j);
+        let sv = at * 6 * h + j;
+        let mut pre = Array::<f32>::new(4usize);
+        #[unroll]
+        for q in 0..4usize {
+            pre[q] = hw[g_in + q * h] + xw[g_sv + q * h];
+            saved[sv + q * h] = pre[q];
+        }
+        let (hp, cp) = (h_prev[n], c_prev[n]);
+        saved[sv + 4 * h] = cp;
+        saved[sv + 5 * h] = hp;
+        let c2 = sigmoid(pre[1]) * cp + sigmoid(pre[0]) * f32::tanh(pre[2]);
+        let h2 = sigmoid(pre[3]) * f32::tanh(c2);
+        let (hn, cn) = (k * h2 + (1.0 - k) * hp, k * c2 + (1.0 - k) * cp);
+        let o = (row * (time + 2) + t) * h + j;
+        out[o] = k * h2;
+        h_next[n] = hn;
+        c_next[n] = cn;
+        if last != 0 {
+            let end = (row * (time + 2) + time) * h + j;
+            out[end] = hn;
+            out[end + h] = cn;
+        }
+    }
+}
+
+/// The backward of [`layer_step_forward`] for unit `(row, j)` at time `t`, from the gradient
+/// `grad` of the layer's output (`[batch, time + 2, hidden]`) and what flows back from the
+/// later step: `dh_mm` (its `∂gates W_hᵀ`) and `carry` `[∂h pass-through | ∂c]`
+/// (`[batch, 2·hidden]`); at the first backward step (`first`) those are `grad`'s `∂h_T`
+/// and `∂c_T` instead. Writes `∂gates` to `d_xw[row, t]` and to `d_gates` (`[batch,
+/// 4·hidden]`, this step's product operand), and the carry for the step before.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn layer_step_backward(
+    saved: &[f32],
+    keep: &[f32],
+    grad: &[f32],
+    dh_mm: &[f32],
+    carry: &[f32],
+    d_xw: &mut [f32],
+    d_gates: &mut [f32],
+    carry_out: &mut [f32],
+    hidden: u32,
+    time: u32,
+    t: u32,
+    first: u32,
+) {
+    let n = ABSOLUTE_POS;
+    if n < d_gates.len() / 4 {
+        let (h, time, t) = (hidden as usize, time as usize, t as usize);
+        let (row, j) = (n / h, n % h);
+        let at = row * time + t;
+        let k = keep[at];
+        // (The placeholders read at the first step are in bounds; `select` drops what they hold.)
+        let end = (row * (time + 2) + time) * h + j;
+        let dh_in = select(first != 0, grad[end], dh_mm[n] + carry[row * 2 * h + j]);
+        let dc_in = select(first != 0, grad[end + h], carry[row * 2 * h + h + j]);
+        let g_h = dh_in + k * grad[(row * (time + 2) + t) * h + j];
+        let (dh, dc_new) = (k * g_h, k * dc_in);
+        let sv = at * 6 * h + j;
+        let (i, f) = (sigmoid(saved[sv]), sigmoid(saved[sv + h]));
+        let (g, o) = (f32::tanh(saved[sv + 2 * h]), sigmoid(saved[sv + 3 * h]));
+        let cp = saved[sv + 4 * h];
+        let tc = f32::tanh(f * cp + i * g);
+        let dc = dc_new + dh * o * (1.0 - tc * tc);
+        let mut dg = Array::<f32>::new(4usize);
+        dg[0] = dc * g * i * (1.0 - i);
+        dg[1] = dc * cp * f * (1.0 - f);
+        dg[2] = dc * i * (1.0 - g * g);
+        dg[3] = dh * tc * o * (1.0 - o);
+        let (x_at, g_at) = (at * 4 * h + j, row * 4 * h + j);
+        #[unroll]
+        for q in 0..4usize {
+            d_xw[x_at + q * h] = dg[q];
+            d_gates[g_at + q * h] = dg[q];
+        }
+        carry_out[row * 2 * h + j] = (1.0 - k) * g_h;
+        carry_out[row * 2 * h + h + j] = (1.0 - k) * dc_in + dc * f;
+    }
+}
+
+/// `∂h_0 = dh_mm + carry[.., :hidden]`, `∂c_0 = carry[.., hidden:]` after the last backward step.
+#[cube(launch)]
+fn layer_finish(dh_mm: &[f32], carry: &[f32], d_h0: &mut [f32], d_c0: &mut [f32], hidden: u32) {
+    let n = ABSOLUTE_POS;
+    if n < d_h0.len() {
+        let h = hidden as usize;
+        let (row, j) = (n / h, n % h);
+        d_h0[n] = dh_mm[n] + carry[row * 2 * h + j];
+        d_c0[n] = carry[row * 2 * h + h + j];
+    }
+}
+
 /// `[batch, hidden]` of `c` (checked against the gates' `[batch, 4·hidden]`).
 fn units(gates: &CubeTensor, c: &CubeTensor) -> [usize; 2] {
     let (gs, cs) = (gates.meta.shape(), c.meta.shape());
@@ -109,7 +255,7 @@ fn units(gates: &CubeTensor, c: &CubeTensor) -> [usize; 2] {
     [cs[0], cs[1]]
 }
 
-fn empty(like: &CubeTensor, dims: [usize; 2]) -> CubeTensor {
+fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
     empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), Shape::from(dims), DType::F32)
 }
 
@@ -154,9 +300,136 @@ fn backward(gates: CubeTensor, c: CubeTensor, grad: CubeTensor) -> (CubeTensor, 
     (d_gates, d_c)
 }
 
+/// What a layer's backward needs from its forward.
+#[derive(Debug, Clone)]
+struct LayerSaved {
+    /// `[gates | c_prev | h_prev]` per row and time, `[batch, time, 6·hidden]`.
+    saved: CubeTensor,
+    w_hidden: CubeTensor,
+    keep: CubeTensor,
+    reverse: bool,
+}
+
+type Mm = CubeBackend;
+
+/// The layer's forward loop (see the module doc): `[outputs | h_T | c_T]` and what the
+/// backward needs.
+fn layer_forward(
+    xw: CubeTensor,
+    w_hidden: CubeTensor,
+    h0: CubeTensor,
+    c0: CubeTensor,
+    keep: CubeTensor,
+    reverse: bool,
+) -> (CubeTensor, LayerSaved) {
+    let (xs, ws, ks) = (xw.meta.shape(), w_hidden.meta.shape(), keep.meta.shape());
+    assert!(xs.num_dims() == 3 && xs[2] % 4 == 0, "LSTM layer input must be [batch, time, 4·hidden]");
+    let (batch, time, h) = (xs[0], xs[1], xs[2] / 4);
+    assert!(time > 0, "an LSTM layer needs at least one step");
+    assert!(ws.num_dims() == 2 && ws[0] == h && ws[1] == 4 * h, "W_h must be [hidden, 4·hidden]");
+    assert!(ks.num_dims() == 2 && ks[0] == batch && ks[1] == time, "keep must be [batch, time]");
+    assert!(xw.dtype == DType::F32 && keep.dtype == DType::F32, "the LSTM kernels compute in f32");
+    let (xw, w_hidden, keep) = (into_contiguous(xw), into_contiguous(w_hidden), into_contiguous(keep));
+    let (mut h_prev, mut c_prev) = (into_contiguous(h0), into_contiguous(c0));
+    units(&empty(&xw, [batch, 4 * h]), &c_prev);
+    let out = empty(&xw, [batch, time + 2, h]);
+    let saved = empty(&xw, [batch, time, 6 * h]);
+    let (count, dim) = launch_dims(&xw, batch * h);
+    for s in 0..time {
+        let t = if reverse { time - 1 - s } else { s };
+        let hw = into_contiguous(Mm::float_matmul(h_prev.clone(), w_hidden.clone()));
+        let (h_next, c_next) = (empty(&xw, [batch, h]), empty(&xw, [batch, h]));
+        layer_step_forward::launch(
+            &xw.client.clone(),
+            count.clone(),
+            dim,
+            hw.into_buffer_arg(),
+            xw.clone().into_buffer_arg(),
+            h_prev.into_buffer_arg(),
+            c_prev.into_buffer_arg(),
+            keep.clone().into_buffer_arg(),
+            saved.clone().into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            h_next.clone().into_buffer_arg(),
+            c_next.clone().into_buffer_arg(),
+            h as u32,
+            time as u32,
+            t as u32,
+            (s + 1 == time) as u32,
+        );
+        (h_prev, c_prev) = (h_next, c_next);
+    }
+    (out, LayerSaved { saved, w_hidden, keep, reverse })
+}
+
+/// The layer's backward loop from `grad` (`[batch, time + 2, hidden]`): `[∂xw, ∂W_h, ∂h_0, ∂c_0]`.
+fn layer_backward(l: LayerSaved, grad: CubeTensor) -> [CubeTensor; 4] {
+    let ss = l.saved.meta.shape();
+    let (batch, time, h) = (ss[0], ss[1], ss[2] / 6);
+    let grad = into_contiguous(grad);
+    let w_t = into_contiguous(Mm::float_transpose(l.w_hidden)); // [4H, H]
+    let d_xw = empty(&grad, [batch, time, 4 * h]);
+    // Placeholders for the first step, which reads ∂h_T and ∂c_T from `grad` instead.
+    let (mut dh_mm, mut carry) = (empty(&grad, [batch, h]), empty(&grad, [batch, 2 * h]));
+    let (count, dim) = launch_dims(&grad, batch * h);
+    for s in (0..time).rev() {
+        let t = if l.reverse { time - 1 - s } else { s };
+        let (d_gates, carry_out) = (empty(&grad, [batch, 4 * h]), empty(&grad, [batch, 2 * h]));
+        layer_step_backward::launch(
+            &grad.client.clone(),
+            count.clone(),
+            dim,
+            l.saved.clone().into_buffer_arg(),
+            l.keep.clone().into_buffer_arg(),
+            grad.clone().into_buffer_arg(),
+            dh_mm.into_buffer_arg(),
+            carry.into_buffer_arg(),
+            d_xw.clone().into_buffer_arg(),
+            d_gates.clone().into_buffer_arg(),
+            carry_out.clone().into_buffer_arg(),
+            h as u32,
+            time as u32,
+            t as u32,
+            (s + 1 == time) as u32,
+        );
+        dh_mm = into_contiguous(Mm::float_matmul(d_gates, w_t.clone()));
+        carry = carry_out;
+    }
+    let (d_h0, d_c0) = (empty(&grad, [batch, h]), empty(&grad, [batch, h]));
+    layer_finish::launch(
+        &grad.client.clone(),
+        count,
+        dim,
+        dh_mm.into_buffer_arg(),
+        carry.into_buffer_arg(),
+        d_h0.clone().into_buffer_arg(),
+        d_c0.clone().into_buffer_arg(),
+        h as u32,
+    );
+    // ∂W_h = Σ_t h_prevᵀ ∂gates_t: one product over every row and step.
+    let rows = batch * time;
+    let saved = Mm::float_reshape(l.saved, Shape::from([rows, 6 * h]));
+    let h_prev =
+        Mm::float_slice(saved, &[Slice::full(), Slice::new(5 * h as isize, Some(6 * h as isize), 1)]);
+    let d_flat = Mm::float_reshape(d_xw.clone(), Shape::from([rows, 4 * h]));
+    let d_w = Mm::float_matmul(Mm::float_transpose(into_contiguous(h_prev)), d_flat);
+    [d_xw, d_w, d_h0, d_c0]
+}
+
 impl GpuLstmGates for CubeBackend {
     fn gpu_lstm_gates(gates: CubeTensor, c: CubeTensor) -> CubeTensor {
         forward(gates, c)
+    }
+
+    fn gpu_lstm_layer(
+        xw: CubeTensor,
+        w_hidden: CubeTensor,
+        h0: CubeTensor,
+        c0: CubeTensor,
+        keep: CubeTensor,
+        reverse: bool,
+    ) -> CubeTensor {
+        layer_forward(xw, w_hidden, h0, c0, keep, reverse).0
     }
 }
 
@@ -193,6 +466,46 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
             OpsKind::UnTracked(prep) => prep.finish(forward(g, c)),
         }
     }
+
+    fn gpu_lstm_layer(
+        xw: FloatTensor<Self>,
+        w_hidden: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        keep: FloatTensor<Self>,
+        reverse: bool,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct LayerBackward;
+
+        impl Backward<CubeBackend, 4> for LayerBackward {
+            type State = LayerSaved;
+
+            fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_xw, node_w, node_h0, node_c0] = ops.parents;
+                let grad = grads.consume::<CubeBackend>(&ops.node);
+                let [d_xw, d_w, d_h0, d_c0] = layer_backward(ops.state, grad);
+                for (node, g) in [(node_xw, d_xw), (node_w, d_w), (node_h0, d_h0), (node_c0, d_c0)] {
+                    if let Some(node) = node {
+                        grads.register::<CubeBackend>(node.id, g);
+                    }
+                }
+            }
+        }
+
+        let (xw, xw_node) = xw.into_parts();
+        let (w, w_node) = w_hidden.into_parts();
+        let (h0, h0_node) = h0.into_parts();
+        let (c0, c0_node) = c0.into_parts();
+        let keep = keep.into_primitive();
+        match LayerBackward.prepare::<C>([xw_node, w_node, h0_node, c0_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, saved) = layer_forward(xw, w, h0, c0, keep, reverse);
+                prep.finish(saved, out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(layer_forward(xw, w, h0, c0, keep, reverse).0),
+        }
+    }
 }
 
 /// `(h', c')` of an LSTM step from pre-activation `gates` `[batch, 4·hidden]` and `c`
@@ -206,30 +519,48 @@ pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
     (out.clone().narrow(1, 0, h), out.narrow(1, h, h))
 }
 
+/// One direction of one LSTM layer over a padded batch on a cubecl device (not flex; not with
+/// `gpu-tuned`), with the semantics of [`crate::fused_lstm::lstm_layer`]: `xw = x W_x + b`
+/// `[batch, time, 4·hidden]` (`time` ≥ 1), `W_h`, the initial state and `keep`
+/// `[batch, time]`; padded steps keep the state and output zeros. Returns the outputs
+/// `[batch, time, hidden]` and the final `(h, c)`.
+pub fn lstm_layer(
+    xw: Tensor<3>,
+    w_hidden: Tensor<2>,
+    h0: Tensor<2>,
+    c0: Tensor<2>,
+    keep: Tensor<2>,
+    reverse: bool,
+) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
+    let [batch, time, _] = xw.dims();
+    let hidden = h0.dims()[1];
+    let out = Tensor::<3>::from_dispatch(<Dispatch as GpuLstmGates>::gpu_lstm_layer(
+        xw.into_dispatch(),
+        w_hidden.into_dispatch(),
+        h0.into_dispatch(),
+        c0.into_dispatch(),
+        keep.into_dispatch(),
+        reverse,
+    ));
+    // One narrow for both final states (see `fused_lstm::lstm_layer`).
+    let last = out.clone().narrow(1, time, 2);
+    let state = |i: usize| last.clone().narrow(1, i, 1).reshape([batch, hidden]);
+    (out.narrow(1, 0, time), state(0), state(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cell::lstm_gates_composed;
     use crate::test_support::max_diff;
-    use burn::tensor::{Device, DeviceKind, Distribution};
+    use burn::tensor::{Device, Distribution};
 
     /// The kernels equal the composed tensor operations on wgpu (lavapipe where there is no
     /// GPU), forward and backward (gradients of a random linear function of `h'` and `c'` with
     /// respect to the gates and `c`), and without autodiff (decoding).
     #[test]
     fn kernels_equal_the_composed_operations_on_wgpu() {
-        let Ok(plain) = std::panic::catch_unwind(|| {
-            let d = Device::wgpu(DeviceKind::DefaultDevice);
-            let _ = Tensor::<1>::ones([1], &d).into_scalar::<f32>();
-            d
-        }) else {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI must provide a Vulkan adapter (lavapipe)"
-            );
-            eprintln!("skipped: no wgpu adapter (apt-get install mesa-vulkan-drivers)");
-            return;
-        };
+        let Some(plain) = crate::test_support::wgpu_or_skip() else { return };
         let ad = plain.clone().autodiff();
         for (batch, h) in [(3, 5), (4, 83)] {
             let normal =

@@ -175,8 +175,9 @@ impl StackedRnn {
     }
 }
 
-/// One direction of one layer over the whole sequence: an LSTM on the CPU through the fused
-/// layer kernel ([`crate::fused_lstm::lstm_layer`]), anything else step by step.
+/// One direction of one layer over the whole sequence: an LSTM through the fused layer — on
+/// the CPU [`crate::fused_lstm::lstm_layer`], on a GPU [`crate::gpu_lstm_cell::lstm_layer`]
+/// (not under burn's fusion, `gpu-tuned`) — anything else step by step.
 fn run(
     cell: &RecurrentCell,
     xw: Tensor<3>,
@@ -190,6 +191,13 @@ fn run(
         let c0 = start.c.expect("LSTM state has a memory cell");
         let (out, h, c) =
             crate::fused_lstm::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), dense, reverse);
+        return (out, CellState { h, c: Some(c) });
+    }
+    #[cfg(not(feature = "gpu-tuned"))]
+    if cell.kind == CellKind::Lstm && !keeps.is_empty() {
+        let c0 = start.c.expect("LSTM state has a memory cell");
+        let (out, h, c) =
+            crate::gpu_lstm_cell::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), reverse);
         return (out, CellState { h, c: Some(c) });
     }
     run_steps(cell, xw, keeps, dense, start, reverse)
@@ -272,12 +280,22 @@ mod tests {
     #[test]
     fn fused_lstm_layer_equals_the_step_by_step_loop() {
         for lengths in [[6usize, 4, 2], [4, 2, 1]] {
-            fused_lstm_layer_equals_the_step_by_step_loop_on(lengths);
+            fused_lstm_layer_equals_the_step_by_step_loop_on(&Device::flex(), lengths, &[1, 3]);
         }
     }
 
-    fn fused_lstm_layer_equals_the_step_by_step_loop_on(lengths: [usize; 3]) {
-        let d = Device::flex().autodiff();
+    /// The same for the GPU layer ([`crate::gpu_lstm_cell::lstm_layer`]) on wgpu (lavapipe
+    /// where there is no GPU), against the step-by-step loop on the same device.
+    #[test]
+    fn gpu_lstm_layer_equals_the_step_by_step_loop() {
+        let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
+        for lengths in [[6usize, 4, 2], [4, 2, 1]] {
+            fused_lstm_layer_equals_the_step_by_step_loop_on(&gpu, lengths, &[1]);
+        }
+    }
+
+    fn fused_lstm_layer_equals_the_step_by_step_loop_on(d: &Device, lengths: [usize; 3], threads: &[usize]) {
+        let d = d.clone().autodiff();
         d.seed(5);
         let (b, t, n_in, h) = (3, 6, 4, 26);
         let dense = lengths.iter().copied().min().unwrap_or(0);
@@ -327,7 +345,7 @@ mod tests {
                 )
             };
             let (out_s, grads_s) = grads_of(false);
-            for threads in [1, 3] {
+            for &threads in threads {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                 let (out_f, grads_f) = pool.install(|| grads_of(true));
                 for (i, (a, b)) in out_f.into_iter().zip(out_s.clone()).enumerate() {
