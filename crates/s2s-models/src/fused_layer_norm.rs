@@ -182,13 +182,17 @@ fn epsilon() -> f64 {
     LayerNormConfig::new(1).epsilon
 }
 
-/// `norm(x)`: the fused kernel on flex devices, burn's `LayerNorm::forward` elsewhere.
+/// `norm(x)`: the fused kernel on flex devices, [`crate::gpu_layer_norm`]'s on a GPU, burn's
+/// `LayerNorm::forward` under burn's fusion (`gpu-tuned`).
 pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
-    if !crate::flex_data::is_flex(&x.device()) {
-        return norm.forward(x);
-    }
     let gamma = norm.gamma.val();
     let beta = norm.beta.as_ref().map(|b| b.val()).unwrap_or_else(|| gamma.zeros_like());
+    if !crate::flex_data::is_flex(&x.device()) {
+        #[cfg(not(feature = "gpu-tuned"))]
+        return crate::gpu_layer_norm::layer_norm(x, gamma, beta, epsilon());
+        #[cfg(feature = "gpu-tuned")]
+        return norm.forward(x);
+    }
     Tensor::from_dispatch(<Dispatch as FusedLayerNorm>::fused_layer_norm(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -208,7 +212,19 @@ mod tests {
     /// device and without, for a width that is a whole number of lanes and one that is not.
     #[test]
     fn equals_burns_layer_norm() {
-        let d = Device::flex().autodiff();
+        equals_burns_layer_norm_on(Device::flex());
+    }
+
+    /// The same for the GPU kernels ([`crate::gpu_layer_norm`]) on wgpu (lavapipe where there
+    /// is no GPU).
+    #[test]
+    fn gpu_kernels_equal_burns_layer_norm() {
+        let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
+        equals_burns_layer_norm_on(gpu);
+    }
+
+    fn equals_burns_layer_norm_on(plain: Device) {
+        let d = plain.clone().autodiff();
         for shape in [[3, 50, 256], [2, 5, 37]] {
             let (n, w) = (shape.iter().product::<usize>(), shape[2]);
             let wave = |n: usize, k: f32, a: f32| {
@@ -245,10 +261,10 @@ mod tests {
             assert!(max_diff(dx1, dx2) < 1e-4, "{shape:?}: ∂x");
             assert!(max_diff(dg1, dg2) < 1e-3, "{shape:?}: ∂γ");
             assert!(max_diff(db1, db2) < 1e-3, "{shape:?}: ∂β");
-            let plain = make_norm(&Device::flex());
-            let x = Tensor::<3>::from_data(x.into_data(), &Device::flex());
+            let norm_plain = make_norm(&plain);
+            let x = Tensor::<3>::from_data(x.into_data(), &plain);
             assert!(
-                max_diff(layer_norm(&plain, x.clone()), plain.forward(x)) < 1e-5,
+                max_diff(layer_norm(&norm_plain, x.clone()), norm_plain.forward(x)) < 1e-5,
                 "{shape:?}: no autodiff"
             );
         }

@@ -34,10 +34,11 @@ use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Shape, Slice, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
+use cubecl::cube;
 use cubecl::prelude::*;
-use cubecl::{calculate_cube_count_elemwise, cube};
+
+use crate::cube_launch::{empty, launch_dims};
 
 /// The gate math as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
@@ -253,15 +254,6 @@ fn units(gates: &CubeTensor, c: &CubeTensor) -> [usize; 2] {
     );
     assert!(gates.dtype == DType::F32 && c.dtype == DType::F32, "the LSTM kernels compute in f32");
     [cs[0], cs[1]]
-}
-
-fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
-    empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), Shape::from(dims), DType::F32)
-}
-
-fn launch_dims(t: &CubeTensor, n: usize) -> (CubeCount, CubeDim) {
-    let dim = CubeDim::new(&t.client, n);
-    (calculate_cube_count_elemwise(&t.client, n, dim), dim)
 }
 
 fn forward(gates: CubeTensor, c: CubeTensor) -> CubeTensor {

@@ -9,6 +9,8 @@ pub mod attention;
 pub mod attention_rnn;
 pub mod cell;
 pub mod config;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod cube_launch;
 pub mod deferred_grad;
 pub mod dropout;
 pub mod fastmath;
@@ -18,6 +20,8 @@ pub mod fused_layer_norm;
 pub mod fused_lstm;
 pub mod fused_softmax;
 pub mod fused_tanh;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu_layer_norm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_lstm_cell;
 pub mod interface;

@@ -85,8 +85,8 @@ mod cube_adam {
     use burn_cubecl::CubeBackend;
     use burn_cubecl::kernel::into_contiguous;
     use burn_cubecl::tensor::CubeTensor;
+    use cubecl::cube;
     use cubecl::prelude::*;
-    use cubecl::{calculate_cube_count_elemwise, cube};
 
     use super::AdamStep;
 
@@ -141,8 +141,7 @@ mod cube_adam {
             let n = param.meta.num_elements();
             assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
             let client = param.client.clone();
-            let cube_dim = CubeDim::new(&client, n);
-            let count = calculate_cube_count_elemwise(&client, n, cube_dim);
+            let (count, cube_dim) = s2s_models::cube_launch::launch_dims(&param, n);
             adam_kernel::launch(
                 &client,
                 count,
