@@ -5,6 +5,8 @@
 //! receive exactly zero weight; `c = Σᵢ αᵢ hᵢ` (Bahdanau et al., 2015, eqs. 5–6).
 
 pub mod bahdanau;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu_attend;
 pub mod luong;
 pub mod step;
 
@@ -55,8 +57,20 @@ impl Attention {
 
 /// Masked softmax of `scores` `[batch, src]` (`pad` true on padding) and the weighted sum of
 /// `values` `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
+///
+/// On a GPU the softmax and the sum are [`gpu_attend`]'s kernels (not under `gpu-tuned`).
 pub fn attend(scores: Tensor<2>, values: &Tensor<3>, pad: &Tensor<2, Bool>) -> (Tensor<2>, Tensor<2>) {
-    let weights = crate::fused_softmax::softmax(scores.mask_fill(pad.clone(), f32::NEG_INFINITY)); // [B, S]
+    let masked = scores.mask_fill(pad.clone(), f32::NEG_INFINITY);
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !crate::flex_data::is_flex(&masked.device()) {
+        return gpu_attend::attend(masked, values);
+    }
+    attend_composed(masked, values)
+}
+
+/// [`attend`] from masked scores, composed (what the GPU kernels are tested against).
+pub(crate) fn attend_composed(masked: Tensor<2>, values: &Tensor<3>) -> (Tensor<2>, Tensor<2>) {
+    let weights = crate::fused_softmax::softmax(masked); // [B, S]
     let context = step::weighted_sum(weights.clone(), values); // [B, D]
     (context, weights)
 }
