@@ -43,8 +43,9 @@ use crate::fastmath::exp;
 use crate::flex_data::{contiguous, f32s};
 use crate::packed_gemm::SendPtr;
 
-/// The fused attention as a burn backend extension (flex only; see the module doc).
-#[backend_extension(Flex, Autodiff)]
+/// The fused attention as a burn backend extension (flex, and cubecl runtimes without
+/// fusion: [`crate::gpu_attention`]; see the module doc).
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
 pub trait FusedAttention: burn::backend::Backend {
     /// Self-attention from `[Q | K | V]`: `(output, weights)`. `drop` is the dropout mask's
     /// seed and the share kept (`1`: no dropout).
@@ -610,13 +611,20 @@ mod tests {
 
     /// The equations of the module doc from burn's operations, with the dropout mask drawn
     /// from `seed` by [`crate::dropout::mask`].
-    fn composed(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: &Tensor<4>, drop: (u64, f32)) -> Tensor<3> {
+    fn composed(
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        mask: &Tensor<4>,
+        drop: (u64, f32),
+        mask_of: fn(u64, usize, f32) -> Vec<f32>,
+    ) -> Tensor<3> {
         let [b, h, tq, dk] = q.dims();
         let tk = k.dims()[2];
         let scores = q.matmul(k.swap_dims(2, 3)) / (dk as f32).sqrt() + mask.clone().expand([b, h, tq, tk]);
         let p = burn::tensor::activation::softmax(scores, 3);
         let d = Tensor::<4>::from_data(
-            TensorData::new(crate::dropout::mask(drop.0, b * h * tq * tk, drop.1), [b, h, tq, tk]),
+            TensorData::new(mask_of(drop.0, b * h * tq * tk, drop.1), [b, h, tq, tk]),
             &p.device(),
         );
         (p * d).matmul(v).swap_dims(1, 2).reshape([b, tq, h * dk])
@@ -626,7 +634,19 @@ mod tests {
     /// causal masks, with dropout (the same seed draws the same mask) and without.
     #[test]
     fn kernels_equal_the_composed_equations() {
-        let ad = Device::flex().autodiff();
+        kernels_equal_the_composed_equations_on(Device::flex(), crate::dropout::mask);
+    }
+
+    /// The same for the GPU kernels ([`crate::gpu_attention`]) on wgpu (lavapipe where there
+    /// is no GPU), whose dropout mask is their own hash of the seed.
+    #[test]
+    fn gpu_kernels_equal_the_composed_equations() {
+        let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
+        kernels_equal_the_composed_equations_on(gpu, crate::gpu_attention::dropout_mask);
+    }
+
+    fn kernels_equal_the_composed_equations_on(plain: Device, mask_of: fn(u64, usize, f32) -> Vec<f32>) {
+        let ad = plain.autodiff();
         ad.seed(21);
         let (batch, t, tq, heads, dk) = (5, 13, 4, 3, 8);
         let dm = heads * dk;
@@ -642,7 +662,7 @@ mod tests {
                         super::self_attention(x.clone(), &mask, heads, drop).0
                     } else {
                         let part = |i| heads_of(x.clone(), i * dm, heads, dk);
-                        composed(part(0), part(1), part(2), &mask, drop)
+                        composed(part(0), part(1), part(2), &mask, drop, mask_of)
                     };
                     let g = (y.clone() * r.clone()).sum().backward();
                     (y.inner(), x.grad(&g).expect("∂qkv"))
@@ -659,7 +679,7 @@ mod tests {
                     super::cross_attention(q.clone(), kv.clone(), &mask, heads, drop).0
                 } else {
                     let part = |i| heads_of(kv.clone(), i * dm, heads, dk);
-                    composed(heads_of(q.clone(), 0, heads, dk), part(0), part(1), &mask, drop)
+                    composed(heads_of(q.clone(), 0, heads, dk), part(0), part(1), &mask, drop, mask_of)
                 };
                 let g = (y.clone() * rq.clone()).sum().backward();
                 (y.inner(), q.grad(&g).expect("∂q"), kv.grad(&g).expect("∂kv"))

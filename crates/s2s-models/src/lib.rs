@@ -21,6 +21,8 @@ pub mod fused_lstm;
 pub mod fused_softmax;
 pub mod fused_tanh;
 #[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu_attention;
+#[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_layer_norm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_lstm_cell;

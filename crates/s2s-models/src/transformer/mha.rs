@@ -216,9 +216,11 @@ impl MultiHeadAttention {
         }
     }
 
-    /// True when the fused kernel runs this attention: on flex, with a mask it takes.
+    /// True when the fused kernels run this attention: on flex, or on a GPU without burn's
+    /// fusion ([`crate::gpu_attention`]), with a mask they take.
     fn fuses(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
-        crate::flex_data::is_flex(device) && crate::fused_attention::mask_fits(mask.dims(), batch, tq, tk)
+        let kernels = crate::flex_data::is_flex(device) || cfg!(not(feature = "gpu-tuned"));
+        kernels && crate::fused_attention::mask_fits(mask.dims(), batch, tq, tk)
     }
 
     /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
