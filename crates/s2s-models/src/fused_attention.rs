@@ -21,8 +21,10 @@
 //! again from its seed — element for element the mask [`crate::dropout::forward`] would
 //! draw from the same seed, so the two paths agree exactly (tested).
 //!
-//! A burn `#[backend_extension]` for flex; other backends compose the operations
-//! ([`crate::transformer::mha`]). The weights returned beside the output carry no gradient.
+//! A burn `#[backend_extension]` for flex, and for cubecl runtimes through
+//! [`crate::gpu_attention`]'s kernels; under burn's fusion (`gpu-tuned`) the operations are
+//! composed ([`crate::transformer::mha`]). The weights returned beside the output carry no
+//! gradient.
 //!
 //! # Shapes
 //! - self-attention: `qkv` `[batch, t, 3·d_model]` (`[Q | K | V]`) → `[batch, t, d_model]`

@@ -224,8 +224,9 @@ impl MultiHeadAttention {
     }
 
     /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
-    /// `[batch, t, d_model]` and the keys and values, for a cache. On flex, when one product
-    /// makes `[Q | K | V]`, one fused kernel attends ([`crate::fused_attention`]).
+    /// `[batch, t, d_model]` and the keys and values, for a cache. On flex and on a GPU, when
+    /// one product makes `[Q | K | V]`, the fused kernels attend ([`crate::fused_attention`],
+    /// [`crate::gpu_attention`]).
     pub fn self_attend(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
         let [b, t, _] = x.dims();
         let device = x.device();
