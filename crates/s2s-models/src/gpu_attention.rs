@@ -38,31 +38,9 @@ use cubecl::prelude::*;
 use crate::cube_launch::{empty, launch_dims};
 use crate::fused_attention::FusedAttention;
 
-/// The sizes and layout of one call, as the kernels take them (see [`Geo`]).
-#[derive(CubeLaunch, CubeType)]
+/// The sizes and layout of one call, on the host and as the kernels take them.
+#[derive(CubeLaunch, CubeType, Clone, Copy, Debug)]
 struct Geometry {
-    batch: u32,
-    heads: u32,
-    tq: u32,
-    tk: u32,
-    dk: u32,
-    wq: u32,
-    wkv: u32,
-    ok: u32,
-    ov: u32,
-    sb: u32,
-    si: u32,
-    scale: f32,
-    drop_on: u32,
-    seed_lo: u32,
-    seed_hi: u32,
-    threshold: u32,
-    drop_scale: f32,
-}
-
-/// The sizes and layout of one call, on the host.
-#[derive(Clone, Copy, Debug)]
-struct Geo {
     batch: u32,
     heads: u32,
     tq: u32,
@@ -88,7 +66,7 @@ struct Geo {
     drop_scale: f32,
 }
 
-impl Geo {
+impl Geometry {
     fn arg(&self) -> GeometryLaunch {
         GeometryLaunch::new(
             self.batch,
@@ -306,7 +284,7 @@ struct Call {
     q: CubeTensor,
     kv: Option<CubeTensor>,
     mask: CubeTensor,
-    geo: Geo,
+    geo: Geometry,
 }
 
 impl Call {
@@ -344,7 +322,7 @@ impl Call {
         );
         let (seed, keep) = drop;
         let (wkv, ok, ov) = if kv.is_some() { (2 * dm, 0, dm) } else { (3 * dm, dm, 2 * dm) };
-        let geo = Geo {
+        let geo = Geometry {
             batch: batch as u32,
             heads: heads as u32,
             tq: tq as u32,
