@@ -340,6 +340,26 @@ fn dims3(t: &FlexTensor) -> [usize; 3] {
     t.layout().shape().dims::<3>()
 }
 
+/// `(batch, t_q, t_k, d_model)` of a call from the operands' `[batch, t, width]`: `q` is
+/// `[Q | K | V]` when `kv` is `None`, else `q` and `[K | V]` (checked; shared with
+/// [`crate::gpu_attention`]).
+pub(crate) fn sizes(q: [usize; 3], kv: Option<[usize; 3]>, heads: usize) -> (usize, usize, usize, usize) {
+    let [batch, tq, qw] = q;
+    let (tk, d_model) = match kv {
+        Some([kb, tk, kw]) => {
+            assert!(kb == batch && kw % 2 == 0, "fused attention: kv must be [batch, t_k, 2·d_model]");
+            assert_eq!(qw, kw / 2, "fused attention: q and kv widths disagree");
+            (tk, qw)
+        }
+        None => {
+            assert_eq!(qw % 3, 0, "fused attention: qkv must be [batch, t, 3·d_model]");
+            (tq, qw / 3)
+        }
+    };
+    assert!(heads > 0 && d_model % heads == 0, "fused attention: heads must divide d_model");
+    (batch, tq, tk, d_model)
+}
+
 /// The operands of one call: `(q, k, v)` tensors (contiguous, shared), their offsets, dims.
 struct Call {
     q: FlexTensor,
@@ -357,20 +377,7 @@ impl Call {
         heads: usize,
         drop: (u64, f32),
     ) -> Self {
-        let [batch, tq, qw] = dims3(q);
-        let (tk, d_model) = match kv {
-            Some(kv) => {
-                let [kb, tk, kw] = dims3(kv);
-                assert!(kb == batch && kw % 2 == 0, "fused attention: kv must be [batch, t_k, 2·d_model]");
-                assert_eq!(qw, kw / 2, "fused attention: q and kv widths disagree");
-                (tk, qw)
-            }
-            None => {
-                assert_eq!(qw % 3, 0, "fused attention: qkv must be [batch, t, 3·d_model]");
-                (tq, qw / 3)
-            }
-        };
-        assert!(heads > 0 && d_model % heads == 0, "fused attention: heads must divide d_model");
+        let (batch, tq, tk, d_model) = sizes(dims3(q), kv.map(dims3), heads);
         let dims = Dims { batch, heads, tq, tk, dk: d_model / heads };
         Self { q: contiguous(q), kv: kv.map(contiguous), mask: contiguous(mask), dims, drop }
     }

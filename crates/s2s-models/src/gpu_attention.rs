@@ -294,19 +294,9 @@ impl Call {
             assert!(s.num_dims() == 3, "fused attention: operands are [batch, t, width]");
             [s[0], s[1], s[2]]
         };
-        let [batch, tq, qw] = dims3(&q);
-        let (tk, dm) = match &kv {
-            Some(kv) => {
-                let [kb, tk, kw] = dims3(kv);
-                assert!(kb == batch && kw == 2 * qw, "fused attention: kv must be [batch, t_k, 2·d_model]");
-                (tk, qw)
-            }
-            None => {
-                assert_eq!(qw % 3, 0, "fused attention: qkv must be [batch, t, 3·d_model]");
-                (tq, qw / 3)
-            }
-        };
-        assert!(heads > 0 && dm % heads == 0, "fused attention: heads must divide d_model");
+        let qd = dims3(&q);
+        let (batch, tq, tk, dm) = crate::fused_attention::sizes(qd, kv.as_ref().map(dims3), heads);
+        let qw = qd[2];
         let ms = mask.meta.shape();
         assert!(ms.num_dims() == 4, "fused attention: mask must be [batch|1, 1, t_q|1, t_k]");
         let md = [ms[0], ms[1], ms[2], ms[3]];
