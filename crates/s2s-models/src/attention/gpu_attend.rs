@@ -1,5 +1,7 @@
-//! The masked softmax and context of the recurrent decoders' attention as cubecl kernels
-//! (wgpu), forward and backward (Bahdanau et al., 2015, eq. 5–6):
+//! The recurrent decoders' attention as cubecl kernels (wgpu), forward and backward: the
+//! masked softmax and context (Bahdanau et al., 2015, eq. 5–6), and Bahdanau's additive
+//! scores `eⱼ = vᵀ tanh(kⱼ + q)` (eq. 6: one launch forward for ~3 composed, three backward
+//! for ~6). The softmax and context:
 //!
 //! `α = softmax(e)` over source positions (padding already `−∞` in `e`), `c = Σⱼ αⱼ vⱼ`;
 //! and back, from `∂c` and `∂α`: `∂α'ⱼ = ∂αⱼ + ∂c · vⱼ`, `∂eⱼ = αⱼ (∂α'ⱼ − Σₖ αₖ ∂α'ₖ)`,
@@ -35,6 +37,14 @@ pub trait GpuAttend: burn::backend::Backend {
     /// `[c | α]` (`[batch, d + src]`) from masked scores `[batch, src]` and values
     /// `[batch, src, d]`.
     fn gpu_attend(scores: FloatTensor<Self>, values: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// Bahdanau's scores `e[b, j] = Σₐ v[a] tanh(keys[b, j, a] + q[b, a])` (`[batch, src]`)
+    /// from `q` `[batch, A]`, `keys` `[batch, src, A]`, `v` `[A, 1]`.
+    fn gpu_additive_scores(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
 }
 
 /// Row `b`'s softmax: its maximum score and `Σ exp(e − max)`.
@@ -131,6 +141,141 @@ fn attend_backward_inputs(
     }
 }
 
+/// One thread per `(b, j)`: `e[b, j] = Σₐ v[a] tanh(keys[b, j, a] + q[b, a])`.
+#[cube(launch)]
+fn additive_forward(q: &[f32], keys: &[f32], v: &[f32], e: &mut [f32], src: u32) {
+    let n = ABSOLUTE_POS;
+    if n < e.len() {
+        let a_n = v.len();
+        let b = n / src as usize;
+        let mut s = 0.0f32;
+        for a in 0..a_n {
+            s += v[a] * f32::tanh(keys[n * a_n + a] + q[b * a_n + a]);
+        }
+        e[n] = s;
+    }
+}
+
+/// One thread per `(b, j, a)`: `∂keys = ∂e · v[a] (1 − t²)`, `t = tanh(keys + q)`.
+#[cube(launch)]
+fn additive_backward_keys(q: &[f32], keys: &[f32], v: &[f32], de: &[f32], d_keys: &mut [f32], src: u32) {
+    let n = ABSOLUTE_POS;
+    if n < d_keys.len() {
+        let a_n = v.len();
+        let (row, a) = (n / a_n, n % a_n);
+        let b = row / src as usize;
+        let t = f32::tanh(keys[n] + q[b * a_n + a]);
+        d_keys[n] = de[row] * v[a] * (1.0 - t * t);
+    }
+}
+
+/// One thread per `(b, a)`: `∂q = Σⱼ ∂keys[b, j, a]`.
+#[cube(launch)]
+fn additive_backward_query(q: &[f32], keys: &[f32], v: &[f32], de: &[f32], d_q: &mut [f32], src: u32) {
+    let n = ABSOLUTE_POS;
+    if n < d_q.len() {
+        let (a_n, src) = (v.len(), src as usize);
+        let (b, a) = (n / a_n, n % a_n);
+        let mut s = 0.0f32;
+        for j in 0..src {
+            let t = f32::tanh(keys[(b * src + j) * a_n + a] + q[n]);
+            s += de[b * src + j] * (1.0 - t * t);
+        }
+        d_q[n] = s * v[a];
+    }
+}
+
+/// One thread per `a`: `∂v[a] = Σ_{b, j} ∂e[b, j] tanh(keys[b, j, a] + q[b, a])`.
+#[cube(launch)]
+fn additive_backward_v(q: &[f32], keys: &[f32], de: &[f32], d_v: &mut [f32], src: u32) {
+    let a = ABSOLUTE_POS;
+    let a_n = d_v.len();
+    if a < a_n {
+        let src = src as usize;
+        let mut s = 0.0f32;
+        for row in 0..de.len() {
+            s += de[row] * f32::tanh(keys[row * a_n + a] + q[(row / src) * a_n + a]);
+        }
+        d_v[a] = s;
+    }
+}
+
+/// `(batch, src, A)` of an additive-score call, checked.
+fn additive_dims(q: &CubeTensor, keys: &CubeTensor, v: &CubeTensor) -> (usize, usize, usize) {
+    let (qs, ks) = (q.meta.shape(), keys.meta.shape());
+    assert!(
+        qs.num_dims() == 2 && ks.num_dims() == 3 && qs[0] == ks[0] && qs[1] == ks[2] && ks[1] > 0,
+        "additive scores: q [B, A] and keys [B, S, A] disagree"
+    );
+    assert_eq!(v.meta.num_elements(), qs[1], "additive scores: v must be [A, 1]");
+    assert!([q, keys, v].iter().all(|t| t.dtype == DType::F32), "the attention kernels compute in f32");
+    (ks[0], ks[1], ks[2])
+}
+
+fn additive_forward_call(q: CubeTensor, keys: CubeTensor, v: CubeTensor) -> CubeTensor {
+    let (batch, src, _) = additive_dims(&q, &keys, &v);
+    let (q, keys, v) = (into_contiguous(q), into_contiguous(keys), into_contiguous(v));
+    let e = empty(&q, [batch, src]);
+    let (count, dim) = launch_dims(&q, batch * src);
+    additive_forward::launch(
+        &q.client.clone(),
+        count,
+        dim,
+        q.into_buffer_arg(),
+        keys.into_buffer_arg(),
+        v.into_buffer_arg(),
+        e.clone().into_buffer_arg(),
+        src as u32,
+    );
+    e
+}
+
+/// `(∂q, ∂keys, ∂v)` from `∂e`; the inputs contiguous.
+fn additive_backward_call(q: CubeTensor, keys: CubeTensor, v: CubeTensor, de: CubeTensor) -> [CubeTensor; 3] {
+    let (batch, src, a_n) = additive_dims(&q, &keys, &v);
+    let de = into_contiguous(de);
+    let client = q.client.clone();
+    let d_keys = empty(&q, [batch, src, a_n]);
+    let (count, dim) = launch_dims(&q, batch * src * a_n);
+    additive_backward_keys::launch(
+        &client,
+        count,
+        dim,
+        q.clone().into_buffer_arg(),
+        keys.clone().into_buffer_arg(),
+        v.clone().into_buffer_arg(),
+        de.clone().into_buffer_arg(),
+        d_keys.clone().into_buffer_arg(),
+        src as u32,
+    );
+    let d_q = empty(&q, [batch, a_n]);
+    let (count, dim) = launch_dims(&q, batch * a_n);
+    additive_backward_query::launch(
+        &client,
+        count,
+        dim,
+        q.clone().into_buffer_arg(),
+        keys.clone().into_buffer_arg(),
+        v.clone().into_buffer_arg(),
+        de.clone().into_buffer_arg(),
+        d_q.clone().into_buffer_arg(),
+        src as u32,
+    );
+    let d_v = empty(&q, v.meta.shape().clone());
+    let (count, dim) = launch_dims(&q, a_n);
+    additive_backward_v::launch(
+        &client,
+        count,
+        dim,
+        q.into_buffer_arg(),
+        keys.into_buffer_arg(),
+        de.into_buffer_arg(),
+        d_v.clone().into_buffer_arg(),
+        src as u32,
+    );
+    [d_q, d_keys, d_v]
+}
+
 /// `(batch, src, d)`, checked.
 fn dims(scores: &CubeTensor, values: &CubeTensor) -> (usize, usize, usize) {
     let (es, vs) = (scores.meta.shape(), values.meta.shape());
@@ -206,6 +351,10 @@ impl GpuAttend for CubeBackend {
     fn gpu_attend(scores: CubeTensor, values: CubeTensor) -> CubeTensor {
         forward(scores, values).0
     }
+
+    fn gpu_additive_scores(q: CubeTensor, keys: CubeTensor, v: CubeTensor) -> CubeTensor {
+        additive_forward_call(q, keys, v)
+    }
 }
 
 impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
@@ -242,6 +391,44 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
             OpsKind::UnTracked(prep) => prep.finish(forward(e, v).0),
         }
     }
+
+    fn gpu_additive_scores(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct AdditiveBackward;
+
+        impl Backward<CubeBackend, 3> for AdditiveBackward {
+            /// `q`, `keys` and `v` (contiguous); `tanh` is recomputed.
+            type State = (CubeTensor, CubeTensor, CubeTensor);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_q, node_keys, node_v] = ops.parents;
+                let de = grads.consume::<CubeBackend>(&ops.node);
+                let (q, keys, v) = ops.state;
+                let [d_q, d_keys, d_v] = additive_backward_call(q, keys, v, de);
+                for (node, g) in [(node_q, d_q), (node_keys, d_keys), (node_v, d_v)] {
+                    if let Some(node) = node {
+                        grads.register::<CubeBackend>(node.id, g);
+                    }
+                }
+            }
+        }
+
+        let (q, q_node) = q.into_parts();
+        let (keys, keys_node) = keys.into_parts();
+        let (v, v_node) = v.into_parts();
+        match AdditiveBackward.prepare::<C>([q_node, keys_node, v_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (q, keys, v) = (into_contiguous(q), into_contiguous(keys), into_contiguous(v));
+                let e = additive_forward_call(q.clone(), keys.clone(), v.clone());
+                prep.finish((q, keys, v), e)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(additive_forward_call(q, keys, v)),
+        }
+    }
 }
 
 /// Softmax of `masked` scores `[batch, src]` (padding at `−∞`) and the weighted sum of
@@ -254,6 +441,16 @@ pub fn attend(masked: Tensor<2>, values: &Tensor<3>) -> (Tensor<2>, Tensor<2>) {
         values.clone().into_dispatch(),
     ));
     (out.clone().narrow(1, 0, d), out.narrow(1, d, src))
+}
+
+/// Bahdanau's scores `vᵀ tanh(keys + q)` on a cubecl device (not flex; not with `gpu-tuned`):
+/// `q` `[batch, A]`, `keys` `[batch, src, A]`, `v` `[A, 1]` → `[batch, src]`.
+pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as GpuAttend>::gpu_additive_scores(
+        q.into_dispatch(),
+        keys.clone().into_dispatch(),
+        v.into_dispatch(),
+    ))
 }
 
 #[cfg(test)]
@@ -309,5 +506,35 @@ mod tests {
             let (c2, _) = super::super::attend_composed(e, &v);
             assert!(max_diff(c1, c2) < 1e-5, "no autodiff, {at}");
         }
+    }
+
+    /// Bahdanau's score kernels equal the composed operations on wgpu: scores and the
+    /// gradients of a random linear function of them with respect to `q`, the keys and `v`.
+    #[test]
+    fn additive_scores_equal_the_composed_operations_on_wgpu() {
+        let Some(plain) = crate::test_support::wgpu_or_skip() else { return };
+        let ad = plain.autodiff();
+        ad.seed(9);
+        let (batch, src, a) = (3, 7, 11);
+        let q0 = Tensor::<2>::random([batch, a], Distribution::Normal(0.0, 1.0), &ad);
+        let k0 = Tensor::<3>::random([batch, src, a], Distribution::Normal(0.0, 1.0), &ad);
+        let v0 = Tensor::<2>::random([a, 1], Distribution::Normal(0.0, 1.0), &ad);
+        let r = Tensor::<2>::random([batch, src], Distribution::Normal(0.0, 1.0), &ad);
+        let run = |gpu: bool| {
+            let (q, k, v) = (q0.clone().require_grad(), k0.clone().require_grad(), v0.clone().require_grad());
+            let e = if gpu {
+                additive_scores(q.clone(), &k, v.clone())
+            } else {
+                let h = (k.clone() + q.clone().unsqueeze_dim::<3>(1)).tanh().reshape([batch * src, a]);
+                h.matmul(v.clone()).reshape([batch, src])
+            };
+            let g = (e.clone() * r.clone()).sum().backward();
+            (e.inner(), q.grad(&g).unwrap(), k.grad(&g).unwrap(), v.grad(&g).unwrap())
+        };
+        let ((e1, q1, k1, v1), (e2, q2, k2, v2)) = (run(true), run(false));
+        assert!(max_diff(e1, e2) < 1e-5, "scores");
+        assert!(max_diff(q1, q2) < 1e-5, "∂q");
+        assert!(max_diff(k1, k2) < 1e-5, "∂keys");
+        assert!(max_diff(v1, v2) < 1e-4, "∂v");
     }
 }

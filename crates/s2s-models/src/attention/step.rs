@@ -203,6 +203,10 @@ pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
 /// `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's score network, `q` the projected
 /// query with its bias, `v` `[d, 1]`).
 pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !is_flex(&q.device()) {
+        return super::gpu_attend::additive_scores(q, keys, v);
+    }
     if !fused(&q) {
         let [b, s, a] = keys.dims();
         // vᵀ tanh(·) as one [B·S, A] × [A, 1] product (a batched [S, A] × [A, 1] per sentence,
