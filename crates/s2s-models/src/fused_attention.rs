@@ -649,6 +649,7 @@ mod tests {
     /// The same for the GPU kernels ([`crate::gpu_attention`]) on wgpu (lavapipe where there
     /// is no GPU), whose dropout mask is their own hash of the seed.
     #[test]
+    #[cfg(not(feature = "gpu-tuned"))]
     fn gpu_kernels_equal_the_composed_equations() {
         let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
         kernels_equal_the_composed_equations_on(gpu, crate::gpu_attention::dropout_mask);
