@@ -8,9 +8,10 @@
 //! `∂K = ∂Sᵀ Q/√d_k`.
 //!
 //! Composed from tensor operations (head split and merge, two batched products, scale,
-//! mask, softmax, dropout) one attention is ~18 launches forward and ~30 backward; on a GPU
-//! through wgpu each costs ~28 µs of host time (H100, session 16), and the Transformer bench
-//! shape has 9 attentions. Here: two launches forward (weights a thread a row; output a
+//! mask, softmax, dropout) one attention was ~60 launches forward and backward together; on a
+//! GPU through wgpu each costs ~28 µs of host time (H100, session 16), and the Transformer
+//! bench shape has 9 attentions (its training step: 1,388 launches composed, 866 with these
+//! kernels; docs/benchmarks.md). Here: two launches forward (weights a thread a row; output a
 //! thread an element), three backward (`∂S` a thread a row; `∂Q`; `∂K` and `∂V`). The
 //! dropout mask `D` is a hash of the seed and the element's index, recomputed in backward, so
 //! nothing is stored or drawn on the device (a different stream from the CPU's, which draws
