@@ -651,7 +651,7 @@ mod tests {
     #[test]
     #[cfg(not(feature = "gpu-tuned"))]
     fn gpu_kernels_equal_the_composed_equations() {
-        let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
+        let Some(gpu) = crate::testing::wgpu_or_skip() else { return };
         kernels_equal_the_composed_equations_on(gpu, crate::gpu_attention::dropout_mask);
     }
 

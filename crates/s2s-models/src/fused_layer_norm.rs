@@ -219,7 +219,7 @@ mod tests {
     /// is no GPU).
     #[test]
     fn gpu_kernels_equal_burns_layer_norm() {
-        let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
+        let Some(gpu) = crate::testing::wgpu_or_skip() else { return };
         equals_burns_layer_norm_on(gpu);
     }
 

@@ -323,8 +323,12 @@ fn layer_forward(
     assert!(ks.num_dims() == 2 && ks[0] == batch && ks[1] == time, "keep must be [batch, time]");
     assert!(xw.dtype == DType::F32 && keep.dtype == DType::F32, "the LSTM kernels compute in f32");
     let (xw, w_hidden, keep) = (into_contiguous(xw), into_contiguous(w_hidden), into_contiguous(keep));
+    let state = |t: &CubeTensor| {
+        let s = t.meta.shape();
+        s.num_dims() == 2 && s[0] == batch && s[1] == h && t.dtype == DType::F32
+    };
+    assert!(state(&h0) && state(&c0), "LSTM layer state must be [batch, hidden] f32");
     let (mut h_prev, mut c_prev) = (into_contiguous(h0), into_contiguous(c0));
-    units(&empty(&xw, [batch, 4 * h]), &c_prev);
     let out = empty(&xw, [batch, time + 2, h]);
     let saved = empty(&xw, [batch, time, 6 * h]);
     let (count, dim) = launch_dims(&xw, batch * h);
@@ -553,7 +557,7 @@ mod tests {
     /// respect to the gates and `c`), and without autodiff (decoding).
     #[test]
     fn kernels_equal_the_composed_operations_on_wgpu() {
-        let Some(plain) = crate::test_support::wgpu_or_skip() else { return };
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
         let ad = plain.clone().autodiff();
         for (batch, h) in [(3, 5), (4, 83)] {
             let normal =

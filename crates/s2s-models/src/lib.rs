@@ -33,6 +33,8 @@ pub mod model;
 pub mod packed_gemm;
 pub mod rnn;
 pub mod small_matmul;
+#[doc(hidden)]
+pub mod testing;
 pub mod transformer;
 
 /// What the unit tests share.
@@ -43,24 +45,6 @@ pub(crate) mod test_support {
     /// The largest absolute element-wise difference of `a` and `b`.
     pub(crate) fn max_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
         (a - b).abs().max().into_scalar::<f32>()
-    }
-
-    /// A wgpu device (lavapipe where there is no GPU), or `None` — and the test skips — where
-    /// there is no Vulkan adapter; CI must have one.
-    pub(crate) fn wgpu_or_skip() -> Option<burn::tensor::Device> {
-        let Ok(d) = std::panic::catch_unwind(|| {
-            let d = burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
-            let _ = Tensor::<1>::ones([1], &d).into_scalar::<f32>();
-            d
-        }) else {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI must provide a Vulkan adapter (lavapipe)"
-            );
-            eprintln!("skipped: no wgpu adapter (apt-get install mesa-vulkan-drivers)");
-            return None;
-        };
-        Some(d)
     }
 }
 

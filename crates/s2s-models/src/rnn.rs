@@ -288,7 +288,7 @@ mod tests {
     /// where there is no GPU), against the step-by-step loop on the same device.
     #[test]
     fn gpu_lstm_layer_equals_the_step_by_step_loop() {
-        let Some(gpu) = crate::test_support::wgpu_or_skip() else { return };
+        let Some(gpu) = crate::testing::wgpu_or_skip() else { return };
         for lengths in [[6usize, 4, 2], [4, 2, 1]] {
             fused_lstm_layer_equals_the_step_by_step_loop_on(&gpu, lengths, &[1]);
         }

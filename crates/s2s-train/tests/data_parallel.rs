@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use burn::tensor::{Device, DeviceKind, Tensor};
+use burn::tensor::Device;
 use s2s_data::{Level, TokenizerConfig};
 use s2s_models::{AttentionRnnSpec, ModelSpec};
 use s2s_train::pipeline::run_and_test;
@@ -77,30 +77,19 @@ fn two_devices_take_the_step_of_accumulating_two_batches() {
 
     // The second replica on wgpu (lavapipe here): weights forked to another backend, gradients
     // brought back. Floats differ slightly between backends, so compare losses with a tolerance.
-    let wgpu = std::panic::catch_unwind(|| {
-        let d = Device::wgpu(DeviceKind::DefaultDevice);
-        let _ = Tensor::<1>::ones([1], &d).into_scalar::<f32>();
-        d
-    });
-    match wgpu {
-        Ok(gpu) => {
-            let (mixed, _) = run(&config(2, 1), &[cpu, gpu], &tmp.join("mixed"));
-            let loss = |rows: &[Vec<String>]| -> Vec<f64> {
-                rows.iter()
-                    .flat_map(|r| {
-                        r.iter().filter(|c| c.starts_with("train_loss=") || c.starts_with("val_ppl="))
-                    })
-                    .map(|c| c.split('=').nth(1).unwrap().parse().unwrap())
-                    .collect()
-            };
-            let (a, b) = (loss(&one), loss(&mixed));
-            assert!(!a.is_empty() && a.len() == b.len());
-            for (x, y) in a.iter().zip(&b) {
-                assert!((x - y).abs() <= 1e-3 * x.abs().max(1.0), "cpu+cpu {x} vs cpu+wgpu {y}");
-            }
+    if let Some(gpu) = s2s_models::testing::wgpu_or_skip() {
+        let (mixed, _) = run(&config(2, 1), &[cpu, gpu], &tmp.join("mixed"));
+        let loss = |rows: &[Vec<String>]| -> Vec<f64> {
+            rows.iter()
+                .flat_map(|r| r.iter().filter(|c| c.starts_with("train_loss=") || c.starts_with("val_ppl=")))
+                .map(|c| c.split('=').nth(1).unwrap().parse().unwrap())
+                .collect()
+        };
+        let (a, b) = (loss(&one), loss(&mixed));
+        assert!(!a.is_empty() && a.len() == b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-3 * x.abs().max(1.0), "cpu+cpu {x} vs cpu+wgpu {y}");
         }
-        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("no Vulkan adapter under CI"),
-        Err(_) => eprintln!("no Vulkan adapter: skipped the cpu + wgpu replica check"),
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }

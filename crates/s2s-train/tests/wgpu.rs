@@ -6,32 +6,11 @@
 
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
-use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
 use s2s_models::{AttentionRnnSpec, ModelSpec, Source, TransformerSpec};
 use s2s_train::clip::clip_global_norm;
 use s2s_train::loss::label_smoothed_loss;
-
-fn wgpu() -> Option<Device> {
-    std::panic::catch_unwind(|| {
-        let d = Device::wgpu(DeviceKind::DefaultDevice);
-        // Touch the device: fails here when there is no adapter.
-        let _ = Tensor::<1>::ones([1], &d).into_scalar::<f32>();
-        d
-    })
-    .ok()
-}
-
-/// [`wgpu`], saying so when a test is skipped for want of an adapter; under `CI=true` a missing
-/// adapter fails the test instead.
-fn wgpu_or_skip() -> Option<Device> {
-    let d = wgpu();
-    if d.is_none() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must provide a Vulkan adapter (lavapipe)");
-        eprintln!("skipped: no wgpu adapter (apt-get install mesa-vulkan-drivers)");
-    }
-    d
-}
 
 fn specs() -> Vec<ModelSpec> {
     vec![
@@ -96,7 +75,7 @@ fn burn_adam() -> impl FnMut(s2s_models::Model, GradientsParams) -> s2s_models::
 
 #[test]
 fn wgpu_matches_the_cpu() {
-    let Some(gpu) = wgpu_or_skip() else { return };
+    let Some(gpu) = s2s_models::testing::wgpu_or_skip() else { return };
     let cpu = Device::flex();
     let dir = std::env::temp_dir().join(format!("s2s-wgpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -134,7 +113,7 @@ fn wgpu_matches_the_cpu() {
 #[test]
 fn adam_kernel_on_wgpu_matches_the_cpu() {
     use s2s_train::fused_adam::FusedAdam;
-    let Some(gpu) = wgpu_or_skip() else { return };
+    let Some(gpu) = s2s_models::testing::wgpu_or_skip() else { return };
     let cpu = Device::flex();
     // With burn's fusion (`gpu-tuned`) the kernel is not used (burn's fused Adam runs) and a
     // direct call has no backend: only the optimizer check below applies.

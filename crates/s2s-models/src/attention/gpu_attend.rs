@@ -465,7 +465,7 @@ mod tests {
     /// `src`, and without autodiff.
     #[test]
     fn kernels_equal_the_composed_operations_on_wgpu() {
-        let Some(plain) = crate::test_support::wgpu_or_skip() else { return };
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
         let ad = plain.clone().autodiff();
         for (batch, src, d) in [(3, 7, 5), (2, 4, 19)] {
             let normal = |dims: &[usize], s: f64| -> Vec<f32> {
@@ -512,7 +512,7 @@ mod tests {
     /// gradients of a random linear function of them with respect to `q`, the keys and `v`.
     #[test]
     fn additive_scores_equal_the_composed_operations_on_wgpu() {
-        let Some(plain) = crate::test_support::wgpu_or_skip() else { return };
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
         let ad = plain.autodiff();
         ad.seed(9);
         let (batch, src, a) = (3, 7, 11);
