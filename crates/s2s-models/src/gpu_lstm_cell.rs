@@ -21,9 +21,11 @@
 //! with this node (cubecl's kernel log; docs/benchmarks.md).
 //!
 //! # Shapes
-//! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `[h' | c']`: `[batch, 2·hidden]`
+//! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `h'`, `c'`: `[batch, hidden]`
 //! - layer: `xw` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, `h0`, `c0`
 //!   `[batch, hidden]`, keep `[batch, time]` → `[outputs | h_T | c_T]` `[batch, time + 2, hidden]`
+
+use std::sync::{Arc, Mutex};
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -44,8 +46,16 @@ use crate::cube_launch::{empty, launch_dims};
 /// The gate math as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
 pub trait GpuLstmGates: burn::backend::Backend {
-    /// `[h' | c']` (`[batch, 2·hidden]`) from `gates` (`[batch, 4·hidden]`) and `c`.
-    fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `(h', c')` (each `[batch, hidden]`) from `gates` (`[batch, 4·hidden]`) and `c`.
+    ///
+    /// With autodiff these are two nodes, `c'` a child of `h'`: the `c'` node's backward
+    /// hands `∂c'` to the `h'` node's, which runs after it (burn runs children first) and
+    /// computes both inputs' gradients in one launch. So `h'` must reach the loss wherever
+    /// `c'` does — as in any LSTM recurrence, where `c'` reaches it only through the next
+    /// step's gates, which read `h'` too. (One `[h' | c']` output, narrowed, cost two
+    /// zero-fills, two slice-assigns and an add backward, and a copy of each strided half
+    /// forward.)
+    fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// A whole LSTM layer in one direction (see [`lstm_layer`]): `[outputs | h_T | c_T]`,
     /// `[batch, time + 2, hidden]`.
@@ -64,8 +74,7 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + f32::exp(-x))
 }
 
-/// One unit's activations `σ(i)`, `σ(f)`, `tanh(g)`, `σ(o)`, and where its gates (`at`) and
-/// its `h'` (`out`; `c'` is `hidden` further) sit.
+/// One unit's activations `σ(i)`, `σ(f)`, `tanh(g)`, `σ(o)`, and where its gates sit (`at`).
 #[derive(CubeType)]
 struct Unit {
     i: f32,
@@ -73,7 +82,6 @@ struct Unit {
     g: f32,
     o: f32,
     at: usize,
-    out: usize,
 }
 
 /// Unit `u` = `(row, j)` of a `[batch, hidden]` state.
@@ -87,34 +95,47 @@ fn unit(gates: &[f32], u: usize, h: usize) -> Unit {
         g: f32::tanh(gates[at + 2 * h]),
         o: sigmoid(gates[at + 3 * h]),
         at,
-        out: row * 2 * h + j,
     }
 }
 
-/// One unit per thread.
+/// One unit per thread: `h'` and `c'`, each `[batch, hidden]`.
 #[cube(launch)]
-fn gates_forward(gates: &[f32], c: &[f32], out: &mut [f32], hidden: u32) {
+fn gates_forward(gates: &[f32], c: &[f32], h_out: &mut [f32], c_out: &mut [f32], hidden: u32) {
     let n = ABSOLUTE_POS;
     if n < c.len() {
-        let h = hidden as usize;
-        let u = unit(gates, n, h);
+        let u = unit(gates, n, hidden as usize);
         let c2 = u.f * c[n] + u.i * u.g;
-        out[u.out] = u.o * f32::tanh(c2);
-        out[u.out + h] = c2;
+        h_out[n] = u.o * f32::tanh(c2);
+        c_out[n] = c2;
     }
 }
 
-/// One unit per thread: `∂gates` and `∂c` from `∂[h' | c']`, the activations recomputed.
+/// One unit per thread: `∂gates` and `∂c` from `∂h'` and `∂c'` (zero without `has_dc`, when
+/// `c'` reached no loss; `dc` is then not read), the activations recomputed.
 #[cube(launch)]
-fn gates_backward(gates: &[f32], c: &[f32], grad: &[f32], d_gates: &mut [f32], d_c: &mut [f32], hidden: u32) {
+#[allow(clippy::too_many_arguments)]
+fn gates_backward(
+    gates: &[f32],
+    c: &[f32],
+    dh: &[f32],
+    dc: &[f32],
+    d_gates: &mut [f32],
+    d_c: &mut [f32],
+    hidden: u32,
+    #[comptime] has_dc: bool,
+) {
     let n = ABSOLUTE_POS;
     if n < c.len() {
         let h = hidden as usize;
         let u = unit(gates, n, h);
         let c_prev = c[n];
         let t = f32::tanh(u.f * c_prev + u.i * u.g);
-        let dh = grad[u.out];
-        let dc = grad[u.out + h] + dh * u.o * (1.0 - t * t);
+        let dh = dh[n];
+        let mut dc_in = 0.0f32;
+        if has_dc {
+            dc_in = dc[n];
+        }
+        let dc = dc_in + dh * u.o * (1.0 - t * t);
         d_gates[u.at] = dc * u.g * u.i * (1.0 - u.i);
         d_gates[u.at + h] = dc * c_prev * u.f * (1.0 - u.f);
         d_gates[u.at + 2 * h] = dc * u.i * (1.0 - u.g * u.g);
@@ -257,10 +278,10 @@ fn units(gates: &CubeTensor, c: &CubeTensor) -> [usize; 2] {
     [cs[0], cs[1]]
 }
 
-fn forward(gates: CubeTensor, c: CubeTensor) -> CubeTensor {
+fn forward(gates: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
     let [batch, h] = units(&gates, &c);
     let (gates, c) = (into_contiguous(gates), into_contiguous(c));
-    let out = empty(&c, [batch, 2 * h]);
+    let (h_out, c_out) = (empty(&c, [batch, h]), empty(&c, [batch, h]));
     let (count, dim) = launch_dims(&c, batch * h);
     gates_forward::launch(
         &c.client.clone(),
@@ -268,15 +289,20 @@ fn forward(gates: CubeTensor, c: CubeTensor) -> CubeTensor {
         dim,
         gates.into_buffer_arg(),
         c.into_buffer_arg(),
-        out.clone().into_buffer_arg(),
+        h_out.clone().into_buffer_arg(),
+        c_out.clone().into_buffer_arg(),
         h as u32,
     );
-    out
+    (h_out, c_out)
 }
 
-fn backward(gates: CubeTensor, c: CubeTensor, grad: CubeTensor) -> (CubeTensor, CubeTensor) {
+/// `(∂gates, ∂c)` from `∂h'` and, when `c'` reached the loss, `∂c'`.
+fn backward(gates: CubeTensor, c: CubeTensor, dh: CubeTensor, dc: Option<CubeTensor>) -> (CubeTensor, CubeTensor) {
     let [batch, h] = units(&gates, &c);
-    let (gates, c, grad) = (into_contiguous(gates), into_contiguous(c), into_contiguous(grad));
+    let (gates, c, dh) = (into_contiguous(gates), into_contiguous(c), into_contiguous(dh));
+    let has_dc = dc.is_some();
+    // Without `∂c'` the kernel reads no `dc`; `dh` fills its binding.
+    let dc = dc.map_or_else(|| dh.clone(), into_contiguous);
     let (d_gates, d_c) = (empty(&c, [batch, 4 * h]), empty(&c, [batch, h]));
     let (count, dim) = launch_dims(&c, batch * h);
     gates_backward::launch(
@@ -285,13 +311,20 @@ fn backward(gates: CubeTensor, c: CubeTensor, grad: CubeTensor) -> (CubeTensor, 
         dim,
         gates.into_buffer_arg(),
         c.into_buffer_arg(),
-        grad.into_buffer_arg(),
+        dh.into_buffer_arg(),
+        dc.into_buffer_arg(),
         d_gates.clone().into_buffer_arg(),
         d_c.clone().into_buffer_arg(),
         h as u32,
+        has_dc,
     );
     (d_gates, d_c)
 }
+
+/// Where the `c'` node's backward leaves `∂c'` for the gates node's (see
+/// [`GpuLstmGates::gpu_lstm_gates`]).
+#[derive(Debug, Default)]
+struct CellGrad(Mutex<Option<CubeTensor>>);
 
 /// What a layer's backward needs from its forward.
 #[derive(Debug, Clone)]
@@ -414,7 +447,7 @@ fn layer_backward(l: LayerSaved, grad: CubeTensor) -> [CubeTensor; 4] {
 }
 
 impl GpuLstmGates for CubeBackend {
-    fn gpu_lstm_gates(gates: CubeTensor, c: CubeTensor) -> CubeTensor {
+    fn gpu_lstm_gates(gates: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
         forward(gates, c)
     }
 
@@ -431,19 +464,21 @@ impl GpuLstmGates for CubeBackend {
 }
 
 impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
-    fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[derive(Debug)]
         struct GatesBackward;
 
         impl Backward<CubeBackend, 2> for GatesBackward {
-            /// The forward inputs; the activations are recomputed (cheaper than storing four).
-            type State = (CubeTensor, CubeTensor);
+            /// The forward inputs (the activations are recomputed, cheaper than storing four)
+            /// and where `∂c'` arrives.
+            type State = (CubeTensor, CubeTensor, Arc<CellGrad>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_gates, node_c] = ops.parents;
-                let grad = grads.consume::<CubeBackend>(&ops.node);
-                let (gates, c) = ops.state;
-                let (d_gates, d_c) = backward(gates, c, grad);
+                let dh = grads.consume::<CubeBackend>(&ops.node);
+                let (gates, c, cell) = ops.state;
+                let dc = cell.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let (d_gates, d_c) = backward(gates, c, dh, dc);
                 if let Some(node) = node_gates {
                     grads.register::<CubeBackend>(node.id, d_gates);
                 }
@@ -453,15 +488,37 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
             }
         }
 
+        #[derive(Debug)]
+        struct CellBackward;
+
+        impl Backward<CubeBackend, 1> for CellBackward {
+            type State = Arc<CellGrad>;
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                // Registers nothing: the gates node takes `∂c'` from here.
+                let dc = grads.consume::<CubeBackend>(&ops.node);
+                *ops.state.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(dc);
+            }
+        }
+
         let (g, g_node) = gates.into_parts();
         let (c, c_node) = c.into_parts();
-        match GatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
+        let (h_out, cell, c_out) = match GatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let out = forward(g.clone(), c.clone());
-                prep.finish((g, c), out)
+                let (h_out, c_out) = forward(g.clone(), c.clone());
+                let cell = Arc::new(CellGrad::default());
+                (prep.finish((g, c, cell.clone()), h_out), cell, c_out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(forward(g, c)),
-        }
+            OpsKind::UnTracked(prep) => {
+                let (h_out, c_out) = forward(g, c);
+                (prep.finish(h_out), Arc::default(), c_out)
+            }
+        };
+        let c_out = match CellBackward.prepare::<C>([h_out.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(cell, c_out),
+            OpsKind::UnTracked(prep) => prep.finish(c_out),
+        };
+        (h_out, c_out)
     }
 
     fn gpu_lstm_layer(
@@ -508,12 +565,8 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
 /// `(h', c')` of an LSTM step from pre-activation `gates` `[batch, 4·hidden]` and `c`
 /// `[batch, hidden]` on a cubecl device (not flex; not with `gpu-tuned`).
 pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    let h = c.dims()[1];
-    let out = Tensor::<2>::from_dispatch(<Dispatch as GpuLstmGates>::gpu_lstm_gates(
-        gates.into_dispatch(),
-        c.into_dispatch(),
-    ));
-    (out.clone().narrow(1, 0, h), out.narrow(1, h, h))
+    let (h, c) = <Dispatch as GpuLstmGates>::gpu_lstm_gates(gates.into_dispatch(), c.into_dispatch());
+    (Tensor::from_dispatch(h), Tensor::from_dispatch(c))
 }
 
 /// One direction of one LSTM layer over a padded batch on a cubecl device (not flex; not with
@@ -554,7 +607,8 @@ mod tests {
 
     /// The kernels equal the composed tensor operations on wgpu (lavapipe where there is no
     /// GPU), forward and backward (gradients of a random linear function of `h'` and `c'` with
-    /// respect to the gates and `c`), and without autodiff (decoding).
+    /// respect to the gates and `c`; and of `h'` alone, where `c'` reaches no loss and the
+    /// gates node gets no `∂c'`), and without autodiff (decoding).
     #[test]
     fn kernels_equal_the_composed_operations_on_wgpu() {
         let Some(plain) = crate::testing::wgpu_or_skip() else { return };
@@ -567,18 +621,23 @@ mod tests {
             let (h1, c1) = lstm_gates(gates.clone(), c.clone());
             let (h2, c2) = lstm_gates_composed(gates.clone(), c.clone());
             assert!(max_diff(h1, h2) < 1e-5 && max_diff(c1, c2) < 1e-5, "forward, h = {h}");
-            let grads = |f: fn(Tensor<2>, Tensor<2>) -> (Tensor<2>, Tensor<2>)| {
-                let on = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad).require_grad();
-                let (g, cc) = (on(&gates), on(&c));
-                let (h_out, c_out) = f(g.clone(), cc.clone());
-                let on_const = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad);
-                let loss = (h_out * on_const(&wh) + c_out * on_const(&wc)).sum();
-                let gr = loss.backward();
-                (g.grad(&gr).unwrap(), cc.grad(&gr).unwrap())
-            };
-            let ((dg1, dc1), (dg2, dc2)) = (grads(lstm_gates), grads(lstm_gates_composed));
-            assert!(max_diff(dg1, dg2) < 1e-5, "d gates, h = {h}");
-            assert!(max_diff(dc1, dc2) < 1e-5, "d c, h = {h}");
+            for with_c in [true, false] {
+                let grads = |f: fn(Tensor<2>, Tensor<2>) -> (Tensor<2>, Tensor<2>)| {
+                    let on = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad).require_grad();
+                    let (g, cc) = (on(&gates), on(&c));
+                    let (h_out, c_out) = f(g.clone(), cc.clone());
+                    let on_const = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad);
+                    let mut loss = (h_out * on_const(&wh)).sum();
+                    if with_c {
+                        loss = loss + (c_out * on_const(&wc)).sum();
+                    }
+                    let gr = loss.backward();
+                    (g.grad(&gr).unwrap(), cc.grad(&gr).unwrap())
+                };
+                let ((dg1, dc1), (dg2, dc2)) = (grads(lstm_gates), grads(lstm_gates_composed));
+                assert!(max_diff(dg1, dg2) < 1e-5, "d gates, h = {h}, with c' {with_c}");
+                assert!(max_diff(dc1, dc2) < 1e-5, "d c, h = {h}, with c' {with_c}");
+            }
         }
     }
 }
