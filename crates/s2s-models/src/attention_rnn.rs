@@ -202,9 +202,9 @@ impl AttentionRnn {
     }
 
     /// One decoder step. `xe` is layer 0's projection of the embedding part of its input
-    /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it), `feed_w`
-    /// the [`Self::feed_weight`].
-    fn step(&self, xe: Tensor<2>, e: Tensor<2>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
+    /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it; Luong
+    /// reads none), `feed_w` the [`Self::feed_weight`].
+    fn step(&self, xe: Tensor<2>, e: Option<Tensor<2>>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
         // `xe + x W_feed`: layer 0's whole input projection.
@@ -218,6 +218,7 @@ impl AttentionRnn {
                 let xw = add_feed(xe, ctx.clone());
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
+                let e = e.expect("Bahdanau's step reads the embedding");
                 StepOut { readout: Tensor::cat(vec![s, ctx, e], 1), weights } // [N, 2H + E]
             }
             AttentionStyle::Luong => {
@@ -258,9 +259,13 @@ impl AttentionRnn {
         let feed_w = self.feed_weight().map(defer_grad);
         let mut readouts = Vec::with_capacity(tgt);
         let mut weights = Vec::with_capacity(tgt);
-        for t in 0..tgt {
-            let xe = ye.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
-            let e = y.clone().narrow(1, t, 1).squeeze_dim::<2>(1);
+        // Each step's slices (see `gpu_steps`); Luong's steps read no embedding.
+        let xes = crate::gpu_steps::time_steps(ye);
+        let es: Vec<Option<Tensor<2>>> = match self.style {
+            AttentionStyle::Bahdanau => crate::gpu_steps::time_steps(y).into_iter().map(Some).collect(),
+            AttentionStyle::Luong => vec![None; tgt],
+        };
+        for (xe, e) in xes.into_iter().zip(es) {
             let out = stepper.step(xe, e, feed_w.as_ref(), &mut state);
             readouts.push(out.readout);
             weights.push(out.weights);
@@ -275,7 +280,7 @@ impl AttentionRnn {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let cell0 = &self.decoder.forward_cells[0];
         let xe = cell0.project_first(e.clone()); // [N, G·H]
-        let out = self.step(xe, e, self.feed_weight().as_ref(), &mut state);
+        let out = self.step(xe, Some(e), self.feed_weight().as_ref(), &mut state);
         let logits = crate::cell::linear(&self.output, out.readout);
         (Step { logits, attention: Some(out.weights) }, state)
     }

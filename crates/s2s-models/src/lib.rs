@@ -26,6 +26,7 @@ pub mod gpu_attention;
 pub mod gpu_layer_norm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_lstm_cell;
+pub mod gpu_steps;
 pub mod interface;
 pub mod lockstep;
 pub mod lstm;
