@@ -7,7 +7,15 @@
 //! finaliser of `seed + index`, in parallel chunks), one multiplication applies it, and autodiff
 //! sees `x ⊙ mask` with a constant mask. The seed is drawn from the device's own generator, so
 //! a run stays reproducible exactly as with burn's dropout (the trainer reseeds the device
-//! before every step). Other backends use burn's `Dropout::forward`.
+//! before every step).
+//!
+//! On a GPU (cubecl without burn's fusion) the mask is a hash of a seed and the index, one
+//! kernel each way ([`crate::gpu_dropout`]), and the seed comes from a per-thread stream on
+//! the host that the trainer reseeds with the device ([`reseed`]): drawing it from the
+//! device's generator would read it back, a synchronisation at every dropout site. Other
+//! backends (`gpu-tuned`) use burn's `Dropout::forward`.
+
+use std::cell::Cell;
 
 use burn::nn::Dropout;
 use burn::tensor::{Distribution, Tensor, TensorData};
@@ -16,6 +24,15 @@ use rayon::prelude::*;
 /// `dropout(x)` with `d`'s probability (see the module doc).
 pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
+    #[cfg(not(feature = "gpu-tuned"))]
+    if drops(d, &device) && !crate::flex_data::is_flex(&device) {
+        let (seed, keep) = (draw_seed(&device), 1.0 - d.prob as f32);
+        return Tensor::from_dispatch(<burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_dropout(
+            x.into_dispatch(),
+            seed,
+            keep,
+        ));
+    }
     if !active(d, &device) {
         return d.forward(x);
     }
@@ -25,14 +42,40 @@ pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
 }
 
-/// True when `d` drops anything on `device` (training, `p > 0`, autodiff on flex): where
-/// [`forward`] and the fused attention draw a mask.
-pub(crate) fn active(d: &Dropout, device: &burn::tensor::Device) -> bool {
-    d.prob > 0.0 && d.training.is_enabled() && device.is_autodiff() && crate::flex_data::is_flex(device)
+/// True when `d` drops anything on `device` (training, `p > 0`, autodiff): where the fused
+/// attention, on flex or a GPU, draws a mask.
+pub(crate) fn drops(d: &Dropout, device: &burn::tensor::Device) -> bool {
+    d.prob > 0.0 && d.training.is_enabled() && device.is_autodiff()
 }
 
-/// A mask's seed, from the device's own generator (reseeded by the trainer every step).
+/// [`drops`] on flex: where [`forward`] applies the CPU's mask.
+fn active(d: &Dropout, device: &burn::tensor::Device) -> bool {
+    drops(d, device) && crate::flex_data::is_flex(device)
+}
+
+thread_local! {
+    /// The host's seed stream for GPU masks: the next draw's counter.
+    static STREAM: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Restarts this thread's seed stream for GPU dropout masks from `seed`: what the trainer
+/// calls beside `device.seed(seed)` before each step, so a resumed run draws the masks of an
+/// uninterrupted one on a GPU as on the CPU.
+pub fn reseed(seed: u64) {
+    STREAM.with(|s| s.set(splitmix64(seed)));
+}
+
+/// A mask's seed: on flex from the device's own generator (reseeded by the trainer every
+/// step); elsewhere from this thread's host stream ([`reseed`]), not read back from the
+/// device.
 pub(crate) fn draw_seed(device: &burn::tensor::Device) -> u64 {
+    if !crate::flex_data::is_flex(device) {
+        return STREAM.with(|s| {
+            let n = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+            s.set(n);
+            splitmix64(n)
+        });
+    }
     let bits =
         Tensor::<1>::random([2], Distribution::Default, device).into_data().try_to_vec::<f32>().expect("f32");
     (u64::from(bits[0].to_bits()) << 32) | u64::from(bits[1].to_bits())

@@ -652,7 +652,7 @@ mod tests {
     #[cfg(not(feature = "gpu-tuned"))]
     fn gpu_kernels_equal_the_composed_equations() {
         let Some(gpu) = crate::testing::wgpu_or_skip() else { return };
-        kernels_equal_the_composed_equations_on(gpu, crate::gpu_attention::dropout_mask);
+        kernels_equal_the_composed_equations_on(gpu, crate::gpu_dropout::dropout_mask);
     }
 
     fn kernels_equal_the_composed_equations_on(plain: Device, mask_of: fn(u64, usize, f32) -> Vec<f32>) {

@@ -13,10 +13,10 @@
 //! bench shape has 9 attentions (its training step: 1,388 launches composed, 866 with these
 //! kernels; docs/benchmarks.md). Here: two launches forward (weights a thread a row; output a
 //! thread an element), three backward (`∂S` a thread a row; `∂Q`; `∂K` and `∂V`). The
-//! dropout mask `D` is a hash of the seed and the element's index, recomputed in backward, so
-//! nothing is stored or drawn on the device (a different stream from the CPU's, which draws
-//! it with SplitMix64; both keep each weight with probability `keep`). Not with burn's fusion
-//! (`gpu-tuned`).
+//! dropout mask `D` is [`crate::gpu_dropout`]'s hash of the seed and the element's index,
+//! recomputed in backward, so nothing is stored or drawn on the device (a different stream
+//! from the CPU's, which draws it with SplitMix64; both keep each weight with probability
+//! `keep`). Not with burn's fusion (`gpu-tuned`).
 //!
 //! # Shapes
 //! - as [`crate::fused_attention`]: self `qkv` `[batch, t, 3·d_model]`; cross `q`
@@ -37,6 +37,7 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
+use crate::gpu_dropout::mask_at;
 use crate::fused_attention::FusedAttention;
 
 /// The sizes and layout of one call, on the host and as the kernels take them.
@@ -91,51 +92,12 @@ impl Geometry {
     }
 }
 
-/// A 32-bit integer hash (lowbias32, C. Wellons).
-#[cube]
-fn mix(x: u32) -> u32 {
-    let mut x = x;
-    x ^= x >> 16;
-    x *= 0x7feb_352du32;
-    x ^= x >> 15;
-    x *= 0x846c_a68bu32;
-    x ^= x >> 16;
-    x
-}
-
-/// The dropout mask the kernels apply for `(seed, keep)`, drawn on the host: element `e` is
-/// `1/keep` where `mix(mix(e ^ seed_lo) ^ seed_hi) >> 8` is below the 24-bit threshold, else
-/// 0 (what the tests compare the kernels with).
-#[cfg(test)]
-pub(crate) fn dropout_mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
-    let mix = |mut x: u32| {
-        x ^= x >> 16;
-        x = x.wrapping_mul(0x7feb_352d);
-        x ^= x >> 15;
-        x = x.wrapping_mul(0x846c_a68b);
-        x ^ (x >> 16)
-    };
-    let threshold = crate::dropout::threshold(keep);
-    (0..n as u32)
-        .map(
-            |e| {
-                if mix(mix(e ^ seed as u32) ^ (seed >> 32) as u32) >> 8 < threshold {
-                    1.0 / keep
-                } else {
-                    0.0
-                }
-            },
-        )
-        .collect()
-}
-
 /// `D` at element `e` of `[batch, heads, t_q, t_k]`.
 #[cube]
 fn dropped(g: &Geometry, e: u32) -> f32 {
     let mut d = 1.0f32;
     if g.drop_on != 0 {
-        let r = mix(mix(e ^ g.seed_lo) ^ g.seed_hi) >> 8;
-        d = select(r < g.threshold, g.drop_scale, 0.0f32);
+        d = mask_at(e, g.seed_lo, g.seed_hi, g.threshold, g.drop_scale);
     }
     d
 }

@@ -135,6 +135,7 @@ fn shard_gradients(
     let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| {
         let b = DeviceBatch::new(batch, device);
         device.seed(*seed);
+        s2s_models::dropout::reseed(*seed); // the GPU masks' host stream (see its doc)
         let out = model.forward(&b.src, b.tgt_in.clone());
         let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
         let loss = l.smoothed.div_scalar(b.tokens as f64 * scale);

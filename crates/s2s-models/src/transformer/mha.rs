@@ -209,7 +209,7 @@ impl MultiHeadAttention {
     /// The dropout on the weights as the fused kernel takes it: its mask's seed (drawn as
     /// [`crate::dropout::forward`] draws it) and the share kept; `(0, 1)` when nothing drops.
     fn fused_dropout(&self, device: &Device) -> (u64, f32) {
-        if crate::dropout::active(&self.dropout, device) {
+        if crate::dropout::drops(&self.dropout, device) {
             (crate::dropout::draw_seed(device), 1.0 - self.dropout.prob as f32)
         } else {
             (0, 1.0)
@@ -385,6 +385,28 @@ mod tests {
         assert!(out.iter().zip(want_out).all(|(a, b)| (a - b).abs() < 1e-5), "{out:?}");
         assert!(w.iter().zip(want_w).all(|(a, b)| (a - b).abs() < 1e-5), "{w:?}");
         assert!(w.iter().skip(2).step_by(3).all(|&x| x == 0.0), "padded key must get exactly 0: {w:?}");
+    }
+
+    /// Training on wgpu (lavapipe where there is no GPU), the fused self-attention applies
+    /// its dropout: the output changes with it, and reseeding the host's stream draws the same
+    /// mask again. (Until session 18 the GPU kernels got no mask: the seed was drawn only on
+    /// flex.)
+    #[test]
+    fn attention_dropout_reaches_the_gpu_kernels() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let d = plain.autodiff();
+        let m = MultiHeadAttentionConfig::new(8, 2).with_dropout(0.5).init(&d).unwrap();
+        // Above 1,024 rows `[Q | K | V]` comes from one product: the fused path.
+        let (b, t) = (33, 32);
+        let x = Tensor::<3>::random([b, t, 8], Distribution::Normal(0.0, 1.0), &d);
+        let mask = Tensor::<4>::zeros([b, 1, 1, t], &d);
+        let run = |m: &MultiHeadAttention| {
+            crate::dropout::reseed(3);
+            m.self_attend(x.clone(), Some(&mask)).0
+        };
+        assert_eq!(run(&m).to_data(), run(&m).to_data(), "the same seed, the same mask");
+        let off = MultiHeadAttention { dropout: burn::nn::DropoutConfig::new(0.0).init(), ..m.clone() };
+        assert!(crate::test_support::max_diff(run(&m), run(&off)) > 1e-2, "dropout changes the output");
     }
 
     #[test]

@@ -1,0 +1,165 @@
+//! Dropout (Srivastava et al., 2014) as one cubecl kernel each way (wgpu): `y = x ⊙ D`,
+//! `∂x = ∂y ⊙ D`, where `D` is `1/keep` with probability `keep` and 0 otherwise.
+//!
+//! burn's `Dropout::forward` draws a Bernoulli tensor on the device and multiplies twice:
+//! three launches forward and two backward, each ~28 µs of host time through wgpu (H100,
+//! session 16), at every dropout site of every step. Here element `e`'s mask is a hash of the
+//! seed and `e` (lowbias32, C. Wellons, applied twice), recomputed in backward, so nothing is
+//! drawn or stored on the device: one launch forward, one backward. The same mask function
+//! serves the GPU attention's dropout on its weights ([`crate::gpu_attention`]). The seed
+//! comes from the host ([`crate::dropout::draw_seed`]): drawing it on the device would read
+//! it back, a synchronisation at every site. Not with burn's fusion (`gpu-tuned`).
+//!
+//! # Shapes
+//! - `x`: any shape → the same shape
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{backend_extension, tensor::FloatTensor};
+use burn::tensor::DType;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::cube;
+use cubecl::prelude::*;
+
+use crate::cube_launch::{empty, launch_dims};
+
+/// A 32-bit integer hash (lowbias32, C. Wellons).
+#[cube]
+pub(crate) fn mix(x: u32) -> u32 {
+    let mut x = x;
+    x ^= x >> 16;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15;
+    x *= 0x846c_a68bu32;
+    x ^= x >> 16;
+    x
+}
+
+/// `D` at element `e`: `scale` (`1/keep`) where `mix(mix(e ^ seed_lo) ^ seed_hi) >> 8` is
+/// below the 24-bit `threshold` (`crate::dropout::threshold(keep)`), else 0.
+#[cube]
+pub(crate) fn mask_at(e: u32, seed_lo: u32, seed_hi: u32, threshold: u32, scale: f32) -> f32 {
+    let r = mix(mix(e ^ seed_lo) ^ seed_hi) >> 8;
+    select(r < threshold, scale, 0.0f32)
+}
+
+/// The mask [`mask_at`] gives for `(seed, keep)` over `n` elements, computed on the host
+/// (what the tests compare the kernels with).
+#[cfg(test)]
+pub(crate) fn dropout_mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
+    let mix = |mut x: u32| {
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x7feb_352d);
+        x ^= x >> 15;
+        x = x.wrapping_mul(0x846c_a68b);
+        x ^ (x >> 16)
+    };
+    let threshold = crate::dropout::threshold(keep);
+    let keeps = |e: u32| mix(mix(e ^ seed as u32) ^ (seed >> 32) as u32) >> 8 < threshold;
+    (0..n as u32).map(|e| if keeps(e) { 1.0 / keep } else { 0.0 }).collect()
+}
+
+/// `out[e] = x[e] · D[e]`, one element per thread.
+#[cube(launch)]
+fn dropout_kernel(x: &[f32], out: &mut [f32], seed_lo: u32, seed_hi: u32, threshold: u32, scale: f32) {
+    let e = ABSOLUTE_POS;
+    if e < x.len() {
+        out[e] = x[e] * mask_at(e as u32, seed_lo, seed_hi, threshold, scale);
+    }
+}
+
+/// Dropout as a burn backend extension (cubecl runtimes without fusion).
+#[backend_extension(Cube, Autodiff)]
+pub trait GpuDropout: burn::backend::Backend {
+    /// `x ⊙ D` for the mask of `(seed, keep)` (see the module doc).
+    fn gpu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
+}
+
+/// `x ⊙ D`, contiguous, in `x`'s shape.
+fn apply(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+    assert!(x.dtype == DType::F32, "the dropout kernel computes in f32");
+    let n = x.meta.num_elements();
+    assert!(n <= u32::MAX as usize, "the dropout kernel indexes elements in 32 bits");
+    let x = into_contiguous(x);
+    let out = empty(&x, x.meta.shape().clone());
+    let (count, dim) = launch_dims(&x, n);
+    dropout_kernel::launch(
+        &x.client.clone(),
+        count,
+        dim,
+        x.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        seed as u32,
+        (seed >> 32) as u32,
+        crate::dropout::threshold(keep),
+        1.0 / keep,
+    );
+    out
+}
+
+impl GpuDropout for CubeBackend {
+    fn gpu_dropout(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+        apply(x, seed, keep)
+    }
+}
+
+impl<C: CheckpointStrategy> GpuDropout for Autodiff<CubeBackend, C> {
+    fn gpu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct DropoutBackward;
+
+        impl Backward<CubeBackend, 1> for DropoutBackward {
+            /// The mask's seed and keep share: `D` is recomputed.
+            type State = (u64, f32);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let grad = grads.consume::<CubeBackend>(&ops.node);
+                if let Some(node) = node {
+                    let (seed, keep) = ops.state;
+                    grads.register::<CubeBackend>(node.id, apply(grad, seed, keep));
+                }
+            }
+        }
+
+        let (x, node) = x.into_parts();
+        match DropoutBackward.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((seed, keep), apply(x, seed, keep)),
+            OpsKind::UnTracked(prep) => prep.finish(apply(x, seed, keep)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::max_diff;
+    use burn::backend::Dispatch;
+    use burn::tensor::{Distribution, Tensor, TensorData};
+
+    /// On wgpu (lavapipe where there is no GPU) the kernel applies the host's mask forward,
+    /// and the gradient of `Σ w ⊙ dropout(x)` is `w ⊙ D`; the mask keeps about `keep`.
+    #[test]
+    fn kernel_applies_the_hash_mask_both_ways_on_wgpu() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let ad = plain.clone().autodiff();
+        let (shape, seed, keep) = ([37, 101], 0x1234_5678_9abc_def0u64, 0.7f32);
+        let x = Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &plain);
+        let w = Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &plain);
+        let mask = dropout_mask(seed, 37 * 101, keep);
+        let kept = mask.iter().filter(|&&m| m != 0.0).count() as f32 / mask.len() as f32;
+        assert!((kept - keep).abs() < 0.03, "kept {kept}");
+        let mask = Tensor::<2>::from_data(TensorData::new(mask, shape), &plain);
+        let drop = |x: Tensor<2>| Tensor::<2>::from_dispatch(<Dispatch as GpuDropout>::gpu_dropout(x.into_dispatch(), seed, keep));
+        assert!(max_diff(drop(x.clone()), x.clone() * mask.clone()) < 1e-6, "forward");
+        let xa = Tensor::<2>::from_data(x.to_data(), &ad).require_grad();
+        let loss = (drop(xa.clone()) * Tensor::<2>::from_data(w.to_data(), &ad)).sum();
+        let g = xa.grad(&loss.backward()).unwrap();
+        assert!(max_diff(g, w * mask) < 1e-6, "backward");
+    }
+}
