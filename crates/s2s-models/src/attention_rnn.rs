@@ -204,7 +204,13 @@ impl AttentionRnn {
     /// One decoder step. `xe` is layer 0's projection of the embedding part of its input
     /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it; Luong
     /// reads none), `feed_w` the [`Self::feed_weight`].
-    fn step(&self, xe: Tensor<2>, e: Option<Tensor<2>>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
+    fn step(
+        &self,
+        xe: Tensor<2>,
+        e: Option<Tensor<2>>,
+        feed_w: Option<&Tensor<2>>,
+        state: &mut RnnState,
+    ) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
         // `xe + x W_feed`: layer 0's whole input projection.

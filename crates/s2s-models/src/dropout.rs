@@ -27,11 +27,13 @@ pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     #[cfg(not(feature = "gpu-tuned"))]
     if drops(d, &device) && !crate::flex_data::is_flex(&device) {
         let (seed, keep) = (draw_seed(&device), 1.0 - d.prob as f32);
-        return Tensor::from_dispatch(<burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_dropout(
-            x.into_dispatch(),
-            seed,
-            keep,
-        ));
+        return Tensor::from_dispatch(
+            <burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_dropout(
+                x.into_dispatch(),
+                seed,
+                keep,
+            ),
+        );
     }
     if !active(d, &device) {
         return d.forward(x);

@@ -37,8 +37,8 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
-use crate::gpu_dropout::mask_at;
 use crate::fused_attention::FusedAttention;
+use crate::gpu_dropout::mask_at;
 
 /// The sizes and layout of one call, on the host and as the kernels take them.
 #[derive(CubeLaunch, CubeType, Clone, Copy, Debug)]

@@ -155,7 +155,9 @@ mod tests {
         let kept = mask.iter().filter(|&&m| m != 0.0).count() as f32 / mask.len() as f32;
         assert!((kept - keep).abs() < 0.03, "kept {kept}");
         let mask = Tensor::<2>::from_data(TensorData::new(mask, shape), &plain);
-        let drop = |x: Tensor<2>| Tensor::<2>::from_dispatch(<Dispatch as GpuDropout>::gpu_dropout(x.into_dispatch(), seed, keep));
+        let drop = |x: Tensor<2>| {
+            Tensor::<2>::from_dispatch(<Dispatch as GpuDropout>::gpu_dropout(x.into_dispatch(), seed, keep))
+        };
         assert!(max_diff(drop(x.clone()), x.clone() * mask.clone()) < 1e-6, "forward");
         let xa = Tensor::<2>::from_data(x.to_data(), &ad).require_grad();
         let loss = (drop(xa.clone()) * Tensor::<2>::from_data(w.to_data(), &ad)).sum();

@@ -55,7 +55,10 @@ pub trait GpuLstmGates: burn::backend::Backend {
     /// step's gates, which read `h'` too. (One `[h' | c']` output, narrowed, cost two
     /// zero-fills, two slice-assigns and an add backward, and a copy of each strided half
     /// forward.)
-    fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>);
+    fn gpu_lstm_gates(
+        gates: FloatTensor<Self>,
+        c: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// A whole LSTM layer in one direction (see [`lstm_layer`]): `[outputs | h_T | c_T]`,
     /// `[batch, time + 2, hidden]`.
@@ -297,7 +300,12 @@ fn forward(gates: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
 }
 
 /// `(∂gates, ∂c)` from `∂h'` and, when `c'` reached the loss, `∂c'`.
-fn backward(gates: CubeTensor, c: CubeTensor, dh: CubeTensor, dc: Option<CubeTensor>) -> (CubeTensor, CubeTensor) {
+fn backward(
+    gates: CubeTensor,
+    c: CubeTensor,
+    dh: CubeTensor,
+    dc: Option<CubeTensor>,
+) -> (CubeTensor, CubeTensor) {
     let [batch, h] = units(&gates, &c);
     let (gates, c, dh) = (into_contiguous(gates), into_contiguous(c), into_contiguous(dh));
     let has_dc = dc.is_some();
@@ -464,7 +472,10 @@ impl GpuLstmGates for CubeBackend {
 }
 
 impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
-    fn gpu_lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn gpu_lstm_gates(
+        gates: FloatTensor<Self>,
+        c: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[derive(Debug)]
         struct GatesBackward;
 
@@ -503,17 +514,18 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
 
         let (g, g_node) = gates.into_parts();
         let (c, c_node) = c.into_parts();
-        let (h_out, cell, c_out) = match GatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (h_out, c_out) = forward(g.clone(), c.clone());
-                let cell = Arc::new(CellGrad::default());
-                (prep.finish((g, c, cell.clone()), h_out), cell, c_out)
-            }
-            OpsKind::UnTracked(prep) => {
-                let (h_out, c_out) = forward(g, c);
-                (prep.finish(h_out), Arc::default(), c_out)
-            }
-        };
+        let (h_out, cell, c_out) =
+            match GatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => {
+                    let (h_out, c_out) = forward(g.clone(), c.clone());
+                    let cell = Arc::new(CellGrad::default());
+                    (prep.finish((g, c, cell.clone()), h_out), cell, c_out)
+                }
+                OpsKind::UnTracked(prep) => {
+                    let (h_out, c_out) = forward(g, c);
+                    (prep.finish(h_out), Arc::default(), c_out)
+                }
+            };
         let c_out = match CellBackward.prepare::<C>([h_out.node()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish(cell, c_out),
             OpsKind::UnTracked(prep) => prep.finish(c_out),

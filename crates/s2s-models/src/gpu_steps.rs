@@ -70,7 +70,10 @@ mod gpu {
 
     /// `x` (`[batch, time, d]`) in time-major order, `[time, batch, d]`, contiguous.
     fn time_major(x: CubeTensor) -> CubeTensor {
-        assert!(x.dtype == DType::F32 && x.meta.shape().num_dims() == 3, "time steps: x is not f32 [batch, time, d]");
+        assert!(
+            x.dtype == DType::F32 && x.meta.shape().num_dims() == 3,
+            "time steps: x is not f32 [batch, time, d]"
+        );
         into_contiguous(Mm::float_swap_dims(x, 0, 1))
     }
 
@@ -79,7 +82,10 @@ mod gpu {
     fn step(tm: &CubeTensor, t: usize) -> CubeTensor {
         let s = tm.meta.shape();
         let (batch, d) = (s[1], s[2]);
-        let slice = Mm::float_slice(tm.clone(), &[Slice::new(t as isize, Some(t as isize + 1), 1), Slice::full(), Slice::full()]);
+        let slice = Mm::float_slice(
+            tm.clone(),
+            &[Slice::new(t as isize, Some(t as isize + 1), 1), Slice::full(), Slice::full()],
+        );
         Mm::float_reshape(slice, Shape::from([batch, d]))
     }
 
@@ -130,7 +136,8 @@ mod gpu {
                     let (sink, t, shape) = ops.state;
                     let mut sink = sink.0.lock().unwrap_or_else(|e| e.into_inner());
                     let buffer = sink.get_or_insert_with(|| {
-                        let zeros = Mm::float_zeros(Shape::from(shape), &grad.device, burn::tensor::FloatDType::F32);
+                        let zeros =
+                            Mm::float_zeros(Shape::from(shape), &grad.device, burn::tensor::FloatDType::F32);
                         grads.register::<CubeBackend>(node.id, zeros.clone());
                         zeros
                     });
@@ -184,7 +191,8 @@ mod tests {
         for (batch, time, d) in [(3, 4, 5), (4, 3, 64)] {
             let x = Tensor::<3>::random([batch, time, d], Distribution::Normal(0.0, 1.0), &plain);
             let w = Tensor::<3>::random([time, batch, d], Distribution::Normal(0.0, 1.0), &plain);
-            let narrowed: Vec<Tensor<2>> = (0..time).map(|t| x.clone().narrow(1, t, 1).squeeze_dim::<2>(1)).collect();
+            let narrowed: Vec<Tensor<2>> =
+                (0..time).map(|t| x.clone().narrow(1, t, 1).squeeze_dim::<2>(1)).collect();
             for (a, b) in time_steps(x.clone()).into_iter().zip(narrowed) {
                 assert_eq!(a.to_data(), b.to_data(), "forward, d = {d}");
             }

@@ -10,11 +10,19 @@
 //! Composed, this is ~7 tensor operations forward (softmax's maximum, difference, `exp`, sum
 //! and quotient; the weighted sum's product and reduction) and ~10 backward, at every decoder
 //! step; on a GPU through wgpu each costs ~28 µs of host time (H100, session 16). Here it is
-//! one launch forward and two backward, one autodiff node. Not with burn's fusion
+//! one launch forward and two backward. Not with burn's fusion
 //! (`gpu-tuned`), whose fused-stream tensors this does not take.
 //!
+//! The context and the weights are two autodiff nodes, `α` a child of `c`: `α`'s backward
+//! leaves `∂α` for `c`'s, which runs after it (burn runs children first). So `c` must reach
+//! the loss wherever `α` does, as in every model here (the weights reach no loss at all).
+//! One `[c | α]` output, narrowed, cost a zero-fill and a slice-assign a step backward.
+//!
 //! # Shapes
-//! - scores `e`: `[batch, src]`, values: `[batch, src, d]` → `[c | α]`: `[batch, d + src]`
+//! - scores `e`: `[batch, src]`, values: `[batch, src, d]` → `c`: `[batch, d]`, `α`:
+//!   `[batch, src]`
+
+use std::sync::{Arc, Mutex};
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -34,9 +42,12 @@ use crate::cube_launch::{empty, launch_dims};
 /// Softmax and context as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
 pub trait GpuAttend: burn::backend::Backend {
-    /// `[c | α]` (`[batch, d + src]`) from masked scores `[batch, src]` and values
-    /// `[batch, src, d]`.
-    fn gpu_attend(scores: FloatTensor<Self>, values: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `(c, α)` (`[batch, d]`, `[batch, src]`) from masked scores `[batch, src]` and values
+    /// `[batch, src, d]` (two nodes with autodiff: see the module doc).
+    fn gpu_attend(
+        scores: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// Bahdanau's scores `e[b, j] = Σₐ v[a] tanh(keys[b, j, a] + q[b, a])` (`[batch, src]`)
     /// from `q` `[batch, A]`, `keys` `[batch, src, A]`, `v` `[A, 1]`.
@@ -70,10 +81,9 @@ fn softmax(e: &[f32], b: usize, src: usize) -> Softmax {
     Softmax { at, m, z }
 }
 
-/// One thread per `(b, k)`, `k < max(d, src)`: `c[b, k]` for `k < d`, `α[b, k]` for `k < src`
-/// (into `out` and into `weights`, what the backward keeps).
+/// One thread per `(b, k)`, `k < max(d, src)`: `c[b, k]` for `k < d`, `α[b, k]` for `k < src`.
 #[cube(launch)]
-fn attend_forward(e: &[f32], values: &[f32], out: &mut [f32], weights: &mut [f32], src: u32, d: u32) {
+fn attend_forward(e: &[f32], values: &[f32], ctx: &mut [f32], weights: &mut [f32], src: u32, d: u32) {
     let (src, d) = (src as usize, d as usize);
     let width = select(d > src, d, src);
     let n = ABSOLUTE_POS;
@@ -86,27 +96,37 @@ fn attend_forward(e: &[f32], values: &[f32], out: &mut [f32], weights: &mut [f32
             for j in 0..src {
                 c += f32::exp(e[sm.at + j] - sm.m) * values[(b * src + j) * d + k];
             }
-            out[b * (d + src) + k] = c / sm.z;
+            ctx[b * d + k] = c / sm.z;
         }
         if k < src {
-            let a = f32::exp(e[sm.at + k] - sm.m) / sm.z;
-            out[b * (d + src) + d + k] = a;
-            weights[b * src + k] = a;
+            weights[b * src + k] = f32::exp(e[sm.at + k] - sm.m) / sm.z;
         }
     }
 }
 
-/// One thread per `(b, j)`: `∂α'ⱼ = ∂αⱼ + ∂c · vⱼ`.
+/// One thread per `(b, j)`: `∂α'ⱼ = ∂αⱼ + ∂c · vⱼ` (`∂α` zero without `has_da`, when `α`
+/// reached no loss; `da` is then not read).
 #[cube(launch)]
-fn attend_backward_alpha(grad: &[f32], values: &[f32], d_alpha: &mut [f32], src: u32, d: u32) {
+#[allow(clippy::too_many_arguments)]
+fn attend_backward_alpha(
+    dc: &[f32],
+    da: &[f32],
+    values: &[f32],
+    d_alpha: &mut [f32],
+    src: u32,
+    d: u32,
+    #[comptime] has_da: bool,
+) {
     let (src, d) = (src as usize, d as usize);
     let n = ABSOLUTE_POS;
     if n < d_alpha.len() {
-        let (b, j) = (n / src, n % src);
-        let g = b * (d + src);
-        let mut s = grad[g + d + j];
+        let b = n / src;
+        let mut s = 0.0f32;
+        if has_da {
+            s = da[n];
+        }
         for k in 0..d {
-            s += grad[g + k] * values[n * d + k];
+            s += dc[b * d + k] * values[n * d + k];
         }
         d_alpha[n] = s;
     }
@@ -116,7 +136,7 @@ fn attend_backward_alpha(grad: &[f32], values: &[f32], d_alpha: &mut [f32], src:
 /// `∂eⱼ = αⱼ (∂α'ⱼ − Σᵢ αᵢ ∂α'ᵢ)`.
 #[cube(launch)]
 fn attend_backward_inputs(
-    grad: &[f32],
+    dc: &[f32],
     weights: &[f32],
     d_alpha: &[f32],
     d_scores: &mut [f32],
@@ -130,7 +150,7 @@ fn attend_backward_inputs(
         let (row, k) = (n / d, n % d);
         let b = row / src;
         let a = weights[row];
-        d_values[n] = a * grad[b * (d + src) + k];
+        d_values[n] = a * dc[b * d + k];
         if k == 0 {
             let mut s = 0.0f32;
             for i in 0..src {
@@ -292,12 +312,11 @@ fn dims(scores: &CubeTensor, values: &CubeTensor) -> (usize, usize, usize) {
     (vs[0], vs[1], vs[2])
 }
 
-/// `[c | α]` and `α` alone.
+/// `(c, α)`.
 fn forward(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
     let (batch, src, d) = dims(&scores, &values);
     let (scores, values) = (into_contiguous(scores), into_contiguous(values));
-    let out = empty(&values, [batch, d + src]);
-    let weights = empty(&values, [batch, src]);
+    let (ctx, weights) = (empty(&values, [batch, d]), empty(&values, [batch, src]));
     let (count, dim) = launch_dims(&values, batch * d.max(src));
     attend_forward::launch(
         &values.client.clone(),
@@ -305,30 +324,40 @@ fn forward(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
         dim,
         scores.into_buffer_arg(),
         values.into_buffer_arg(),
-        out.clone().into_buffer_arg(),
+        ctx.clone().into_buffer_arg(),
         weights.clone().into_buffer_arg(),
         src as u32,
         d as u32,
     );
-    (out, weights)
+    (ctx, weights)
 }
 
-/// `(∂e, ∂v)` from the gradient of `[c | α]`.
-fn backward(weights: CubeTensor, values: CubeTensor, grad: CubeTensor) -> (CubeTensor, CubeTensor) {
+/// `(∂e, ∂v)` from `∂c` and, when `α` reached the loss, `∂α`.
+fn backward(
+    weights: CubeTensor,
+    values: CubeTensor,
+    dc: CubeTensor,
+    da: Option<CubeTensor>,
+) -> (CubeTensor, CubeTensor) {
     let vs = values.meta.shape();
     let (batch, src, d) = (vs[0], vs[1], vs[2]);
-    let grad = into_contiguous(grad);
+    let dc = into_contiguous(dc);
+    let has_da = da.is_some();
+    // Without `∂α` the kernel reads no `da`; `dc` fills its binding.
+    let da = da.map_or_else(|| dc.clone(), into_contiguous);
     let d_alpha = empty(&values, [batch, src]);
     let (count, dim) = launch_dims(&values, batch * src);
     attend_backward_alpha::launch(
         &values.client.clone(),
         count,
         dim,
-        grad.clone().into_buffer_arg(),
+        dc.clone().into_buffer_arg(),
+        da.into_buffer_arg(),
         values.clone().into_buffer_arg(),
         d_alpha.clone().into_buffer_arg(),
         src as u32,
         d as u32,
+        has_da,
     );
     let (d_scores, d_values) = (empty(&values, [batch, src]), empty(&values, [batch, src, d]));
     let (count, dim) = launch_dims(&values, batch * src * d);
@@ -336,7 +365,7 @@ fn backward(weights: CubeTensor, values: CubeTensor, grad: CubeTensor) -> (CubeT
         &values.client.clone(),
         count,
         dim,
-        grad.into_buffer_arg(),
+        dc.into_buffer_arg(),
         weights.into_buffer_arg(),
         d_alpha.into_buffer_arg(),
         d_scores.clone().into_buffer_arg(),
@@ -347,9 +376,13 @@ fn backward(weights: CubeTensor, values: CubeTensor, grad: CubeTensor) -> (CubeT
     (d_scores, d_values)
 }
 
+/// Where the weights node's backward leaves `∂α` for the context node's.
+#[derive(Debug, Default)]
+struct WeightsGrad(Mutex<Option<CubeTensor>>);
+
 impl GpuAttend for CubeBackend {
-    fn gpu_attend(scores: CubeTensor, values: CubeTensor) -> CubeTensor {
-        forward(scores, values).0
+    fn gpu_attend(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
+        forward(scores, values)
     }
 
     fn gpu_additive_scores(q: CubeTensor, keys: CubeTensor, v: CubeTensor) -> CubeTensor {
@@ -358,19 +391,23 @@ impl GpuAttend for CubeBackend {
 }
 
 impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
-    fn gpu_attend(scores: FloatTensor<Self>, values: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn gpu_attend(
+        scores: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[derive(Debug)]
         struct AttendBackward;
 
         impl Backward<CubeBackend, 2> for AttendBackward {
-            /// `α` and the values.
-            type State = (CubeTensor, CubeTensor);
+            /// `α`, the values, and where `∂α` arrives.
+            type State = (CubeTensor, CubeTensor, Arc<WeightsGrad>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_scores, node_values] = ops.parents;
-                let grad = grads.consume::<CubeBackend>(&ops.node);
-                let (weights, values) = ops.state;
-                let (d_scores, d_values) = backward(weights, values, grad);
+                let dc = grads.consume::<CubeBackend>(&ops.node);
+                let (weights, values, slot) = ops.state;
+                let da = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let (d_scores, d_values) = backward(weights, values, dc, da);
                 if let Some(node) = node_scores {
                     grads.register::<CubeBackend>(node.id, d_scores);
                 }
@@ -380,16 +417,39 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
             }
         }
 
+        #[derive(Debug)]
+        struct WeightsBackward;
+
+        impl Backward<CubeBackend, 1> for WeightsBackward {
+            type State = Arc<WeightsGrad>;
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                // Registers nothing: the context node takes `∂α` from here.
+                let da = grads.consume::<CubeBackend>(&ops.node);
+                *ops.state.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(da);
+            }
+        }
+
         let (e, e_node) = scores.into_parts();
         let (v, v_node) = values.into_parts();
-        match AttendBackward.prepare::<C>([e_node, v_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let v = into_contiguous(v);
-                let (out, weights) = forward(e, v.clone());
-                prep.finish((weights, v), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(e, v).0),
-        }
+        let (ctx, slot, weights) =
+            match AttendBackward.prepare::<C>([e_node, v_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => {
+                    let v = into_contiguous(v);
+                    let (ctx, weights) = forward(e, v.clone());
+                    let slot = Arc::new(WeightsGrad::default());
+                    (prep.finish((weights.clone(), v, slot.clone()), ctx), slot, weights)
+                }
+                OpsKind::UnTracked(prep) => {
+                    let (ctx, weights) = forward(e, v);
+                    (prep.finish(ctx), Arc::default(), weights)
+                }
+            };
+        let weights = match WeightsBackward.prepare::<C>([ctx.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(slot, weights),
+            OpsKind::UnTracked(prep) => prep.finish(weights),
+        };
+        (ctx, weights)
     }
 
     fn gpu_additive_scores(
@@ -435,12 +495,8 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
 /// `values` `[batch, src, d]` on a cubecl device (not flex; not with `gpu-tuned`): (context
 /// `[batch, d]`, weights `[batch, src]`).
 pub fn attend(masked: Tensor<2>, values: &Tensor<3>) -> (Tensor<2>, Tensor<2>) {
-    let [_, src, d] = values.dims();
-    let out = Tensor::<2>::from_dispatch(<Dispatch as GpuAttend>::gpu_attend(
-        masked.into_dispatch(),
-        values.clone().into_dispatch(),
-    ));
-    (out.clone().narrow(1, 0, d), out.narrow(1, d, src))
+    let (c, a) = <Dispatch as GpuAttend>::gpu_attend(masked.into_dispatch(), values.clone().into_dispatch());
+    (Tensor::from_dispatch(c), Tensor::from_dispatch(a))
 }
 
 /// Bahdanau's scores `vᵀ tanh(keys + q)` on a cubecl device (not flex; not with `gpu-tuned`):
@@ -461,8 +517,8 @@ mod tests {
 
     /// The kernels equal the composed softmax and weighted sum on wgpu (lavapipe where there
     /// is no GPU): context and weights, and the gradients of a random linear function of both
-    /// with respect to the scores and the values; with padding, for `d` below and above
-    /// `src`, and without autodiff.
+    /// (and of the context alone, where the weights reach no loss) with respect to the scores
+    /// and the values; with padding, for `d` below and above `src`, and without autodiff.
     #[test]
     fn kernels_equal_the_composed_operations_on_wgpu() {
         let Some(plain) = crate::testing::wgpu_or_skip() else { return };
@@ -478,33 +534,38 @@ mod tests {
             let (wc, ww) = (normal(&[batch, d], 1.0), normal(&[batch, src], 1.0));
             // Row 0 is whole, the others lose their last 1, 2, … positions.
             let pad: Vec<bool> = (0..batch * src).map(|i| i % src >= src - i / src).collect();
-            let run = |gpu: bool| {
-                let t2 = |v: &[f32], dims: [usize; 2]| {
-                    Tensor::<2>::from_data(TensorData::new(v.to_vec(), dims), &ad)
+            for with_weights in [true, false] {
+                let run = |gpu: bool| {
+                    let t2 = |v: &[f32], dims: [usize; 2]| {
+                        Tensor::<2>::from_data(TensorData::new(v.to_vec(), dims), &ad)
+                    };
+                    let e = t2(&e, [batch, src]).require_grad();
+                    let v = Tensor::<3>::from_data(TensorData::new(v.clone(), [batch, src, d]), &ad)
+                        .require_grad();
+                    let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad.clone(), [batch, src]), &ad);
+                    let masked = e.clone().mask_fill(pad, f32::NEG_INFINITY);
+                    let (c, w) =
+                        if gpu { attend(masked, &v) } else { super::super::attend_composed(masked, &v) };
+                    let mut loss = (c.clone() * t2(&wc, [batch, d])).sum();
+                    if with_weights {
+                        loss = loss + (w.clone() * t2(&ww, [batch, src])).sum();
+                    }
+                    let g = loss.backward();
+                    (c.inner(), w.inner(), e.grad(&g).unwrap(), v.grad(&g).unwrap())
                 };
-                let e = t2(&e, [batch, src]).require_grad();
-                let v =
-                    Tensor::<3>::from_data(TensorData::new(v.clone(), [batch, src, d]), &ad).require_grad();
-                let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad.clone(), [batch, src]), &ad);
-                let masked = e.clone().mask_fill(pad, f32::NEG_INFINITY);
-                let (c, w) = if gpu { attend(masked, &v) } else { super::super::attend_composed(masked, &v) };
-                let loss =
-                    (c.clone() * t2(&wc, [batch, d])).sum() + (w.clone() * t2(&ww, [batch, src])).sum();
-                let g = loss.backward();
-                (c.inner(), w.inner(), e.grad(&g).unwrap(), v.grad(&g).unwrap())
-            };
-            let (c1, w1, de1, dv1) = run(true);
-            let (c2, w2, de2, dv2) = run(false);
-            let at = format!("batch {batch}, src {src}, d {d}");
-            assert!(max_diff(c1, c2) < 1e-5, "context, {at}");
-            assert!(max_diff(w1, w2) < 1e-6, "weights, {at}");
-            assert!(max_diff(de1, de2) < 1e-5, "∂scores, {at}");
-            assert!(max_diff(dv1, dv2) < 1e-5, "∂values, {at}");
+                let (c1, w1, de1, dv1) = run(true);
+                let (c2, w2, de2, dv2) = run(false);
+                let at = format!("batch {batch}, src {src}, d {d}, loss on the weights {with_weights}");
+                assert!(max_diff(c1, c2) < 1e-5, "context, {at}");
+                assert!(max_diff(w1, w2) < 1e-6, "weights, {at}");
+                assert!(max_diff(de1, de2) < 1e-5, "∂scores, {at}");
+                assert!(max_diff(dv1, dv2) < 1e-5, "∂values, {at}");
+            }
             let e = Tensor::<2>::from_data(TensorData::new(e, [batch, src]), &plain);
             let v = Tensor::<3>::from_data(TensorData::new(v, [batch, src, d]), &plain);
             let (c1, _) = attend(e.clone(), &v);
             let (c2, _) = super::super::attend_composed(e, &v);
-            assert!(max_diff(c1, c2) < 1e-5, "no autodiff, {at}");
+            assert!(max_diff(c1, c2) < 1e-5, "no autodiff, batch {batch}, src {src}, d {d}");
         }
     }
 
