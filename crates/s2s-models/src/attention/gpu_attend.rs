@@ -56,6 +56,11 @@ pub trait GpuAttend: burn::backend::Backend {
         keys: FloatTensor<Self>,
         v: FloatTensor<Self>,
     ) -> FloatTensor<Self>;
+
+    /// Luong's dot and general scores `e[b, j] = keys[b, j, :] · q[b, :]` (`[batch, src]`)
+    /// from `q` `[batch, A]` and `keys` `[batch, src, A]` (for `general`, `W_a` already
+    /// applied to the keys).
+    fn gpu_dot_scores(q: FloatTensor<Self>, keys: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// Row `b`'s softmax: its maximum score and `Σ exp(e − max)`.
@@ -218,6 +223,111 @@ fn additive_backward_v(q: &[f32], keys: &[f32], de: &[f32], d_v: &mut [f32], src
         }
         d_v[a] = s;
     }
+}
+
+/// One thread per `(b, j)`: `e[b, j] = Σₐ keys[b, j, a] q[b, a]`.
+#[cube(launch)]
+fn dot_forward(q: &[f32], keys: &[f32], e: &mut [f32], src: u32) {
+    let n = ABSOLUTE_POS;
+    if n < e.len() {
+        let a_n = keys.len() / e.len();
+        let b = n / src as usize;
+        let mut s = 0.0f32;
+        for a in 0..a_n {
+            s += keys[n * a_n + a] * q[b * a_n + a];
+        }
+        e[n] = s;
+    }
+}
+
+/// One thread per `(b, j, a)`: `∂keys[b, j, a] = ∂e[b, j] q[b, a]`.
+#[cube(launch)]
+fn dot_backward_keys(q: &[f32], de: &[f32], d_keys: &mut [f32], src: u32) {
+    let n = ABSOLUTE_POS;
+    if n < d_keys.len() {
+        let a_n = d_keys.len() / de.len();
+        let row = n / a_n;
+        d_keys[n] = de[row] * q[(row / src as usize) * a_n + n % a_n];
+    }
+}
+
+/// One thread per `(b, a)`: `∂q[b, a] = Σⱼ ∂e[b, j] keys[b, j, a]`.
+#[cube(launch)]
+fn dot_backward_query(keys: &[f32], de: &[f32], d_q: &mut [f32], src: u32) {
+    let n = ABSOLUTE_POS;
+    if n < d_q.len() {
+        let src = src as usize;
+        let a_n = keys.len() / de.len();
+        let (b, a) = (n / a_n, n % a_n);
+        let mut s = 0.0f32;
+        for j in 0..src {
+            s += de[b * src + j] * keys[(b * src + j) * a_n + a];
+        }
+        d_q[n] = s;
+    }
+}
+
+/// `(batch, src, A)` of a dot-score call, checked.
+fn dot_dims(q: &CubeTensor, keys: &CubeTensor) -> (usize, usize, usize) {
+    let (qs, ks) = (q.meta.shape(), keys.meta.shape());
+    assert!(
+        qs.num_dims() == 2
+            && ks.num_dims() == 3
+            && qs[0] == ks[0]
+            && qs[1] == ks[2]
+            && ks[1] > 0
+            && qs[1] > 0,
+        "dot scores: q [B, A] and keys [B, S, A] disagree"
+    );
+    assert!(q.dtype == DType::F32 && keys.dtype == DType::F32, "the attention kernels compute in f32");
+    (ks[0], ks[1], ks[2])
+}
+
+fn dot_forward_call(q: CubeTensor, keys: CubeTensor) -> CubeTensor {
+    let (batch, src, _) = dot_dims(&q, &keys);
+    let (q, keys) = (into_contiguous(q), into_contiguous(keys));
+    let e = empty(&q, [batch, src]);
+    let (count, dim) = launch_dims(&q, batch * src);
+    dot_forward::launch(
+        &q.client.clone(),
+        count,
+        dim,
+        q.into_buffer_arg(),
+        keys.into_buffer_arg(),
+        e.clone().into_buffer_arg(),
+        src as u32,
+    );
+    e
+}
+
+/// `(∂q, ∂keys)` from `∂e`; the inputs contiguous.
+fn dot_backward_call(q: CubeTensor, keys: CubeTensor, de: CubeTensor) -> [CubeTensor; 2] {
+    let (batch, src, a_n) = dot_dims(&q, &keys);
+    let de = into_contiguous(de);
+    let client = q.client.clone();
+    let d_keys = empty(&q, [batch, src, a_n]);
+    let (count, dim) = launch_dims(&q, batch * src * a_n);
+    dot_backward_keys::launch(
+        &client,
+        count,
+        dim,
+        q.clone().into_buffer_arg(),
+        de.clone().into_buffer_arg(),
+        d_keys.clone().into_buffer_arg(),
+        src as u32,
+    );
+    let d_q = empty(&q, [batch, a_n]);
+    let (count, dim) = launch_dims(&q, batch * a_n);
+    dot_backward_query::launch(
+        &client,
+        count,
+        dim,
+        keys.into_buffer_arg(),
+        de.into_buffer_arg(),
+        d_q.clone().into_buffer_arg(),
+        src as u32,
+    );
+    [d_q, d_keys]
 }
 
 /// `(batch, src, A)` of an additive-score call, checked.
@@ -388,6 +498,10 @@ impl GpuAttend for CubeBackend {
     fn gpu_additive_scores(q: CubeTensor, keys: CubeTensor, v: CubeTensor) -> CubeTensor {
         additive_forward_call(q, keys, v)
     }
+
+    fn gpu_dot_scores(q: CubeTensor, keys: CubeTensor) -> CubeTensor {
+        dot_forward_call(q, keys)
+    }
 }
 
 impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
@@ -489,6 +603,39 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
             OpsKind::UnTracked(prep) => prep.finish(additive_forward_call(q, keys, v)),
         }
     }
+
+    fn gpu_dot_scores(q: FloatTensor<Self>, keys: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct DotBackward;
+
+        impl Backward<CubeBackend, 2> for DotBackward {
+            /// `q` and `keys` (contiguous).
+            type State = (CubeTensor, CubeTensor);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_q, node_keys] = ops.parents;
+                let de = grads.consume::<CubeBackend>(&ops.node);
+                let (q, keys) = ops.state;
+                let [d_q, d_keys] = dot_backward_call(q, keys, de);
+                for (node, g) in [(node_q, d_q), (node_keys, d_keys)] {
+                    if let Some(node) = node {
+                        grads.register::<CubeBackend>(node.id, g);
+                    }
+                }
+            }
+        }
+
+        let (q, q_node) = q.into_parts();
+        let (keys, keys_node) = keys.into_parts();
+        match DotBackward.prepare::<C>([q_node, keys_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (q, keys) = (into_contiguous(q), into_contiguous(keys));
+                let e = dot_forward_call(q.clone(), keys.clone());
+                prep.finish((q, keys), e)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(dot_forward_call(q, keys)),
+        }
+    }
 }
 
 /// Softmax of `masked` scores `[batch, src]` (padding at `−∞`) and the weighted sum of
@@ -506,6 +653,15 @@ pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2
         q.into_dispatch(),
         keys.clone().into_dispatch(),
         v.into_dispatch(),
+    ))
+}
+
+/// Luong's dot and general scores `keys · q` on a cubecl device (not flex; not with
+/// `gpu-tuned`): `q` `[batch, A]`, `keys` `[batch, src, A]` → `[batch, src]`.
+pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as GpuAttend>::gpu_dot_scores(
+        q.into_dispatch(),
+        keys.clone().into_dispatch(),
     ))
 }
 
@@ -597,5 +753,36 @@ mod tests {
         assert!(max_diff(q1, q2) < 1e-5, "∂q");
         assert!(max_diff(k1, k2) < 1e-5, "∂keys");
         assert!(max_diff(v1, v2) < 1e-4, "∂v");
+    }
+
+    /// Luong's dot-score kernels equal the composed operations on wgpu: scores and the
+    /// gradients of a random linear function of them with respect to `q` and the keys, with
+    /// a width below and above the batch, and without autodiff.
+    #[test]
+    fn dot_scores_equal_the_composed_operations_on_wgpu() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let ad = plain.clone().autodiff();
+        ad.seed(4);
+        for (batch, src, a) in [(3, 7, 2), (2, 5, 19)] {
+            let q0 = Tensor::<2>::random([batch, a], Distribution::Normal(0.0, 1.0), &ad);
+            let k0 = Tensor::<3>::random([batch, src, a], Distribution::Normal(0.0, 1.0), &ad);
+            let r = Tensor::<2>::random([batch, src], Distribution::Normal(0.0, 1.0), &ad);
+            let composed = |q: Tensor<2>, k: &Tensor<3>| {
+                (k.clone() * q.unsqueeze_dim::<3>(1)).sum_dim(2).squeeze_dim::<2>(2)
+            };
+            let run = |gpu: bool| {
+                let (q, k) = (q0.clone().require_grad(), k0.clone().require_grad());
+                let e = if gpu { dot_scores(q.clone(), &k) } else { composed(q.clone(), &k) };
+                let g = (e.clone() * r.clone()).sum().backward();
+                (e.inner(), q.grad(&g).unwrap(), k.grad(&g).unwrap())
+            };
+            let ((e1, q1, k1), (e2, q2, k2)) = (run(true), run(false));
+            let at = format!("batch {batch}, src {src}, A {a}");
+            assert!(max_diff(e1, e2) < 1e-5, "scores, {at}");
+            assert!(max_diff(q1, q2) < 1e-5, "∂q, {at}");
+            assert!(max_diff(k1, k2) < 1e-5, "∂keys, {at}");
+            let (q, k) = (q0.clone().inner(), k0.clone().inner());
+            assert!(max_diff(dot_scores(q.clone(), &k), composed(q, &k)) < 1e-5, "no autodiff, {at}");
+        }
     }
 }

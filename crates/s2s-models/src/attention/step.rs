@@ -189,6 +189,10 @@ fn fused(t: &Tensor<2>) -> bool {
 /// `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general scores, the latter with
 /// `W_a` already applied to the keys).
 pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !is_flex(&q.device()) {
+        return super::gpu_attend::dot_scores(q, keys);
+    }
     if !fused(&q) {
         // Σ_k keys ⊙ q rather than a batched [S, k] × [k, 1] product per sentence: one
         // element-wise pass beats `batch` tiny matrix products on the CPU.
