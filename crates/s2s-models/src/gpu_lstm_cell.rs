@@ -7,7 +7,8 @@
 //! On a GPU through wgpu a recurrent step is bound by the host time of each tensor operation
 //! (~28 µs on an H100), not by arithmetic: composed from tensor operations the gate math is
 //! ~12 operations forward and more backward, per layer and step. Here it is one launch each
-//! way, registered with burn's autodiff as one node. Not with burn's fusion (`gpu-tuned`),
+//! way, registered with burn's autodiff as two nodes, `h'` and its child `c'` (see
+//! [`GpuLstmGates::gpu_lstm_gates`]). Not with burn's fusion (`gpu-tuned`),
 //! whose fused-stream tensors this does not take: that build keeps the composed form.
 //!
 //! A whole layer over a sequence ([`lstm_layer`], what the encoders and the `lstm` model's
