@@ -63,16 +63,16 @@ pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_
 
 /// The norm on a GPU: composed from tensor operations it is three launches a parameter
 /// (square, sum, add to the total), each ~28 µs of host time through wgpu (H100, session 16):
-/// ~400 a step for the Transformer's 134 parameters. Here one kernel a parameter writes
-/// [`PARTIALS`] partial sums of squares into that parameter's slot of one buffer, and one
-/// sum over the buffer gives `‖g‖²`.
+/// ~400 a step for the Transformer's 134 parameters. Here one kernel takes many gradients at
+/// once (a cubecl `Sequence` of tensors, as many as the device binds in one kernel) and
+/// writes [`PARTIALS`] partial sums of squares for each into its slot of one buffer, and one
+/// sum over the buffer gives `‖g‖²`: two launches for the Transformer.
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
-    use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
+    use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::optim::GradientsParams;
-    use burn::tensor::{DType, Tensor};
-    use burn_cubecl::CubeBackend;
+    use burn::tensor::{DType, Tensor as BurnTensor};
     use burn_cubecl::kernel::into_contiguous;
     use burn_cubecl::tensor::CubeTensor;
     use cubecl::cube;
@@ -81,105 +81,104 @@ mod gpu {
     /// Partial sums a parameter (each thread sums every `PARTIALS`-th element).
     pub(super) const PARTIALS: usize = 4096;
 
-    /// Sums of squares as a burn backend extension (cubecl runtimes without fusion).
-    #[backend_extension(Cube)]
-    pub trait SumOfSquares: burn::backend::Backend {
-        /// `partials` with slot `slot` (`PARTIALS` entries) holding partial sums of
-        /// `grad`'s squares that add up to `Σ grad²`; written in place.
-        fn sum_of_squares_into(
-            partials: FloatTensor<Self>,
-            grad: FloatTensor<Self>,
-            slot: usize,
-        ) -> FloatTensor<Self>;
-    }
-
+    /// Thread `i` of each gradient `s` of the sequence: the squares of its elements `i`,
+    /// `i + PARTIALS`, … into `partials[(first + s)·PARTIALS + i]`.
     #[cube(launch)]
-    fn sum_of_squares(g: &[f32], partials: &mut [f32], slot: u32) {
+    fn sum_of_squares(gs: &Sequence<Box<[f32]>>, partials: &mut [f32], first: u32) {
         let i = ABSOLUTE_POS;
         let p = PARTIALS;
         if i < p {
-            let n = g.len();
-            let mut s = 0.0f32;
-            for j in 0..(n + p - 1) / p {
-                let k = i + j * p;
-                if k < n {
-                    s += g[k] * g[k];
+            #[unroll]
+            for s in 0..gs.len() {
+                let g = gs.index(s);
+                let n = g.len();
+                let mut acc = 0.0f32;
+                for j in 0..(n + p - 1) / p {
+                    let k = i + j * p;
+                    if k < n {
+                        acc += g[k] * g[k];
+                    }
                 }
+                partials[(first as usize + s) * p + i] = acc;
             }
-            partials[slot as usize * p + i] = s;
         }
     }
 
-    impl SumOfSquares for CubeBackend {
-        fn sum_of_squares_into(partials: CubeTensor, grad: CubeTensor, slot: usize) -> CubeTensor {
-            assert!(partials.dtype == DType::F32 && grad.dtype == DType::F32, "the norm computes in f32");
-            assert!(
-                (slot + 1) * PARTIALS <= partials.meta.num_elements(),
-                "partials: slot {slot} out of range"
-            );
-            let partials = into_contiguous(partials);
-            let partials = if partials.can_mut() && partials.is_contiguous_buffer() {
-                partials
-            } else {
-                partials.copy()
-            };
-            let grad = into_contiguous(grad);
-            let (count, dim) = s2s_models::cube_launch::launch_dims(&grad, PARTIALS);
+    /// `[grads.len() · PARTIALS]` partial sums of squares, slot `i` for `grads[i]`, that add
+    /// up to `Σ ‖gᵢ‖²`; at most `per_launch` gradients a kernel launch (fewer where the device
+    /// binds fewer buffers to a kernel).
+    fn sums_of_squares(grads: Vec<CubeTensor>, per_launch: usize) -> CubeTensor {
+        assert!(!grads.is_empty() && per_launch > 0, "sums of squares: nothing to sum");
+        assert!(grads.iter().all(|g| g.dtype == DType::F32), "the norm computes in f32");
+        let per_launch = per_launch.min(device_limit(&grads[0]));
+        let grads: Vec<CubeTensor> = grads.into_iter().map(into_contiguous).collect();
+        let partials = s2s_models::cube_launch::empty(&grads[0], [grads.len() * PARTIALS]);
+        let (count, dim) = s2s_models::cube_launch::launch_dims(&partials, PARTIALS);
+        for (c, chunk) in grads.chunks(per_launch).enumerate() {
+            let mut seq = SequenceArg::new();
+            for g in chunk {
+                seq.push(g.clone().into_buffer_arg());
+            }
             sum_of_squares::launch(
-                &grad.client.clone(),
-                count,
+                &partials.client.clone(),
+                count.clone(),
                 dim,
-                grad.into_buffer_arg(),
+                seq,
                 partials.clone().into_buffer_arg(),
-                slot as u32,
+                (c * per_launch) as u32,
             );
-            partials
         }
+        partials
     }
 
+    /// Gradients a launch: what the device binds in one kernel, less the partials' buffer and
+    /// a margin for the runtime's own bindings, and at most 256 (the kernel unrolls a loop
+    /// over them).
+    fn device_limit(g: &CubeTensor) -> usize {
+        let bindings = g.client.properties().hardware.max_bindings as usize;
+        bindings.saturating_sub(4).clamp(1, 256)
+    }
+
+    /// The gradients as cubecl tensors; `None` once one is not (flex, or a fused stream).
     struct Collect<'a> {
         grads: &'a GradientsParams,
-        partials: Option<Tensor<1>>,
-        slots: usize,
-        next: usize,
+        all: Option<Vec<CubeTensor>>,
     }
 
     impl ModuleVisitor for Collect<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let Some(g) = self.grads.get::<D>(param.id) else { return };
-            let partials =
-                self.partials.take().unwrap_or_else(|| Tensor::empty([self.slots * PARTIALS], &g.device()));
-            self.partials = Some(Tensor::from_dispatch(<Dispatch as SumOfSquares>::sum_of_squares_into(
-                partials.into_dispatch(),
-                g.into_dispatch(),
-                self.next,
-            )));
-            self.next += 1;
+        fn visit_float<const D: usize>(&mut self, param: &Param<BurnTensor<D>>) {
+            if let Some(g) = self.grads.get::<D>(param.id) {
+                let cube = match g.into_dispatch().kind {
+                    DispatchTensorKind::Cube(BackendTensor::Float(t)) => Some(t),
+                    _ => None,
+                };
+                self.all = self.all.take().zip(cube).map(|(mut all, t)| {
+                    all.push(t);
+                    all
+                });
+            }
         }
     }
 
-    struct Count<'a>(&'a GradientsParams, usize, bool);
+    /// `Σ ‖gᵢ‖²` of `grads` through the kernel, at most `per` gradients a launch.
+    pub(super) fn squared_norm(grads: Vec<CubeTensor>, per: usize) -> f64 {
+        let partials = DispatchTensor {
+            kind: DispatchTensorKind::Cube(BackendTensor::Float(sums_of_squares(grads, per))),
+            autodiff: DispatchAutodiffContext::Disabled,
+        };
+        BurnTensor::<1>::from_dispatch(partials).sum().into_scalar::<f32>() as f64
+    }
 
-    impl ModuleVisitor for Count<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            if let Some(g) = self.0.get::<D>(param.id) {
-                self.1 += 1;
-                self.2 |= s2s_models::flex_data::is_flex(&g.device());
-            }
-        }
+    /// `module`'s gradients in `grads` on a cubecl device, or `None` (flex, or no gradients).
+    pub(super) fn collect<M: Module>(module: &M, grads: &GradientsParams) -> Option<Vec<CubeTensor>> {
+        let mut c = Collect { grads, all: Some(Vec::new()) };
+        module.visit(&mut c);
+        c.all.filter(|all| !all.is_empty())
     }
 
     /// The global norm through the kernel, or `None` on the CPU (flex) or without gradients.
     pub(super) fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> Option<f64> {
-        let mut count = Count(grads, 0, false);
-        module.visit(&mut count);
-        if count.1 == 0 || count.2 {
-            return None;
-        }
-        let mut c = Collect { grads, partials: None, slots: count.1, next: 0 };
-        module.visit(&mut c);
-        let total = c.partials?.sum().into_scalar::<f32>() as f64;
-        Some(total.sqrt())
+        Some(squared_norm(collect(module, grads)?, usize::MAX).sqrt())
     }
 }
 
@@ -196,7 +195,8 @@ mod tests {
 
     /// The same on wgpu (lavapipe where there is no GPU), where the norm comes from the
     /// sum-of-squares kernel: it equals the composed norm, for parameters smaller and larger
-    /// than the kernel's partial sums.
+    /// than the kernel's partial sums, with all four gradients in one launch and spread over
+    /// several (3 + 1, and one a launch).
     #[test]
     fn gpu_norm_equals_the_composed_one() {
         let Some(gpu) = s2s_models::testing::wgpu_or_skip() else { return };
@@ -215,6 +215,12 @@ mod tests {
         model.visit(&mut composed);
         let composed = (composed.sum.expect("gradients").into_scalar::<f32>() as f64).sqrt();
         assert!(kernel > 0.0 && (kernel - composed).abs() < 1e-5 * composed, "{kernel} vs {composed}");
+        #[cfg(not(feature = "gpu-tuned"))]
+        for per in [3, 1] {
+            let chunked =
+                gpu::squared_norm(gpu::collect(&model, &grads).expect("wgpu gradients"), per).sqrt();
+            assert!((chunked - composed).abs() < 1e-5 * composed, "{per} a launch: {chunked} vs {composed}");
+        }
     }
 
     fn clips_the_global_norm_not_each_tensor_on(plain: Device) {

@@ -16,7 +16,13 @@ fn specs() -> Vec<ModelSpec> {
     vec![
         ModelSpec::Bahdanau(AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.0, ..Default::default() }),
         // Two layers and input feeding: the GPU LSTM step's h' and c' nodes in a stack.
-        ModelSpec::Luong(AttentionRnnSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.0, ..Default::default() }),
+        ModelSpec::Luong(AttentionRnnSpec {
+            emb: 8,
+            hidden: 12,
+            layers: 2,
+            dropout: 0.0,
+            ..Default::default()
+        }),
         ModelSpec::Transformer(TransformerSpec {
             d_model: 8,
             heads: 2,
