@@ -205,7 +205,7 @@ pub fn bench(
     let tgt_out = Tensor::<2, Int>::from_data(TensorData::new(tgt_out, [n, t]), &ad);
     let keep = Tensor::<2>::ones([n, t], &ad);
     // burn's `AdamConfig` defaults, through the trainer's Adam.
-    let mut optim = ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0));
+    let mut optim = ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0).batched());
     let phases = ["forward", "backward", "clip", "adam"];
     let mut phase_s = [0f64; 4];
     let mut step = |model: s2s_models::Model, phase_s: &mut [f64; 4]| {
@@ -223,7 +223,7 @@ pub fn bench(
         done(1);
         clip_global_norm(&model, &mut grads, 1.0);
         done(2);
-        let model = optim.step(1e-4, model, grads);
+        let model = crate::fused_adam::step(&mut optim, 1e-4, model, grads);
         done(3);
         model
     };

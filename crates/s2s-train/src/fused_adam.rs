@@ -119,6 +119,124 @@ mod cube_adam {
     }
 
     /// `t` contiguous in a buffer of its own, so the kernel may write it.
+    /// Adam over a sequence of parameters in one launch (as many as the device binds to a
+    /// kernel): thread `i` updates elements `i`, `i + stride`, … of each.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn adam_many(
+        ps: &mut Sequence<Box<[f32]>>,
+        ms: &mut Sequence<Box<[f32]>>,
+        vs: &mut Sequence<Box<[f32]>>,
+        gs: &Sequence<Box<[f32]>>,
+        beta_1: f32,
+        beta_2: f32,
+        eps: f32,
+        c: f32,
+        lr: f32,
+        decay: f32,
+        stride: u32,
+    ) {
+        let i = ABSOLUTE_POS;
+        let stride = stride as usize;
+        if i < stride {
+            #[unroll]
+            for s in 0..gs.len() {
+                let g = gs.index(s);
+                let p = ps.index_mut(s);
+                let m = ms.index_mut(s);
+                let v = vs.index_mut(s);
+                let n = g.len();
+                for j in 0..(n + stride - 1) / stride {
+                    let e = i + j * stride;
+                    if e < n {
+                        let mut gi = g[e];
+                        if decay != 0.0 {
+                            gi = p[e] * decay + gi;
+                        }
+                        let mi = m[e] * beta_1 + gi * (1.0 - beta_1);
+                        let vi = v[e] * beta_2 + gi * gi * (1.0 - beta_2);
+                        m[e] = mi;
+                        v[e] = vi;
+                        p[e] -= (mi * c / (f32::sqrt(vi) + eps)) * lr;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One parameter's update waiting for [`flush`]: `θ`, `m`, `v` (written in place), `g`
+    /// and the coefficients.
+    type Pending = (CubeTensor, CubeTensor, CubeTensor, CubeTensor, [f32; 6]);
+
+    thread_local! {
+        static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Readies `θ`, `m`, `v` for an in-place update (each held alone, contiguous) and queues
+    /// the update for [`flush`]; returns the tensors the update will write.
+    pub(super) fn queue(
+        param: CubeTensor,
+        grad: CubeTensor,
+        m: CubeTensor,
+        v: CubeTensor,
+        k: [f32; 6],
+    ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        assert!([&param, &grad, &m, &v].iter().all(|t| t.dtype == DType::F32), "adam_step computes in f32");
+        let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
+        let n = param.meta.num_elements();
+        assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
+        PENDING.with(|p| p.borrow_mut().push((param.clone(), m.clone(), v.clone(), grad, k)));
+        (param, m, v)
+    }
+
+    /// Runs the queued updates: one launch for each run of parameters with the same
+    /// coefficients, up to the device's binding limit and `cap` parameters.
+    pub(super) fn flush(cap: usize) {
+        let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        let Some(first) = pending.first() else { return };
+        let client = first.0.client.clone();
+        // Four buffers a parameter; a margin for the runtime's own; at most 64 a kernel (it
+        // unrolls a loop over them).
+        let per = (client.properties().hardware.max_bindings as usize).saturating_sub(4) / 4;
+        let per = per.clamp(1, cap.max(1));
+        let mut start = 0;
+        while start < pending.len() {
+            let k = pending[start].4;
+            let end = (start..pending.len())
+                .find(|&i| pending[i].4 != k || i - start == per)
+                .unwrap_or(pending.len());
+            let group = &pending[start..end];
+            let largest = group.iter().map(|t| t.0.meta.num_elements()).max().unwrap_or(0);
+            let stride = largest.clamp(1, 1 << 18);
+            let (count, dim) = s2s_models::cube_launch::launch_dims(&group[0].0, stride);
+            let arg = |f: fn(&Pending) -> &CubeTensor| {
+                let mut seq = SequenceArg::new();
+                for t in group {
+                    seq.push(f(t).clone().into_buffer_arg());
+                }
+                seq
+            };
+            let [beta_1, beta_2, eps, c, lr, decay] = k;
+            adam_many::launch(
+                &client,
+                count,
+                dim,
+                arg(|t| &t.0),
+                arg(|t| &t.1),
+                arg(|t| &t.2),
+                arg(|t| &t.3),
+                beta_1,
+                beta_2,
+                eps,
+                c,
+                lr,
+                decay,
+                stride as u32,
+            );
+            start = end;
+        }
+    }
+
     fn exclusive(t: CubeTensor) -> CubeTensor {
         let t = into_contiguous(t);
         if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() }
@@ -182,6 +300,8 @@ pub struct FusedAdam {
     epsilon: f32,
     weight_decay: f32,
     burn: Adam,
+    /// On a GPU, queue each parameter's update for one launch over many ([`step`]).
+    batched: bool,
 }
 
 impl FusedAdam {
@@ -194,8 +314,45 @@ impl FusedAdam {
             .with_epsilon(epsilon)
             .with_weight_decay((weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay)))
             .build();
-        Self { beta_1, beta_2, epsilon, weight_decay, burn }
+        Self { beta_1, beta_2, epsilon, weight_decay, burn, batched: false }
     }
+
+    /// This Adam with its GPU updates queued and run as one launch over many parameters
+    /// (cubecl without fusion; elsewhere nothing changes). A module optimizer built from it
+    /// must be stepped through [`step`], which runs the queue: until then the parameters it
+    /// returned are not yet updated.
+    pub fn batched(self) -> Self {
+        Self { batched: true, ..self }
+    }
+}
+
+/// `optim.step(lr, module, grads)`, then the GPU updates a [`FusedAdam::batched`] optimizer
+/// queued, at most 64 parameters a launch (the kernel unrolls a loop over them): what the
+/// trainer and the bench call.
+pub fn step<M: burn::module::Module>(
+    optim: &mut burn::optim::ModuleOptimizer,
+    lr: LearningRate,
+    module: M,
+    grads: burn::optim::GradientsParams,
+) -> M {
+    step_with_cap(optim, lr, module, grads, 64)
+}
+
+/// [`step`] with at most `cap` parameters a launch (tests spread a model over several).
+#[doc(hidden)]
+pub fn step_with_cap<M: burn::module::Module>(
+    optim: &mut burn::optim::ModuleOptimizer,
+    lr: LearningRate,
+    module: M,
+    grads: burn::optim::GradientsParams,
+    cap: usize,
+) -> M {
+    let module = optim.step(lr, module, grads);
+    #[cfg(not(feature = "gpu-tuned"))]
+    cube_adam::flush(cap);
+    #[cfg(feature = "gpu-tuned")]
+    let _ = cap;
+    module
 }
 
 impl Optimizer for FusedAdam {
@@ -220,6 +377,23 @@ impl Optimizer for FusedAdam {
         let c = bias_correction2_sqrt / (1.0 - self.beta_1.powi(time as i32));
         let k =
             [self.beta_1, self.beta_2, self.epsilon * bias_correction2_sqrt, c, lr as f32, self.weight_decay];
+        #[cfg(not(feature = "gpu-tuned"))]
+        if self.batched && !is_flex(&tensor.device()) {
+            use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
+            let cube = |t: Tensor<D>| match t.into_dispatch().kind {
+                DispatchTensorKind::Cube(BackendTensor::Float(t)) => t,
+                _ => unreachable!("a GPU parameter off flex, without fusion, is a cubecl tensor"),
+            };
+            let back = |t| {
+                Tensor::<D>::from_dispatch(DispatchTensor {
+                    kind: DispatchTensorKind::Cube(BackendTensor::Float(t)),
+                    autodiff: DispatchAutodiffContext::Disabled,
+                })
+            };
+            let (p, m, v) = cube_adam::queue(cube(tensor), cube(grad), cube(m), cube(v), k);
+            let momentum = AdaptiveMomentumState::new(time, back(m), back(v));
+            return (back(p), Some(AdamState::new(momentum)));
+        }
         let (p, m, v) = <Dispatch as AdamStep>::adam_step(
             tensor.into_dispatch(),
             grad.into_dispatch(),

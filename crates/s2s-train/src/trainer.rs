@@ -79,12 +79,15 @@ pub struct TrainJob<'a> {
 
 fn optimizer(spec: &TrainSpec) -> ModuleOptimizer {
     match spec.optimizer {
-        OptimizerKind::Adam => ModuleOptimizer::from(FusedAdam::new(
-            spec.beta1 as f32,
-            spec.beta2 as f32,
-            spec.epsilon as f32,
-            spec.weight_decay as f32,
-        )),
+        OptimizerKind::Adam => ModuleOptimizer::from(
+            FusedAdam::new(
+                spec.beta1 as f32,
+                spec.beta2 as f32,
+                spec.epsilon as f32,
+                spec.weight_decay as f32,
+            )
+            .batched(),
+        ),
         OptimizerKind::AdamW => AdamWConfig::new()
             .with_beta_1(spec.beta1 as f32)
             .with_beta_2(spec.beta2 as f32)
@@ -295,7 +298,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         clip_global_norm(&model, &mut grads, spec.clip_norm);
         st.step += 1;
         last_lr = spec.schedule.lr(spec.lr, st.step, &st.schedule);
-        model = optim.step(last_lr, model, grads);
+        model = crate::fused_adam::step(&mut optim, last_lr, model, grads);
         st.loss_window.0 += step_loss;
         st.loss_window.1 += step_tokens;
         if let Some(bar) = &bar {

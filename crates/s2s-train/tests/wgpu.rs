@@ -130,13 +130,38 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
     }
     // Through the optimizer, as the trainer uses it: 3 steps of a model give the CPU's losses.
     let path = std::env::temp_dir().join(format!("s2s-wgpu-adam-{}.bpk", std::process::id()));
-    let (start, on_gpu) = on_both(&specs()[1], &cpu, &gpu, &path);
+    let (start, on_gpu) = on_both(&specs()[2], &cpu, &gpu, &path);
     let ours = || {
         let mut optim = burn::optim::ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0));
         move |m: s2s_models::Model, g: GradientsParams| optim.step(1e-2, m, g)
     };
+    // Batched: the updates queued and run over many parameters a launch, here at most
+    // `cap`, so a model's parameters take several launches, or one.
+    let batched = |cap: usize| {
+        let mut optim = burn::optim::ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0).batched());
+        move |m: s2s_models::Model, g: GradientsParams| {
+            s2s_train::fused_adam::step_with_cap(&mut optim, 1e-2, m, g, cap)
+        }
+    };
     let (a, _) = losses(start, &cpu.clone().autodiff(), ours());
-    let (b, _) = losses(on_gpu, &gpu.clone().autodiff(), ours());
+    let (b, trained) = losses(on_gpu.clone(), &gpu.clone().autodiff(), ours());
+    let params = |m: &s2s_models::Model| {
+        struct Values(Vec<Vec<f32>>);
+        impl burn::module::ModuleVisitor for Values {
+            fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<D>>) {
+                self.0.push(p.val().into_data().convert::<f32>().try_to_vec::<f32>().unwrap());
+            }
+        }
+        let mut v = Values(Vec::new());
+        burn::module::Module::visit(m, &mut v);
+        assert!(v.0.len() > 7, "the model has more parameters than one launch takes");
+        v.0
+    };
+    for cap in [7, 64] {
+        let (c, batched_model) = losses(on_gpu.clone(), &gpu.clone().autodiff(), batched(cap));
+        assert_eq!(b, c, "batched (at most {cap} a launch) vs one launch a parameter");
+        assert!(params(&trained) == params(&batched_model), "parameters, at most {cap} a launch");
+    }
     std::fs::remove_file(&path).ok();
     assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4), "cpu {a:?} vs wgpu {b:?}");
     assert!(a[2] < a[0], "training must lower the loss: {a:?}");
