@@ -49,6 +49,10 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
 
 /// Scales every gradient by `factor`.
 pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if gpu::scale(module, grads, factor as f32) {
+        return;
+    }
     module.visit(&mut Scale { grads, factor });
 }
 
@@ -167,6 +171,76 @@ mod gpu {
             autodiff: DispatchAutodiffContext::Disabled,
         };
         BurnTensor::<1>::from_dispatch(partials).sum().into_scalar::<f32>() as f64
+    }
+
+    /// Thread `i` scales elements `i`, `i + stride`, … of each gradient in place.
+    #[cube(launch)]
+    fn scale_in_place(gs: &mut Sequence<Box<[f32]>>, factor: f32, stride: u32) {
+        let i = ABSOLUTE_POS;
+        let stride = stride as usize;
+        if i < stride {
+            #[unroll]
+            for s in 0..gs.len() {
+                let g = gs.index_mut(s);
+                let n = g.len();
+                for j in 0..(n + stride - 1) / stride {
+                    let e = i + j * stride;
+                    if e < n {
+                        g[e] *= factor;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes each gradient out of `grads`, held alone and contiguous (a copy where it was
+    /// not), and puts it back: the buffers a kernel may then write in place.
+    struct Exclusive<'a> {
+        grads: &'a mut GradientsParams,
+        all: Vec<CubeTensor>,
+    }
+
+    impl ModuleVisitor for Exclusive<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<BurnTensor<D>>) {
+            let Some(g) = self.grads.remove::<D>(param.id) else { return };
+            let g = g.into_dispatch();
+            let g = match g.kind {
+                DispatchTensorKind::Cube(BackendTensor::Float(t)) => {
+                    let t = into_contiguous(t);
+                    let t = if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() };
+                    self.all.push(t.clone());
+                    DispatchTensor {
+                        kind: DispatchTensorKind::Cube(BackendTensor::Float(t)),
+                        autodiff: g.autodiff,
+                    }
+                }
+                kind => DispatchTensor { kind, autodiff: g.autodiff },
+            };
+            self.grads.register(param.id, BurnTensor::<D>::from_dispatch(g));
+        }
+    }
+
+    /// Scales every gradient by `factor` in place, 64 a launch; `false` (nothing done) on the
+    /// CPU (flex).
+    pub(super) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f32) -> bool {
+        if collect(module, grads).is_none() {
+            return false;
+        }
+        let mut e = Exclusive { grads, all: Vec::new() };
+        module.visit(&mut e);
+        let Some(first) = e.all.first() else { return true };
+        let per = device_limit(first).min(64);
+        for chunk in e.all.chunks(per) {
+            let largest = chunk.iter().map(|t| t.meta.num_elements()).max().unwrap_or(0);
+            let stride = largest.clamp(1, 1 << 18);
+            let (count, dim) = s2s_models::cube_launch::launch_dims(first, stride);
+            let mut seq = SequenceArg::new();
+            for g in chunk {
+                seq.push(g.clone().into_buffer_arg());
+            }
+            scale_in_place::launch(&first.client.clone(), count, dim, seq, factor, stride as u32);
+        }
+        true
     }
 
     /// `module`'s gradients in `grads` on a cubecl device, or `None` (flex, or no gradients).

@@ -301,6 +301,7 @@ pub struct FusedAdam {
     weight_decay: f32,
     burn: Adam,
     /// On a GPU, queue each parameter's update for one launch over many ([`step`]).
+    #[cfg_attr(feature = "gpu-tuned", allow(dead_code))]
     batched: bool,
 }
 
