@@ -157,10 +157,19 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
         assert!(v.0.len() > 7, "the model has more parameters than one launch takes");
         v.0
     };
+    // Not bit for bit: burn's matmul autotune may pick another kernel between runs.
     for cap in [7, 64] {
         let (c, batched_model) = losses(on_gpu.clone(), &gpu.clone().autodiff(), batched(cap));
-        assert_eq!(b, c, "batched (at most {cap} a launch) vs one launch a parameter");
-        assert!(params(&trained) == params(&batched_model), "parameters, at most {cap} a launch");
+        assert!(
+            b.iter().zip(&c).all(|(x, y)| (x - y).abs() < 1e-6),
+            "at most {cap} a launch: {b:?} vs {c:?}"
+        );
+        let worst = params(&trained)
+            .iter()
+            .zip(params(&batched_model))
+            .flat_map(|(p, q)| p.iter().zip(q).map(|(a, b)| (a - b).abs()).collect::<Vec<_>>())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-5, "parameters, at most {cap} a launch: differ by {worst}");
     }
     std::fs::remove_file(&path).ok();
     assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4), "cpu {a:?} vs wgpu {b:?}");
