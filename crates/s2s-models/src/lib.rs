@@ -23,6 +23,8 @@ pub mod fused_tanh;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_attention;
 #[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu_cat;
+#[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_dropout;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_layer_norm;

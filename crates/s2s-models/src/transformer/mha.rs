@@ -180,10 +180,28 @@ impl MultiHeadAttention {
             return None;
         }
         let d = which[0].weight.dims()[1];
-        let w = Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1);
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
-        let bias = Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0);
+        // On a GPU one launch each way for each concatenation (`gpu_cat`), not one a part.
+        #[cfg(not(feature = "gpu-tuned"))]
+        let gpu = !crate::flex_data::is_flex(&x.device()) && matches!(which.len(), 2 | 3);
+        #[cfg(feature = "gpu-tuned")]
+        let gpu = false;
+        let (w, bias) = if gpu {
+            #[cfg(not(feature = "gpu-tuned"))]
+            {
+                let w = crate::gpu_cat::cat_columns(which.iter().map(|l| l.weight.val()).collect());
+                let b = crate::gpu_cat::cat_columns(which.iter().map(|l| bias(l).unsqueeze::<2>()).collect());
+                (w, b.reshape([which.len() * d]))
+            }
+            #[cfg(feature = "gpu-tuned")]
+            unreachable!("no GPU kernels with gpu-tuned")
+        } else {
+            (
+                Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1),
+                Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0),
+            )
+        };
         // The side-by-side weight is new at every call: nothing to keep packed.
         let xw =
             crate::cell::as_rows(x.clone(), which.len() * d, |x| crate::small_matmul::matmul_fresh(x, w));
@@ -385,6 +403,41 @@ mod tests {
         assert!(out.iter().zip(want_out).all(|(a, b)| (a - b).abs() < 1e-5), "{out:?}");
         assert!(w.iter().zip(want_w).all(|(a, b)| (a - b).abs() < 1e-5), "{w:?}");
         assert!(w.iter().skip(2).step_by(3).all(|&x| x == 0.0), "padded key must get exactly 0: {w:?}");
+    }
+
+    /// The fused self-attention on wgpu (lavapipe where there is no GPU) — `[W^Q | W^K | W^V]`
+    /// joined by `gpu_cat`, the attention kernels — equals flex's: the output and the
+    /// gradients of the three projections' weights and biases.
+    #[test]
+    fn fused_self_attention_on_wgpu_equals_flex() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let cpu = Device::flex().autodiff();
+        cpu.seed(21);
+        let m = MultiHeadAttentionConfig::new(8, 2).with_dropout(0.0).init(&cpu).unwrap();
+        // Above 1,024 rows `[Q | K | V]` comes from one product: the fused path.
+        let (b, t) = (33, 32);
+        let x = Tensor::<3>::random([b, t, 8], Distribution::Normal(0.0, 1.0), &cpu);
+        let r = Tensor::<3>::random([b, t, 8], Distribution::Normal(0.0, 1.0), &cpu);
+        let run = |d: &Device| {
+            let m = m.clone().fork(d);
+            let on = |t: &Tensor<3>| Tensor::<3>::from_data(t.to_data(), d);
+            let mask = Tensor::<4>::zeros([b, 1, 1, t], d);
+            let (out, _) = m.self_attend(on(&x), Some(&mask));
+            let g = (out.clone() * on(&r)).sum().backward();
+            let mut values = vec![out.inner().into_data().convert::<f32>().try_to_vec::<f32>().unwrap()];
+            for l in [&m.query, &m.key, &m.value] {
+                let w = l.weight.val().grad(&g).unwrap();
+                values.push(w.into_data().convert::<f32>().try_to_vec::<f32>().unwrap());
+                let b = l.bias.as_ref().unwrap().val().grad(&g).unwrap();
+                values.push(b.into_data().convert::<f32>().try_to_vec::<f32>().unwrap());
+            }
+            values
+        };
+        let (want, got) = (run(&cpu), run(&plain.autodiff()));
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            let worst = w.iter().zip(g).map(|(a, b)| (a - b).abs() / a.abs().max(1.0)).fold(0f32, f32::max);
+            assert!(worst < 1e-4, "value {i} (0: output; then ∂W, ∂b of Q, K, V): off by {worst}");
+        }
     }
 
     /// Training on wgpu (lavapipe where there is no GPU), the fused self-attention applies
