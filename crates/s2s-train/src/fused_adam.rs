@@ -12,7 +12,9 @@
 //! this kernel reads `θ`, `g`, `m`, `v` once and writes `θ`, `m`, `v` in place when it holds
 //! them alone. On cubecl runtimes (wgpu) it is one kernel launch per parameter
 //! ([`cube_adam`]) instead of thirteen: a GPU step there is bound by launches, not by bytes
-//! (burn's Adam took ~33 ms of the Transformer's ~100 ms step on an H100). With burn's fusion
+//! (burn's Adam took ~33 ms of the Transformer's ~100 ms step on an H100); batched
+//! ([`FusedAdam::batched`], stepped through [`step`]) one launch serves up to 64 parameters,
+//! a kernel over a cubecl `Sequence` of their buffers. With burn's fusion
 //! on (`gpu-tuned`) burn fuses its own Adam and that one runs. The state is burn's
 //! `AdamState`, so checkpoints keep their format.
 
@@ -78,7 +80,8 @@ impl AdamStep for Flex {
     }
 }
 
-/// The same update as one cubecl kernel per parameter, in place (see the module doc).
+/// The same update as cubecl kernels, in place: one launch a parameter, or, batched, one for
+/// many (see the module doc).
 #[cfg(not(feature = "gpu-tuned"))]
 mod cube_adam {
     use burn::tensor::DType;
@@ -90,37 +93,9 @@ mod cube_adam {
 
     use super::AdamStep;
 
-    /// One element per unit: burn's operation order, as in the flex kernel.
-    #[cube(launch)]
-    fn adam_kernel(
-        p: &mut [f32],
-        m: &mut [f32],
-        v: &mut [f32],
-        g: &[f32],
-        beta_1: f32,
-        beta_2: f32,
-        eps: f32,
-        c: f32,
-        lr: f32,
-        decay: f32,
-    ) {
-        let i = ABSOLUTE_POS;
-        if i < p.len() {
-            let mut gi = g[i];
-            if decay != 0.0 {
-                gi = p[i] * decay + gi;
-            }
-            let mi = m[i] * beta_1 + gi * (1.0 - beta_1);
-            let vi = v[i] * beta_2 + gi * gi * (1.0 - beta_2);
-            m[i] = mi;
-            v[i] = vi;
-            p[i] -= (mi * c / (f32::sqrt(vi) + eps)) * lr;
-        }
-    }
-
-    /// `t` contiguous in a buffer of its own, so the kernel may write it.
     /// Adam over a sequence of parameters in one launch (as many as the device binds to a
-    /// kernel): thread `i` updates elements `i`, `i + stride`, … of each.
+    /// kernel): thread `i` updates elements `i`, `i + stride`, … of each, in burn's
+    /// operation order, as the flex kernel does.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     fn adam_many(
@@ -164,16 +139,57 @@ mod cube_adam {
         }
     }
 
-    /// One parameter's update waiting for [`flush`]: `θ`, `m`, `v` (written in place), `g`
-    /// and the coefficients.
-    type Pending = (CubeTensor, CubeTensor, CubeTensor, CubeTensor, [f32; 6]);
+    /// One parameter's update: `θ`, `m`, `v` (written in place), `g` and the coefficients.
+    type Update = (CubeTensor, CubeTensor, CubeTensor, CubeTensor, [f32; 6]);
 
     thread_local! {
-        static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
+        /// Updates queued by a batched optimizer, waiting for [`flush`].
+        static PENDING: std::cell::RefCell<Vec<Update>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
-    /// Readies `θ`, `m`, `v` for an in-place update (each held alone, contiguous) and queues
-    /// the update for [`flush`]; returns the tensors the update will write.
+    /// `θ`, `m`, `v` made ready for an in-place update (each held alone, contiguous), with `g`
+    /// contiguous.
+    fn prepare(param: CubeTensor, grad: CubeTensor, m: CubeTensor, v: CubeTensor, k: [f32; 6]) -> Update {
+        assert!([&param, &grad, &m, &v].iter().all(|t| t.dtype == DType::F32), "adam_step computes in f32");
+        let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
+        let n = param.meta.num_elements();
+        assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
+        (param, m, v, grad, k)
+    }
+
+    /// One launch over `group`, whose updates share the coefficients `k`.
+    fn launch(group: &[Update], k: [f32; 6]) {
+        let largest = group.iter().map(|t| t.0.meta.num_elements()).max().unwrap_or(0);
+        let stride = largest.clamp(1, 1 << 18);
+        let (count, dim) = s2s_models::cube_launch::launch_dims(&group[0].0, stride);
+        let arg = |f: fn(&Update) -> &CubeTensor| {
+            let mut seq = SequenceArg::new();
+            for t in group {
+                seq.push(f(t).clone().into_buffer_arg());
+            }
+            seq
+        };
+        let [beta_1, beta_2, eps, c, lr, decay] = k;
+        adam_many::launch(
+            &group[0].0.client.clone(),
+            count,
+            dim,
+            arg(|t| &t.0),
+            arg(|t| &t.1),
+            arg(|t| &t.2),
+            arg(|t| &t.3),
+            beta_1,
+            beta_2,
+            eps,
+            c,
+            lr,
+            decay,
+            stride as u32,
+        );
+    }
+
+    /// Readies the update (see [`prepare`]) and queues it for [`flush`]; returns the tensors
+    /// the update will write.
     pub(super) fn queue(
         param: CubeTensor,
         grad: CubeTensor,
@@ -181,12 +197,10 @@ mod cube_adam {
         v: CubeTensor,
         k: [f32; 6],
     ) -> (CubeTensor, CubeTensor, CubeTensor) {
-        assert!([&param, &grad, &m, &v].iter().all(|t| t.dtype == DType::F32), "adam_step computes in f32");
-        let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
-        let n = param.meta.num_elements();
-        assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
-        PENDING.with(|p| p.borrow_mut().push((param.clone(), m.clone(), v.clone(), grad, k)));
-        (param, m, v)
+        let update = prepare(param, grad, m, v, k);
+        let out = (update.0.clone(), update.1.clone(), update.2.clone());
+        PENDING.with(|p| p.borrow_mut().push(update));
+        out
     }
 
     /// Runs the queued updates: one launch for each run of parameters with the same
@@ -194,10 +208,8 @@ mod cube_adam {
     pub(super) fn flush(cap: usize) {
         let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
         let Some(first) = pending.first() else { return };
-        let client = first.0.client.clone();
-        // Four buffers a parameter; a margin for the runtime's own; at most 64 a kernel (it
-        // unrolls a loop over them).
-        let per = (client.properties().hardware.max_bindings as usize).saturating_sub(4) / 4;
+        // Four buffers a parameter and a margin for the runtime's own.
+        let per = (first.0.client.properties().hardware.max_bindings as usize).saturating_sub(4) / 4;
         let per = per.clamp(1, cap.max(1));
         let mut start = 0;
         while start < pending.len() {
@@ -205,38 +217,12 @@ mod cube_adam {
             let end = (start..pending.len())
                 .find(|&i| pending[i].4 != k || i - start == per)
                 .unwrap_or(pending.len());
-            let group = &pending[start..end];
-            let largest = group.iter().map(|t| t.0.meta.num_elements()).max().unwrap_or(0);
-            let stride = largest.clamp(1, 1 << 18);
-            let (count, dim) = s2s_models::cube_launch::launch_dims(&group[0].0, stride);
-            let arg = |f: fn(&Pending) -> &CubeTensor| {
-                let mut seq = SequenceArg::new();
-                for t in group {
-                    seq.push(f(t).clone().into_buffer_arg());
-                }
-                seq
-            };
-            let [beta_1, beta_2, eps, c, lr, decay] = k;
-            adam_many::launch(
-                &client,
-                count,
-                dim,
-                arg(|t| &t.0),
-                arg(|t| &t.1),
-                arg(|t| &t.2),
-                arg(|t| &t.3),
-                beta_1,
-                beta_2,
-                eps,
-                c,
-                lr,
-                decay,
-                stride as u32,
-            );
+            launch(&pending[start..end], k);
             start = end;
         }
     }
 
+    /// `t` contiguous in a buffer of its own, so the kernel may write it.
     fn exclusive(t: CubeTensor) -> CubeTensor {
         let t = into_contiguous(t);
         if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() }
@@ -250,32 +236,9 @@ mod cube_adam {
             v: CubeTensor,
             k: [f32; 6],
         ) -> (CubeTensor, CubeTensor, CubeTensor) {
-            assert!(
-                [&param, &grad, &m, &v].iter().all(|t| t.dtype == DType::F32),
-                "adam_step computes in f32"
-            );
-            let [beta_1, beta_2, eps, c, lr, decay] = k;
-            let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
-            let n = param.meta.num_elements();
-            assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
-            let client = param.client.clone();
-            let (count, cube_dim) = s2s_models::cube_launch::launch_dims(&param, n);
-            adam_kernel::launch(
-                &client,
-                count,
-                cube_dim,
-                param.clone().into_buffer_arg(),
-                m.clone().into_buffer_arg(),
-                v.clone().into_buffer_arg(),
-                grad.into_buffer_arg(),
-                beta_1,
-                beta_2,
-                eps,
-                c,
-                lr,
-                decay,
-            );
-            (param, m, v)
+            let update = prepare(param, grad, m, v, k);
+            launch(std::slice::from_ref(&update), k);
+            (update.0, update.1, update.2)
         }
     }
 }
