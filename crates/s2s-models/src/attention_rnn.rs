@@ -225,7 +225,7 @@ impl AttentionRnn {
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
                 let e = e.expect("Bahdanau's step reads the embedding");
-                StepOut { readout: Tensor::cat(vec![s, ctx, e], 1), weights } // [N, 2H + E]
+                StepOut { readout: crate::cell::cat_columns(vec![s, ctx, e]), weights } // [N, 2H + E]
             }
             AttentionStyle::Luong => {
                 let xw = match &state.feed {
@@ -236,7 +236,7 @@ impl AttentionRnn {
                 state.layers = layers;
                 let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.pad);
                 let combine = self.combine.as_ref().expect("Luong has W_c");
-                let h_tilde = tanh(crate::cell::linear(combine, Tensor::cat(vec![ctx, s], 1))); // [N, H]
+                let h_tilde = tanh(crate::cell::linear(combine, crate::cell::cat_columns(vec![ctx, s]))); // [N, H]
                 if state.feed.is_some() {
                     state.feed = Some(h_tilde.clone());
                 }

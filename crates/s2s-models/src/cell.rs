@@ -179,6 +179,16 @@ impl RecurrentCell {
     }
 }
 
+/// `[a | b | …]` along the last axis of 2-D tensors with the same rows: on a GPU, for two or
+/// three parts, one launch each way ([`crate::gpu_cat`]); elsewhere burn's `cat`.
+pub fn cat_columns(parts: Vec<Tensor<2>>) -> Tensor<2> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if matches!(parts.len(), 2 | 3) && !crate::flex_data::is_flex(&parts[0].device()) {
+        return crate::gpu_cat::cat_columns(parts);
+    }
+    Tensor::cat(parts, 1)
+}
+
 /// `x W` for `x` of any rank `[..., d_in]` as one 2-D product over all leading positions
 /// (`[rows, d_in] × [d_in, d_out]`): burn broadcasts `W` into a batched product otherwise, one
 /// small `[time, d_in]` product per sentence, several times slower on the CPU. A few rows

@@ -183,24 +183,12 @@ impl MultiHeadAttention {
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         // On a GPU one launch each way for each concatenation (`gpu_cat`), not one a part.
-        #[cfg(not(feature = "gpu-tuned"))]
-        let gpu = !crate::flex_data::is_flex(&x.device()) && matches!(which.len(), 2 | 3);
-        #[cfg(feature = "gpu-tuned")]
-        let gpu = false;
-        let (w, bias) = if gpu {
-            #[cfg(not(feature = "gpu-tuned"))]
-            {
-                let w = crate::gpu_cat::cat_columns(which.iter().map(|l| l.weight.val()).collect());
-                let b = crate::gpu_cat::cat_columns(which.iter().map(|l| bias(l).unsqueeze::<2>()).collect());
-                (w, b.reshape([which.len() * d]))
-            }
-            #[cfg(feature = "gpu-tuned")]
-            unreachable!("no GPU kernels with gpu-tuned")
+        let w = crate::cell::cat_columns(which.iter().map(|l| l.weight.val()).collect());
+        let bias = if crate::flex_data::is_flex(&x.device()) {
+            Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0)
         } else {
-            (
-                Tensor::cat(which.iter().map(|l| l.weight.val()).collect(), 1),
-                Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0),
-            )
+            crate::cell::cat_columns(which.iter().map(|l| bias(l).unsqueeze::<2>()).collect())
+                .reshape([which.len() * d])
         };
         // The side-by-side weight is new at every call: nothing to keep packed.
         let xw =
