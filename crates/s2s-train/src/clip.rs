@@ -206,8 +206,7 @@ mod gpu {
             let g = g.into_dispatch();
             let g = match g.kind {
                 DispatchTensorKind::Cube(BackendTensor::Float(t)) => {
-                    let t = into_contiguous(t);
-                    let t = if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() };
+                    let t = s2s_models::cube_launch::exclusive(t);
                     self.all.push(t.clone());
                     DispatchTensor {
                         kind: DispatchTensorKind::Cube(BackendTensor::Float(t)),

@@ -91,6 +91,8 @@ mod cube_adam {
     use cubecl::cube;
     use cubecl::prelude::*;
 
+    use s2s_models::cube_launch::exclusive;
+
     use super::AdamStep;
 
     /// Adam over a sequence of parameters in one launch (as many as the device binds to a
@@ -220,12 +222,6 @@ mod cube_adam {
             launch(&pending[start..end], k);
             start = end;
         }
-    }
-
-    /// `t` contiguous in a buffer of its own, so the kernel may write it.
-    fn exclusive(t: CubeTensor) -> CubeTensor {
-        let t = into_contiguous(t);
-        if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() }
     }
 
     impl AdamStep for CubeBackend {
