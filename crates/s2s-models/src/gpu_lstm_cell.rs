@@ -26,7 +26,7 @@
 //! - layer: `xw` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, `h0`, `c0`
 //!   `[batch, hidden]`, keep `[batch, time]` → `[outputs | h_T | c_T]` `[batch, time + 2, hidden]`
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -43,19 +43,16 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
+use crate::second_output::{SecondGrad, second_output};
 
 /// The gate math as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
 pub trait GpuLstmGates: burn::backend::Backend {
     /// `(h', c')` (each `[batch, hidden]`) from `gates` (`[batch, 4·hidden]`) and `c`.
     ///
-    /// With autodiff these are two nodes, `c'` a child of `h'`: the `c'` node's backward
-    /// hands `∂c'` to the `h'` node's, which runs after it (burn runs children first) and
-    /// computes both inputs' gradients in one launch. So `h'` must reach the loss wherever
-    /// `c'` does — as in any LSTM recurrence, where `c'` reaches it only through the next
-    /// step's gates, which read `h'` too. (One `[h' | c']` output, narrowed, cost two
-    /// zero-fills, two slice-assigns and an add backward, and a copy of each strided half
-    /// forward.)
+    /// With autodiff these are two nodes, `c'` a child of `h'` (`second_output`, whose doc
+    /// says why and what it asks: `h'` reaches the loss wherever `c'` does, as in any LSTM
+    /// recurrence); the `h'` node's backward computes both inputs' gradients in one launch.
     fn gpu_lstm_gates(
         gates: FloatTensor<Self>,
         c: FloatTensor<Self>,
@@ -330,11 +327,6 @@ fn backward(
     (d_gates, d_c)
 }
 
-/// Where the `c'` node's backward leaves `∂c'` for the gates node's (see
-/// [`GpuLstmGates::gpu_lstm_gates`]).
-#[derive(Debug, Default)]
-struct CellGrad(Mutex<Option<CubeTensor>>);
-
 /// What a layer's backward needs from its forward.
 #[derive(Debug, Clone)]
 struct LayerSaved {
@@ -483,13 +475,13 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
         impl Backward<CubeBackend, 2> for GatesBackward {
             /// The forward inputs (the activations are recomputed, cheaper than storing four)
             /// and where `∂c'` arrives.
-            type State = (CubeTensor, CubeTensor, Arc<CellGrad>);
+            type State = (CubeTensor, CubeTensor, Arc<SecondGrad>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_gates, node_c] = ops.parents;
                 let dh = grads.consume::<CubeBackend>(&ops.node);
                 let (gates, c, cell) = ops.state;
-                let dc = cell.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let dc = cell.take();
                 let (d_gates, d_c) = backward(gates, c, dh, dc);
                 if let Some(node) = node_gates {
                     grads.register::<CubeBackend>(node.id, d_gates);
@@ -500,26 +492,13 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
             }
         }
 
-        #[derive(Debug)]
-        struct CellBackward;
-
-        impl Backward<CubeBackend, 1> for CellBackward {
-            type State = Arc<CellGrad>;
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                // Registers nothing: the gates node takes `∂c'` from here.
-                let dc = grads.consume::<CubeBackend>(&ops.node);
-                *ops.state.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(dc);
-            }
-        }
-
         let (g, g_node) = gates.into_parts();
         let (c, c_node) = c.into_parts();
         let (h_out, cell, c_out) =
             match GatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
                 OpsKind::Tracked(prep) => {
                     let (h_out, c_out) = forward(g.clone(), c.clone());
-                    let cell = Arc::new(CellGrad::default());
+                    let cell = Arc::new(SecondGrad::default());
                     (prep.finish((g, c, cell.clone()), h_out), cell, c_out)
                 }
                 OpsKind::UnTracked(prep) => {
@@ -527,10 +506,7 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
                     (prep.finish(h_out), Arc::default(), c_out)
                 }
             };
-        let c_out = match CellBackward.prepare::<C>([h_out.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish(cell, c_out),
-            OpsKind::UnTracked(prep) => prep.finish(c_out),
-        };
+        let c_out = second_output::<C>(&h_out, cell, c_out);
         (h_out, c_out)
     }
 

@@ -37,6 +37,8 @@ pub mod lstm;
 pub mod model;
 pub mod packed_gemm;
 pub mod rnn;
+#[cfg(not(feature = "gpu-tuned"))]
+pub(crate) mod second_output;
 pub mod small_matmul;
 #[doc(hidden)]
 pub mod testing;

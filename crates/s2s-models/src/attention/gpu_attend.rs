@@ -13,16 +13,15 @@
 //! one launch forward and two backward. Not with burn's fusion
 //! (`gpu-tuned`), whose fused-stream tensors this does not take.
 //!
-//! The context and the weights are two autodiff nodes, `α` a child of `c`: `α`'s backward
-//! leaves `∂α` for `c`'s, which runs after it (burn runs children first). So `c` must reach
-//! the loss wherever `α` does, as in every model here (the weights reach no loss at all).
-//! One `[c | α]` output, narrowed, cost a zero-fill and a slice-assign a step backward.
+//! The context and the weights are two autodiff nodes, `α` a child of `c` (`second_output`),
+//! so `c` must reach the loss wherever `α` does, as in every model here (the weights reach
+//! no loss at all).
 //!
 //! # Shapes
 //! - scores `e`: `[batch, src]`, values: `[batch, src, d]` → `c`: `[batch, d]`, `α`:
 //!   `[batch, src]`
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -38,6 +37,7 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
+use crate::second_output::{SecondGrad, second_output};
 
 /// Softmax and context as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
@@ -486,10 +486,6 @@ fn backward(
     (d_scores, d_values)
 }
 
-/// Where the weights node's backward leaves `∂α` for the context node's.
-#[derive(Debug, Default)]
-struct WeightsGrad(Mutex<Option<CubeTensor>>);
-
 impl GpuAttend for CubeBackend {
     fn gpu_attend(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
         forward(scores, values)
@@ -514,13 +510,13 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
 
         impl Backward<CubeBackend, 2> for AttendBackward {
             /// `α`, the values, and where `∂α` arrives.
-            type State = (CubeTensor, CubeTensor, Arc<WeightsGrad>);
+            type State = (CubeTensor, CubeTensor, Arc<SecondGrad>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_scores, node_values] = ops.parents;
                 let dc = grads.consume::<CubeBackend>(&ops.node);
                 let (weights, values, slot) = ops.state;
-                let da = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let da = slot.take();
                 let (d_scores, d_values) = backward(weights, values, dc, da);
                 if let Some(node) = node_scores {
                     grads.register::<CubeBackend>(node.id, d_scores);
@@ -531,19 +527,6 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
             }
         }
 
-        #[derive(Debug)]
-        struct WeightsBackward;
-
-        impl Backward<CubeBackend, 1> for WeightsBackward {
-            type State = Arc<WeightsGrad>;
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                // Registers nothing: the context node takes `∂α` from here.
-                let da = grads.consume::<CubeBackend>(&ops.node);
-                *ops.state.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(da);
-            }
-        }
-
         let (e, e_node) = scores.into_parts();
         let (v, v_node) = values.into_parts();
         let (ctx, slot, weights) =
@@ -551,7 +534,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
                 OpsKind::Tracked(prep) => {
                     let v = into_contiguous(v);
                     let (ctx, weights) = forward(e, v.clone());
-                    let slot = Arc::new(WeightsGrad::default());
+                    let slot = Arc::new(SecondGrad::default());
                     (prep.finish((weights.clone(), v, slot.clone()), ctx), slot, weights)
                 }
                 OpsKind::UnTracked(prep) => {
@@ -559,10 +542,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
                     (prep.finish(ctx), Arc::default(), weights)
                 }
             };
-        let weights = match WeightsBackward.prepare::<C>([ctx.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish(slot, weights),
-            OpsKind::UnTracked(prep) => prep.finish(weights),
-        };
+        let weights = second_output::<C>(&ctx, slot, weights);
         (ctx, weights)
     }
 
