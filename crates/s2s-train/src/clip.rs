@@ -73,7 +73,6 @@ pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_
 /// sum over the buffer gives `‖g‖²`: two launches for the Transformer.
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
-    use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::optim::GradientsParams;
     use burn::tensor::{DType, Tensor as BurnTensor};
@@ -81,6 +80,7 @@ mod gpu {
     use burn_cubecl::tensor::CubeTensor;
     use cubecl::cube;
     use cubecl::prelude::*;
+    use s2s_models::cube_launch::{self, cube_of, dispatch_of};
 
     /// Partial sums a parameter (each thread sums every `PARTIALS`-th element).
     pub(super) const PARTIALS: usize = 4096;
@@ -114,33 +114,22 @@ mod gpu {
     fn sums_of_squares(grads: Vec<CubeTensor>, per_launch: usize) -> CubeTensor {
         assert!(!grads.is_empty() && per_launch > 0, "sums of squares: nothing to sum");
         assert!(grads.iter().all(|g| g.dtype == DType::F32), "the norm computes in f32");
-        let per_launch = per_launch.min(device_limit(&grads[0]));
+        // One buffer a gradient; the kernel unrolls a loop over at most 256.
+        let per_launch = per_launch.min(cube_launch::per_launch(&grads[0], 1, 256));
         let grads: Vec<CubeTensor> = grads.into_iter().map(into_contiguous).collect();
-        let partials = s2s_models::cube_launch::empty(&grads[0], [grads.len() * PARTIALS]);
-        let (count, dim) = s2s_models::cube_launch::launch_dims(&partials, PARTIALS);
+        let partials = cube_launch::empty(&grads[0], [grads.len() * PARTIALS]);
+        let (count, dim) = cube_launch::launch_dims(&partials, PARTIALS);
         for (c, chunk) in grads.chunks(per_launch).enumerate() {
-            let mut seq = SequenceArg::new();
-            for g in chunk {
-                seq.push(g.clone().into_buffer_arg());
-            }
             sum_of_squares::launch(
                 &partials.client.clone(),
                 count.clone(),
                 dim,
-                seq,
+                cube_launch::buffers(chunk),
                 partials.clone().into_buffer_arg(),
                 (c * per_launch) as u32,
             );
         }
         partials
-    }
-
-    /// Gradients a launch: what the device binds in one kernel, less the partials' buffer and
-    /// a margin for the runtime's own bindings, and at most 256 (the kernel unrolls a loop
-    /// over them).
-    fn device_limit(g: &CubeTensor) -> usize {
-        let bindings = g.client.properties().hardware.max_bindings as usize;
-        bindings.saturating_sub(4).clamp(1, 256)
     }
 
     /// The gradients as cubecl tensors; `None` once one is not (flex, or a fused stream).
@@ -152,10 +141,7 @@ mod gpu {
     impl ModuleVisitor for Collect<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<BurnTensor<D>>) {
             if let Some(g) = self.grads.get::<D>(param.id) {
-                let cube = match g.into_dispatch().kind {
-                    DispatchTensorKind::Cube(BackendTensor::Float(t)) => Some(t),
-                    _ => None,
-                };
+                let cube = cube_of(g.into_dispatch()).ok();
                 self.all = self.all.take().zip(cube).map(|(mut all, t)| {
                     all.push(t);
                     all
@@ -166,10 +152,7 @@ mod gpu {
 
     /// `Σ ‖gᵢ‖²` of `grads` through the kernel, at most `per` gradients a launch.
     pub(super) fn squared_norm(grads: Vec<CubeTensor>, per: usize) -> f64 {
-        let partials = DispatchTensor {
-            kind: DispatchTensorKind::Cube(BackendTensor::Float(sums_of_squares(grads, per))),
-            autodiff: DispatchAutodiffContext::Disabled,
-        };
+        let partials = dispatch_of(sums_of_squares(grads, per));
         BurnTensor::<1>::from_dispatch(partials).sum().into_scalar::<f32>() as f64
     }
 
@@ -193,8 +176,9 @@ mod gpu {
         }
     }
 
-    /// Takes each gradient out of `grads`, held alone and contiguous (a copy where it was
-    /// not), and puts it back: the buffers a kernel may then write in place.
+    /// Takes each cubecl gradient out of `grads`, held alone and contiguous (a copy where it
+    /// was not), and puts it back: the buffers a kernel may then write in place. Others (flex)
+    /// go back as they were.
     struct Exclusive<'a> {
         grads: &'a mut GradientsParams,
         all: Vec<CubeTensor>,
@@ -203,41 +187,36 @@ mod gpu {
     impl ModuleVisitor for Exclusive<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<BurnTensor<D>>) {
             let Some(g) = self.grads.remove::<D>(param.id) else { return };
-            let g = g.into_dispatch();
-            let g = match g.kind {
-                DispatchTensorKind::Cube(BackendTensor::Float(t)) => {
-                    let t = s2s_models::cube_launch::exclusive(t);
+            let g = match cube_of(g.into_dispatch()) {
+                Ok(t) => {
+                    let t = cube_launch::exclusive(t);
                     self.all.push(t.clone());
-                    DispatchTensor {
-                        kind: DispatchTensorKind::Cube(BackendTensor::Float(t)),
-                        autodiff: g.autodiff,
-                    }
+                    dispatch_of(t)
                 }
-                kind => DispatchTensor { kind, autodiff: g.autodiff },
+                Err(other) => other,
             };
             self.grads.register(param.id, BurnTensor::<D>::from_dispatch(g));
         }
     }
 
-    /// Scales every gradient by `factor` in place, 64 a launch; `false` (nothing done) on the
+    /// Scales every gradient by `factor` in place, 64 a launch; `false` (nothing scaled) on the
     /// CPU (flex).
     pub(super) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f32) -> bool {
-        if collect(module, grads).is_none() {
-            return false;
-        }
         let mut e = Exclusive { grads, all: Vec::new() };
         module.visit(&mut e);
-        let Some(first) = e.all.first() else { return true };
-        let per = device_limit(first).min(64);
+        let Some(first) = e.all.first() else { return false };
+        let per = cube_launch::per_launch(first, 1, 64);
         for chunk in e.all.chunks(per) {
             let largest = chunk.iter().map(|t| t.meta.num_elements()).max().unwrap_or(0);
-            let stride = largest.clamp(1, 1 << 18);
-            let (count, dim) = s2s_models::cube_launch::launch_dims(first, stride);
-            let mut seq = SequenceArg::new();
-            for g in chunk {
-                seq.push(g.clone().into_buffer_arg());
-            }
-            scale_in_place::launch(&first.client.clone(), count, dim, seq, factor, stride as u32);
+            let (count, dim, stride) = cube_launch::strided(first, largest);
+            scale_in_place::launch(
+                &first.client.clone(),
+                count,
+                dim,
+                cube_launch::buffers(chunk),
+                factor,
+                stride,
+            );
         }
         true
     }

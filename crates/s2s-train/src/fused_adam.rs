@@ -91,7 +91,7 @@ mod cube_adam {
     use cubecl::cube;
     use cubecl::prelude::*;
 
-    use s2s_models::cube_launch::exclusive;
+    use s2s_models::cube_launch::{self, exclusive};
 
     use super::AdamStep;
 
@@ -162,15 +162,8 @@ mod cube_adam {
     /// One launch over `group`, whose updates share the coefficients `k`.
     fn launch(group: &[Update], k: [f32; 6]) {
         let largest = group.iter().map(|t| t.0.meta.num_elements()).max().unwrap_or(0);
-        let stride = largest.clamp(1, 1 << 18);
-        let (count, dim) = s2s_models::cube_launch::launch_dims(&group[0].0, stride);
-        let arg = |f: fn(&Update) -> &CubeTensor| {
-            let mut seq = SequenceArg::new();
-            for t in group {
-                seq.push(f(t).clone().into_buffer_arg());
-            }
-            seq
-        };
+        let (count, dim, stride) = cube_launch::strided(&group[0].0, largest);
+        let arg = |f: fn(&Update) -> &CubeTensor| cube_launch::buffers(group.iter().map(f));
         let [beta_1, beta_2, eps, c, lr, decay] = k;
         adam_many::launch(
             &group[0].0.client.clone(),
@@ -186,7 +179,7 @@ mod cube_adam {
             c,
             lr,
             decay,
-            stride as u32,
+            stride,
         );
     }
 
@@ -210,9 +203,7 @@ mod cube_adam {
     pub(super) fn flush(cap: usize) {
         let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
         let Some(first) = pending.first() else { return };
-        // Four buffers a parameter and a margin for the runtime's own.
-        let per = (first.0.client.properties().hardware.max_bindings as usize).saturating_sub(4) / 4;
-        let per = per.clamp(1, cap.max(1));
+        let per = cube_launch::per_launch(&first.0, 4, cap);
         let mut start = 0;
         while start < pending.len() {
             let k = pending[start].4;
@@ -339,17 +330,13 @@ impl Optimizer for FusedAdam {
             [self.beta_1, self.beta_2, self.epsilon * bias_correction2_sqrt, c, lr as f32, self.weight_decay];
         #[cfg(not(feature = "gpu-tuned"))]
         if self.batched && !is_flex(&tensor.device()) {
-            use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
-            let cube = |t: Tensor<D>| match t.into_dispatch().kind {
-                DispatchTensorKind::Cube(BackendTensor::Float(t)) => t,
-                _ => unreachable!("a GPU parameter off flex, without fusion, is a cubecl tensor"),
-            };
-            let back = |t| {
-                Tensor::<D>::from_dispatch(DispatchTensor {
-                    kind: DispatchTensorKind::Cube(BackendTensor::Float(t)),
-                    autodiff: DispatchAutodiffContext::Disabled,
+            use s2s_models::cube_launch::{cube_of, dispatch_of};
+            let cube = |t: Tensor<D>| {
+                cube_of(t.into_dispatch()).unwrap_or_else(|_| {
+                    unreachable!("a GPU parameter off flex, without fusion, is a cubecl tensor")
                 })
             };
+            let back = |t| Tensor::<D>::from_dispatch(dispatch_of(t));
             let (p, m, v) = cube_adam::queue(cube(tensor), cube(grad), cube(m), cube(v), k);
             let momentum = AdaptiveMomentumState::new(time, back(m), back(v));
             return (back(p), Some(AdamState::new(momentum)));
