@@ -184,12 +184,8 @@ impl MultiHeadAttention {
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         // On a GPU one launch each way for each concatenation (`gpu_cat`), not one a part.
         let w = crate::cell::cat_columns(which.iter().map(|l| l.weight.val()).collect());
-        let bias = if crate::flex_data::is_flex(&x.device()) {
-            Tensor::cat(which.iter().map(|l| bias(l)).collect(), 0)
-        } else {
-            crate::cell::cat_columns(which.iter().map(|l| bias(l).unsqueeze::<2>()).collect())
-                .reshape([which.len() * d])
-        };
+        let biases = which.iter().map(|l| bias(l).unsqueeze::<2>()).collect();
+        let bias = crate::cell::cat_columns(biases).reshape([which.len() * d]);
         // The side-by-side weight is new at every call: nothing to keep packed.
         let xw =
             crate::cell::as_rows(x.clone(), which.len() * d, |x| crate::small_matmul::matmul_fresh(x, w));
