@@ -7,7 +7,10 @@
 //! benchmark) that writes the whole `[d_in, d_out]` gradient, and burn adds it to the sum of
 //! the steps before: per weight and step a fresh 4 MiB buffer written twice. The sum is one
 //! product, `∂W = Σ_t x_tᵀ ∂y_t = Xᵀ ∂Y` with the steps' rows stacked, `k = steps·batch` deep —
-//! the shape `gemm` runs fastest.
+//! the shape `gemm` runs fastest. On a GPU, where a step is bound by launches (~28 µs of host
+//! time each through wgpu on an H100, session 16), it also takes the two launches a weight and
+//! step (the product and the add) down to four a weight for all steps: the two stacks (one
+//! launch each, [`gpu`]), the product, and the add to what other users contributed.
 //!
 //! [`defer_grad`] wraps a weight in an identity operation whose backward runs after every step
 //! that used it (burn runs backward steps deepest first, and each user is deeper than its
@@ -15,8 +18,10 @@
 //! registry of live wrappers, keep `(x_t, ∂y_t)` instead of multiplying, and the wrapper's
 //! backward multiplies them all at once and adds whatever other operations contributed.
 //! A wrapper's record lives as long as its graph does (the registry holds weak references).
-//! On other backends, and without autodiff, [`defer_grad`] returns the weight unchanged.
+//! On flex and on cubecl devices (not under burn's fusion, `gpu-tuned`); elsewhere, and
+//! without autodiff, [`defer_grad`] returns the weight unchanged.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, Weak};
 
 use burn::backend::autodiff::Autodiff;
@@ -27,62 +32,114 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::FloatTensorOps;
-use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::backend::{Backend, Dispatch, Flex, TensorMetadata, backend_extension, tensor::FloatTensor};
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{FloatDType, Shape, Tensor, TensorData};
 
 use crate::flex_data::f32s;
 
-/// What the step products of one wrapped weight leave for its backward: each step's input
-/// `x_t` and output gradient `∂y_t`, and whether a placeholder gradient was registered for
-/// the wrapper (its backward consumes one).
-#[derive(Debug, Default)]
-pub(crate) struct Stash {
-    parts: Mutex<(Vec<(FlexTensor, FlexTensor)>, bool)>,
+/// A backend whose step products can defer their weight gradient: how it stacks the steps'
+/// rows and multiplies.
+pub(crate) trait Deferrable: Backend {
+    /// `[Σ rows, d]` from equal-width `[rows, d]` parts, in order.
+    fn stack_rows(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self>;
+
+    /// `aᵀ b` (`[k, m]ᵀ × [k, n]`): a weight's gradient from inputs and output gradients.
+    fn transposed_product(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
-impl Stash {
+impl Deferrable for Flex {
+    fn stack_rows(parts: Vec<FlexTensor>) -> FlexTensor {
+        let d = parts[0].shape().dims::<2>()[1];
+        let rows: usize = parts.iter().map(|p| p.shape().dims::<2>()[0]).sum();
+        let mut all = Vec::with_capacity(rows * d);
+        for p in &parts {
+            assert_eq!(p.shape().dims::<2>()[1], d, "stack_rows: the parts' widths differ");
+            all.extend_from_slice(&f32s(p));
+        }
+        FlexTensor::from_data(TensorData::new(all, [rows, d]))
+    }
+
+    fn transposed_product(a: FlexTensor, b: FlexTensor) -> FlexTensor {
+        crate::small_matmul::matmul_2d(&Flex::float_transpose(a), &b)
+    }
+}
+
+/// What the step products of one wrapped weight leave for its backward: each step's input
+/// `x_t` and output gradient `∂y_t` (`T`: the backend's tensor), and whether a placeholder
+/// gradient was registered for the wrapper (its backward consumes one).
+#[derive(Debug)]
+pub(crate) struct Stash<T> {
+    parts: Mutex<(Vec<(T, T)>, bool)>,
+}
+
+impl<T> Default for Stash<T> {
+    fn default() -> Self {
+        Stash { parts: Mutex::new((Vec::new(), false)) }
+    }
+}
+
+impl<T: TensorMetadata> Stash<T> {
     /// Keeps one step's `x` (`[rows, d_in]`) and `∂y` (`[rows, d_out]`). The first call
     /// registers a zero gradient for the wrapper `node`, which its backward replaces.
-    pub(crate) fn push(&self, x: FlexTensor, dy: FlexTensor, node: NodeId, grads: &mut Gradients) {
+    pub(crate) fn push<B>(&self, x: T, dy: T, node: NodeId, grads: &mut Gradients)
+    where
+        B: Backend<FloatTensorPrimitive = T, Device = T::Device>,
+    {
         let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
         if !parts.1 {
-            let [d_in, d_out] = [x.layout().shape().dims::<2>()[1], dy.layout().shape().dims::<2>()[1]];
-            grads.register::<Flex>(node, FlexTensor::from_data(TensorData::zeros::<f32, _>([d_in, d_out])));
+            let [d_in, d_out] = [x.shape().dims::<2>()[1], dy.shape().dims::<2>()[1]];
+            let zeros = B::float_zeros(Shape::from([d_in, d_out]), &x.device(), FloatDType::F32);
+            grads.register::<B>(node, zeros);
             parts.1 = true;
         }
         parts.0.push((x, dy));
     }
 
-    /// `Σ x_tᵀ ∂y_t` as one product, or `None` when no step kept anything.
-    fn product(&self) -> Option<FlexTensor> {
-        let parts = std::mem::take(&mut self.parts.lock().unwrap_or_else(|e| e.into_inner()).0);
-        let (x0, dy0) = parts.first()?;
-        let (d_in, d_out) = (x0.layout().shape().dims::<2>()[1], dy0.layout().shape().dims::<2>()[1]);
-        let rows: usize = parts.iter().map(|(x, _)| x.layout().shape().dims::<2>()[0]).sum();
-        let mut xs = Vec::with_capacity(rows * d_in);
-        let mut dys = Vec::with_capacity(rows * d_out);
-        for (x, dy) in &parts {
-            xs.extend_from_slice(&f32s(x));
-            dys.extend_from_slice(&f32s(dy));
-        }
-        let x = FlexTensor::from_data(TensorData::new(xs, [rows, d_in]));
-        let dy = FlexTensor::from_data(TensorData::new(dys, [rows, d_out]));
-        Some(crate::small_matmul::matmul_2d(&Flex::float_transpose(x), &dy))
+    /// What the steps kept, taken out.
+    fn take(&self) -> Vec<(T, T)> {
+        std::mem::take(&mut self.parts.lock().unwrap_or_else(|e| e.into_inner()).0)
     }
 }
 
-/// Live wrappers: the wrapper's node and its stash (weak: the graph owns it).
-static LIVE: Mutex<Vec<(NodeId, Weak<Stash>)>> = Mutex::new(Vec::new());
-
-/// The stash of the live wrapper whose output is node `id`, if `id` is one.
-pub(crate) fn stash_of(id: NodeId) -> Option<Arc<Stash>> {
-    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    live.iter().find(|(n, _)| *n == id).and_then(|(_, s)| s.upgrade())
+/// `Σ x_tᵀ ∂y_t` over what `stash` kept, as one product, or `None` when no step kept anything.
+fn product<B: Deferrable>(stash: &Stash<FloatTensor<B>>) -> Option<FloatTensor<B>> {
+    let parts = stash.take();
+    if parts.is_empty() {
+        return None;
+    }
+    let (xs, dys): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+    Some(B::transposed_product(B::stack_rows(xs), B::stack_rows(dys)))
 }
 
-/// The wrapper as a burn backend extension (flex only).
-#[backend_extension(Flex, Autodiff)]
+/// A step product's `∂W`: kept in the wrapper's `stash` when `W` is deferred, else
+/// registered now as `xᵀ ∂y`.
+pub(crate) fn weight_grad<B: Deferrable>(
+    stash: Option<Arc<Stash<FloatTensor<B>>>>,
+    x: FloatTensor<B>,
+    dy: FloatTensor<B>,
+    node: NodeId,
+    grads: &mut Gradients,
+) {
+    match stash {
+        Some(stash) => stash.push::<B>(x, dy, node, grads),
+        None => grads.register::<B>(node, B::transposed_product(x, dy)),
+    }
+}
+
+/// Live wrappers: the wrapper's node and its stash (a `Stash` of its backend's tensors; weak:
+/// the graph owns it).
+static LIVE: Mutex<Vec<(NodeId, Weak<dyn Any + Send + Sync>)>> = Mutex::new(Vec::new());
+
+/// The stash of the live wrapper whose output is node `id`, if `id` is one.
+pub(crate) fn stash_of<B: Backend>(id: NodeId) -> Option<Arc<Stash<FloatTensor<B>>>> {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let stash = live.iter().find(|(n, _)| *n == id).and_then(|(_, s)| s.upgrade())?;
+    stash.downcast().ok()
+}
+
+/// The wrapper as a burn backend extension (flex, and cubecl without fusion).
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
 pub trait DeferGrad: burn::backend::Backend {
     /// `w` itself; with autodiff, an identity whose backward computes the step products'
     /// weight gradient at once.
@@ -95,24 +152,30 @@ impl DeferGrad for Flex {
     }
 }
 
-impl<C: CheckpointStrategy> DeferGrad for Autodiff<Flex, C> {
+impl<B: Deferrable, C: CheckpointStrategy> DeferGrad for Autodiff<B, C>
+where
+    FloatTensor<B>: Send + Sync,
+{
     fn defer_grad(w: FloatTensor<Self>) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct DeferGradBackward;
 
-        impl Backward<Flex, 1> for DeferGradBackward {
-            type State = Arc<Stash>;
+        impl<B: Deferrable> Backward<B, 1> for DeferGradBackward
+        where
+            FloatTensor<B>: Send + Sync,
+        {
+            type State = Arc<Stash<FloatTensor<B>>>;
 
             fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node] = ops.parents;
                 // Other users' contributions, or the zero placeholder of the step products.
-                let grad = grads.consume::<Flex>(&ops.node);
+                let grad = grads.consume::<B>(&ops.node);
                 if let Some(node) = node {
-                    let grad = match ops.state.product() {
-                        Some(steps) => Flex::float_add(grad, steps),
+                    let grad = match product::<B>(&ops.state) {
+                        Some(steps) => B::float_add(grad, steps),
                         None => grad,
                     };
-                    grads.register::<Flex>(node.id, grad);
+                    grads.register::<B>(node.id, grad);
                 }
             }
         }
@@ -120,11 +183,13 @@ impl<C: CheckpointStrategy> DeferGrad for Autodiff<Flex, C> {
         let (w, node) = w.into_parts();
         match DeferGradBackward.prepare::<C>([node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let stash = Arc::new(Stash::default());
+                let stash = Arc::new(Stash::<FloatTensor<B>>::default());
                 let out = prep.finish(stash.clone(), w);
                 let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
                 live.retain(|(_, s)| s.strong_count() > 0);
-                live.push((out.id(), Arc::downgrade(&stash)));
+                let weak: Weak<dyn Any + Send + Sync> =
+                    Arc::downgrade(&(stash as Arc<dyn Any + Send + Sync>));
+                live.push((out.id(), weak));
                 out
             }
             OpsKind::UnTracked(prep) => prep.finish(w),
@@ -133,13 +198,13 @@ impl<C: CheckpointStrategy> DeferGrad for Autodiff<Flex, C> {
 }
 
 /// `w` with its step products' gradient deferred (see the module doc); `w` itself on devices
-/// other than flex.
+/// other than flex and cubecl's without fusion.
 pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {
-    if crate::flex_data::is_flex(&w.device()) {
-        Tensor::from_dispatch(<Dispatch as DeferGrad>::defer_grad(w.into_dispatch()))
-    } else {
-        w
+    #[cfg(feature = "gpu-tuned")]
+    if !crate::flex_data::is_flex(&w.device()) {
+        return w;
     }
+    Tensor::from_dispatch(<Dispatch as DeferGrad>::defer_grad(w.into_dispatch()))
 }
 
 /// A copy of `module` whose parameters go through [`defer_grad`]: what a decoder loop runs at
@@ -154,23 +219,101 @@ pub fn for_steps<M: Module>(module: &M) -> M {
     module.clone().map(&mut Defer)
 }
 
+/// The GPU side: the wrapper without autodiff, and the steps' rows stacked by one kernel
+/// launch (burn's `cat` writes each part with a slice-assign of its own: a launch a step).
+#[cfg(not(feature = "gpu-tuned"))]
+mod gpu {
+    use burn::backend::ops::FloatTensorOps;
+    use burn::tensor::DType;
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::tensor::CubeTensor;
+    use cubecl::cube;
+    use cubecl::prelude::*;
+
+    use crate::cube_launch;
+
+    /// Thread `i` copies elements `i`, `i + stride`, … of each part `s` (all `n` elements
+    /// long) to `out[(first + s)·n + …]`.
+    #[cube(launch)]
+    fn stack_parts(parts: &Sequence<Box<[f32]>>, out: &mut [f32], n: u32, first: u32, stride: u32) {
+        let i = ABSOLUTE_POS;
+        let (n, stride) = (n as usize, stride as usize);
+        if i < stride {
+            #[unroll]
+            for s in 0..parts.len() {
+                let part = parts.index(s);
+                let base = (first as usize + s) * n;
+                for j in 0..(n + stride - 1) / stride {
+                    let e = i + j * stride;
+                    if e < n {
+                        out[base + e] = part[e];
+                    }
+                }
+            }
+        }
+    }
+
+    impl super::DeferGrad for CubeBackend {
+        fn defer_grad(w: CubeTensor) -> CubeTensor {
+            w
+        }
+    }
+
+    impl super::Deferrable for CubeBackend {
+        fn stack_rows(parts: Vec<CubeTensor>) -> CubeTensor {
+            let shape = |t: &CubeTensor| {
+                let s = t.meta.shape();
+                assert!(
+                    s.num_dims() == 2 && t.dtype == DType::F32,
+                    "stack_rows: the parts are not f32 matrices"
+                );
+                [s[0], s[1]]
+            };
+            let [rows, d] = shape(&parts[0]);
+            assert!(parts.iter().all(|p| shape(p) == [rows, d]), "stack_rows: the parts' shapes differ");
+            let parts: Vec<CubeTensor> = parts.into_iter().map(into_contiguous).collect();
+            let out = cube_launch::empty(&parts[0], [parts.len() * rows, d]);
+            // One buffer a part; the kernel unrolls a loop over at most 64.
+            let per = cube_launch::per_launch(&out, 1, 64);
+            let (count, dim, stride) = cube_launch::strided(&out, rows * d);
+            for (c, chunk) in parts.chunks(per).enumerate() {
+                stack_parts::launch(
+                    &out.client.clone(),
+                    count.clone(),
+                    dim,
+                    cube_launch::buffers(chunk),
+                    out.clone().into_buffer_arg(),
+                    (rows * d) as u32,
+                    (c * per) as u32,
+                    stride,
+                );
+            }
+            out
+        }
+
+        fn transposed_product(a: CubeTensor, b: CubeTensor) -> CubeTensor {
+            CubeBackend::float_matmul(CubeBackend::float_transpose(a), b)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 
-    /// A five-step recurrence `h_t = tanh(h_{t−1} W + x_t U)`, with `W` also used once in an
-    /// ordinary product: the same value and gradients whether `W` is deferred or not.
-    #[test]
-    fn deferred_gradient_equals_per_step_gradients() {
-        let d = Device::flex().autodiff();
+    /// A recurrence of `steps` steps, `h_t = tanh(h_{t−1} W + x_t U)`, with `W` also used once
+    /// in an ordinary product, on `d`: the same value and gradients whether `W` is deferred or
+    /// not, and nothing left in the stashes afterwards.
+    fn check_recurrence(d: Device, steps: usize) {
         d.seed(9);
         let (b, k) = (6, 40);
         let w = Tensor::<2>::random([k, k], Distribution::Normal(0.0, 0.3), &d).require_grad();
         let u = Tensor::<2>::random([k, k], Distribution::Normal(0.0, 0.3), &d).require_grad();
         let xs: Vec<Tensor<2>> =
-            (0..5).map(|_| Tensor::random([b, k], Distribution::Normal(0.0, 1.0), &d)).collect();
+            (0..steps).map(|_| Tensor::random([b, k], Distribution::Normal(0.0, 1.0), &d)).collect();
         let big = Tensor::<2>::random([300, k], Distribution::Normal(0.0, 1.0), &d);
         let run = |defer: bool| {
             let ws = if defer { defer_grad(w.clone()) } else { w.clone() };
@@ -190,7 +333,47 @@ mod tests {
         assert!(max_diff(w1, w2) < 1e-4, "∂W");
         assert!(max_diff(u1, u2) < 1e-4, "∂U");
         let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-        let kept = |s: &Weak<Stash>| s.upgrade().map_or(0, |s| s.parts.lock().unwrap().0.len());
+        let kept = |s: &Weak<dyn Any + Send + Sync>| {
+            let Some(s) = s.upgrade() else { return 0 };
+            let flex = s.clone().downcast::<Stash<FlexTensor>>().ok().map(|s| s.take().len());
+            #[cfg(not(feature = "gpu-tuned"))]
+            let flex = flex.or_else(|| {
+                s.downcast::<Stash<burn_cubecl::tensor::CubeTensor>>().ok().map(|s| s.take().len())
+            });
+            flex.unwrap_or(0)
+        };
         assert!(live.iter().all(|(_, s)| kept(s) == 0), "backward used up what the steps kept");
+    }
+
+    #[test]
+    fn deferred_gradient_equals_per_step_gradients() {
+        check_recurrence(Device::flex().autodiff(), 5);
+    }
+
+    /// The same on wgpu (lavapipe where there is no GPU), with more steps than one stacking
+    /// launch takes on lavapipe.
+    #[cfg(not(feature = "gpu-tuned"))]
+    #[test]
+    fn deferred_gradient_equals_per_step_gradients_on_wgpu() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        check_recurrence(plain.autodiff(), 40);
+    }
+
+    /// On wgpu the stacking kernel equals burn's `cat` of the rows, parts that are views
+    /// included, with more parts than one launch takes on lavapipe.
+    #[cfg(not(feature = "gpu-tuned"))]
+    #[test]
+    fn stacked_rows_equal_burns_cat_on_wgpu() {
+        let Some(d) = crate::testing::wgpu_or_skip() else { return };
+        let big = Tensor::<2>::random([8 * 70, 5], Distribution::Normal(0.0, 1.0), &d);
+        let parts: Vec<Tensor<2>> = (0..70).map(|i| big.clone().narrow(0, 8 * i, 8)).collect();
+        let ours = <burn_cubecl::CubeBackend as Deferrable>::stack_rows(
+            parts
+                .iter()
+                .map(|p| crate::cube_launch::cube_of(p.clone().into_dispatch()).expect("cubecl"))
+                .collect(),
+        );
+        let ours = Tensor::<2>::from_dispatch(crate::cube_launch::dispatch_of(ours));
+        assert_eq!(ours.to_data(), Tensor::cat(parts, 0).to_data());
     }
 }

@@ -37,7 +37,7 @@ use rayon::prelude::*;
 
 use std::sync::{Arc, Mutex};
 
-use crate::deferred_grad::Stash;
+use crate::deferred_grad::{Stash, stash_of, weight_grad};
 use crate::flex_data::f32s;
 use crate::packed_gemm::{PackedB, SendPtr};
 
@@ -49,7 +49,7 @@ use crate::packed_gemm::{PackedB, SendPtr};
 const SPLIT_MAX_ROWS: usize = 256;
 
 /// The column-split product as a burn backend extension (flex only).
-#[backend_extension(Flex, Autodiff)]
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
 pub trait SmallMatmul: burn::backend::Backend {
     /// `x W` (`[rows, d_in] × [d_in, d_out]`). With `reuse`, `W` is a weight that comes back
     /// unchanged (decoding): it is packed once and kept (see [`packed`]).
@@ -114,7 +114,7 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
 
         impl Backward<Flex, 2> for SmallMatmulBackward {
             /// `x`, `W`, and where `∂W` goes when `W` is deferred ([`crate::deferred_grad`]).
-            type State = (FlexTensor, FlexTensor, Option<Arc<Stash>>);
+            type State = (FlexTensor, FlexTensor, Option<Arc<Stash<FlexTensor>>>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_x, node_w] = ops.parents;
@@ -136,12 +136,8 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                     };
                     grads.register::<Flex>(node.id, dx);
                 }
-                match (node_w, stash) {
-                    (Some(node), Some(stash)) => stash.push(x, grad, node.id, grads),
-                    (Some(node), None) => {
-                        grads.register::<Flex>(node.id, matmul_2d(&Flex::float_transpose(x), &grad))
-                    }
-                    (None, _) => {}
+                if let Some(node) = node_w {
+                    weight_grad::<Flex>(stash, x, grad, node.id, grads);
                 }
             }
         }
@@ -152,7 +148,7 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
         match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let out = Flex::small_matmul(x.clone(), w.clone(), false);
-                prep.finish((x, w, crate::deferred_grad::stash_of(w_id)), out)
+                prep.finish((x, w, stash_of::<Flex>(w_id)), out)
             }
             // Weights change with every optimiser step: never kept packed while training.
             OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),
@@ -341,6 +337,15 @@ pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
 /// [`matmul`] (`reuse`: `W` is a weight, kept packed while decoding) or [`matmul_fresh`].
 fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
     if !crate::flex_data::is_flex(&x.device()) {
+        // Training on a GPU: the node whose weight gradient can be deferred.
+        #[cfg(not(feature = "gpu-tuned"))]
+        if x.is_autodiff() {
+            return Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
+                x.into_dispatch(),
+                w.into_dispatch(),
+                false,
+            ));
+        }
         return x.matmul(w);
     }
     Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
@@ -362,6 +367,90 @@ pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
         x.into_dispatch(),
         w.into_dispatch(),
     ))
+}
+
+/// On a GPU: burn's product, as a node of its own while training so that a deferred weight's
+/// gradient waits for all steps ([`crate::deferred_grad`]).
+#[cfg(not(feature = "gpu-tuned"))]
+mod gpu {
+    use std::sync::Arc;
+
+    use burn::backend::TensorMetadata;
+    use burn::backend::autodiff::Autodiff;
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::ops::FloatTensorOps;
+    use burn::backend::tensor::FloatTensor;
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::tensor::CubeTensor;
+
+    use super::SmallMatmul;
+    use crate::deferred_grad::{Stash, stash_of, weight_grad};
+
+    type Mm = CubeBackend;
+
+    impl SmallMatmul for CubeBackend {
+        fn small_matmul(x: CubeTensor, w: CubeTensor, _reuse: bool) -> CubeTensor {
+            Mm::float_matmul(x, w)
+        }
+
+        fn add_small_matmul(base: CubeTensor, x: CubeTensor, w: CubeTensor) -> CubeTensor {
+            let y = Mm::float_matmul(x, w);
+            let base = Mm::float_expand(base, y.shape());
+            Mm::float_add(base, y)
+        }
+    }
+
+    impl<C: CheckpointStrategy> SmallMatmul for Autodiff<CubeBackend, C> {
+        /// Composed (training never reaches it: [`super::add_matmul`] composes under autodiff).
+        fn add_small_matmul(
+            base: FloatTensor<Self>,
+            x: FloatTensor<Self>,
+            w: FloatTensor<Self>,
+        ) -> FloatTensor<Self> {
+            let y = Self::small_matmul(x, w, false);
+            let base = Self::float_expand(base, y.shape());
+            Self::float_add(base, y)
+        }
+
+        fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
+            #[derive(Debug)]
+            struct StepMatmulBackward;
+
+            impl Backward<CubeBackend, 2> for StepMatmulBackward {
+                /// `x`, `W`, and where `∂W` goes when `W` is deferred.
+                type State = (CubeTensor, CubeTensor, Option<Arc<Stash<CubeTensor>>>);
+
+                fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                    let [node_x, node_w] = ops.parents;
+                    let grad = grads.consume::<CubeBackend>(&ops.node);
+                    let (x, w, stash) = ops.state;
+                    if let Some(node) = node_x {
+                        grads.register::<CubeBackend>(
+                            node.id,
+                            Mm::float_matmul(grad.clone(), Mm::float_transpose(w)),
+                        );
+                    }
+                    if let Some(node) = node_w {
+                        weight_grad::<CubeBackend>(stash, x, grad, node.id, grads);
+                    }
+                }
+            }
+
+            let w_id = w.id();
+            let (x, x_node) = x.into_parts();
+            let (w, w_node) = w.into_parts();
+            match StepMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => {
+                    let out = Mm::float_matmul(x.clone(), w.clone());
+                    prep.finish((x, w, stash_of::<CubeBackend>(w_id)), out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(Mm::float_matmul(x, w)),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
