@@ -276,9 +276,9 @@ impl AttentionRnn {
             readouts.push(out.readout);
             weights.push(out.weights);
         }
-        let readout = Tensor::stack::<3>(readouts, 1); // [B, T, d_out]
+        let readout = crate::gpu_steps::stack_steps(readouts); // [B, T, d_out]
         let logits = crate::cell::linear(&self.output, crate::dropout::forward(&self.dropout, readout));
-        Forward { logits, attention: Some(Tensor::stack(weights, 1)) }
+        Forward { logits, attention: Some(crate::gpu_steps::stack_steps(weights)) }
     }
 
     /// One incremental step.

@@ -11,8 +11,15 @@
 //! On the CPU (flex) the narrowed steps stay: there a step's backward is a memory pass, not a
 //! launch.
 //!
+//! The way back, [`stack_steps`] (a decoder's per-step outputs into one `[batch, time, d]`
+//! tensor): burn's `stack` writes each step with a slice-assign of its own, a launch a step,
+//! and its backward hands each step a strided view that the step's consumer copies. On a GPU
+//! the steps are written [`GROUP`] at a time by one launch, and backward makes one time-major
+//! copy of the gradient whose contiguous views are the steps' gradients.
+//!
 //! # Shapes
 //! - `x`: `[batch, time, d]` → `time` tensors `[batch, d]`
+//! - [`stack_steps`]: `time` tensors `[batch, d]` → `[batch, time, d]`
 
 use burn::tensor::Tensor;
 
@@ -28,6 +35,44 @@ pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
     }
     let time = x.dims()[1];
     (0..time).map(|t| x.clone().narrow(1, t, 1).squeeze_dim::<2>(1)).collect()
+}
+
+/// Steps a [`stack_steps`] launch writes (and autodiff node takes) on a GPU: the eight
+/// arguments `p0`…`p7` of its extension.
+pub const GROUP: usize = 8;
+
+/// `[batch, time, d]` from `time` steps `[batch, d]` (at least one): burn's `stack` along
+/// axis 1, written [`GROUP`] steps a launch on a GPU (see the module doc).
+pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
+    assert!(!parts.is_empty(), "stack_steps: no steps");
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !crate::flex_data::is_flex(&parts[0].device()) {
+        let time = parts.len();
+        let mut acc: Option<Tensor<3>> = None;
+        for (g, group) in parts.chunks(GROUP).enumerate() {
+            // Slots past the group's end repeat its first step; the kernel reads none of them.
+            let p = |i: usize| group.get(i).unwrap_or(&group[0]).clone().into_dispatch();
+            // The first group allocates the output; its `acc` slot is a placeholder.
+            let a = acc.take().map_or_else(|| p(0), Tensor::into_dispatch);
+            let out = <burn::backend::Dispatch as gpu::GpuSteps>::gpu_stack_group(
+                a,
+                p(0),
+                p(1),
+                p(2),
+                p(3),
+                p(4),
+                p(5),
+                p(6),
+                p(7),
+                time,
+                g * GROUP,
+                group.len(),
+            );
+            acc = Some(Tensor::from_dispatch(out));
+        }
+        return acc.expect("at least one group");
+    }
+    Tensor::stack(parts, 1)
 }
 
 #[cfg(not(feature = "gpu-tuned"))]
@@ -48,13 +93,32 @@ mod gpu {
     use cubecl::cube;
     use cubecl::prelude::*;
 
-    use crate::cube_launch::launch_dims;
+    use crate::cube_launch::{self, launch_dims};
 
     /// The split as a burn backend extension (cubecl runtimes without fusion).
     #[backend_extension(Cube, Autodiff)]
     pub trait GpuSteps: burn::backend::Backend {
         /// `x[:, t, :]` for every `t` (see [`super::time_steps`]).
         fn gpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>>;
+
+        /// `acc` (`[batch, time, d]`) with the first `count` of `p0`…`p7` (`[batch, d]`; the
+        /// extension routes no arrays) written at steps `first..first + count`; a fresh output
+        /// when `first` is 0 (`acc` then unused). See [`super::stack_steps`].
+        #[allow(clippy::too_many_arguments)]
+        fn gpu_stack_group(
+            acc: FloatTensor<Self>,
+            p0: FloatTensor<Self>,
+            p1: FloatTensor<Self>,
+            p2: FloatTensor<Self>,
+            p3: FloatTensor<Self>,
+            p4: FloatTensor<Self>,
+            p5: FloatTensor<Self>,
+            p6: FloatTensor<Self>,
+            p7: FloatTensor<Self>,
+            time: usize,
+            first: usize,
+            count: usize,
+        ) -> FloatTensor<Self>;
     }
 
     type Mm = CubeBackend;
@@ -89,10 +153,101 @@ mod gpu {
         Mm::float_reshape(slice, Shape::from([batch, d]))
     }
 
+    /// Thread `i` copies elements `i`, `i + stride`, … of each part `s` (`[batch, d]`, `n`
+    /// elements) to step `first + s` of `out` (`[batch, time, d]`).
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn write_steps(
+        parts: &Sequence<Box<[f32]>>,
+        out: &mut [f32],
+        d: u32,
+        time: u32,
+        n: u32,
+        first: u32,
+        stride: u32,
+    ) {
+        let i = ABSOLUTE_POS;
+        let (d, time, n, stride) = (d as usize, time as usize, n as usize, stride as usize);
+        if i < stride {
+            #[unroll]
+            for s in 0..parts.len() {
+                let part = parts.index(s);
+                let t = first as usize + s;
+                for j in 0..(n + stride - 1) / stride {
+                    let e = i + j * stride;
+                    if e < n {
+                        out[(e / d * time + t) * d + e % d] = part[e];
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `parts` (`[batch, d]` each) at steps `first..` of `out` (`[batch, time, d]`,
+    /// contiguous), as many a launch as the device binds.
+    fn write_group(out: &CubeTensor, parts: &[CubeTensor], first: usize) {
+        let s = out.meta.shape();
+        let (batch, time, d) = (s[0], s[1], s[2]);
+        for p in parts {
+            let ps = p.meta.shape();
+            assert!(
+                p.dtype == DType::F32 && ps.num_dims() == 2 && [ps[0], ps[1]] == [batch, d],
+                "stack_steps: a step is not f32 [batch, d]"
+            );
+        }
+        let parts: Vec<CubeTensor> = parts.iter().cloned().map(into_contiguous).collect();
+        let per = cube_launch::per_launch(out, 1, super::GROUP);
+        let (count, dim, stride) = cube_launch::strided(out, batch * d);
+        for (c, chunk) in parts.chunks(per).enumerate() {
+            write_steps::launch(
+                &out.client.clone(),
+                count.clone(),
+                dim,
+                cube_launch::buffers(chunk),
+                out.clone().into_buffer_arg(),
+                d as u32,
+                time as u32,
+                (batch * d) as u32,
+                (first + c * per) as u32,
+                stride,
+            );
+        }
+    }
+
+    /// The output a group writes into: `acc`, or a fresh one for the first group.
+    fn group_output(acc: CubeTensor, part: &CubeTensor, time: usize, first: usize) -> CubeTensor {
+        if first == 0 {
+            let s = part.meta.shape();
+            cube_launch::empty(part, [s[0], time, s[1]])
+        } else {
+            acc
+        }
+    }
+
     impl GpuSteps for CubeBackend {
         fn gpu_time_steps(x: CubeTensor) -> Vec<CubeTensor> {
             let tm = time_major(x);
             (0..tm.meta.shape()[0]).map(|t| step(&tm, t)).collect()
+        }
+
+        fn gpu_stack_group(
+            acc: CubeTensor,
+            p0: CubeTensor,
+            p1: CubeTensor,
+            p2: CubeTensor,
+            p3: CubeTensor,
+            p4: CubeTensor,
+            p5: CubeTensor,
+            p6: CubeTensor,
+            p7: CubeTensor,
+            time: usize,
+            first: usize,
+            count: usize,
+        ) -> CubeTensor {
+            let parts = [p0, p1, p2, p3, p4, p5, p6, p7];
+            let out = group_output(acc, &parts[0], time, first);
+            write_group(&out, &parts[..count], first);
+            out
         }
     }
 
@@ -172,6 +327,69 @@ mod gpu {
                 })
                 .collect()
         }
+
+        fn gpu_stack_group(
+            acc: FloatTensor<Self>,
+            p0: FloatTensor<Self>,
+            p1: FloatTensor<Self>,
+            p2: FloatTensor<Self>,
+            p3: FloatTensor<Self>,
+            p4: FloatTensor<Self>,
+            p5: FloatTensor<Self>,
+            p6: FloatTensor<Self>,
+            p7: FloatTensor<Self>,
+            time: usize,
+            first: usize,
+            count: usize,
+        ) -> FloatTensor<Self> {
+            let parts = [p0, p1, p2, p3, p4, p5, p6, p7];
+            /// A group's steps and the output so far: each step's gradient a view of one
+            /// time-major copy of the output's gradient, and that copy (seen in `[batch,
+            /// time, d]` order) the earlier groups' gradient, which they need not copy again.
+            #[derive(Debug)]
+            struct StackGroupBackward;
+
+            impl Backward<CubeBackend, { 1 + super::GROUP }> for StackGroupBackward {
+                /// The group's first step and its number of steps.
+                type State = (usize, usize);
+
+                fn backward(
+                    self,
+                    ops: Ops<Self::State, { 1 + super::GROUP }>,
+                    grads: &mut Gradients,
+                    _: &mut Checkpointer,
+                ) {
+                    let grad = grads.consume::<CubeBackend>(&ops.node);
+                    let (first, count) = ops.state;
+                    // A view of a contiguous time-major tensor when a later group made it.
+                    let tm = time_major(grad);
+                    let [acc, parts @ ..] = ops.parents;
+                    for (i, node) in parts.into_iter().take(count).enumerate() {
+                        if let Some(node) = node {
+                            grads.register::<CubeBackend>(node.id, step(&tm, first + i));
+                        }
+                    }
+                    // The first group's `acc` is a placeholder (see `stack_steps`).
+                    if let (Some(acc), true) = (acc, first > 0) {
+                        grads.register::<CubeBackend>(acc.id, Mm::float_swap_dims(tm, 0, 1));
+                    }
+                }
+            }
+
+            let (acc, acc_node) = acc.into_parts();
+            let (parts, part_nodes): (Vec<CubeTensor>, Vec<_>) =
+                parts.into_iter().map(|p| p.into_parts()).unzip();
+            let mut nodes = vec![acc_node];
+            nodes.extend(part_nodes);
+            let nodes: [_; 1 + super::GROUP] =
+                nodes.try_into().unwrap_or_else(|_| unreachable!("1 + GROUP nodes"));
+            let out = group_output(acc, &parts[0], time, first);
+            write_group(&out, &parts[..count], first);
+            match StackGroupBackward.prepare::<C>(nodes).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish((first, count), out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            }
+        }
     }
 }
 
@@ -212,6 +430,40 @@ mod tests {
                 (0..time).map(|t| x.clone().narrow(1, t, 1).squeeze_dim::<2>(1)).collect()
             };
             assert!(max_diff(grad(time_steps), grad(reference)) < 1e-5, "gradient, d = {d}");
+        }
+    }
+
+    /// On wgpu [`stack_steps`] equals burn's `stack`, forward and the gradient of a loss that
+    /// reads the result through a strided view and twice, for step counts within one group,
+    /// at a group's end and past it, and with the result reaching no loss.
+    #[test]
+    fn stacked_steps_and_their_gradient_equal_burns_stack_on_wgpu() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let ad = plain.clone().autodiff();
+        for (batch, time, d) in [(3, 1, 5), (4, 8, 3), (3, 19, 64)] {
+            let xs: Vec<Tensor<2>> = (0..time)
+                .map(|_| Tensor::random([batch, d], Distribution::Normal(0.0, 1.0), &plain))
+                .collect();
+            let w = Tensor::<3>::random([time, batch, d], Distribution::Normal(0.0, 1.0), &plain);
+            let run = |stack: fn(Vec<Tensor<2>>) -> Tensor<3>| {
+                let xa: Vec<Tensor<2>> =
+                    xs.iter().map(|x| Tensor::from_data(x.to_data(), &ad).require_grad()).collect();
+                let wa = Tensor::<3>::from_data(w.to_data(), &ad);
+                let y = stack(xa.iter().map(|x| x.clone() * 2.0).collect());
+                let loss = (y.clone().swap_dims(0, 1) * wa).sum() + (y.clone() * y.clone()).sum();
+                let grads = loss.backward();
+                let g: Vec<Tensor<2>> = xa.iter().map(|x| x.grad(&grads).unwrap()).collect();
+                (y.inner(), g)
+            };
+            let (y1, g1) = run(stack_steps);
+            let (y2, g2) = run(|p| Tensor::stack(p, 1));
+            assert_eq!(y1.to_data(), y2.to_data(), "forward, time {time}");
+            for (t, (a, b)) in g1.into_iter().zip(g2).enumerate() {
+                assert!(max_diff(a, b) < 1e-5, "gradient of step {t}, time {time}");
+            }
+            let unused =
+                stack_steps(xs.iter().map(|x| Tensor::from_data(x.to_data(), &ad).require_grad()).collect());
+            assert_eq!(unused.inner().to_data(), Tensor::stack::<3>(xs.clone(), 1).to_data());
         }
     }
 }
