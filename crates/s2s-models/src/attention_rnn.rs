@@ -187,7 +187,7 @@ impl AttentionRnn {
             layers: bridge(finals, self.encoder.directions()),
             memory: Some(memory),
             keys: Some(keys),
-            pad: src.pad.clone(),
+            key_mask: src.key_mask.clone(),
             feed,
         }
     }
@@ -220,7 +220,7 @@ impl AttentionRnn {
         match self.style {
             AttentionStyle::Bahdanau => {
                 let query = state.layers.last().expect("decoder layers").h.clone();
-                let (ctx, weights) = self.attention.attend(query, keys, memory, &state.pad); // [N, H], [N, S]
+                let (ctx, weights) = self.attention.attend(query, keys, memory, &state.key_mask); // [N, H], [N, S]
                 let xw = add_feed(xe, ctx.clone());
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
@@ -234,7 +234,7 @@ impl AttentionRnn {
                 };
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
-                let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.pad);
+                let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.key_mask);
                 let combine = self.combine.as_ref().expect("Luong has W_c");
                 let h_tilde = tanh(crate::cell::linear(combine, crate::cell::cat_columns(vec![ctx, s]))); // [N, H]
                 if state.feed.is_some() {

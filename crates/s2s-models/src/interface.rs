@@ -7,23 +7,24 @@
 //!   `[rows, vocab]` and the next state, whose rows [`DecodeState::select`] reorders (beam
 //!   search) or drops (finished sentences).
 
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::cell::CellState;
 
 /// A padded source batch on a device.
 ///
 /// # Shapes
-/// - `ids`: `[batch, src]`; `pad`: `[batch, src]` true on padding; `keep`: the float
-///   complement (1 on real tokens)
+/// - `ids`, `keep`, `key_mask`: `[batch, src]`; `keep` 1 on real tokens and 0 on padding,
+///   `key_mask` the additive attention mask (0 on real tokens, `−∞` on padding)
 #[derive(Debug, Clone)]
 pub struct Source {
     /// Token ids.
     pub ids: Tensor<2, Int>,
-    /// True on padded positions.
-    pub pad: Tensor<2, Bool>,
     /// 1.0 on real positions, 0.0 on padding.
     pub keep: Tensor<2>,
+    /// 0.0 on real positions, `−∞` on padding: added to attention scores, built here once a
+    /// batch (on the host: no launch on a GPU).
+    pub key_mask: Tensor<2>,
     /// Real length of each row.
     pub lens: Vec<usize>,
 }
@@ -35,11 +36,12 @@ impl Source {
         let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
         let keep: Vec<f32> =
             lens.iter().flat_map(|&l| (0..len).map(move |j| if j < l { 1.0 } else { 0.0 })).collect();
-        let pad: Vec<bool> = keep.iter().map(|&k| k == 0.0).collect();
+        let key_mask: Vec<f32> =
+            keep.iter().map(|&k| if k == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect();
         Self {
             ids: Tensor::from_data(TensorData::new(ids, [batch, len]), device),
-            pad: Tensor::from_data(TensorData::new(pad, [batch, len]), device),
             keep: Tensor::from_data(TensorData::new(keep, [batch, len]), device),
+            key_mask: Tensor::from_data(TensorData::new(key_mask, [batch, len]), device),
             lens: lens.to_vec(),
         }
     }
@@ -131,7 +133,7 @@ impl DecodeState {
     /// Rows in the state.
     pub fn rows(&self) -> usize {
         match self {
-            DecodeState::Rnn(s) => s.pad.dims()[0],
+            DecodeState::Rnn(s) => s.key_mask.dims()[0],
             DecodeState::Transformer(s) => s.rows(),
         }
     }
@@ -146,8 +148,8 @@ pub struct RnnState {
     pub memory: Option<Tensor<3>>,
     /// The attention's projected keys `[rows, src, k]` (computed once in `encode`).
     pub keys: Option<Tensor<3>>,
-    /// Source padding `[rows, src]`.
-    pub pad: Tensor<2, Bool>,
+    /// The source's additive key mask `[rows, src]` ([`Source::key_mask`]).
+    pub key_mask: Tensor<2>,
     /// Luong input feeding: the previous attentional vector `[rows, hidden]`.
     pub feed: Option<Tensor<2>>,
 }
@@ -160,7 +162,7 @@ impl RnnState {
             layers: self.layers.into_iter().map(|l| l.select(indices)).collect(),
             memory: sel3(self.memory),
             keys: sel3(self.keys),
-            pad: self.pad.select(0, indices.clone()),
+            key_mask: self.key_mask.select(0, indices.clone()),
             feed: self.feed.map(|f| f.select(0, indices.clone())),
         }
     }

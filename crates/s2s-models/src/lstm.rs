@@ -137,7 +137,13 @@ impl LstmSeq2Seq {
     /// The decoder's initial state.
     pub fn encode(&self, src: &Source) -> DecodeState {
         let (_, layers) = self.run_encoder(src);
-        DecodeState::Rnn(RnnState { layers, memory: None, keys: None, pad: src.pad.clone(), feed: None })
+        DecodeState::Rnn(RnnState {
+            layers,
+            memory: None,
+            keys: None,
+            key_mask: src.key_mask.clone(),
+            feed: None,
+        })
     }
 
     /// One step: `last` `[rows]` → logits `[rows, vocab]`.

@@ -3,7 +3,8 @@
 //! scores `eⱼ = vᵀ tanh(kⱼ + q)` (eq. 6: one launch forward for ~3 composed, three backward
 //! for ~6). The softmax and context:
 //!
-//! `α = softmax(e)` over source positions (padding already `−∞` in `e`), `c = Σⱼ αⱼ vⱼ`;
+//! `α = softmax(e + m)` over source positions (`m` the additive key mask: 0 on real
+//! positions, `−∞` on padding, added inside the kernel), `c = Σⱼ αⱼ vⱼ`;
 //! and back, from `∂c` and `∂α`: `∂α'ⱼ = ∂αⱼ + ∂c · vⱼ`, `∂eⱼ = αⱼ (∂α'ⱼ − Σₖ αₖ ∂α'ₖ)`,
 //! `∂vⱼ = αⱼ ∂c`.
 //!
@@ -42,10 +43,12 @@ use crate::second_output::{SecondGrad, second_output};
 /// Softmax and context as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
 pub trait GpuAttend: burn::backend::Backend {
-    /// `(c, α)` (`[batch, d]`, `[batch, src]`) from masked scores `[batch, src]` and values
-    /// `[batch, src, d]` (two nodes with autodiff: see the module doc).
+    /// `(c, α)` (`[batch, d]`, `[batch, src]`) from scores `[batch, src]`, the additive key
+    /// mask `[batch, src]` (no gradient) and values `[batch, src, d]` (two nodes with
+    /// autodiff: see the module doc).
     fn gpu_attend(
         scores: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
         values: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
@@ -71,40 +74,51 @@ struct Softmax {
     z: f32,
 }
 
-/// Each thread recomputes its row's maximum and sum (`src` is short).
+/// Each thread recomputes its row's maximum and sum (`src` is short) of the masked scores
+/// `e + mask`.
 #[cube]
-fn softmax(e: &[f32], b: usize, src: usize) -> Softmax {
+fn softmax(e: &[f32], mask: &[f32], b: usize, src: usize) -> Softmax {
     let at = b * src;
-    let mut m = e[at];
+    let mut m = e[at] + mask[at];
     for i in 1..src {
-        m = select(e[at + i] > m, e[at + i], m);
+        let x = e[at + i] + mask[at + i];
+        m = select(x > m, x, m);
     }
     let mut z = 0.0f32;
     for i in 0..src {
-        z += f32::exp(e[at + i] - m);
+        z += f32::exp(e[at + i] + mask[at + i] - m);
     }
     Softmax { at, m, z }
 }
 
 /// One thread per `(b, k)`, `k < max(d, src)`: `c[b, k]` for `k < d`, `α[b, k]` for `k < src`.
 #[cube(launch)]
-fn attend_forward(e: &[f32], values: &[f32], ctx: &mut [f32], weights: &mut [f32], src: u32, d: u32) {
+#[allow(clippy::too_many_arguments)]
+fn attend_forward(
+    e: &[f32],
+    mask: &[f32],
+    values: &[f32],
+    ctx: &mut [f32],
+    weights: &mut [f32],
+    src: u32,
+    d: u32,
+) {
     let (src, d) = (src as usize, d as usize);
     let width = select(d > src, d, src);
     let n = ABSOLUTE_POS;
     let batch = e.len() / src;
     if n < batch * width {
         let (b, k) = (n / width, n % width);
-        let sm = softmax(e, b, src);
+        let sm = softmax(e, mask, b, src);
         if k < d {
             let mut c = 0.0f32;
             for j in 0..src {
-                c += f32::exp(e[sm.at + j] - sm.m) * values[(b * src + j) * d + k];
+                c += f32::exp(e[sm.at + j] + mask[sm.at + j] - sm.m) * values[(b * src + j) * d + k];
             }
             ctx[b * d + k] = c / sm.z;
         }
         if k < src {
-            weights[b * src + k] = f32::exp(e[sm.at + k] - sm.m) / sm.z;
+            weights[b * src + k] = f32::exp(e[sm.at + k] + mask[sm.at + k] - sm.m) / sm.z;
         }
     }
 }
@@ -423,9 +437,14 @@ fn dims(scores: &CubeTensor, values: &CubeTensor) -> (usize, usize, usize) {
 }
 
 /// `(c, α)`.
-fn forward(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
+fn forward(scores: CubeTensor, mask: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
     let (batch, src, d) = dims(&scores, &values);
-    let (scores, values) = (into_contiguous(scores), into_contiguous(values));
+    let ms = mask.meta.shape();
+    assert!(
+        ms.num_dims() == 2 && [ms[0], ms[1]] == [batch, src] && mask.dtype == DType::F32,
+        "attention: the key mask is not f32 [B, S]"
+    );
+    let (scores, mask, values) = (into_contiguous(scores), into_contiguous(mask), into_contiguous(values));
     let (ctx, weights) = (empty(&values, [batch, d]), empty(&values, [batch, src]));
     let (count, dim) = launch_dims(&values, batch * d.max(src));
     attend_forward::launch(
@@ -433,6 +452,7 @@ fn forward(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
         count,
         dim,
         scores.into_buffer_arg(),
+        mask.into_buffer_arg(),
         values.into_buffer_arg(),
         ctx.clone().into_buffer_arg(),
         weights.clone().into_buffer_arg(),
@@ -487,8 +507,8 @@ fn backward(
 }
 
 impl GpuAttend for CubeBackend {
-    fn gpu_attend(scores: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
-        forward(scores, values)
+    fn gpu_attend(scores: CubeTensor, mask: CubeTensor, values: CubeTensor) -> (CubeTensor, CubeTensor) {
+        forward(scores, mask, values)
     }
 
     fn gpu_additive_scores(q: CubeTensor, keys: CubeTensor, v: CubeTensor) -> CubeTensor {
@@ -503,6 +523,7 @@ impl GpuAttend for CubeBackend {
 impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
     fn gpu_attend(
         scores: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
         values: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[derive(Debug)]
@@ -528,17 +549,19 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         }
 
         let (e, e_node) = scores.into_parts();
+        // A constant: no gradient.
+        let (mask, _) = mask.into_parts();
         let (v, v_node) = values.into_parts();
         let (ctx, slot, weights) =
             match AttendBackward.prepare::<C>([e_node, v_node]).compute_bound().stateful() {
                 OpsKind::Tracked(prep) => {
                     let v = into_contiguous(v);
-                    let (ctx, weights) = forward(e, v.clone());
+                    let (ctx, weights) = forward(e, mask, v.clone());
                     let slot = Arc::new(SecondGrad::default());
                     (prep.finish((weights.clone(), v, slot.clone()), ctx), slot, weights)
                 }
                 OpsKind::UnTracked(prep) => {
-                    let (ctx, weights) = forward(e, v);
+                    let (ctx, weights) = forward(e, mask, v);
                     (prep.finish(ctx), Arc::default(), weights)
                 }
             };
@@ -618,11 +641,15 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
     }
 }
 
-/// Softmax of `masked` scores `[batch, src]` (padding at `−∞`) and the weighted sum of
-/// `values` `[batch, src, d]` on a cubecl device (not flex; not with `gpu-tuned`): (context
-/// `[batch, d]`, weights `[batch, src]`).
-pub fn attend(masked: Tensor<2>, values: &Tensor<3>) -> (Tensor<2>, Tensor<2>) {
-    let (c, a) = <Dispatch as GpuAttend>::gpu_attend(masked.into_dispatch(), values.clone().into_dispatch());
+/// Softmax of `scores + mask` (`[batch, src]`; `mask` additive, `−∞` on padding, no
+/// gradient) and the weighted sum of `values` `[batch, src, d]` on a cubecl device (not flex;
+/// not with `gpu-tuned`): (context `[batch, d]`, weights `[batch, src]`).
+pub fn attend(scores: Tensor<2>, mask: &Tensor<2>, values: &Tensor<3>) -> (Tensor<2>, Tensor<2>) {
+    let (c, a) = <Dispatch as GpuAttend>::gpu_attend(
+        scores.into_dispatch(),
+        mask.clone().into_dispatch(),
+        values.clone().into_dispatch(),
+    );
     (Tensor::from_dispatch(c), Tensor::from_dispatch(a))
 }
 
@@ -651,8 +678,8 @@ mod tests {
     use crate::test_support::max_diff;
     use burn::tensor::{Bool, Distribution, TensorData};
 
-    /// The kernels equal the composed softmax and weighted sum on wgpu (lavapipe where there
-    /// is no GPU): context and weights, and the gradients of a random linear function of both
+    /// The kernels, given the additive key mask, equal the composed masked softmax and
+    /// weighted sum on wgpu (lavapipe where there is no GPU): context and weights, and the gradients of a random linear function of both
     /// (and of the context alone, where the weights reach no loss) with respect to the scores
     /// and the values; with padding, for `d` below and above `src`, and without autodiff.
     #[test]
@@ -679,9 +706,12 @@ mod tests {
                     let v = Tensor::<3>::from_data(TensorData::new(v.clone(), [batch, src, d]), &ad)
                         .require_grad();
                     let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad.clone(), [batch, src]), &ad);
-                    let masked = e.clone().mask_fill(pad, f32::NEG_INFINITY);
-                    let (c, w) =
-                        if gpu { attend(masked, &v) } else { super::super::attend_composed(masked, &v) };
+                    let (c, w) = if gpu {
+                        let mask = Tensor::<2>::zeros([batch, src], &ad).mask_fill(pad, f32::NEG_INFINITY);
+                        attend(e.clone(), &mask, &v)
+                    } else {
+                        super::super::attend_composed(e.clone().mask_fill(pad, f32::NEG_INFINITY), &v)
+                    };
                     let mut loss = (c.clone() * t2(&wc, [batch, d])).sum();
                     if with_weights {
                         loss = loss + (w.clone() * t2(&ww, [batch, src])).sum();
@@ -699,7 +729,7 @@ mod tests {
             }
             let e = Tensor::<2>::from_data(TensorData::new(e, [batch, src]), &plain);
             let v = Tensor::<3>::from_data(TensorData::new(v, [batch, src, d]), &plain);
-            let (c1, _) = attend(e.clone(), &v);
+            let (c1, _) = attend(e.clone(), &Tensor::zeros([batch, src], &plain), &v);
             let (c2, _) = super::super::attend_composed(e, &v);
             assert!(max_diff(c1, c2) < 1e-5, "no autodiff, batch {batch}, src {src}, d {d}");
         }

@@ -11,7 +11,7 @@ pub mod luong;
 pub mod step;
 
 use burn::module::Module;
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::Tensor;
 
 pub use bahdanau::{AdditiveAttention, AdditiveAttentionConfig};
 pub use luong::{LuongAttention, LuongAttentionConfig, LuongScore};
@@ -49,23 +49,24 @@ impl Attention {
         query: Tensor<2>,
         keys: &Tensor<3>,
         values: &Tensor<3>,
-        pad: &Tensor<2, Bool>,
+        key_mask: &Tensor<2>,
     ) -> (Tensor<2>, Tensor<2>) {
-        attend(self.scores(query, keys), values, pad)
+        attend(self.scores(query, keys), values, key_mask)
     }
 }
 
-/// Masked softmax of `scores` `[batch, src]` (`pad` true on padding) and the weighted sum of
-/// `values` `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
+/// Masked softmax of `scores` `[batch, src]` (`key_mask` additive: 0 on real positions, `−∞`
+/// on padding, [`crate::Source::key_mask`]) and the weighted sum of `values`
+/// `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
 ///
-/// On a GPU the softmax and the sum are [`gpu_attend`]'s kernels (not under `gpu-tuned`).
-pub fn attend(scores: Tensor<2>, values: &Tensor<3>, pad: &Tensor<2, Bool>) -> (Tensor<2>, Tensor<2>) {
-    let masked = scores.mask_fill(pad.clone(), f32::NEG_INFINITY);
+/// On a GPU the mask, the softmax and the sum are [`gpu_attend`]'s kernels (not under
+/// `gpu-tuned`), with no launch of the mask's own at each decoder step.
+pub fn attend(scores: Tensor<2>, values: &Tensor<3>, key_mask: &Tensor<2>) -> (Tensor<2>, Tensor<2>) {
     #[cfg(not(feature = "gpu-tuned"))]
-    if !crate::flex_data::is_flex(&masked.device()) {
-        return gpu_attend::attend(masked, values);
+    if !crate::flex_data::is_flex(&scores.device()) {
+        return gpu_attend::attend(scores, key_mask, values);
     }
-    attend_composed(masked, values)
+    attend_composed(scores + key_mask.clone(), values)
 }
 
 /// [`attend`] from masked scores, composed (what the GPU kernels are tested against).
@@ -149,18 +150,15 @@ pub(crate) mod gradcheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, Distribution, TensorData};
+    use burn::tensor::{Device, Distribution};
 
     #[test]
     fn weights_sum_to_one_and_padding_gets_zero() {
         let d = Device::flex();
         let scores: Tensor<2> = Tensor::random([2, 4], Distribution::Normal(0.0, 3.0), &d);
-        let pad = Tensor::<2, Bool>::from_data(
-            TensorData::new(vec![false, false, false, false, false, false, true, true], [2, 4]),
-            &d,
-        );
+        let src = crate::Source::new(&[0; 8], &[4, 2], 4, &d);
         let values: Tensor<3> = Tensor::random([2, 4, 3], Distribution::Normal(0.0, 1.0), &d);
-        let (ctx, w) = attend(scores, &values, &pad);
+        let (ctx, w) = attend(scores, &values, &src.key_mask);
         let w: Vec<f32> = w.into_data().try_to_vec::<f32>().unwrap();
         assert!((w[..4].iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!((w[4..].iter().sum::<f32>() - 1.0).abs() < 1e-6);

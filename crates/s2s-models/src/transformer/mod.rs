@@ -176,10 +176,8 @@ impl TransformerConfig {
 
 /// The additive key mask `[batch, 1, 1, src]`: 0 on real tokens, −∞ on padding.
 fn key_mask(src: &Source) -> Tensor<4> {
-    let [b, s] = src.pad.dims();
-    Tensor::<2>::zeros([b, s], &src.ids.device())
-        .mask_fill(src.pad.clone(), f32::NEG_INFINITY)
-        .reshape([b, 1, 1, s])
+    let [b, s] = src.key_mask.dims();
+    src.key_mask.clone().reshape([b, 1, 1, s])
 }
 
 /// The additive causal mask `[1, 1, t, t]`: −∞ where the key lies after the query.
