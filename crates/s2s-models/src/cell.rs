@@ -221,8 +221,14 @@ pub fn linear<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<
 }
 
 /// `x W + b` over the last dimension as one 2-D product, the bias added inside it while
-/// decoding ([`crate::small_matmul::add_matmul`]).
+/// decoding ([`crate::small_matmul::add_matmul`]); while training on a GPU the bias's node is
+/// [`crate::small_matmul::add_bias`]'s, whose gradient a decoder loop can defer.
 pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
+    if x.is_autodiff() && !crate::flex_data::is_flex(&x.device()) {
+        return as_rows(x, w.dims()[1], |x| {
+            crate::small_matmul::add_bias(crate::small_matmul::matmul(x, w), b)
+        });
+    }
     as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
 }
 

@@ -66,11 +66,12 @@ impl Deferrable for Flex {
 }
 
 /// What the step products of one wrapped weight leave for its backward: each step's input
-/// `x_t` and output gradient `∂y_t` (`T`: the backend's tensor), and whether a placeholder
-/// gradient was registered for the wrapper (its backward consumes one).
+/// `x_t` (none for a bias, whose gradient is `Σ_t Σ_rows ∂y_t`) and output gradient `∂y_t`
+/// (`T`: the backend's tensor), and whether a placeholder gradient was registered for the
+/// wrapper (its backward consumes one).
 #[derive(Debug)]
 pub(crate) struct Stash<T> {
-    parts: Mutex<(Vec<(T, T)>, bool)>,
+    parts: Mutex<(Vec<(Option<T>, T)>, bool)>,
 }
 
 impl<T> Default for Stash<T> {
@@ -80,36 +81,49 @@ impl<T> Default for Stash<T> {
 }
 
 impl<T: TensorMetadata> Stash<T> {
-    /// Keeps one step's `x` (`[rows, d_in]`) and `∂y` (`[rows, d_out]`). The first call
-    /// registers a zero gradient for the wrapper `node`, which its backward replaces.
-    pub(crate) fn push<B>(&self, x: T, dy: T, node: NodeId, grads: &mut Gradients)
+    /// Keeps one step's `x` (`[rows, d_in]`; `None` for a bias) and `∂y` (`[rows, d_out]`).
+    /// The first call registers a zero gradient for the wrapper `node` (`[d_in, d_out]`, or
+    /// `[d_out]` for a bias), which its backward replaces.
+    pub(crate) fn push<B>(&self, x: Option<T>, dy: T, node: NodeId, grads: &mut Gradients)
     where
         B: Backend<FloatTensorPrimitive = T, Device = T::Device>,
     {
         let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
         if !parts.1 {
-            let [d_in, d_out] = [x.shape().dims::<2>()[1], dy.shape().dims::<2>()[1]];
-            let zeros = B::float_zeros(Shape::from([d_in, d_out]), &x.device(), FloatDType::F32);
-            grads.register::<B>(node, zeros);
+            let d_out = dy.shape().dims::<2>()[1];
+            let shape = match &x {
+                Some(x) => Shape::from([x.shape().dims::<2>()[1], d_out]),
+                None => Shape::from([d_out]),
+            };
+            grads.register::<B>(node, B::float_zeros(shape, &dy.device(), FloatDType::F32));
             parts.1 = true;
         }
+        assert!(
+            parts.0.first().is_none_or(|(x0, _)| x0.is_some() == x.is_some()),
+            "deferred_grad: one wrapper used both as a weight and as a bias"
+        );
         parts.0.push((x, dy));
     }
 
     /// What the steps kept, taken out.
-    fn take(&self) -> Vec<(T, T)> {
+    fn take(&self) -> Vec<(Option<T>, T)> {
         std::mem::take(&mut self.parts.lock().unwrap_or_else(|e| e.into_inner()).0)
     }
 }
 
-/// `Σ x_tᵀ ∂y_t` over what `stash` kept, as one product, or `None` when no step kept anything.
+/// `Σ x_tᵀ ∂y_t` over what `stash` kept, as one product (a weight), or the column sums of
+/// all `∂y_t` (`[1, d_out]`, a bias); `None` when no step kept anything.
 fn product<B: Deferrable>(stash: &Stash<FloatTensor<B>>) -> Option<FloatTensor<B>> {
     let parts = stash.take();
     if parts.is_empty() {
         return None;
     }
     let (xs, dys): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-    Some(B::transposed_product(B::stack_rows(xs), B::stack_rows(dys)))
+    let dy = B::stack_rows(dys);
+    Some(match xs.into_iter().collect::<Option<Vec<_>>>() {
+        Some(xs) => B::transposed_product(B::stack_rows(xs), dy),
+        None => B::float_sum_dim(dy, 0),
+    })
 }
 
 /// A step product's `∂W`: kept in the wrapper's `stash` when `W` is deferred, else
@@ -122,8 +136,26 @@ pub(crate) fn weight_grad<B: Deferrable>(
     grads: &mut Gradients,
 ) {
     match stash {
-        Some(stash) => stash.push::<B>(x, dy, node, grads),
+        Some(stash) => stash.push::<B>(Some(x), dy, node, grads),
         None => grads.register::<B>(node, B::transposed_product(x, dy)),
+    }
+}
+
+/// A bias's gradient from a step's `∂y` (`[rows, d_out]`): kept in the wrapper's `stash`
+/// when the bias is deferred, else registered now as the column sums (`[d_out]`).
+#[cfg(not(feature = "gpu-tuned"))]
+pub(crate) fn bias_grad<B: Deferrable>(
+    stash: Option<Arc<Stash<FloatTensor<B>>>>,
+    dy: FloatTensor<B>,
+    node: NodeId,
+    grads: &mut Gradients,
+) {
+    match stash {
+        Some(stash) => stash.push::<B>(None, dy, node, grads),
+        None => {
+            let d_out = dy.shape().dims::<2>()[1];
+            grads.register::<B>(node, B::float_reshape(B::float_sum_dim(dy, 0), Shape::from([d_out])))
+        }
     }
 }
 
@@ -172,7 +204,10 @@ where
                 let grad = grads.consume::<B>(&ops.node);
                 if let Some(node) = node {
                     let grad = match product::<B>(&ops.state) {
-                        Some(steps) => B::float_add(grad, steps),
+                        Some(steps) => {
+                            let shape = grad.shape();
+                            B::float_add(grad, B::float_reshape(steps, shape))
+                        }
                         None => grad,
                     };
                     grads.register::<B>(node.id, grad);
@@ -304,34 +339,39 @@ mod tests {
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 
-    /// A recurrence of `steps` steps, `h_t = tanh(h_{t−1} W + x_t U)`, with `W` also used once
-    /// in an ordinary product, on `d`: the same value and gradients whether `W` is deferred or
-    /// not, and nothing left in the stashes afterwards.
+    /// A recurrence of `steps` steps, `h_t = tanh(h_{t−1} W + b + x_t U)`, with `W` and `b`
+    /// also used once outside the loop, on `d`: the same value and gradients whether `W` and
+    /// `b` are deferred or not, and nothing left in the stashes afterwards.
     fn check_recurrence(d: Device, steps: usize) {
         d.seed(9);
         let (b, k) = (6, 40);
         let w = Tensor::<2>::random([k, k], Distribution::Normal(0.0, 0.3), &d).require_grad();
         let u = Tensor::<2>::random([k, k], Distribution::Normal(0.0, 0.3), &d).require_grad();
+        let bias = Tensor::<1>::random([k], Distribution::Normal(0.0, 0.3), &d).require_grad();
         let xs: Vec<Tensor<2>> =
             (0..steps).map(|_| Tensor::random([b, k], Distribution::Normal(0.0, 1.0), &d)).collect();
         let big = Tensor::<2>::random([300, k], Distribution::Normal(0.0, 1.0), &d);
         let run = |defer: bool| {
             let ws = if defer { defer_grad(w.clone()) } else { w.clone() };
+            let bs = if defer { defer_grad(bias.clone()) } else { bias.clone() };
             let mut h = Tensor::<2>::zeros([b, k], &d);
             for x in &xs {
-                let pre = crate::small_matmul::matmul(h, ws.clone())
+                let pre = crate::cell::affine_rows(h, ws.clone(), bs.clone())
                     + crate::small_matmul::matmul(x.clone(), u.clone());
                 h = crate::fused_tanh::tanh(pre);
             }
-            let loss = h.sum() + big.clone().matmul(ws).mean();
+            let loss = h.sum() + big.clone().matmul(ws).mean() + (bs.clone() * bs).sum();
             let grads = loss.clone().backward();
-            (loss.inner(), w.grad(&grads).expect("∂W"), u.grad(&grads).expect("∂U"))
+            let g =
+                (w.grad(&grads).expect("∂W"), u.grad(&grads).expect("∂U"), bias.grad(&grads).expect("∂b"));
+            (loss.inner(), g)
         };
-        let (l1, w1, u1) = run(true);
-        let (l2, w2, u2) = run(false);
+        let (l1, (w1, u1, b1)) = run(true);
+        let (l2, (w2, u2, b2)) = run(false);
         assert!(max_diff(l1, l2) < 1e-5);
         assert!(max_diff(w1, w2) < 1e-4, "∂W");
         assert!(max_diff(u1, u2) < 1e-4, "∂U");
+        assert!(max_diff(b1, b2) < 1e-4, "∂b");
         let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         let kept = |s: &Weak<dyn Any + Send + Sync>| {
             let Some(s) = s.upgrade() else { return 0 };

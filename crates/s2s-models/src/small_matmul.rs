@@ -355,6 +355,20 @@ fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
     ))
 }
 
+/// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`): while training on a GPU a node whose
+/// bias gradient waits for all steps when `b` is deferred ([`crate::deferred_grad`]), else
+/// burn's broadcast addition.
+pub fn add_bias(y: Tensor<2>, b: Tensor<1>) -> Tensor<2> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if y.is_autodiff() && !crate::flex_data::is_flex(&y.device()) {
+        return Tensor::from_dispatch(<Dispatch as gpu::GpuBias>::gpu_add_bias(
+            y.into_dispatch(),
+            b.into_dispatch(),
+        ));
+    }
+    y + b.unsqueeze::<2>()
+}
+
 /// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row). While decoding
 /// on flex the addition happens inside the product (no pass or tensor of its own); elsewhere,
 /// and under autodiff, the two are composed — the same result to the bit.
@@ -386,10 +400,63 @@ mod gpu {
     use burn_cubecl::CubeBackend;
     use burn_cubecl::tensor::CubeTensor;
 
+    use burn::backend::backend_extension;
+    use burn::tensor::Shape;
+
     use super::SmallMatmul;
-    use crate::deferred_grad::{Stash, stash_of, weight_grad};
+    use crate::deferred_grad::{Stash, bias_grad, stash_of, weight_grad};
 
     type Mm = CubeBackend;
+
+    /// The bias addition as a burn backend extension (cubecl runtimes without fusion).
+    #[backend_extension(Cube, Autodiff)]
+    pub trait GpuBias: burn::backend::Backend {
+        /// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`).
+        fn gpu_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+    }
+
+    /// `y + b` broadcast over the rows.
+    fn add_rows(y: CubeTensor, b: CubeTensor) -> CubeTensor {
+        let d = b.shape()[0];
+        Mm::float_add(y, Mm::float_reshape(b, Shape::from([1, d])))
+    }
+
+    impl GpuBias for CubeBackend {
+        fn gpu_add_bias(y: CubeTensor, b: CubeTensor) -> CubeTensor {
+            add_rows(y, b)
+        }
+    }
+
+    impl<C: CheckpointStrategy> GpuBias for Autodiff<CubeBackend, C> {
+        fn gpu_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+            #[derive(Debug)]
+            struct AddBiasBackward;
+
+            impl Backward<CubeBackend, 2> for AddBiasBackward {
+                /// Where `∂b` goes when `b` is deferred.
+                type State = Option<Arc<Stash<CubeTensor>>>;
+
+                fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                    let [node_y, node_b] = ops.parents;
+                    let grad = grads.consume::<CubeBackend>(&ops.node);
+                    if let Some(node) = node_b {
+                        bias_grad::<CubeBackend>(ops.state, grad.clone(), node.id, grads);
+                    }
+                    if let Some(node) = node_y {
+                        grads.register::<CubeBackend>(node.id, grad);
+                    }
+                }
+            }
+
+            let b_id = b.id();
+            let (y, y_node) = y.into_parts();
+            let (b, b_node) = b.into_parts();
+            match AddBiasBackward.prepare::<C>([y_node, b_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish(stash_of::<CubeBackend>(b_id), add_rows(y, b)),
+                OpsKind::UnTracked(prep) => prep.finish(add_rows(y, b)),
+            }
+        }
+    }
 
     impl SmallMatmul for CubeBackend {
         fn small_matmul(x: CubeTensor, w: CubeTensor, _reuse: bool) -> CubeTensor {
