@@ -248,6 +248,10 @@ impl AttentionRnn {
     /// Teacher-forced logits and attention weights.
     pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
         let mut state = self.encode_state(src);
+        // Every step reads the memory and the keys whole: on a GPU their gradients are summed
+        // once (`deferred_grad`), not added step by step.
+        state.memory = state.memory.map(defer_grad);
+        state.keys = state.keys.map(defer_grad);
         let tgt = tgt_in.dims()[1];
         let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
         let cell0 = &self.decoder.forward_cells[0];

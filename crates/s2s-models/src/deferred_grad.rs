@@ -65,13 +65,26 @@ impl Deferrable for Flex {
     }
 }
 
-/// What the step products of one wrapped weight leave for its backward: each step's input
-/// `x_t` (none for a bias, whose gradient is `Σ_t Σ_rows ∂y_t`) and output gradient `∂y_t`
-/// (`T`: the backend's tensor), and whether a placeholder gradient was registered for the
-/// wrapper (its backward consumes one).
+/// One step's contribution to a wrapped tensor's gradient.
+#[derive(Debug)]
+#[cfg_attr(feature = "gpu-tuned", allow(dead_code))] // Only the GPU kernels keep the last two.
+pub(crate) enum Part<T> {
+    /// A product's input `x_t` (`[rows, d_in]`) and output gradient `∂y_t` (`[rows, d_out]`):
+    /// the wrapped tensor is the weight, its gradient `Σ_t x_tᵀ ∂y_t`.
+    Product(T, T),
+    /// A bias's `∂y_t` (`[rows, d_out]`): its gradient `Σ_t Σ_rows ∂y_t`.
+    RowSums(T),
+    /// A gradient of the wrapped tensor's own shape (the encoder's memory, read at every
+    /// step): the gradient is their sum.
+    Whole(T),
+}
+
+/// What the steps leave for a wrapper's backward (`T`: the backend's tensor), all parts of
+/// one kind, and whether a placeholder gradient was registered for the wrapper (its backward
+/// consumes one).
 #[derive(Debug)]
 pub(crate) struct Stash<T> {
-    parts: Mutex<(Vec<(Option<T>, T)>, bool)>,
+    parts: Mutex<(Vec<Part<T>>, bool)>,
 }
 
 impl<T> Default for Stash<T> {
@@ -81,49 +94,86 @@ impl<T> Default for Stash<T> {
 }
 
 impl<T: TensorMetadata> Stash<T> {
-    /// Keeps one step's `x` (`[rows, d_in]`; `None` for a bias) and `∂y` (`[rows, d_out]`).
-    /// The first call registers a zero gradient for the wrapper `node` (`[d_in, d_out]`, or
-    /// `[d_out]` for a bias), which its backward replaces.
-    pub(crate) fn push<B>(&self, x: Option<T>, dy: T, node: NodeId, grads: &mut Gradients)
+    /// Keeps one step's part. The first call registers a zero gradient of the wrapped
+    /// tensor's shape for the wrapper `node`, which its backward replaces.
+    pub(crate) fn push<B>(&self, part: Part<T>, node: NodeId, grads: &mut Gradients)
     where
         B: Backend<FloatTensorPrimitive = T, Device = T::Device>,
     {
         let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
         if !parts.1 {
-            let d_out = dy.shape().dims::<2>()[1];
-            let shape = match &x {
-                Some(x) => Shape::from([x.shape().dims::<2>()[1], d_out]),
-                None => Shape::from([d_out]),
+            let (shape, device) = match &part {
+                Part::Product(x, dy) => {
+                    (Shape::from([x.shape().dims::<2>()[1], dy.shape().dims::<2>()[1]]), dy.device())
+                }
+                Part::RowSums(dy) => (Shape::from([dy.shape().dims::<2>()[1]]), dy.device()),
+                Part::Whole(g) => (g.shape(), g.device()),
             };
-            grads.register::<B>(node, B::float_zeros(shape, &dy.device(), FloatDType::F32));
+            grads.register::<B>(node, B::float_zeros(shape, &device, FloatDType::F32));
             parts.1 = true;
         }
         assert!(
-            parts.0.first().is_none_or(|(x0, _)| x0.is_some() == x.is_some()),
-            "deferred_grad: one wrapper used both as a weight and as a bias"
+            parts.0.first().is_none_or(|p| std::mem::discriminant(p) == std::mem::discriminant(&part)),
+            "deferred_grad: one wrapper given parts of two kinds"
         );
-        parts.0.push((x, dy));
+        parts.0.push(part);
     }
 
     /// What the steps kept, taken out.
-    fn take(&self) -> Vec<(Option<T>, T)> {
+    fn take(&self) -> Vec<Part<T>> {
         std::mem::take(&mut self.parts.lock().unwrap_or_else(|e| e.into_inner()).0)
     }
 }
 
-/// `Σ x_tᵀ ∂y_t` over what `stash` kept, as one product (a weight), or the column sums of
-/// all `∂y_t` (`[1, d_out]`, a bias); `None` when no step kept anything.
+/// What `stash` kept, summed over the steps in one product or sum: `Σ x_tᵀ ∂y_t` (one
+/// product over the stacked rows), the column sums of all `∂y_t` (`[1, d_out]`), or the sum
+/// of whole gradients (`[1, n]`); the wrapper reshapes it to its own shape. `None` when no
+/// step kept anything.
 fn product<B: Deferrable>(stash: &Stash<FloatTensor<B>>) -> Option<FloatTensor<B>> {
     let parts = stash.take();
-    if parts.is_empty() {
-        return None;
-    }
-    let (xs, dys): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
-    let dy = B::stack_rows(dys);
-    Some(match xs.into_iter().collect::<Option<Vec<_>>>() {
-        Some(xs) => B::transposed_product(B::stack_rows(xs), dy),
-        None => B::float_sum_dim(dy, 0),
+    let first = parts.first()?;
+    Some(match first {
+        Part::Product(..) => {
+            let (xs, dys): (Vec<_>, Vec<_>) = parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::Product(x, dy) => (x, dy),
+                    _ => unreachable!("one kind a stash"),
+                })
+                .unzip();
+            B::transposed_product(B::stack_rows(xs), B::stack_rows(dys))
+        }
+        Part::RowSums(_) | Part::Whole(_) => {
+            let rows: Vec<_> = parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::RowSums(dy) => dy,
+                    // `[1, n]`: one row a step.
+                    Part::Whole(g) => {
+                        let n = g.shape().num_elements();
+                        B::float_reshape(g, Shape::from([1, n]))
+                    }
+                    Part::Product(..) => unreachable!("one kind a stash"),
+                })
+                .collect();
+            B::float_sum_dim(B::stack_rows(rows), 0)
+        }
     })
+}
+
+/// `grad` (of `node`'s tensor) kept in the wrapper's `stash` as `part(grad)` when the tensor
+/// is deferred, else registered now as `now(grad)`.
+fn keep_or_register<B: Deferrable>(
+    stash: Option<Arc<Stash<FloatTensor<B>>>>,
+    part: Part<FloatTensor<B>>,
+    node: NodeId,
+    grads: &mut Gradients,
+    now: impl FnOnce(Part<FloatTensor<B>>) -> FloatTensor<B>,
+) {
+    match stash {
+        Some(stash) => stash.push::<B>(part, node, grads),
+        None => grads.register::<B>(node, now(part)),
+    }
 }
 
 /// A step product's `∂W`: kept in the wrapper's `stash` when `W` is deferred, else
@@ -135,10 +185,10 @@ pub(crate) fn weight_grad<B: Deferrable>(
     node: NodeId,
     grads: &mut Gradients,
 ) {
-    match stash {
-        Some(stash) => stash.push::<B>(Some(x), dy, node, grads),
-        None => grads.register::<B>(node, B::transposed_product(x, dy)),
-    }
+    keep_or_register::<B>(stash, Part::Product(x, dy), node, grads, |p| match p {
+        Part::Product(x, dy) => B::transposed_product(x, dy),
+        _ => unreachable!("a product"),
+    })
 }
 
 /// A bias's gradient from a step's `∂y` (`[rows, d_out]`): kept in the wrapper's `stash`
@@ -150,13 +200,29 @@ pub(crate) fn bias_grad<B: Deferrable>(
     node: NodeId,
     grads: &mut Gradients,
 ) {
-    match stash {
-        Some(stash) => stash.push::<B>(None, dy, node, grads),
-        None => {
+    keep_or_register::<B>(stash, Part::RowSums(dy), node, grads, |p| match p {
+        Part::RowSums(dy) => {
             let d_out = dy.shape().dims::<2>()[1];
-            grads.register::<B>(node, B::float_reshape(B::float_sum_dim(dy, 0), Shape::from([d_out])))
+            B::float_reshape(B::float_sum_dim(dy, 0), Shape::from([d_out]))
         }
-    }
+        _ => unreachable!("row sums"),
+    })
+}
+
+/// A step's gradient of a tensor every step reads whole (the encoder's memory): kept in the
+/// wrapper's `stash` when the tensor is deferred (the steps' gradients then summed in one
+/// launch, not added one by one), else registered now.
+#[cfg(not(feature = "gpu-tuned"))]
+pub(crate) fn whole_grad<B: Deferrable>(
+    stash: Option<Arc<Stash<FloatTensor<B>>>>,
+    g: FloatTensor<B>,
+    node: NodeId,
+    grads: &mut Gradients,
+) {
+    keep_or_register::<B>(stash, Part::Whole(g), node, grads, |p| match p {
+        Part::Whole(g) => g,
+        _ => unreachable!("a whole gradient"),
+    })
 }
 
 /// Live wrappers: the wrapper's node and its stash (a `Stash` of its backend's tensors; weak:
@@ -397,6 +463,45 @@ mod tests {
     fn deferred_gradient_equals_per_step_gradients_on_wgpu() {
         let Some(plain) = crate::testing::wgpu_or_skip() else { return };
         check_recurrence(plain.autodiff(), 40);
+    }
+
+    /// On wgpu, a memory every step reads whole through the attention kernels (as values, as
+    /// the keys of the dot and additive scores) and Bahdanau's `v`, also used outside the
+    /// loop: the same gradients whether they are deferred or not.
+    #[cfg(not(feature = "gpu-tuned"))]
+    #[test]
+    fn deferred_whole_gradients_equal_per_step_gradients_on_wgpu() {
+        use crate::attention::gpu_attend::{additive_scores, attend, dot_scores};
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let d = plain.autodiff();
+        d.seed(4);
+        let (b, s, k, steps) = (3, 5, 7, 30);
+        let normal = |dims: Vec<usize>| {
+            Tensor::<1>::random([dims.iter().product::<usize>()], Distribution::Normal(0.0, 1.0), &d)
+        };
+        let memory = normal(vec![b, s, k]).reshape([b, s, k]).require_grad();
+        let v = normal(vec![k, 1]).reshape([k, 1]).require_grad();
+        let qs: Vec<Tensor<2>> = (0..steps).map(|_| normal(vec![b, k]).reshape([b, k])).collect();
+        let rs: Vec<Tensor<2>> = (0..steps).map(|_| normal(vec![b, k]).reshape([b, k])).collect();
+        let mask = Tensor::<2>::zeros([b, s], &d);
+        let run = |defer: bool| {
+            let (mem, vv) = if defer {
+                (defer_grad(memory.clone()), defer_grad(v.clone()))
+            } else {
+                (memory.clone(), v.clone())
+            };
+            let mut loss = (mem.clone() * mem.clone()).sum() * 0.1 + vv.clone().sum();
+            for (q, r) in qs.iter().zip(&rs) {
+                let e = additive_scores(q.clone(), &mem, vv.clone()) + dot_scores(q.clone(), &mem);
+                let (c, _) = attend(e, &mask, &mem);
+                loss = loss + (c * r.clone()).sum();
+            }
+            let grads = loss.backward();
+            (memory.grad(&grads).expect("∂memory"), v.grad(&grads).expect("∂v"))
+        };
+        let ((m1, v1), (m2, v2)) = (run(true), run(false));
+        assert!(max_diff(m1, m2) < 1e-4, "∂memory");
+        assert!(max_diff(v1, v2) < 1e-4, "∂v");
     }
 
     /// On wgpu the stacking kernel equals burn's `cat` of the rows, parts that are views

@@ -38,6 +38,7 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
+use crate::deferred_grad::{Stash, stash_of, whole_grad};
 use crate::second_output::{SecondGrad, second_output};
 
 /// Softmax and context as a burn backend extension (cubecl runtimes without fusion).
@@ -530,20 +531,21 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         struct AttendBackward;
 
         impl Backward<CubeBackend, 2> for AttendBackward {
-            /// `α`, the values, and where `∂α` arrives.
-            type State = (CubeTensor, CubeTensor, Arc<SecondGrad>);
+            /// `α`, the values, where `∂α` arrives, and where `∂values` goes when the values
+            /// are deferred (`deferred_grad`: the memory every decoder step reads).
+            type State = (CubeTensor, CubeTensor, Arc<SecondGrad>, Option<Arc<Stash<CubeTensor>>>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_scores, node_values] = ops.parents;
                 let dc = grads.consume::<CubeBackend>(&ops.node);
-                let (weights, values, slot) = ops.state;
+                let (weights, values, slot, stash) = ops.state;
                 let da = slot.take();
                 let (d_scores, d_values) = backward(weights, values, dc, da);
                 if let Some(node) = node_scores {
                     grads.register::<CubeBackend>(node.id, d_scores);
                 }
                 if let Some(node) = node_values {
-                    grads.register::<CubeBackend>(node.id, d_values);
+                    whole_grad::<CubeBackend>(stash, d_values, node.id, grads);
                 }
             }
         }
@@ -551,6 +553,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         let (e, e_node) = scores.into_parts();
         // A constant: no gradient.
         let (mask, _) = mask.into_parts();
+        let v_stash = stash_of::<CubeBackend>(values.id());
         let (v, v_node) = values.into_parts();
         let (ctx, slot, weights) =
             match AttendBackward.prepare::<C>([e_node, v_node]).compute_bound().stateful() {
@@ -558,7 +561,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
                     let v = into_contiguous(v);
                     let (ctx, weights) = forward(e, mask, v.clone());
                     let slot = Arc::new(SecondGrad::default());
-                    (prep.finish((weights.clone(), v, slot.clone()), ctx), slot, weights)
+                    (prep.finish((weights.clone(), v, slot.clone(), v_stash), ctx), slot, weights)
                 }
                 OpsKind::UnTracked(prep) => {
                     let (ctx, weights) = forward(e, mask, v);
@@ -578,22 +581,27 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         struct AdditiveBackward;
 
         impl Backward<CubeBackend, 3> for AdditiveBackward {
-            /// `q`, `keys` and `v` (contiguous); `tanh` is recomputed.
-            type State = (CubeTensor, CubeTensor, CubeTensor);
+            /// `q`, `keys` and `v` (contiguous; `tanh` is recomputed), and where `∂keys` and
+            /// `∂v` go when deferred (`deferred_grad`: every decoder step reads them).
+            type State = (CubeTensor, CubeTensor, CubeTensor, [Option<Arc<Stash<CubeTensor>>>; 2]);
 
             fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_q, node_keys, node_v] = ops.parents;
                 let de = grads.consume::<CubeBackend>(&ops.node);
-                let (q, keys, v) = ops.state;
+                let (q, keys, v, [keys_stash, v_stash]) = ops.state;
                 let [d_q, d_keys, d_v] = additive_backward_call(q, keys, v, de);
-                for (node, g) in [(node_q, d_q), (node_keys, d_keys), (node_v, d_v)] {
+                if let Some(node) = node_q {
+                    grads.register::<CubeBackend>(node.id, d_q);
+                }
+                for (node, g, stash) in [(node_keys, d_keys, keys_stash), (node_v, d_v, v_stash)] {
                     if let Some(node) = node {
-                        grads.register::<CubeBackend>(node.id, g);
+                        whole_grad::<CubeBackend>(stash, g, node.id, grads);
                     }
                 }
             }
         }
 
+        let stashes = [stash_of::<CubeBackend>(keys.id()), stash_of::<CubeBackend>(v.id())];
         let (q, q_node) = q.into_parts();
         let (keys, keys_node) = keys.into_parts();
         let (v, v_node) = v.into_parts();
@@ -601,7 +609,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
             OpsKind::Tracked(prep) => {
                 let (q, keys, v) = (into_contiguous(q), into_contiguous(keys), into_contiguous(v));
                 let e = additive_forward_call(q.clone(), keys.clone(), v.clone());
-                prep.finish((q, keys, v), e)
+                prep.finish((q, keys, v, stashes), e)
             }
             OpsKind::UnTracked(prep) => prep.finish(additive_forward_call(q, keys, v)),
         }
@@ -612,29 +620,32 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         struct DotBackward;
 
         impl Backward<CubeBackend, 2> for DotBackward {
-            /// `q` and `keys` (contiguous).
-            type State = (CubeTensor, CubeTensor);
+            /// `q` and `keys` (contiguous), and where `∂keys` goes when deferred
+            /// (`deferred_grad`: every decoder step reads them).
+            type State = (CubeTensor, CubeTensor, Option<Arc<Stash<CubeTensor>>>);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_q, node_keys] = ops.parents;
                 let de = grads.consume::<CubeBackend>(&ops.node);
-                let (q, keys) = ops.state;
+                let (q, keys, stash) = ops.state;
                 let [d_q, d_keys] = dot_backward_call(q, keys, de);
-                for (node, g) in [(node_q, d_q), (node_keys, d_keys)] {
-                    if let Some(node) = node {
-                        grads.register::<CubeBackend>(node.id, g);
-                    }
+                if let Some(node) = node_q {
+                    grads.register::<CubeBackend>(node.id, d_q);
+                }
+                if let Some(node) = node_keys {
+                    whole_grad::<CubeBackend>(stash, d_keys, node.id, grads);
                 }
             }
         }
 
+        let stash = stash_of::<CubeBackend>(keys.id());
         let (q, q_node) = q.into_parts();
         let (keys, keys_node) = keys.into_parts();
         match DotBackward.prepare::<C>([q_node, keys_node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let (q, keys) = (into_contiguous(q), into_contiguous(keys));
                 let e = dot_forward_call(q.clone(), keys.clone());
-                prep.finish((q, keys), e)
+                prep.finish((q, keys, stash), e)
             }
             OpsKind::UnTracked(prep) => prep.finish(dot_forward_call(q, keys)),
         }
