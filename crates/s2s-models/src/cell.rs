@@ -157,12 +157,12 @@ impl RecurrentCell {
         let hw = || crate::small_matmul::matmul(state.h.clone(), self.w_hidden.val()); // [B, G·H]
         match self.kind {
             CellKind::Lstm => {
-                let gates = crate::small_matmul::add_matmul(xw, state.h.clone(), self.w_hidden.val());
                 let c_prev = state.c.clone().expect("LSTM state has a memory cell");
-                let (h, c) = if crate::flex_data::is_flex(&gates.device()) {
+                let (h, c) = if crate::flex_data::is_flex(&xw.device()) {
+                    let gates = crate::small_matmul::add_matmul(xw, state.h.clone(), self.w_hidden.val());
                     crate::fused_lstm::lstm_gates(gates, c_prev)
                 } else {
-                    gpu_gates(gates, c_prev)
+                    gpu_gates(xw, hw(), c_prev)
                 };
                 CellState { h, c: Some(c) }
             }
@@ -232,13 +232,14 @@ pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> 
     as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
 }
 
-/// The gate math on a cubecl device: its kernel ([`crate::gpu_lstm_cell`]), or the composed
-/// operations under burn's fusion (`gpu-tuned`).
-fn gpu_gates(gates: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+/// The gate math on a cubecl device from the gates' two parts `xw + hw`: its kernel, which
+/// adds them ([`crate::gpu_lstm_cell`]), or the composed operations under burn's fusion
+/// (`gpu-tuned`).
+fn gpu_gates(xw: Tensor<2>, hw: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
     #[cfg(not(feature = "gpu-tuned"))]
-    return crate::gpu_lstm_cell::lstm_gates(gates, c_prev);
+    return crate::gpu_lstm_cell::lstm_gates(xw, hw, c_prev);
     #[cfg(feature = "gpu-tuned")]
-    return lstm_gates_composed(gates, c_prev);
+    return lstm_gates_composed(xw + hw, c_prev);
 }
 
 /// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and

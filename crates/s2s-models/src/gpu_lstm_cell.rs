@@ -48,13 +48,16 @@ use crate::second_output::{SecondGrad, second_output};
 /// The gate math as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
 pub trait GpuLstmGates: burn::backend::Backend {
-    /// `(h', c')` (each `[batch, hidden]`) from `gates` (`[batch, 4·hidden]`) and `c`.
+    /// `(h', c')` (each `[batch, hidden]`) from the gates' two parts `xw` and `hw` (each
+    /// `[batch, 4·hidden]`, added inside the kernel: the input's and the state's projections)
+    /// and `c`.
     ///
     /// With autodiff these are two nodes, `c'` a child of `h'` (`second_output`, whose doc
     /// says why and what it asks: `h'` reaches the loss wherever `c'` does, as in any LSTM
-    /// recurrence); the `h'` node's backward computes both inputs' gradients in one launch.
+    /// recurrence); the `h'` node's backward computes all inputs' gradients in one launch.
     fn gpu_lstm_gates(
-        gates: FloatTensor<Self>,
+        xw: FloatTensor<Self>,
+        hw: FloatTensor<Self>,
         c: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
@@ -85,26 +88,26 @@ struct Unit {
     at: usize,
 }
 
-/// Unit `u` = `(row, j)` of a `[batch, hidden]` state.
+/// Unit `u` = `(row, j)` of a `[batch, hidden]` state, its gates `xw + hw`.
 #[cube]
-fn unit(gates: &[f32], u: usize, h: usize) -> Unit {
+fn unit(xw: &[f32], hw: &[f32], u: usize, h: usize) -> Unit {
     let (row, j) = (u / h, u % h);
     let at = row * 4 * h + j;
     Unit {
-        i: sigmoid(gates[at]),
-        f: sigmoid(gates[at + h]),
-        g: f32::tanh(gates[at + 2 * h]),
-        o: sigmoid(gates[at + 3 * h]),
+        i: sigmoid(xw[at] + hw[at]),
+        f: sigmoid(xw[at + h] + hw[at + h]),
+        g: f32::tanh(xw[at + 2 * h] + hw[at + 2 * h]),
+        o: sigmoid(xw[at + 3 * h] + hw[at + 3 * h]),
         at,
     }
 }
 
 /// One unit per thread: `h'` and `c'`, each `[batch, hidden]`.
 #[cube(launch)]
-fn gates_forward(gates: &[f32], c: &[f32], h_out: &mut [f32], c_out: &mut [f32], hidden: u32) {
+fn gates_forward(xw: &[f32], hw: &[f32], c: &[f32], h_out: &mut [f32], c_out: &mut [f32], hidden: u32) {
     let n = ABSOLUTE_POS;
     if n < c.len() {
-        let u = unit(gates, n, hidden as usize);
+        let u = unit(xw, hw, n, hidden as usize);
         let c2 = u.f * c[n] + u.i * u.g;
         h_out[n] = u.o * f32::tanh(c2);
         c_out[n] = c2;
@@ -116,7 +119,8 @@ fn gates_forward(gates: &[f32], c: &[f32], h_out: &mut [f32], c_out: &mut [f32],
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn gates_backward(
-    gates: &[f32],
+    xw: &[f32],
+    hw: &[f32],
     c: &[f32],
     dh: &[f32],
     dc: &[f32],
@@ -128,7 +132,7 @@ fn gates_backward(
     let n = ABSOLUTE_POS;
     if n < c.len() {
         let h = hidden as usize;
-        let u = unit(gates, n, h);
+        let u = unit(xw, hw, n, h);
         let c_prev = c[n];
         let t = f32::tanh(u.f * c_prev + u.i * u.g);
         let dh = dh[n];
@@ -268,27 +272,31 @@ fn layer_finish(dh_mm: &[f32], carry: &[f32], d_h0: &mut [f32], d_c0: &mut [f32]
     }
 }
 
-/// `[batch, hidden]` of `c` (checked against the gates' `[batch, 4·hidden]`).
-fn units(gates: &CubeTensor, c: &CubeTensor) -> [usize; 2] {
-    let (gs, cs) = (gates.meta.shape(), c.meta.shape());
+/// `[batch, hidden]` of `c` (checked against the gates' parts, each `[batch, 4·hidden]`).
+fn units(xw: &CubeTensor, hw: &CubeTensor, c: &CubeTensor) -> [usize; 2] {
+    let (xs, hs, cs) = (xw.meta.shape(), hw.meta.shape(), c.meta.shape());
     assert!(
-        gs.num_dims() == 2 && cs.num_dims() == 2 && gs[0] == cs[0] && gs[1] == 4 * cs[1],
-        "LSTM gates [B, 4H] and cell [B, H] disagree"
+        xs.num_dims() == 2 && cs.num_dims() == 2 && xs[0] == cs[0] && xs[1] == 4 * cs[1] && hs == xs,
+        "LSTM gates [B, 4H] (two parts) and cell [B, H] disagree"
     );
-    assert!(gates.dtype == DType::F32 && c.dtype == DType::F32, "the LSTM kernels compute in f32");
+    assert!(
+        xw.dtype == DType::F32 && hw.dtype == DType::F32 && c.dtype == DType::F32,
+        "the LSTM kernels compute in f32"
+    );
     [cs[0], cs[1]]
 }
 
-fn forward(gates: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
-    let [batch, h] = units(&gates, &c);
-    let (gates, c) = (into_contiguous(gates), into_contiguous(c));
+fn forward(xw: CubeTensor, hw: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
+    let [batch, h] = units(&xw, &hw, &c);
+    let (xw, hw, c) = (into_contiguous(xw), into_contiguous(hw), into_contiguous(c));
     let (h_out, c_out) = (empty(&c, [batch, h]), empty(&c, [batch, h]));
     let (count, dim) = launch_dims(&c, batch * h);
     gates_forward::launch(
         &c.client.clone(),
         count,
         dim,
-        gates.into_buffer_arg(),
+        xw.into_buffer_arg(),
+        hw.into_buffer_arg(),
         c.into_buffer_arg(),
         h_out.clone().into_buffer_arg(),
         c_out.clone().into_buffer_arg(),
@@ -297,15 +305,17 @@ fn forward(gates: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
     (h_out, c_out)
 }
 
-/// `(∂gates, ∂c)` from `∂h'` and, when `c'` reached the loss, `∂c'`.
+/// `(∂gates, ∂c)` (`∂gates` is both parts' gradient) from `∂h'` and, when `c'` reached the
+/// loss, `∂c'`.
 fn backward(
-    gates: CubeTensor,
+    xw: CubeTensor,
+    hw: CubeTensor,
     c: CubeTensor,
     dh: CubeTensor,
     dc: Option<CubeTensor>,
 ) -> (CubeTensor, CubeTensor) {
-    let [batch, h] = units(&gates, &c);
-    let (gates, c, dh) = (into_contiguous(gates), into_contiguous(c), into_contiguous(dh));
+    let [batch, h] = units(&xw, &hw, &c);
+    let (xw, hw, c, dh) = (into_contiguous(xw), into_contiguous(hw), into_contiguous(c), into_contiguous(dh));
     let has_dc = dc.is_some();
     // Without `∂c'` the kernel reads no `dc`; `dh` fills its binding.
     let dc = dc.map_or_else(|| dh.clone(), into_contiguous);
@@ -315,7 +325,8 @@ fn backward(
         &c.client.clone(),
         count,
         dim,
-        gates.into_buffer_arg(),
+        xw.into_buffer_arg(),
+        hw.into_buffer_arg(),
         c.into_buffer_arg(),
         dh.into_buffer_arg(),
         dc.into_buffer_arg(),
@@ -448,8 +459,8 @@ fn layer_backward(l: LayerSaved, grad: CubeTensor) -> [CubeTensor; 4] {
 }
 
 impl GpuLstmGates for CubeBackend {
-    fn gpu_lstm_gates(gates: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
-        forward(gates, c)
+    fn gpu_lstm_gates(xw: CubeTensor, hw: CubeTensor, c: CubeTensor) -> (CubeTensor, CubeTensor) {
+        forward(xw, hw, c)
     }
 
     fn gpu_lstm_layer(
@@ -466,24 +477,29 @@ impl GpuLstmGates for CubeBackend {
 
 impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
     fn gpu_lstm_gates(
-        gates: FloatTensor<Self>,
+        xw: FloatTensor<Self>,
+        hw: FloatTensor<Self>,
         c: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         #[derive(Debug)]
         struct GatesBackward;
 
-        impl Backward<CubeBackend, 2> for GatesBackward {
+        impl Backward<CubeBackend, 3> for GatesBackward {
             /// The forward inputs (the activations are recomputed, cheaper than storing four)
             /// and where `∂c'` arrives.
-            type State = (CubeTensor, CubeTensor, Arc<SecondGrad>);
+            type State = (CubeTensor, CubeTensor, CubeTensor, Arc<SecondGrad>);
 
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_gates, node_c] = ops.parents;
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_xw, node_hw, node_c] = ops.parents;
                 let dh = grads.consume::<CubeBackend>(&ops.node);
-                let (gates, c, cell) = ops.state;
+                let (xw, hw, c, cell) = ops.state;
                 let dc = cell.take();
-                let (d_gates, d_c) = backward(gates, c, dh, dc);
-                if let Some(node) = node_gates {
+                let (d_gates, d_c) = backward(xw, hw, c, dh, dc);
+                // The sum's two parts share its gradient.
+                if let Some(node) = node_hw {
+                    grads.register::<CubeBackend>(node.id, d_gates.clone());
+                }
+                if let Some(node) = node_xw {
                     grads.register::<CubeBackend>(node.id, d_gates);
                 }
                 if let Some(node) = node_c {
@@ -492,17 +508,18 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
             }
         }
 
-        let (g, g_node) = gates.into_parts();
+        let (xw, xw_node) = xw.into_parts();
+        let (hw, hw_node) = hw.into_parts();
         let (c, c_node) = c.into_parts();
         let (h_out, cell, c_out) =
-            match GatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
+            match GatesBackward.prepare::<C>([xw_node, hw_node, c_node]).compute_bound().stateful() {
                 OpsKind::Tracked(prep) => {
-                    let (h_out, c_out) = forward(g.clone(), c.clone());
+                    let (h_out, c_out) = forward(xw.clone(), hw.clone(), c.clone());
                     let cell = Arc::new(SecondGrad::default());
-                    (prep.finish((g, c, cell.clone()), h_out), cell, c_out)
+                    (prep.finish((xw, hw, c, cell.clone()), h_out), cell, c_out)
                 }
                 OpsKind::UnTracked(prep) => {
-                    let (h_out, c_out) = forward(g, c);
+                    let (h_out, c_out) = forward(xw, hw, c);
                     (prep.finish(h_out), Arc::default(), c_out)
                 }
             };
@@ -551,10 +568,12 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
     }
 }
 
-/// `(h', c')` of an LSTM step from pre-activation `gates` `[batch, 4·hidden]` and `c`
-/// `[batch, hidden]` on a cubecl device (not flex; not with `gpu-tuned`).
-pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    let (h, c) = <Dispatch as GpuLstmGates>::gpu_lstm_gates(gates.into_dispatch(), c.into_dispatch());
+/// `(h', c')` of an LSTM step from the pre-activation gates `xw + hw` (each part
+/// `[batch, 4·hidden]`, added inside the kernel) and `c` `[batch, hidden]` on a cubecl device
+/// (not flex; not with `gpu-tuned`).
+pub fn lstm_gates(xw: Tensor<2>, hw: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    let (h, c) =
+        <Dispatch as GpuLstmGates>::gpu_lstm_gates(xw.into_dispatch(), hw.into_dispatch(), c.into_dispatch());
     (Tensor::from_dispatch(h), Tensor::from_dispatch(c))
 }
 
@@ -605,26 +624,32 @@ mod tests {
         for (batch, h) in [(3, 5), (4, 83)] {
             let normal =
                 |dims: [usize; 2], d: &Device| Tensor::<2>::random(dims, Distribution::Normal(0.0, 2.0), d);
-            let (gates, c) = (normal([batch, 4 * h], &plain), normal([batch, h], &plain));
+            let (xw, hw, c) =
+                (normal([batch, 4 * h], &plain), normal([batch, 4 * h], &plain), normal([batch, h], &plain));
             let (wh, wc) = (normal([batch, h], &plain), normal([batch, h], &plain));
-            let (h1, c1) = lstm_gates(gates.clone(), c.clone());
-            let (h2, c2) = lstm_gates_composed(gates.clone(), c.clone());
+            let (h1, c1) = lstm_gates(xw.clone(), hw.clone(), c.clone());
+            let (h2, c2) = lstm_gates_composed(xw.clone() + hw.clone(), c.clone());
             assert!(max_diff(h1, h2) < 1e-5 && max_diff(c1, c2) < 1e-5, "forward, h = {h}");
             for with_c in [true, false] {
-                let grads = |f: fn(Tensor<2>, Tensor<2>) -> (Tensor<2>, Tensor<2>)| {
+                let grads = |ours: bool| {
                     let on = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad).require_grad();
-                    let (g, cc) = (on(&gates), on(&c));
-                    let (h_out, c_out) = f(g.clone(), cc.clone());
+                    let (x, hh, cc) = (on(&xw), on(&hw), on(&c));
+                    let (h_out, c_out) = if ours {
+                        lstm_gates(x.clone(), hh.clone(), cc.clone())
+                    } else {
+                        lstm_gates_composed(x.clone() + hh.clone(), cc.clone())
+                    };
                     let on_const = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad);
                     let mut loss = (h_out * on_const(&wh)).sum();
                     if with_c {
                         loss = loss + (c_out * on_const(&wc)).sum();
                     }
                     let gr = loss.backward();
-                    (g.grad(&gr).unwrap(), cc.grad(&gr).unwrap())
+                    (x.grad(&gr).unwrap(), hh.grad(&gr).unwrap(), cc.grad(&gr).unwrap())
                 };
-                let ((dg1, dc1), (dg2, dc2)) = (grads(lstm_gates), grads(lstm_gates_composed));
-                assert!(max_diff(dg1, dg2) < 1e-5, "d gates, h = {h}, with c' {with_c}");
+                let ((dx1, dh1, dc1), (dx2, dh2, dc2)) = (grads(true), grads(false));
+                assert!(max_diff(dx1, dx2) < 1e-5, "d xw, h = {h}, with c' {with_c}");
+                assert!(max_diff(dh1, dh2) < 1e-5, "d hw, h = {h}, with c' {with_c}");
                 assert!(max_diff(dc1, dc2) < 1e-5, "d c, h = {h}, with c' {with_c}");
             }
         }
