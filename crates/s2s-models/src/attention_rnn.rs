@@ -164,8 +164,9 @@ impl AttentionRnnConfig {
 
 /// What one decoder step produces before the output projection.
 struct StepOut {
-    /// The vector the output layer reads.
-    readout: Tensor<2>,
+    /// What the output layer reads, but for Bahdanau's embedding: `[sₜ, cₜ]` (Bahdanau, whose
+    /// output layer reads `[sₜ; cₜ; E y_{t−1}]`) or `[h̃ₜ]` (Luong).
+    readout: Vec<Tensor<2>>,
     /// Attention weights `[rows, src]`.
     weights: Tensor<2>,
 }
@@ -202,15 +203,8 @@ impl AttentionRnn {
     }
 
     /// One decoder step. `xe` is layer 0's projection of the embedding part of its input
-    /// (bias included), `e` the embedding itself (Bahdanau's deep output reads it; Luong
-    /// reads none), `feed_w` the [`Self::feed_weight`].
-    fn step(
-        &self,
-        xe: Tensor<2>,
-        e: Option<Tensor<2>>,
-        feed_w: Option<&Tensor<2>>,
-        state: &mut RnnState,
-    ) -> StepOut {
+    /// (bias included), `feed_w` the [`Self::feed_weight`].
+    fn step(&self, xe: Tensor<2>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
         // `xe + x W_feed`: layer 0's whole input projection.
@@ -224,8 +218,7 @@ impl AttentionRnn {
                 let xw = add_feed(xe, ctx.clone());
                 let (s, layers) = self.decoder.step(xw, &state.layers);
                 state.layers = layers;
-                let e = e.expect("Bahdanau's step reads the embedding");
-                StepOut { readout: crate::cell::cat_columns(vec![s, ctx, e]), weights } // [N, 2H + E]
+                StepOut { readout: vec![s, ctx], weights }
             }
             AttentionStyle::Luong => {
                 let xw = match &state.feed {
@@ -240,7 +233,7 @@ impl AttentionRnn {
                 if state.feed.is_some() {
                     state.feed = Some(h_tilde.clone());
                 }
-                StepOut { readout: h_tilde, weights }
+                StepOut { readout: vec![h_tilde], weights }
             }
         }
     }
@@ -267,20 +260,23 @@ impl AttentionRnn {
             ..self.clone()
         };
         let feed_w = self.feed_weight().map(defer_grad);
-        let mut readouts = Vec::with_capacity(tgt);
+        let mut readouts: Vec<Vec<Tensor<2>>> = Vec::new(); // per part, per step
         let mut weights = Vec::with_capacity(tgt);
-        // Each step's slices (see `gpu_steps`); Luong's steps read no embedding.
-        let xes = crate::gpu_steps::time_steps(ye);
-        let es: Vec<Option<Tensor<2>>> = match self.style {
-            AttentionStyle::Bahdanau => crate::gpu_steps::time_steps(y).into_iter().map(Some).collect(),
-            AttentionStyle::Luong => vec![None; tgt],
-        };
-        for (xe, e) in xes.into_iter().zip(es) {
-            let out = stepper.step(xe, e, feed_w.as_ref(), &mut state);
-            readouts.push(out.readout);
+        // Each step's slice (see `gpu_steps`).
+        for xe in crate::gpu_steps::time_steps(ye) {
+            let out = stepper.step(xe, feed_w.as_ref(), &mut state);
+            readouts.resize_with(out.readout.len(), || Vec::with_capacity(tgt));
+            for (all, part) in readouts.iter_mut().zip(out.readout) {
+                all.push(part);
+            }
             weights.push(out.weights);
         }
-        let readout = crate::gpu_steps::stack_steps(readouts); // [B, T, d_out]
+        // The readout's parts stacked over the steps, then joined once: `[B, T, d_out]`.
+        let mut parts: Vec<Tensor<3>> = readouts.into_iter().map(crate::gpu_steps::stack_steps).collect();
+        if self.style == AttentionStyle::Bahdanau {
+            parts.push(y);
+        }
+        let readout = crate::cell::cat_features(parts);
         let logits = crate::cell::linear(&self.output, crate::dropout::forward(&self.dropout, readout));
         Forward { logits, attention: Some(crate::gpu_steps::stack_steps(weights)) }
     }
@@ -290,8 +286,13 @@ impl AttentionRnn {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let cell0 = &self.decoder.forward_cells[0];
         let xe = cell0.project_first(e.clone()); // [N, G·H]
-        let out = self.step(xe, Some(e), self.feed_weight().as_ref(), &mut state);
-        let logits = crate::cell::linear(&self.output, out.readout);
+        let out = self.step(xe, self.feed_weight().as_ref(), &mut state);
+        let mut parts = out.readout;
+        if self.style == AttentionStyle::Bahdanau {
+            parts.push(e);
+        }
+        let readout = if parts.len() == 1 { parts.remove(0) } else { crate::cell::cat_columns(parts) };
+        let logits = crate::cell::linear(&self.output, readout);
         (Step { logits, attention: Some(out.weights) }, state)
     }
 }

@@ -189,6 +189,25 @@ pub fn cat_columns(parts: Vec<Tensor<2>>) -> Tensor<2> {
     Tensor::cat(parts, 1)
 }
 
+/// `[a | b | …]` along the last axis of `[batch, time, dᵢ]` tensors, joined as rows by
+/// [`cat_columns`] (one launch each way on a GPU); one part is itself.
+pub fn cat_features(mut parts: Vec<Tensor<3>>) -> Tensor<3> {
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
+    let [batch, time, _] = parts[0].dims();
+    let rows: Vec<Tensor<2>> = parts
+        .into_iter()
+        .map(|p| {
+            let d = p.dims()[2];
+            p.reshape([batch * time, d])
+        })
+        .collect();
+    let joined = cat_columns(rows);
+    let d = joined.dims()[1];
+    joined.reshape([batch, time, d])
+}
+
 /// `x W` for `x` of any rank `[..., d_in]` as one 2-D product over all leading positions
 /// (`[rows, d_in] × [d_in, d_out]`): burn broadcasts `W` into a batched product otherwise, one
 /// small `[time, d_in]` product per sentence, several times slower on the CPU. A few rows
