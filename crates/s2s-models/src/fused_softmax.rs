@@ -93,7 +93,7 @@ mod gpu {
     use crate::cube_launch::empty;
 
     /// Units a row (a power of two).
-    const UNITS: usize = 256;
+    const UNITS: usize = 64;
 
     /// Rows a launch.
     const MAX_CUBES: usize = 65_535;
