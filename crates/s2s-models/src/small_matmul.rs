@@ -96,16 +96,26 @@ impl SmallMatmul for Flex {
     }
 }
 
+/// `base + x W` composed from the backend's own product and a broadcast add: what the
+/// backends without a fused one run (training never reaches it under autodiff:
+/// [`add_matmul`] composes there itself).
+fn composed_add<B: SmallMatmul>(
+    base: FloatTensor<B>,
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let y = B::small_matmul(x, w, false);
+    let base = B::float_expand(base, y.shape());
+    B::float_add(base, y)
+}
+
 impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
-    /// Composed (training never reaches it: [`add_matmul`] composes under autodiff itself).
     fn add_small_matmul(
         base: FloatTensor<Self>,
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let y = Self::small_matmul(x, w, false);
-        let base = Self::float_expand(base, y.shape());
-        Self::float_add(base, y)
+        composed_add::<Self>(base, x, w)
     }
 
     fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
@@ -464,22 +474,17 @@ mod gpu {
         }
 
         fn add_small_matmul(base: CubeTensor, x: CubeTensor, w: CubeTensor) -> CubeTensor {
-            let y = Mm::float_matmul(x, w);
-            let base = Mm::float_expand(base, y.shape());
-            Mm::float_add(base, y)
+            super::composed_add::<Self>(base, x, w)
         }
     }
 
     impl<C: CheckpointStrategy> SmallMatmul for Autodiff<CubeBackend, C> {
-        /// Composed (training never reaches it: [`super::add_matmul`] composes under autodiff).
         fn add_small_matmul(
             base: FloatTensor<Self>,
             x: FloatTensor<Self>,
             w: FloatTensor<Self>,
         ) -> FloatTensor<Self> {
-            let y = Self::small_matmul(x, w, false);
-            let base = Self::float_expand(base, y.shape());
-            Self::float_add(base, y)
+            super::composed_add::<Self>(base, x, w)
         }
 
         fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
