@@ -204,8 +204,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         optim = optim
             .load(&opath)
             .map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })?;
-        metrics::truncate_after(&metrics_path, st.step)
-            .map_err(|e| TrainError::Config(format!("{}: {e}", metrics_path.display())))?;
+        metrics::truncate_after(&metrics_path, st.step).map_err(|e| TrainError::io(&metrics_path, e))?;
         eprintln!("resuming from {} (step {}, epoch {})", dir.display(), st.step, st.epoch);
     }
     if st.finished {
