@@ -44,6 +44,26 @@ pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
 }
 
+/// `dropout(relu(x))` with `d`'s probability: on a GPU one kernel each way
+/// ([`crate::gpu_dropout`], a plain ReLU when nothing drops), elsewhere burn's ReLU and
+/// [`forward`]. The mask's seed is drawn as [`forward`] draws it.
+pub fn relu_then<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !crate::flex_data::is_flex(&x.device()) {
+        let device = x.device();
+        let (seed, keep) =
+            if drops(d, &device) { (draw_seed(&device), 1.0 - d.prob as f32) } else { (0, 1.0) };
+        return Tensor::from_dispatch(
+            <burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_relu_dropout(
+                x.into_dispatch(),
+                seed,
+                keep,
+            ),
+        );
+    }
+    forward(d, burn::tensor::activation::relu(x))
+}
+
 /// True when `d` drops anything on `device` (training, `p > 0`, autodiff): where the fused
 /// attention, on flex or a GPU, draws a mask.
 pub(crate) fn drops(d: &Dropout, device: &burn::tensor::Device) -> bool {

@@ -73,38 +73,68 @@ fn dropout_kernel(x: &[f32], out: &mut [f32], seed_lo: u32, seed_hi: u32, thresh
     }
 }
 
+/// `out[e] = max(x[e], 0) · D[e]`, one element per thread.
+#[cube(launch)]
+fn relu_dropout_kernel(x: &[f32], out: &mut [f32], seed_lo: u32, seed_hi: u32, threshold: u32, scale: f32) {
+    let e = ABSOLUTE_POS;
+    if e < x.len() {
+        let v = x[e];
+        out[e] = select(v > 0.0f32, v, 0.0f32) * mask_at(e as u32, seed_lo, seed_hi, threshold, scale);
+    }
+}
+
+/// `∂x[e] = ∂y[e] · scale` where `y[e] > 0` (the unit was positive and kept), else 0.
+#[cube(launch)]
+fn relu_dropout_backward(y: &[f32], dy: &[f32], dx: &mut [f32], scale: f32) {
+    let e = ABSOLUTE_POS;
+    if e < dx.len() {
+        dx[e] = select(y[e] > 0.0f32, dy[e] * scale, 0.0f32);
+    }
+}
+
 /// Dropout as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
 pub trait GpuDropout: burn::backend::Backend {
     /// `x ⊙ D` for the mask of `(seed, keep)` (see the module doc).
     fn gpu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
+
+    /// `relu(x) ⊙ D` (`keep` 1: `relu(x)`): the Transformer's feed-forward hidden layer, one
+    /// launch each way where burn's ReLU (a comparison and a fill each way) and the dropout
+    /// were four.
+    fn gpu_relu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
 }
 
-/// `x ⊙ D`, contiguous, in `x`'s shape.
-fn apply(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+/// `x ⊙ D` (with `relu`, `relu(x) ⊙ D`), contiguous, in `x`'s shape.
+fn apply_with(x: CubeTensor, seed: u64, keep: f32, relu: bool) -> CubeTensor {
     assert!(x.dtype == DType::F32, "the dropout kernel computes in f32");
     let n = x.meta.num_elements();
     assert!(n <= u32::MAX as usize, "the dropout kernel indexes elements in 32 bits");
     let x = into_contiguous(x);
     let out = empty(&x, x.meta.shape().clone());
     let (count, dim) = launch_dims(&x, n);
-    dropout_kernel::launch(
-        &x.client.clone(),
-        count,
-        dim,
-        x.into_buffer_arg(),
-        out.clone().into_buffer_arg(),
-        seed as u32,
-        (seed >> 32) as u32,
-        crate::dropout::threshold(keep),
-        1.0 / keep,
-    );
+    let (client, x_arg, out_arg) = (x.client.clone(), x.into_buffer_arg(), out.clone().into_buffer_arg());
+    let (lo, hi, threshold, scale) =
+        (seed as u32, (seed >> 32) as u32, crate::dropout::threshold(keep), 1.0 / keep);
+    if relu {
+        relu_dropout_kernel::launch(&client, count, dim, x_arg, out_arg, lo, hi, threshold, scale);
+    } else {
+        dropout_kernel::launch(&client, count, dim, x_arg, out_arg, lo, hi, threshold, scale);
+    }
     out
+}
+
+/// `x ⊙ D`, contiguous, in `x`'s shape.
+fn apply(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+    apply_with(x, seed, keep, false)
 }
 
 impl GpuDropout for CubeBackend {
     fn gpu_dropout(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
         apply(x, seed, keep)
+    }
+
+    fn gpu_relu_dropout(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+        apply_with(x, seed, keep, true)
     }
 }
 
@@ -131,6 +161,45 @@ impl<C: CheckpointStrategy> GpuDropout for Autodiff<CubeBackend, C> {
         match DropoutBackward.prepare::<C>([node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish((seed, keep), apply(x, seed, keep)),
             OpsKind::UnTracked(prep) => prep.finish(apply(x, seed, keep)),
+        }
+    }
+
+    fn gpu_relu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct ReluDropoutBackward;
+
+        impl Backward<CubeBackend, 1> for ReluDropoutBackward {
+            /// The output (positive exactly where the unit was positive and kept) and `1/keep`.
+            type State = (CubeTensor, f32);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let dy = into_contiguous(grads.consume::<CubeBackend>(&ops.node));
+                if let Some(node) = node {
+                    let (y, scale) = ops.state;
+                    let dx = empty(&y, y.meta.shape().clone());
+                    let (count, dim) = launch_dims(&y, y.meta.num_elements());
+                    relu_dropout_backward::launch(
+                        &y.client.clone(),
+                        count,
+                        dim,
+                        y.into_buffer_arg(),
+                        dy.into_buffer_arg(),
+                        dx.clone().into_buffer_arg(),
+                        scale,
+                    );
+                    grads.register::<CubeBackend>(node.id, dx);
+                }
+            }
+        }
+
+        let (x, node) = x.into_parts();
+        match ReluDropoutBackward.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let y = apply_with(x, seed, keep, true);
+                prep.finish((y.clone(), 1.0 / keep), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(apply_with(x, seed, keep, true)),
         }
     }
 }
@@ -163,5 +232,35 @@ mod tests {
         let loss = (drop(xa.clone()) * Tensor::<2>::from_data(w.to_data(), &ad)).sum();
         let g = xa.grad(&loss.backward()).unwrap();
         assert!(max_diff(g, w * mask) < 1e-6, "backward");
+    }
+
+    /// On wgpu `relu` then dropout in one kernel equals burn's ReLU followed by the dropout
+    /// kernel, forward and backward, with dropout (`keep` 0.7) and without (`keep` 1), on
+    /// inputs that include exact zeros.
+    #[test]
+    fn relu_dropout_equals_relu_then_dropout_on_wgpu() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let ad = plain.clone().autodiff();
+        let (shape, seed) = ([37, 101], 0x0bad_cafe_f00d_1234u64);
+        let x = Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &plain);
+        let x = x.clone().mask_fill(x.clone().abs().lower_elem(0.05), 0.0);
+        let w = Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &plain);
+        for keep in [0.7f32, 1.0] {
+            let run = |fused: bool| {
+                let xa = Tensor::<2>::from_data(x.to_data(), &ad).require_grad();
+                let y = if fused {
+                    <Dispatch as GpuDropout>::gpu_relu_dropout(xa.clone().into_dispatch(), seed, keep)
+                } else {
+                    let r = burn::tensor::activation::relu(xa.clone()).into_dispatch();
+                    <Dispatch as GpuDropout>::gpu_dropout(r, seed, keep)
+                };
+                let y = Tensor::<2>::from_dispatch(y);
+                let loss = (y.clone() * Tensor::<2>::from_data(w.to_data(), &ad)).sum();
+                (y.inner(), xa.grad(&loss.backward()).unwrap())
+            };
+            let ((y1, g1), (y2, g2)) = (run(true), run(false));
+            assert!(max_diff(y1, y2) < 1e-6, "forward, keep {keep}");
+            assert!(max_diff(g1, g2) < 1e-6, "backward, keep {keep}");
+        }
     }
 }

@@ -6,7 +6,6 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 
 use super::mha::{KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
@@ -49,8 +48,8 @@ pub struct FeedForward {
 impl FeedForward {
     /// Applies the network.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let hidden = relu(crate::cell::linear(&self.inner, x));
-        crate::cell::linear(&self.outer, crate::dropout::forward(&self.dropout, hidden))
+        let hidden = crate::dropout::relu_then(&self.dropout, crate::cell::linear(&self.inner, x));
+        crate::cell::linear(&self.outer, hidden)
     }
 }
 
