@@ -291,8 +291,7 @@ impl AttentionRnn {
         if self.style == AttentionStyle::Bahdanau {
             parts.push(e);
         }
-        let readout = if parts.len() == 1 { parts.remove(0) } else { crate::cell::cat_columns(parts) };
-        let logits = crate::cell::linear(&self.output, readout);
+        let logits = crate::cell::linear(&self.output, crate::cell::cat_columns(parts));
         (Step { logits, attention: Some(out.weights) }, state)
     }
 }

@@ -179,9 +179,13 @@ impl RecurrentCell {
     }
 }
 
-/// `[a | b | …]` along the last axis of 2-D tensors with the same rows: on a GPU, for two or
-/// three parts, one launch each way ([`crate::gpu_cat`]); elsewhere burn's `cat`.
-pub fn cat_columns(parts: Vec<Tensor<2>>) -> Tensor<2> {
+/// `[a | b | …]` along the last axis of 2-D tensors with the same rows: one part is itself;
+/// on a GPU, for two or three parts, one launch each way ([`crate::gpu_cat`]); elsewhere
+/// burn's `cat`.
+pub fn cat_columns(mut parts: Vec<Tensor<2>>) -> Tensor<2> {
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
     #[cfg(not(feature = "gpu-tuned"))]
     if matches!(parts.len(), 2 | 3) && !crate::flex_data::is_flex(&parts[0].device()) {
         return crate::gpu_cat::cat_columns(parts);
@@ -240,10 +244,10 @@ pub fn linear<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<
 }
 
 /// `x W + b` over the last dimension as one 2-D product, the bias added inside it while
-/// decoding ([`crate::small_matmul::add_matmul`]); while training on a GPU the bias's node is
-/// [`crate::small_matmul::add_bias`]'s, whose gradient a decoder loop can defer.
+/// decoding ([`crate::small_matmul::add_matmul`]); while training it goes through
+/// [`crate::small_matmul::add_bias`], on a GPU a node whose gradient a decoder loop can defer.
 pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
-    if x.is_autodiff() && !crate::flex_data::is_flex(&x.device()) {
+    if x.is_autodiff() {
         return as_rows(x, w.dims()[1], |x| {
             crate::small_matmul::add_bias(crate::small_matmul::matmul(x, w), b)
         });

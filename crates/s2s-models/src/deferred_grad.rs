@@ -161,68 +161,31 @@ fn product<B: Deferrable>(stash: &Stash<FloatTensor<B>>) -> Option<FloatTensor<B
     })
 }
 
-/// `grad` (of `node`'s tensor) kept in the wrapper's `stash` as `part(grad)` when the tensor
-/// is deferred, else registered now as `now(grad)`.
-fn keep_or_register<B: Deferrable>(
-    stash: Option<Arc<Stash<FloatTensor<B>>>>,
-    part: Part<FloatTensor<B>>,
-    node: NodeId,
-    grads: &mut Gradients,
-    now: impl FnOnce(Part<FloatTensor<B>>) -> FloatTensor<B>,
-) {
-    match stash {
-        Some(stash) => stash.push::<B>(part, node, grads),
-        None => grads.register::<B>(node, now(part)),
-    }
-}
-
-/// A step product's `∂W`: kept in the wrapper's `stash` when `W` is deferred, else
-/// registered now as `xᵀ ∂y`.
-pub(crate) fn weight_grad<B: Deferrable>(
-    stash: Option<Arc<Stash<FloatTensor<B>>>>,
-    x: FloatTensor<B>,
-    dy: FloatTensor<B>,
-    node: NodeId,
-    grads: &mut Gradients,
-) {
-    keep_or_register::<B>(stash, Part::Product(x, dy), node, grads, |p| match p {
+/// One part's gradient on its own, for a tensor that is not deferred: `xᵀ ∂y`, the column
+/// sums (`[d_out]`), or the gradient itself.
+fn alone<B: Deferrable>(part: Part<FloatTensor<B>>) -> FloatTensor<B> {
+    match part {
         Part::Product(x, dy) => B::transposed_product(x, dy),
-        _ => unreachable!("a product"),
-    })
-}
-
-/// A bias's gradient from a step's `∂y` (`[rows, d_out]`): kept in the wrapper's `stash`
-/// when the bias is deferred, else registered now as the column sums (`[d_out]`).
-#[cfg(not(feature = "gpu-tuned"))]
-pub(crate) fn bias_grad<B: Deferrable>(
-    stash: Option<Arc<Stash<FloatTensor<B>>>>,
-    dy: FloatTensor<B>,
-    node: NodeId,
-    grads: &mut Gradients,
-) {
-    keep_or_register::<B>(stash, Part::RowSums(dy), node, grads, |p| match p {
         Part::RowSums(dy) => {
             let d_out = dy.shape().dims::<2>()[1];
             B::float_reshape(B::float_sum_dim(dy, 0), Shape::from([d_out]))
         }
-        _ => unreachable!("row sums"),
-    })
+        Part::Whole(g) => g,
+    }
 }
 
-/// A step's gradient of a tensor every step reads whole (the encoder's memory): kept in the
-/// wrapper's `stash` when the tensor is deferred (the steps' gradients then summed in one
-/// launch, not added one by one), else registered now.
-#[cfg(not(feature = "gpu-tuned"))]
-pub(crate) fn whole_grad<B: Deferrable>(
+/// A step's contribution to `node`'s gradient: kept in the wrapper's `stash` when the tensor
+/// is deferred (summed with the other steps' by the wrapper's backward), else registered now.
+pub(crate) fn keep<B: Deferrable>(
     stash: Option<Arc<Stash<FloatTensor<B>>>>,
-    g: FloatTensor<B>,
+    part: Part<FloatTensor<B>>,
     node: NodeId,
     grads: &mut Gradients,
 ) {
-    keep_or_register::<B>(stash, Part::Whole(g), node, grads, |p| match p {
-        Part::Whole(g) => g,
-        _ => unreachable!("a whole gradient"),
-    })
+    match stash {
+        Some(stash) => stash.push::<B>(part, node, grads),
+        None => grads.register::<B>(node, alone::<B>(part)),
+    }
 }
 
 /// Live wrappers: the wrapper's node and its stash (a `Stash` of its backend's tensors; weak:

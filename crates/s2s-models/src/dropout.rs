@@ -25,8 +25,7 @@ use rayon::prelude::*;
 pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
     #[cfg(not(feature = "gpu-tuned"))]
-    if drops(d, &device) && !crate::flex_data::is_flex(&device) {
-        let (seed, keep) = (draw_seed(&device), 1.0 - d.prob as f32);
+    if let Some((seed, keep)) = gpu_mask(d, &device) {
         return Tensor::from_dispatch(
             <burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_dropout(
                 x.into_dispatch(),
@@ -50,9 +49,8 @@ pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
 pub fn relu_then<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     #[cfg(not(feature = "gpu-tuned"))]
     if !crate::flex_data::is_flex(&x.device()) {
-        let device = x.device();
-        let (seed, keep) =
-            if drops(d, &device) { (draw_seed(&device), 1.0 - d.prob as f32) } else { (0, 1.0) };
+        // Nothing drops: keep 1, a plain ReLU.
+        let (seed, keep) = gpu_mask(d, &x.device()).unwrap_or((0, 1.0));
         return Tensor::from_dispatch(
             <burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_relu_dropout(
                 x.into_dispatch(),
@@ -62,6 +60,13 @@ pub fn relu_then<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
         );
     }
     forward(d, burn::tensor::activation::relu(x))
+}
+
+/// The seed and keep share of `d`'s mask on a GPU (not flex), drawn from the host stream
+/// ([`draw_seed`]); `None` on flex or when nothing drops.
+#[cfg(not(feature = "gpu-tuned"))]
+fn gpu_mask(d: &Dropout, device: &burn::tensor::Device) -> Option<(u64, f32)> {
+    (drops(d, device) && !crate::flex_data::is_flex(device)).then(|| (draw_seed(device), 1.0 - d.prob as f32))
 }
 
 /// True when `d` drops anything on `device` (training, `p > 0`, autodiff): where the fused

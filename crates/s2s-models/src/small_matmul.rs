@@ -37,7 +37,7 @@ use rayon::prelude::*;
 
 use std::sync::{Arc, Mutex};
 
-use crate::deferred_grad::{Stash, stash_of, weight_grad};
+use crate::deferred_grad::{Part, Stash, keep, stash_of};
 use crate::flex_data::f32s;
 use crate::packed_gemm::{PackedB, SendPtr};
 
@@ -147,7 +147,7 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                     grads.register::<Flex>(node.id, dx);
                 }
                 if let Some(node) = node_w {
-                    weight_grad::<Flex>(stash, x, grad, node.id, grads);
+                    keep::<Flex>(stash, Part::Product(x, grad), node.id, grads);
                 }
             }
         }
@@ -414,7 +414,7 @@ mod gpu {
     use burn::tensor::Shape;
 
     use super::SmallMatmul;
-    use crate::deferred_grad::{Stash, bias_grad, stash_of, weight_grad};
+    use crate::deferred_grad::{Part, Stash, keep, stash_of};
 
     type Mm = CubeBackend;
 
@@ -450,7 +450,7 @@ mod gpu {
                     let [node_y, node_b] = ops.parents;
                     let grad = grads.consume::<CubeBackend>(&ops.node);
                     if let Some(node) = node_b {
-                        bias_grad::<CubeBackend>(ops.state, grad.clone(), node.id, grads);
+                        keep::<CubeBackend>(ops.state, Part::RowSums(grad.clone()), node.id, grads);
                     }
                     if let Some(node) = node_y {
                         grads.register::<CubeBackend>(node.id, grad);
@@ -506,7 +506,7 @@ mod gpu {
                         );
                     }
                     if let Some(node) = node_w {
-                        weight_grad::<CubeBackend>(stash, x, grad, node.id, grads);
+                        keep::<CubeBackend>(stash, Part::Product(x, grad), node.id, grads);
                     }
                 }
             }

@@ -38,7 +38,7 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
-use crate::deferred_grad::{Stash, stash_of, whole_grad};
+use crate::deferred_grad::{Part, Stash, keep, stash_of};
 use crate::second_output::{SecondGrad, second_output};
 
 /// Softmax and context as a burn backend extension (cubecl runtimes without fusion).
@@ -545,7 +545,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
                     grads.register::<CubeBackend>(node.id, d_scores);
                 }
                 if let Some(node) = node_values {
-                    whole_grad::<CubeBackend>(stash, d_values, node.id, grads);
+                    keep::<CubeBackend>(stash, Part::Whole(d_values), node.id, grads);
                 }
             }
         }
@@ -595,7 +595,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
                 }
                 for (node, g, stash) in [(node_keys, d_keys, keys_stash), (node_v, d_v, v_stash)] {
                     if let Some(node) = node {
-                        whole_grad::<CubeBackend>(stash, g, node.id, grads);
+                        keep::<CubeBackend>(stash, Part::Whole(g), node.id, grads);
                     }
                 }
             }
@@ -633,7 +633,7 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
                     grads.register::<CubeBackend>(node.id, d_q);
                 }
                 if let Some(node) = node_keys {
-                    whole_grad::<CubeBackend>(stash, d_keys, node.id, grads);
+                    keep::<CubeBackend>(stash, Part::Whole(d_keys), node.id, grads);
                 }
             }
         }
