@@ -62,6 +62,25 @@ pub fn relu_then<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     forward(d, burn::tensor::activation::relu(x))
 }
 
+/// `x + dropout(y)` with `d`'s probability (a residual connection, `x` and `y` of one
+/// shape): on a GPU one kernel forward where there were two ([`crate::gpu_dropout`]),
+/// elsewhere (and when nothing drops) `x +` [`forward`]. The mask's seed is drawn as
+/// [`forward`] draws it.
+pub fn add_then<const D: usize>(d: &Dropout, x: Tensor<D>, y: Tensor<D>) -> Tensor<D> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if let Some((seed, keep)) = gpu_mask(d, &x.device()) {
+        return Tensor::from_dispatch(
+            <burn::backend::Dispatch as crate::gpu_dropout::GpuDropout>::gpu_add_dropout(
+                x.into_dispatch(),
+                y.into_dispatch(),
+                seed,
+                keep,
+            ),
+        );
+    }
+    x + forward(d, y)
+}
+
 /// The seed and keep share of `d`'s mask on a GPU (not flex), drawn from the host stream
 /// ([`draw_seed`]); `None` on flex or when nothing drops.
 #[cfg(not(feature = "gpu-tuned"))]

@@ -6,7 +6,8 @@
 //! session 16), at every dropout site of every step. Here element `e`'s mask is a hash of the
 //! seed and `e` (lowbias32, C. Wellons, applied twice), recomputed in backward, so nothing is
 //! drawn or stored on the device: one launch forward, one backward. The same mask function
-//! serves the GPU attention's dropout on its weights ([`crate::gpu_attention`]). The seed
+//! serves the GPU attention's dropout on its weights ([`crate::gpu_attention`]), the
+//! feed-forward ReLU (`relu(x) ⊙ D`) and the Transformer's residual sums (`x + y ⊙ D`). The seed
 //! comes from the host ([`crate::dropout::draw_seed`]): drawing it on the device would read
 //! it back, a synchronisation at every site. Not with burn's fusion (`gpu-tuned`).
 //!
@@ -83,6 +84,23 @@ fn relu_dropout_kernel(x: &[f32], out: &mut [f32], seed_lo: u32, seed_hi: u32, t
     }
 }
 
+/// `out[e] = x[e] + y[e] · D[e]`, one element per thread.
+#[cube(launch)]
+fn add_dropout_kernel(
+    x: &[f32],
+    y: &[f32],
+    out: &mut [f32],
+    seed_lo: u32,
+    seed_hi: u32,
+    threshold: u32,
+    scale: f32,
+) {
+    let e = ABSOLUTE_POS;
+    if e < out.len() {
+        out[e] = x[e] + y[e] * mask_at(e as u32, seed_lo, seed_hi, threshold, scale);
+    }
+}
+
 /// `∂x[e] = ∂y[e] · scale` where `y[e] > 0` (the unit was positive and kept), else 0.
 #[cube(launch)]
 fn relu_dropout_backward(y: &[f32], dy: &[f32], dx: &mut [f32], scale: f32) {
@@ -102,6 +120,35 @@ pub trait GpuDropout: burn::backend::Backend {
     /// launch each way where burn's ReLU (a comparison and a fill each way) and the dropout
     /// were four.
     fn gpu_relu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
+
+    /// `x + y ⊙ D` (`x` and `y` of one shape): a residual connection with dropout on its
+    /// branch, one launch forward where the dropout and the add were two. Backward passes
+    /// `∂out` to `x` as it is and `∂out ⊙ D` to `y`, one launch.
+    fn gpu_add_dropout(x: FloatTensor<Self>, y: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
+}
+
+/// `x + y ⊙ D`, contiguous, in their (one) shape.
+fn add_apply(x: CubeTensor, y: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+    assert!(x.dtype == DType::F32 && y.dtype == DType::F32, "the dropout kernel computes in f32");
+    assert_eq!(x.meta.shape(), y.meta.shape(), "a residual adds tensors of one shape");
+    let n = x.meta.num_elements();
+    assert!(n <= u32::MAX as usize, "the dropout kernel indexes elements in 32 bits");
+    let (x, y) = (into_contiguous(x), into_contiguous(y));
+    let out = empty(&x, x.meta.shape().clone());
+    let (count, dim) = launch_dims(&x, n);
+    add_dropout_kernel::launch(
+        &x.client.clone(),
+        count,
+        dim,
+        x.into_buffer_arg(),
+        y.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        seed as u32,
+        (seed >> 32) as u32,
+        crate::dropout::threshold(keep),
+        1.0 / keep,
+    );
+    out
 }
 
 /// `x ⊙ D` (with `relu`, `relu(x) ⊙ D`), contiguous, in `x`'s shape.
@@ -135,6 +182,10 @@ impl GpuDropout for CubeBackend {
 
     fn gpu_relu_dropout(x: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
         apply_with(x, seed, keep, true)
+    }
+
+    fn gpu_add_dropout(x: CubeTensor, y: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+        add_apply(x, y, seed, keep)
     }
 }
 
@@ -202,6 +253,34 @@ impl<C: CheckpointStrategy> GpuDropout for Autodiff<CubeBackend, C> {
             OpsKind::UnTracked(prep) => prep.finish(apply_with(x, seed, keep, true)),
         }
     }
+
+    fn gpu_add_dropout(x: FloatTensor<Self>, y: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct AddDropoutBackward;
+
+        impl Backward<CubeBackend, 2> for AddDropoutBackward {
+            /// The mask's seed and keep share: `D` is recomputed.
+            type State = (u64, f32);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [x_node, y_node] = ops.parents;
+                let grad = grads.consume::<CubeBackend>(&ops.node);
+                let (seed, keep) = ops.state;
+                if let Some(node) = y_node {
+                    grads.register::<CubeBackend>(node.id, apply(grad.clone(), seed, keep));
+                }
+                if let Some(node) = x_node {
+                    grads.register::<CubeBackend>(node.id, grad);
+                }
+            }
+        }
+
+        let ((x, x_node), (y, y_node)) = (x.into_parts(), y.into_parts());
+        match AddDropoutBackward.prepare::<C>([x_node, y_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((seed, keep), add_apply(x, y, seed, keep)),
+            OpsKind::UnTracked(prep) => prep.finish(add_apply(x, y, seed, keep)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -262,5 +341,39 @@ mod tests {
             assert!(max_diff(y1, y2) < 1e-6, "forward, keep {keep}");
             assert!(max_diff(g1, g2) < 1e-6, "backward, keep {keep}");
         }
+    }
+
+    /// On wgpu the residual kernel `x + y ⊙ D` equals `x +` the dropout kernel's `y ⊙ D`,
+    /// forward and in both gradients (weighted, so a gradient swapped between `x` and `y` or
+    /// a mask left out of one of them shows).
+    #[test]
+    fn add_dropout_equals_add_of_dropout_on_wgpu() {
+        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let ad = plain.clone().autodiff();
+        let (shape, seed, keep) = ([23, 57], 0x5eed_0123_4567_89abu64, 0.8f32);
+        let random = || Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &plain);
+        let (x, y, w) = (random(), random(), random());
+        let run = |fused: bool| {
+            let xa = Tensor::<2>::from_data(x.to_data(), &ad).require_grad();
+            let ya = Tensor::<2>::from_data(y.to_data(), &ad).require_grad();
+            let out = if fused {
+                Tensor::<2>::from_dispatch(<Dispatch as GpuDropout>::gpu_add_dropout(
+                    xa.clone().into_dispatch(),
+                    ya.clone().into_dispatch(),
+                    seed,
+                    keep,
+                ))
+            } else {
+                let dropped = <Dispatch as GpuDropout>::gpu_dropout(ya.clone().into_dispatch(), seed, keep);
+                xa.clone() + Tensor::<2>::from_dispatch(dropped)
+            };
+            let loss = (out.clone() * Tensor::<2>::from_data(w.to_data(), &ad)).sum();
+            let grads = loss.backward();
+            (out.inner(), xa.grad(&grads).unwrap(), ya.grad(&grads).unwrap())
+        };
+        let ((o1, gx1, gy1), (o2, gx2, gy2)) = (run(true), run(false));
+        assert!(max_diff(o1, o2) < 1e-6, "forward");
+        assert!(max_diff(gx1, gx2) < 1e-6, "∂x");
+        assert!(max_diff(gy1, gy2) < 1e-6, "∂y");
     }
 }

@@ -81,7 +81,7 @@ impl Residual {
 
     /// Adds the sublayer's output `y` to `x`.
     pub fn output(&self, x: Tensor<3>, y: Tensor<3>) -> Tensor<3> {
-        let sum = x + crate::dropout::forward(&self.dropout, y);
+        let sum = crate::dropout::add_then(&self.dropout, x, y);
         if self.pre_norm { sum } else { layer_norm(&self.norm, sum) }
     }
 }
