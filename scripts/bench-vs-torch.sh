@@ -30,6 +30,8 @@ for _ in $(seq "$rounds"); do
       --steps "$steps" --models "$m" 2>/dev/null >> "$theirs"
   done
 done
+# KEEP_JSON=DIR keeps the raw JSON lines of both sides there (ours.jsonl, torch.jsonl).
+if [ -n "${KEEP_JSON:-}" ]; then cp "$ours" "$KEEP_JSON/ours.jsonl"; cp "$theirs" "$KEEP_JSON/torch.jsonl"; fi
 python3 - "$ours" "$theirs" <<'PY'
 import json, statistics, sys
 def load(path):
