@@ -127,41 +127,40 @@ pub trait GpuDropout: burn::backend::Backend {
     fn gpu_add_dropout(x: FloatTensor<Self>, y: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
 }
 
-/// `x + y ⊙ D`, contiguous, in their (one) shape.
-fn add_apply(x: CubeTensor, y: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
-    assert!(x.dtype == DType::F32 && y.dtype == DType::F32, "the dropout kernel computes in f32");
-    assert_eq!(x.meta.shape(), y.meta.shape(), "a residual adds tensors of one shape");
-    let n = x.meta.num_elements();
-    assert!(n <= u32::MAX as usize, "the dropout kernel indexes elements in 32 bits");
-    let (x, y) = (into_contiguous(x), into_contiguous(y));
-    let out = empty(&x, x.meta.shape().clone());
-    let (count, dim) = launch_dims(&x, n);
-    add_dropout_kernel::launch(
-        &x.client.clone(),
-        count,
-        dim,
-        x.into_buffer_arg(),
-        y.into_buffer_arg(),
-        out.clone().into_buffer_arg(),
-        seed as u32,
-        (seed >> 32) as u32,
-        crate::dropout::threshold(keep),
-        1.0 / keep,
-    );
-    out
+/// The mask's kernel arguments from its seed and keep share: the seed's two halves, the
+/// hash threshold below which an element is kept, and the kept elements' scale `1 / keep`.
+fn mask_args(seed: u64, keep: f32) -> (u32, u32, u32, f32) {
+    (seed as u32, (seed >> 32) as u32, crate::dropout::threshold(keep), 1.0 / keep)
 }
 
-/// `x ⊙ D` (with `relu`, `relu(x) ⊙ D`), contiguous, in `x`'s shape.
-fn apply_with(x: CubeTensor, seed: u64, keep: f32, relu: bool) -> CubeTensor {
+/// `x` made contiguous, an output buffer of its shape and the launch size for its elements.
+fn elementwise(x: CubeTensor) -> (CubeTensor, CubeTensor, CubeCount, CubeDim) {
     assert!(x.dtype == DType::F32, "the dropout kernel computes in f32");
     let n = x.meta.num_elements();
     assert!(n <= u32::MAX as usize, "the dropout kernel indexes elements in 32 bits");
     let x = into_contiguous(x);
     let out = empty(&x, x.meta.shape().clone());
     let (count, dim) = launch_dims(&x, n);
+    (x, out, count, dim)
+}
+
+/// `x + y ⊙ D`, contiguous, in their (one) shape.
+fn add_apply(x: CubeTensor, y: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
+    assert!(y.dtype == DType::F32, "the dropout kernel computes in f32");
+    assert_eq!(x.meta.shape(), y.meta.shape(), "a residual adds tensors of one shape");
+    let (x, out, count, dim) = elementwise(x);
+    let (lo, hi, threshold, scale) = mask_args(seed, keep);
+    let (client, y) = (x.client.clone(), into_contiguous(y));
+    let (x, y, o) = (x.into_buffer_arg(), y.into_buffer_arg(), out.clone().into_buffer_arg());
+    add_dropout_kernel::launch(&client, count, dim, x, y, o, lo, hi, threshold, scale);
+    out
+}
+
+/// `x ⊙ D` (with `relu`, `relu(x) ⊙ D`), contiguous, in `x`'s shape.
+fn apply_with(x: CubeTensor, seed: u64, keep: f32, relu: bool) -> CubeTensor {
+    let (x, out, count, dim) = elementwise(x);
+    let (lo, hi, threshold, scale) = mask_args(seed, keep);
     let (client, x_arg, out_arg) = (x.client.clone(), x.into_buffer_arg(), out.clone().into_buffer_arg());
-    let (lo, hi, threshold, scale) =
-        (seed as u32, (seed >> 32) as u32, crate::dropout::threshold(keep), 1.0 / keep);
     if relu {
         relu_dropout_kernel::launch(&client, count, dim, x_arg, out_arg, lo, hi, threshold, scale);
     } else {
