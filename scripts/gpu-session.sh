@@ -25,9 +25,8 @@ cd "$(dirname "$0")/.."
 pack() {
   local target=${CARGO_TARGET_DIR:-target}
   cargo build --release -p s2s
-  mkdir -p .devbin/shared .gl
+  mkdir -p .devbin/shared .gl .git/info
   for d in /.devbin/ /.gl/; do
-    mkdir -p .git/info
     grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
   done
   strip -o .devbin/s2s "$target/release/s2s"
