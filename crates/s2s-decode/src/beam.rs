@@ -101,7 +101,7 @@ struct Search {
 /// are: on the CPU by the host, on a GPU by the device (burn's top-k kernel), so that only
 /// `[rows, 2·beam]` values and ids come back instead of `[rows, vocab]` log-probabilities.
 pub fn beam_search<M: Incremental>(model: &M, src: &Source, cfg: &BeamConfig) -> Vec<Vec<Hypothesis>> {
-    let on_device = !s2s_models::flex_data::is_flex(&src.ids.device());
+    let on_device = !s2s_kernels::ops::is_cpu(&src.ids.device());
     beam_search_with(model, src, cfg, on_device)
 }
 

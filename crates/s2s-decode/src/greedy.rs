@@ -40,7 +40,7 @@ pub fn greedy<M: Incremental>(
     limit: MaxLength,
     capture_attention: bool,
 ) -> Vec<Hypothesis> {
-    let chunk = if s2s_models::flex_data::is_flex(&src.ids.device()) { 1 } else { GPU_CHUNK };
+    let chunk = if s2s_kernels::ops::is_cpu(&src.ids.device()) { 1 } else { GPU_CHUNK };
     greedy_chunked(model, src, limit, capture_attention, chunk)
 }
 
@@ -76,7 +76,7 @@ pub fn greedy_chunked<M: Incremental>(
         for j in 0..k {
             let (step, next) = model.step(state, input.take().expect("each step is fed"));
             state = next;
-            let p = s2s_models::fused_softmax::best_log_prob_pairs(step.logits); // [n, 2]
+            let p = s2s_kernels::ops::best_log_prob_pairs(step.logits); // [n, 2]
             if j + 1 < k {
                 // The next step's input is this step's choice, on the device.
                 input = Some(p.clone().narrow(1, 0, 1).reshape([n]).int());

@@ -22,11 +22,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
 use crate::cell::CellKind;
-use crate::deferred_grad::{defer_grad, for_steps};
-use crate::fused_tanh::tanh;
-use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
+use s2s_kernels::ops::{defer_grad, for_steps};
+use s2s_kernels::ops::tanh;
+use crate::interface::{Forward, RnnState, Source, Step, embed_masked};
 use crate::lstm::bridge;
 use crate::rnn::{StackedRnn, StackedRnnConfig};
+use s2s_kernels::ops;
 
 /// Which attention mechanism (and decoder wiring) the model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,7 +116,7 @@ pub struct AttentionRnn {
 
 impl AttentionRnnConfig {
     /// Initialises the model; errors on inconsistent sizes.
-    pub fn init(&self, device: &Device) -> Result<AttentionRnn, String> {
+    pub fn init(&self, device: &Device) -> Result<AttentionRnn, crate::ModelError> {
         let encoder = StackedRnnConfig::encoder(
             self.cell,
             self.emb,
@@ -173,8 +174,8 @@ struct StepOut {
 
 impl AttentionRnn {
     /// Encodes and prepares the decoder state (keys projected once).
-    pub fn encode(&self, src: &Source) -> DecodeState {
-        DecodeState::Rnn(self.encode_state(src))
+    pub fn encode(&self, src: &Source) -> RnnState {
+        self.encode_state(src)
     }
 
     fn encode_state(&self, src: &Source) -> RnnState {
@@ -209,7 +210,7 @@ impl AttentionRnn {
         let keys = state.keys.as_ref().expect("attention state has keys");
         // `xe + x W_feed`: layer 0's whole input projection.
         let add_feed = |xe: Tensor<2>, x: Tensor<2>| {
-            crate::small_matmul::add_matmul(xe, x, feed_w.expect("the input has a fed part").clone())
+            ops::add_matmul(xe, x, feed_w.expect("the input has a fed part").clone())
         };
         match self.style {
             AttentionStyle::Bahdanau => {
@@ -229,7 +230,7 @@ impl AttentionRnn {
                 state.layers = layers;
                 let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.key_mask);
                 let combine = self.combine.as_ref().expect("Luong has W_c");
-                let h_tilde = tanh(crate::cell::linear(combine, crate::cell::cat_columns(vec![ctx, s]))); // [N, H]
+                let h_tilde = tanh(ops::linear(combine, ops::cat_columns(vec![ctx, s]))); // [N, H]
                 if state.feed.is_some() {
                     state.feed = Some(h_tilde.clone());
                 }
@@ -263,7 +264,7 @@ impl AttentionRnn {
         let mut readouts: Vec<Vec<Tensor<2>>> = Vec::new(); // per part, per step
         let mut weights = Vec::with_capacity(tgt);
         // Each step's slice (see `gpu_steps`).
-        for xe in crate::gpu_steps::time_steps(ye) {
+        for xe in ops::time_steps(ye) {
             let out = stepper.step(xe, feed_w.as_ref(), &mut state);
             readouts.resize_with(out.readout.len(), || Vec::with_capacity(tgt));
             for (all, part) in readouts.iter_mut().zip(out.readout) {
@@ -272,13 +273,13 @@ impl AttentionRnn {
             weights.push(out.weights);
         }
         // The readout's parts stacked over the steps, then joined once: `[B, T, d_out]`.
-        let mut parts: Vec<Tensor<3>> = readouts.into_iter().map(crate::gpu_steps::stack_steps).collect();
+        let mut parts: Vec<Tensor<3>> = readouts.into_iter().map(ops::stack_steps).collect();
         if self.style == AttentionStyle::Bahdanau {
             parts.push(y);
         }
-        let readout = crate::cell::cat_features(parts);
-        let logits = crate::cell::linear(&self.output, crate::dropout::forward(&self.dropout, readout));
-        Forward { logits, attention: Some(crate::gpu_steps::stack_steps(weights)) }
+        let readout = ops::cat_features(parts);
+        let logits = ops::linear(&self.output, ops::dropout(&self.dropout, readout));
+        Forward { logits, attention: Some(ops::stack_steps(weights)) }
     }
 
     /// One incremental step.
@@ -291,7 +292,7 @@ impl AttentionRnn {
         if self.style == AttentionStyle::Bahdanau {
             parts.push(e);
         }
-        let logits = crate::cell::linear(&self.output, crate::cell::cat_columns(parts));
+        let logits = ops::linear(&self.output, ops::cat_columns(parts));
         (Step { logits, attention: Some(out.weights) }, state)
     }
 }

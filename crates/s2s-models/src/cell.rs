@@ -5,8 +5,8 @@
 //! recurrent projections (one matmul per step).
 //!
 //! - LSTM (Hochreiter & Schmidhuber, 1997; gates as in PyTorch):
-//!   `[i f g o] = x W_x + h W_h + b`; `c' = σ(f)⊙c + σ(i)⊙tanh(g)`; `h' = σ(o)⊙tanh(c')` — on
-//!   the CPU through one fused kernel ([`crate::fused_lstm`]), elsewhere composed from tensor ops
+//!   `[i f g o] = x W_x + h W_h + b`; `c' = σ(f)⊙c + σ(i)⊙tanh(g)`; `h' = σ(o)⊙tanh(c')`
+//!   ([`ops::lstm_step`]; its reference is `s2s_kernels::reference::lstm_gates`)
 //! - GRU (Cho et al., 2014): `[r z n]`: `r = σ(x_r + h_r)`, `z = σ(x_z + h_z)`,
 //!   `n = tanh(x_n + r⊙(h W_hn + b_hn))`, `h' = (1−z)⊙n + z⊙h`
 //! - tanh RNN (Elman, 1990): `h' = tanh(x W_x + h W_h + b)` — the cell whose gradient vanishes.
@@ -16,6 +16,7 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::{Device, Tensor};
+use s2s_kernels::ops;
 use serde::{Deserialize, Serialize};
 
 /// Which recurrence a layer uses.
@@ -132,17 +133,17 @@ impl CellConfig {
 impl RecurrentCell {
     /// Input projection of every step at once, bias included: `x W_x + b`.
     pub fn project<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        affine_rows(x, self.w_input.val(), self.bias.val())
+        ops::affine_rows(x, self.w_input.val(), self.bias.val())
     }
 
     /// The projection of the first part of a concatenated input, bias included:
     /// `x_a W_x[..d_a] + b` (`d_a` = `x_a`'s features). Projecting `[x_a; x_b]` equals
     /// `project_first(x_a) + x_b W_x[d_a..]` ([`Self::input_rows`]) — no concat, and the part
     /// that does not depend on the step can be projected for every step at once. While
-    /// decoding the bias is added inside the product ([`affine_rows`]).
+    /// decoding the bias is added inside the product ([`ops::affine_rows`]).
     pub fn project_first<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let d = x.dims()[D - 1];
-        affine_rows(x, self.input_rows(0, d), self.bias.val())
+        ops::affine_rows(x, self.input_rows(0, d), self.bias.val())
     }
 
     /// The rows `first_row..first_row + rows` of `W_x`: the weight of one part of a
@@ -154,16 +155,11 @@ impl RecurrentCell {
     /// One step from an already projected input `xw = x W_x + b` (`[batch, gates·d_hidden]`).
     pub fn step(&self, xw: Tensor<2>, state: &CellState) -> CellState {
         let h = self.d_hidden;
-        let hw = || crate::small_matmul::matmul(state.h.clone(), self.w_hidden.val()); // [B, G·H]
+        let hw = || ops::matmul_rows(state.h.clone(), self.w_hidden.val()); // [B, G·H]
         match self.kind {
             CellKind::Lstm => {
                 let c_prev = state.c.clone().expect("LSTM state has a memory cell");
-                let (h, c) = if crate::flex_data::is_flex(&xw.device()) {
-                    let gates = crate::small_matmul::add_matmul(xw, state.h.clone(), self.w_hidden.val());
-                    crate::fused_lstm::lstm_gates(gates, c_prev)
-                } else {
-                    gpu_gates(xw, hw(), c_prev)
-                };
+                let (h, c) = ops::lstm_step(xw, state.h.clone(), self.w_hidden.val(), c_prev);
                 CellState { h, c: Some(c) }
             }
             CellKind::Gru => {
@@ -177,107 +173,6 @@ impl RecurrentCell {
             CellKind::Rnn => CellState { h: tanh(xw + hw()), c: None },
         }
     }
-}
-
-/// `[a | b | …]` along the last axis of 2-D tensors with the same rows: one part is itself;
-/// on a GPU, for two or three parts, one launch each way ([`crate::gpu_cat`]); elsewhere
-/// burn's `cat`.
-pub fn cat_columns(mut parts: Vec<Tensor<2>>) -> Tensor<2> {
-    if parts.len() == 1 {
-        return parts.remove(0);
-    }
-    #[cfg(not(feature = "gpu-tuned"))]
-    if matches!(parts.len(), 2 | 3) && !crate::flex_data::is_flex(&parts[0].device()) {
-        return crate::gpu_cat::cat_columns(parts);
-    }
-    Tensor::cat(parts, 1)
-}
-
-/// `[a | b | …]` along the last axis of `[batch, time, dᵢ]` tensors, joined as rows by
-/// [`cat_columns`] (one launch each way on a GPU); one part is itself.
-pub fn cat_features(mut parts: Vec<Tensor<3>>) -> Tensor<3> {
-    if parts.len() == 1 {
-        return parts.remove(0);
-    }
-    let [batch, time, _] = parts[0].dims();
-    let rows: Vec<Tensor<2>> = parts
-        .into_iter()
-        .map(|p| {
-            let d = p.dims()[2];
-            p.reshape([batch * time, d])
-        })
-        .collect();
-    let joined = cat_columns(rows);
-    let d = joined.dims()[1];
-    joined.reshape([batch, time, d])
-}
-
-/// `x W` for `x` of any rank `[..., d_in]` as one 2-D product over all leading positions
-/// (`[rows, d_in] × [d_in, d_out]`): burn broadcasts `W` into a batched product otherwise, one
-/// small `[time, d_in]` product per sentence, several times slower on the CPU. A few rows
-/// (decoder steps) go through [`crate::small_matmul`].
-pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
-    as_rows(x, w.dims()[1], |x| crate::small_matmul::matmul(x, w))
-}
-
-/// `f` on `x` seen as `[rows, d_in]` (every leading dimension one row), its `[rows, d_out]`
-/// result given `x`'s leading dimensions back.
-pub(crate) fn as_rows<const D: usize>(
-    x: Tensor<D>,
-    d_out: usize,
-    f: impl FnOnce(Tensor<2>) -> Tensor<2>,
-) -> Tensor<D> {
-    let mut dims = x.dims();
-    let d_in = dims[D - 1];
-    let rows = dims[..D - 1].iter().product::<usize>();
-    dims[D - 1] = d_out;
-    f(x.reshape([rows, d_in])).reshape(dims)
-}
-
-/// A burn `Linear` layer through [`matmul_rows`] (one 2-D product; small ones split by column,
-/// see [`crate::small_matmul`]): `x W + b`.
-pub fn linear<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<D> {
-    match &layer.bias {
-        Some(b) => affine_rows(x, layer.weight.val(), b.val()),
-        None => matmul_rows(x, layer.weight.val()),
-    }
-}
-
-/// `x W + b` over the last dimension as one 2-D product, the bias added inside it while
-/// decoding ([`crate::small_matmul::add_matmul`]); while training it goes through
-/// [`crate::small_matmul::add_bias`], on a GPU a node whose gradient a decoder loop can defer.
-pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
-    if x.is_autodiff() {
-        return as_rows(x, w.dims()[1], |x| {
-            crate::small_matmul::add_bias(crate::small_matmul::matmul(x, w), b)
-        });
-    }
-    as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
-}
-
-/// The gate math on a cubecl device from the gates' two parts `xw + hw`: its kernel, which
-/// adds them ([`crate::gpu_lstm_cell`]), or the composed operations under burn's fusion
-/// (`gpu-tuned`).
-fn gpu_gates(xw: Tensor<2>, hw: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    #[cfg(not(feature = "gpu-tuned"))]
-    return crate::gpu_lstm_cell::lstm_gates(xw, hw, c_prev);
-    #[cfg(feature = "gpu-tuned")]
-    return lstm_gates_composed(xw + hw, c_prev);
-}
-
-/// `(h', c')` of an LSTM step from pre-activation gates `[i f g o]` (`[batch, 4·hidden]`) and
-/// `c`, composed from tensor operations: what backends without the fused kernel run, and what
-/// [`crate::fused_lstm`] is tested against.
-// Used by the tests (the kernels' reference) and by `gpu-tuned` builds.
-#[cfg_attr(not(any(test, feature = "gpu-tuned")), allow(dead_code))]
-pub(crate) fn lstm_gates_composed(gates: Tensor<2>, c_prev: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    let h = c_prev.dims()[1];
-    let i = sigmoid(gates.clone().narrow(1, 0, h));
-    let f = sigmoid(gates.clone().narrow(1, h, h));
-    let g = tanh(gates.clone().narrow(1, 2 * h, h));
-    let o = sigmoid(gates.narrow(1, 3 * h, h));
-    let c = f * c_prev + i * g;
-    (o * tanh(c.clone()), c)
 }
 
 #[cfg(test)]

@@ -158,7 +158,7 @@ impl ModelSpec {
     }
 
     /// Builds the model for the given vocabulary sizes on `device` (separate vocabularies).
-    pub fn init(&self, src_vocab: usize, tgt_vocab: usize, device: &Device) -> Result<Model, String> {
+    pub fn init(&self, src_vocab: usize, tgt_vocab: usize, device: &Device) -> Result<Model, crate::ModelError> {
         self.init_for(src_vocab, tgt_vocab, false, device)
     }
 
@@ -174,7 +174,7 @@ impl ModelSpec {
         tgt_vocab: usize,
         joint: bool,
         device: &Device,
-    ) -> Result<Model, String> {
+    ) -> Result<Model, crate::ModelError> {
         let model = self.init_lazy(src_vocab, tgt_vocab, joint, device)?;
         model.visit(&mut Materialize);
         Ok(model)
@@ -186,7 +186,7 @@ impl ModelSpec {
         tgt_vocab: usize,
         joint: bool,
         device: &Device,
-    ) -> Result<Model, String> {
+    ) -> Result<Model, crate::ModelError> {
         match self {
             ModelSpec::Lstm(s) => LstmSeq2SeqConfig::new(src_vocab, tgt_vocab)
                 .with_emb(s.emb)
@@ -232,7 +232,7 @@ fn attention(
     src_vocab: usize,
     tgt_vocab: usize,
     device: &Device,
-) -> Result<Model, String> {
+) -> Result<Model, crate::ModelError> {
     AttentionRnnConfig::new(src_vocab, tgt_vocab, style)
         .with_score(s.score)
         .with_emb(s.emb)
@@ -270,9 +270,9 @@ mod tests {
     fn bad_sizes_are_errors_not_panics() {
         let d = Device::flex();
         let lstm = ModelSpec::Lstm(LstmSpec { dropout: 1.5, ..Default::default() });
-        assert!(lstm.init(10, 10, &d).unwrap_err().contains("dropout"));
+        assert!(lstm.init(10, 10, &d).unwrap_err().to_string().contains("dropout"));
         let odd = ModelSpec::Bahdanau(AttentionRnnSpec { hidden: 7, ..Default::default() });
-        assert!(odd.init(10, 10, &d).unwrap_err().contains("even hidden size"));
+        assert!(odd.init(10, 10, &d).unwrap_err().to_string().contains("even hidden size"));
     }
 
     #[test]

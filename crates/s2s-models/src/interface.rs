@@ -10,6 +10,7 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::cell::CellState;
+use s2s_kernels::ops;
 
 /// A padded source batch on a device.
 ///
@@ -94,7 +95,7 @@ pub struct Forward {
 ///
 /// The scores come unnormalised: beam search normalises them ([`Step::log_probs`]); greedy
 /// search needs only each row's best token and its log-probability
-/// ([`crate::fused_softmax::best_log_probs`]), one pass over the row instead of a full
+/// ([`ops::best_log_probs`]), one pass over the row instead of a full
 /// `log_softmax` and an argmax over its result (~0.5 ms of a ~9 ms Luong step on the
 /// benchmark shape).
 #[derive(Debug, Clone)]
@@ -108,34 +109,7 @@ pub struct Step {
 impl Step {
     /// Log-probabilities of the next token, `[rows, vocab]`.
     pub fn log_probs(&self) -> Tensor<2> {
-        crate::fused_softmax::log_softmax(self.logits.clone())
-    }
-}
-
-/// The decoder's state between incremental steps, for every model kind.
-#[derive(Debug, Clone)]
-pub enum DecodeState {
-    /// Recurrent decoders.
-    Rnn(RnnState),
-    /// The Transformer's per-layer key/value caches.
-    Transformer(crate::transformer::TransformerState),
-}
-
-impl DecodeState {
-    /// Keeps rows `indices` (in that order): beam reordering and dropping finished rows.
-    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
-        match self {
-            DecodeState::Rnn(s) => DecodeState::Rnn(s.select(indices)),
-            DecodeState::Transformer(s) => DecodeState::Transformer(s.select(indices)),
-        }
-    }
-
-    /// Rows in the state.
-    pub fn rows(&self) -> usize {
-        match self {
-            DecodeState::Rnn(s) => s.key_mask.dims()[0],
-            DecodeState::Transformer(s) => s.rows(),
-        }
+        ops::log_softmax(self.logits.clone())
     }
 }
 

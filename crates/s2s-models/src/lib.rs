@@ -4,44 +4,20 @@
 //! `forward`, `encode`, and an incremental `decode_step` whose [`DecodeState`] can be
 //! reordered by row. Shared building blocks: recurrent cells ([`cell`]), stacked
 //! (bi)directional RNNs over padded batches ([`rnn`]), attention scores ([`attention`]).
+//!
+//! The models are written as their equations; every operation with a fast kernel is one call
+//! into `s2s_kernels::ops`, which picks the kernel for the device (or the plain-tensor
+//! reference under `--kernels reference`). `docs/models.md` maps each concept to its code.
 
 pub mod attention;
 pub mod attention_rnn;
 pub mod cell;
 pub mod config;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod cube_launch;
-pub mod deferred_grad;
-pub mod dropout;
-pub mod fastmath;
-pub mod flex_data;
-pub mod fused_attention;
-pub mod fused_layer_norm;
-pub mod fused_lstm;
-pub mod fused_softmax;
-pub mod fused_tanh;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_attention;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_cat;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_dropout;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_layer_norm;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_lstm_cell;
-pub mod gpu_steps;
+pub mod error;
 pub mod interface;
-pub mod lockstep;
 pub mod lstm;
 pub mod model;
-pub mod packed_gemm;
 pub mod rnn;
-#[cfg(not(feature = "gpu-tuned"))]
-pub(crate) mod second_output;
-pub mod small_matmul;
-#[doc(hidden)]
-pub mod testing;
 pub mod transformer;
 
 /// What the unit tests share.
@@ -55,6 +31,7 @@ pub(crate) mod test_support {
     }
 }
 
+pub use error::ModelError;
 pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
-pub use interface::{DecodeState, Forward, RnnState, Source, Step};
-pub use model::Model;
+pub use interface::{Forward, RnnState, Source, Step};
+pub use model::{DecodeState, Model};

@@ -10,8 +10,9 @@ use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, Linea
 use burn::tensor::{Device, Int, Tensor};
 
 use crate::cell::{CellKind, CellState};
-use crate::interface::{DecodeState, Forward, RnnState, Source, Step, embed_masked};
+use crate::interface::{Forward, RnnState, Source, Step, embed_masked};
 use crate::rnn::{StackedRnn, StackedRnnConfig};
+use s2s_kernels::ops;
 
 /// Configuration of [`LstmSeq2Seq`].
 #[derive(Config, Debug)]
@@ -69,7 +70,7 @@ pub struct LstmSeq2Seq {
 
 impl LstmSeq2SeqConfig {
     /// Initialises the model; errors on inconsistent sizes.
-    pub fn init(&self, device: &Device) -> Result<LstmSeq2Seq, String> {
+    pub fn init(&self, device: &Device) -> Result<LstmSeq2Seq, crate::ModelError> {
         let encoder = StackedRnnConfig::encoder(
             self.cell,
             self.emb,
@@ -129,28 +130,22 @@ impl LstmSeq2Seq {
         let keep = Tensor::ones([batch, tgt], &y.device());
         let (h, _) = self.decoder.forward(y, &keep, tgt, Some(init)); // [B, T, H]
         Forward {
-            logits: crate::cell::linear(&self.output, crate::dropout::forward(&self.dropout, h)),
+            logits: ops::linear(&self.output, ops::dropout(&self.dropout, h)),
             attention: None,
         }
     }
 
     /// The decoder's initial state.
-    pub fn encode(&self, src: &Source) -> DecodeState {
+    pub fn encode(&self, src: &Source) -> RnnState {
         let (_, layers) = self.run_encoder(src);
-        DecodeState::Rnn(RnnState {
-            layers,
-            memory: None,
-            keys: None,
-            key_mask: src.key_mask.clone(),
-            feed: None,
-        })
+        RnnState { layers, memory: None, keys: None, key_mask: src.key_mask.clone(), feed: None }
     }
 
     /// One step: `last` `[rows]` → logits `[rows, vocab]`.
     pub fn decode_step(&self, state: RnnState, last: Tensor<1, Int>) -> (Step, RnnState) {
         let e = self.tgt_embed.forward(last.unsqueeze_dim::<2>(1)).squeeze_dim::<2>(1); // [N, E]
         let (top, layers) = self.decoder.step(self.decoder.forward_cells[0].project(e), &state.layers);
-        let logits = crate::cell::linear(&self.output, top);
+        let logits = ops::linear(&self.output, top);
         (Step { logits, attention: None }, RnnState { layers, ..state })
     }
 }

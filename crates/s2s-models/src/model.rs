@@ -5,9 +5,9 @@ use burn::module::Module;
 use burn::tensor::{Int, Tensor};
 
 use crate::attention_rnn::AttentionRnn;
-use crate::interface::{DecodeState, Forward, Source, Step};
+use crate::interface::{Forward, RnnState, Source, Step};
 use crate::lstm::LstmSeq2Seq;
-use crate::transformer::Transformer;
+use crate::transformer::{Transformer, TransformerState};
 
 /// Any seq2seq model of the toolkit.
 #[derive(Module, Debug)]
@@ -33,9 +33,9 @@ impl Model {
     /// Encodes the source into the decoder's initial state.
     pub fn encode(&self, src: &Source) -> DecodeState {
         match self {
-            Model::Lstm(m) => m.encode(src),
-            Model::AttentionRnn(m) => m.encode(src),
-            Model::Transformer(m) => m.encode(src),
+            Model::Lstm(m) => DecodeState::Rnn(m.encode(src)),
+            Model::AttentionRnn(m) => DecodeState::Rnn(m.encode(src)),
+            Model::Transformer(m) => DecodeState::Transformer(m.encode(src)),
         }
     }
 
@@ -58,6 +58,33 @@ impl Model {
                 (step, DecodeState::Transformer(s))
             }
             _ => panic!("decode_step: the state was made by another kind of model"),
+        }
+    }
+}
+
+/// The decoder's state between incremental steps, for every model kind.
+#[derive(Debug, Clone)]
+pub enum DecodeState {
+    /// Recurrent decoders.
+    Rnn(RnnState),
+    /// The Transformer's per-layer key/value caches.
+    Transformer(TransformerState),
+}
+
+impl DecodeState {
+    /// Keeps rows `indices` (in that order): beam reordering and dropping finished rows.
+    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
+        match self {
+            DecodeState::Rnn(s) => DecodeState::Rnn(s.select(indices)),
+            DecodeState::Transformer(s) => DecodeState::Transformer(s.select(indices)),
+        }
+    }
+
+    /// Rows in the state.
+    pub fn rows(&self) -> usize {
+        match self {
+            DecodeState::Rnn(s) => s.key_mask.dims()[0],
+            DecodeState::Transformer(s) => s.rows(),
         }
     }
 }

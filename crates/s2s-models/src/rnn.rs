@@ -13,6 +13,7 @@ use burn::nn::{Dropout, DropoutConfig};
 use burn::tensor::{Device, Tensor};
 
 use crate::cell::{CellConfig, CellKind, CellState, RecurrentCell};
+use s2s_kernels::ops;
 
 /// Configuration of a [`StackedRnn`].
 #[derive(Config, Debug)]
@@ -62,12 +63,12 @@ impl StackedRnnConfig {
         layers: usize,
         bidirectional: bool,
         dropout: f64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, crate::ModelError> {
         if !(0.0..1.0).contains(&dropout) {
-            return Err(format!("dropout must be in [0, 1), got {dropout}"));
+            return Err(crate::ModelError::Probability { name: "dropout", value: dropout });
         }
         if bidirectional && hidden % 2 != 0 {
-            return Err(format!("a bidirectional encoder needs an even hidden size, got {hidden}"));
+            return Err(crate::ModelError::OddBidirectional(hidden));
         }
         let per_direction = if bidirectional { hidden / 2 } else { hidden };
         Ok(Self::new(cell, d_input, per_direction)
@@ -136,7 +137,7 @@ impl StackedRnn {
         let mut finals = Vec::with_capacity(self.layers() * self.directions());
         for l in 0..self.layers() {
             if l > 0 {
-                input = crate::dropout::forward(&self.dropout, input);
+                input = ops::dropout(&self.dropout, input);
             }
             let cell = &self.forward_cells[l];
             let start = init
@@ -166,7 +167,7 @@ impl StackedRnn {
         for (l, cell) in self.forward_cells.iter().enumerate() {
             if l > 0 {
                 let below: &CellState = &out[l - 1];
-                xw = cell.project(crate::dropout::forward(&self.dropout, below.h.clone()));
+                xw = cell.project(ops::dropout(&self.dropout, below.h.clone()));
             }
             out.push(cell.step(xw.clone(), &states[l]));
         }
@@ -175,9 +176,8 @@ impl StackedRnn {
     }
 }
 
-/// One direction of one layer over the whole sequence: an LSTM through the fused layer — on
-/// the CPU [`crate::fused_lstm::lstm_layer`], on a GPU [`crate::gpu_lstm_cell::lstm_layer`]
-/// (not under burn's fusion, `gpu-tuned`) — anything else step by step.
+/// One direction of one layer over the whole sequence: an LSTM as one operation
+/// ([`ops::lstm_layer`], whose kernels run the whole layer), a GRU or plain RNN step by step.
 fn run(
     cell: &RecurrentCell,
     xw: Tensor<3>,
@@ -187,17 +187,9 @@ fn run(
     start: CellState,
     reverse: bool,
 ) -> (Tensor<3>, CellState) {
-    if cell.kind == CellKind::Lstm && crate::flex_data::is_flex(&xw.device()) {
-        let c0 = start.c.expect("LSTM state has a memory cell");
-        let (out, h, c) =
-            crate::fused_lstm::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), dense, reverse);
-        return (out, CellState { h, c: Some(c) });
-    }
-    #[cfg(not(feature = "gpu-tuned"))]
     if cell.kind == CellKind::Lstm && !keeps.is_empty() {
         let c0 = start.c.expect("LSTM state has a memory cell");
-        let (out, h, c) =
-            crate::gpu_lstm_cell::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), reverse);
+        let (out, h, c) = ops::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), dense, reverse);
         return (out, CellState { h, c: Some(c) });
     }
     run_steps(cell, xw, keeps, dense, start, reverse)
@@ -230,7 +222,7 @@ fn run_steps(
         }
     }
     let outs: Vec<Tensor<2>> = outs.into_iter().map(|o| o.expect("every step ran")).collect();
-    (crate::gpu_steps::stack_steps(outs), state)
+    (ops::stack_steps(outs), state)
 }
 
 #[cfg(test)]
@@ -288,7 +280,7 @@ mod tests {
     /// where there is no GPU), against the step-by-step loop on the same device.
     #[test]
     fn gpu_lstm_layer_equals_the_step_by_step_loop() {
-        let Some(gpu) = crate::testing::wgpu_or_skip() else { return };
+        let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
         for lengths in [[6usize, 4, 2], [4, 2, 1]] {
             fused_lstm_layer_equals_the_step_by_step_loop_on(&gpu, lengths, &[1]);
         }

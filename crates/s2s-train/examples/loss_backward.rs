@@ -1,5 +1,5 @@
 //! The label-smoothed loss's backward pass on the bench's logits (`[64, 24, 8000]`, the
-//! `lstm` shape's batch), best of 30 (docs/benchmarks.md, session 10):
+//! `lstm` shape's batch), best of 30 (figures in docs/benchmarks.md):
 //!
 //!     cargo run --release -p s2s-train --example loss_backward
 

@@ -15,8 +15,8 @@ use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::clip::clip_global_norm;
-use crate::fused_adam::FusedAdam;
+use s2s_kernels::ops::clip_global_norm;
+use s2s_kernels::ops::FusedAdam;
 use crate::loss::label_smoothed_loss;
 
 /// The benchmark configuration shipped with the project.
@@ -193,7 +193,7 @@ pub fn bench(
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
     let ad = device.clone().autodiff();
     ad.seed(0);
-    let mut model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
+    let mut model = spec.init(b.src_vocab, b.tgt_vocab, &ad).map_err(|e| e.to_string())?;
     let params = model.num_params();
     let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
     let y = random_ids(n * (t + 1), b.tgt_vocab, 2);
@@ -223,7 +223,7 @@ pub fn bench(
         done(1);
         clip_global_norm(&model, &mut grads, 1.0);
         done(2);
-        let model = crate::fused_adam::step(&mut optim, 1e-4, model, grads);
+        let model = s2s_kernels::ops::adam_step(&mut optim, 1e-4, model, grads);
         done(3);
         model
     };

@@ -1,20 +1,17 @@
 //! # s2s-train: the one training loop
 //!
 //! Used by every model kind through [`s2s_models::Model`]: [`loss`] (label-smoothed
-//! cross-entropy without padding), [`clip`] (global-norm clipping), [`schedule`] (constant,
+//! cross-entropy without padding), [`schedule`] (constant,
 //! Noam, plateau), [`checkpoint`] (atomic, exact resume), [`metrics`] (`metrics.csv`),
 //! [`evaluate`] (perplexity and greedy BLEU) and [`trainer`] (the loop).
 
 pub mod bench;
 pub mod checkpoint;
-pub mod clip;
 pub mod config;
 pub mod device;
 pub mod error;
 pub mod evaluate;
 pub mod experiment;
-pub mod fused_adam;
-pub mod fused_loss;
 pub mod interrupt;
 pub mod loss;
 pub mod metrics;

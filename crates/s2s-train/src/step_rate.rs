@@ -1,4 +1,4 @@
-//! The LSTM step beside the machine's best product rate (issue 12's "0.8" goal), both measured
+//! The LSTM step beside the machine's best product rate (the goal: at least 0.8 of it), both measured
 //! in one run so that they meet the same machine state (`s2s bench --lstm-step`).
 //!
 //! One LSTM layer over `time` steps runs `time` recurrent products `h_{t−1} W_h`, `[batch,
@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{Device, Tensor, TensorData};
-use s2s_models::fused_lstm::lstm_layer;
-use s2s_models::packed_gemm::PackedB;
-use s2s_models::small_matmul::matmul_2d;
+use s2s_kernels::fused_lstm::lstm_layer;
+use s2s_kernels::packed_gemm::PackedB;
+use s2s_kernels::flex_gemm::matmul_2d;
 use serde::Serialize;
 
 /// One product of the best-rate candidates.

@@ -17,11 +17,11 @@ use s2s_data::{Batch, Batcher, Example, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
 use crate::checkpoint::{Checkpoints, TrainerState};
-use crate::clip::clip_global_norm;
+use s2s_kernels::ops::clip_global_norm;
 use crate::config::{OptimizerKind, StopMetric, TrainSpec};
 use crate::error::TrainError;
 use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
-use crate::fused_adam::FusedAdam;
+use s2s_kernels::ops::FusedAdam;
 use crate::loss::label_smoothed_loss;
 use crate::metrics::{self, MetricsRow};
 
@@ -105,7 +105,7 @@ pub fn build_model(
     device: &Device,
 ) -> Result<Model, TrainError> {
     device.seed(seed);
-    spec.init_for(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device).map_err(TrainError::Config)
+    spec.init_for(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device).map_err(|e| TrainError::Config(e.to_string()))
 }
 
 /// Loads a checkpoint's model weights into a model built from `spec`.
@@ -138,7 +138,7 @@ fn shard_gradients(
     let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| {
         let b = DeviceBatch::new(batch, device);
         device.seed(*seed);
-        s2s_models::dropout::reseed(*seed); // the GPU masks' host stream (see its doc)
+        s2s_kernels::ops::reseed(*seed); // the GPU masks' host stream (see its doc)
         let out = model.forward(&b.src, b.tgt_in.clone());
         let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
         let loss = l.smoothed.div_scalar(b.tokens as f64 * scale);
@@ -297,7 +297,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         clip_global_norm(&model, &mut grads, spec.clip_norm);
         st.step += 1;
         last_lr = spec.schedule.lr(spec.lr, st.step, &st.schedule);
-        model = crate::fused_adam::step(&mut optim, last_lr, model, grads);
+        model = s2s_kernels::ops::adam_step(&mut optim, last_lr, model, grads);
         st.loss_window.0 += step_loss;
         st.loss_window.1 += step_tokens;
         if let Some(bar) = &bar {

@@ -77,7 +77,7 @@ fn two_devices_take_the_step_of_accumulating_two_batches() {
 
     // The second replica on wgpu (lavapipe here): weights forked to another backend, gradients
     // brought back. Floats differ slightly between backends, so compare losses with a tolerance.
-    if let Some(gpu) = s2s_models::testing::wgpu_or_skip() {
+    if let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() {
         let (mixed, _) = run(&config(2, 1), &[cpu, gpu], &tmp.join("mixed"));
         let loss = |rows: &[Vec<String>]| -> Vec<f64> {
             rows.iter()

@@ -9,7 +9,7 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
 use s2s_models::{AttentionRnnSpec, ModelSpec, Source, TransformerSpec};
-use s2s_train::clip::clip_global_norm;
+use s2s_kernels::ops::clip_global_norm;
 use s2s_train::loss::label_smoothed_loss;
 
 fn specs() -> Vec<ModelSpec> {
@@ -83,7 +83,7 @@ fn burn_adam() -> impl FnMut(s2s_models::Model, GradientsParams) -> s2s_models::
 
 #[test]
 fn wgpu_matches_the_cpu() {
-    let Some(gpu) = s2s_models::testing::wgpu_or_skip() else { return };
+    let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
     let cpu = Device::flex();
     let dir = std::env::temp_dir().join(format!("s2s-wgpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -120,8 +120,8 @@ fn wgpu_matches_the_cpu() {
 /// elsewhere is left as it was.
 #[test]
 fn adam_kernel_on_wgpu_matches_the_cpu() {
-    use s2s_train::fused_adam::FusedAdam;
-    let Some(gpu) = s2s_models::testing::wgpu_or_skip() else { return };
+    use s2s_kernels::fused_adam::FusedAdam;
+    let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
     let cpu = Device::flex();
     // With burn's fusion (`gpu-tuned`) the kernel is not used (burn's fused Adam runs) and a
     // direct call has no backend: only the optimizer check below applies.
@@ -140,7 +140,7 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
     let batched = |cap: usize| {
         let mut optim = burn::optim::ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0).batched());
         move |m: s2s_models::Model, g: GradientsParams| {
-            s2s_train::fused_adam::step_with_cap(&mut optim, 1e-2, m, g, cap)
+            s2s_kernels::fused_adam::step_with_cap(&mut optim, 1e-2, m, g, cap)
         }
     };
     let (a, _) = losses(start, &cpu.clone().autodiff(), ours());
@@ -180,7 +180,7 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
 fn direct_kernel_matches_the_cpu(cpu: &Device, gpu: &Device) {
     use burn::backend::Dispatch;
     use burn::tensor::Distribution;
-    use s2s_train::fused_adam::AdamStep;
+    use s2s_kernels::fused_adam::AdamStep;
     let normal = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), cpu);
     let (p, g, m) = (normal([37, 300]), normal([37, 300]), normal([37, 300]));
     let v = normal([37, 300]).abs();

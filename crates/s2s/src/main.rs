@@ -20,6 +20,11 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "s2s", version, propagate_version = true)]
 struct Cli {
+    /// What computes: `fast` (the fused CPU and GPU kernels) or `reference` (every operation
+    /// as its equation in plain tensor operations, to check or read the kernels against;
+    /// slower). Default: $S2S_KERNELS, else fast.
+    #[arg(long, global = true, value_name = "fast|reference")]
+    kernels: Option<s2s_kernels::Kernels>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,6 +56,12 @@ static GLOBAL: allocator::LargeBlocks = allocator::LargeBlocks::new();
 fn main() -> ExitCode {
     allocator::tune(&GLOBAL);
     let cli = Cli::parse();
+    if let Some(k) = cli.kernels {
+        s2s_kernels::mode::set(k);
+    } else if let Err(e) = s2s_kernels::mode::check_env() {
+        eprintln!("error: S2S_KERNELS: {e}");
+        return ExitCode::FAILURE;
+    }
     if matches!(cli.command, Command::Train(_) | Command::Experiment(_)) {
         signals::install();
     }

@@ -6,6 +6,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Device, Tensor};
+use s2s_kernels::ops;
 
 /// Configuration of [`AdditiveAttention`].
 #[derive(Config, Debug)]
@@ -47,13 +48,13 @@ impl AdditiveAttentionConfig {
 impl AdditiveAttention {
     /// `W₁ hᵢ` for every position: `[batch, src, d_key]` → `[batch, src, d_attention]`.
     pub fn keys(&self, memory: Tensor<3>) -> Tensor<3> {
-        crate::cell::linear(&self.key_proj, memory)
+        ops::linear(&self.key_proj, memory)
     }
 
     /// `eᵢ = vᵀ tanh(W₁hᵢ + W₂s)`: `[batch, d_query]` → `[batch, src]`.
     pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-        let q = crate::cell::linear(&self.query_proj, query); // [B, A]
-        super::step::additive_scores(q, keys, self.v.weight.val()) // [B, S]
+        let q = ops::linear(&self.query_proj, query); // [B, A]
+        ops::additive_scores(q, keys, self.v.weight.val()) // [B, S]
     }
 }
 

@@ -14,6 +14,7 @@ use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::bahdanau::{AdditiveAttention, AdditiveAttentionConfig};
+use s2s_kernels::ops;
 
 /// Which Luong score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -31,14 +32,14 @@ pub enum LuongScore {
 }
 
 impl std::str::FromStr for LuongScore {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::ModelError;
+    fn from_str(s: &str) -> Result<Self, crate::ModelError> {
         match s {
             "dot" => Ok(Self::Dot),
             "general" => Ok(Self::General),
             "concat" => Ok(Self::Concat),
             "low-rank" => Ok(Self::LowRank),
-            _ => Err(format!("unknown Luong score `{s}`: use dot, general, concat or low-rank")),
+            _ => Err(crate::ModelError::UnknownScore(s.to_string())),
         }
     }
 }
@@ -81,14 +82,11 @@ pub struct LuongAttention {
 
 impl LuongAttentionConfig {
     /// Initialises the score. `dot` with `d_query ≠ d_key` is refused.
-    pub fn init(&self, device: &Device) -> Result<LuongAttention, String> {
+    pub fn init(&self, device: &Device) -> Result<LuongAttention, crate::ModelError> {
         let lin = |i, o| Some(LinearConfig::new(i, o).with_bias(false).init(device));
         let (key_proj, query_proj, concat) = match self.score {
             LuongScore::Dot if self.d_query != self.d_key => {
-                return Err(format!(
-                    "the dot score needs equal decoder and encoder sizes, got {} and {}: use general or low-rank",
-                    self.d_query, self.d_key
-                ));
+                return Err(crate::ModelError::DotSizes { query: self.d_query, key: self.d_key });
             }
             LuongScore::Dot => (None, None, None),
             LuongScore::General => (lin(self.d_key, self.d_query), None, None),
@@ -108,7 +106,7 @@ impl LuongAttention {
     pub fn keys(&self, memory: Tensor<3>) -> Tensor<3> {
         match (&self.concat, &self.key_proj) {
             (Some(c), _) => c.keys(memory),
-            (None, Some(k)) => crate::cell::linear(k, memory),
+            (None, Some(k)) => ops::linear(k, memory),
             (None, None) => memory,
         }
     }
@@ -122,7 +120,7 @@ impl LuongAttention {
             Some(u) => u.forward(query), // U s: [B, r]
             None => query,               // s:   [B, d]
         };
-        super::step::dot_scores(q, keys) // [B, S]
+        ops::dot_scores(q, keys) // [B, S]
     }
 }
 

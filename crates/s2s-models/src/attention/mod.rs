@@ -5,13 +5,11 @@
 //! receive exactly zero weight; `c = Σᵢ αᵢ hᵢ` (Bahdanau et al., 2015, eqs. 5–6).
 
 pub mod bahdanau;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_attend;
 pub mod luong;
-pub mod step;
 
 use burn::module::Module;
 use burn::tensor::Tensor;
+use s2s_kernels::ops;
 
 pub use bahdanau::{AdditiveAttention, AdditiveAttentionConfig};
 pub use luong::{LuongAttention, LuongAttentionConfig, LuongScore};
@@ -57,23 +55,10 @@ impl Attention {
 
 /// Masked softmax of `scores` `[batch, src]` (`key_mask` additive: 0 on real positions, `−∞`
 /// on padding, [`crate::Source::key_mask`]) and the weighted sum of `values`
-/// `[batch, src, d]`: returns (context `[batch, d]`, weights `[batch, src]`).
-///
-/// On a GPU the mask, the softmax and the sum are [`gpu_attend`]'s kernels (not under
-/// `gpu-tuned`), with no launch of the mask's own at each decoder step.
+/// `[batch, src, d]`: `α = softmax(e + mask)`, `c = Σᵢ αᵢ hᵢ`. Returns (context `[batch, d]`,
+/// weights `[batch, src]`).
 pub fn attend(scores: Tensor<2>, values: &Tensor<3>, key_mask: &Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !crate::flex_data::is_flex(&scores.device()) {
-        return gpu_attend::attend(scores, key_mask, values);
-    }
-    attend_composed(scores + key_mask.clone(), values)
-}
-
-/// [`attend`] from masked scores, composed (what the GPU kernels are tested against).
-pub(crate) fn attend_composed(masked: Tensor<2>, values: &Tensor<3>) -> (Tensor<2>, Tensor<2>) {
-    let weights = crate::fused_softmax::softmax(masked); // [B, S]
-    let context = step::weighted_sum(weights.clone(), values); // [B, D]
-    (context, weights)
+    ops::attend(scores, values, key_mask)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, 
 use burn::tensor::{Device, Tensor};
 
 use super::mha::{KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
-use crate::fused_layer_norm::layer_norm;
+use ops::layer_norm;
+use s2s_kernels::ops;
 
 /// Configuration shared by [`EncoderLayer`] and [`DecoderLayer`].
 #[derive(Config, Debug)]
@@ -48,8 +49,8 @@ pub struct FeedForward {
 impl FeedForward {
     /// Applies the network.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let hidden = crate::dropout::relu_then(&self.dropout, crate::cell::linear(&self.inner, x));
-        crate::cell::linear(&self.outer, hidden)
+        let hidden = ops::relu_dropout(&self.dropout, ops::linear(&self.inner, x));
+        ops::linear(&self.outer, hidden)
     }
 }
 
@@ -81,7 +82,7 @@ impl Residual {
 
     /// Adds the sublayer's output `y` to `x`.
     pub fn output(&self, x: Tensor<3>, y: Tensor<3>) -> Tensor<3> {
-        let sum = crate::dropout::add_then(&self.dropout, x, y);
+        let sum = ops::add_dropout(&self.dropout, x, y);
         if self.pre_norm { sum } else { layer_norm(&self.norm, sum) }
     }
 }
@@ -96,14 +97,14 @@ impl LayerConfig {
         }
     }
 
-    fn attention(&self, device: &Device) -> Result<MultiHeadAttention, String> {
+    fn attention(&self, device: &Device) -> Result<MultiHeadAttention, crate::ModelError> {
         MultiHeadAttentionConfig::new(self.d_model, self.heads)
             .with_dropout(self.attention_dropout)
             .init(device)
     }
 
     /// An encoder layer.
-    pub fn init_encoder(&self, device: &Device) -> Result<EncoderLayer, String> {
+    pub fn init_encoder(&self, device: &Device) -> Result<EncoderLayer, crate::ModelError> {
         Ok(EncoderLayer {
             self_attention: self.attention(device)?,
             ffn: self.ffn(device),
@@ -113,7 +114,7 @@ impl LayerConfig {
     }
 
     /// A decoder layer.
-    pub fn init_decoder(&self, device: &Device) -> Result<DecoderLayer, String> {
+    pub fn init_decoder(&self, device: &Device) -> Result<DecoderLayer, crate::ModelError> {
         Ok(DecoderLayer {
             self_attention: self.attention(device)?,
             cross_attention: self.attention(device)?,

@@ -10,6 +10,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
+use s2s_kernels::ops;
 
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
@@ -61,7 +62,7 @@ pub struct KeyValue {
     v: Tensor<4>,
     len: usize,
     /// `[K | V]` before the split into heads (`[rows, t, 2·d_model]`), when one product made
-    /// them: what the fused cross-attention reads ([`crate::fused_attention`]).
+    /// them: what the cross-attention operation reads ([`ops::cross_attention`]).
     packed: Option<Tensor<3>>,
 }
 
@@ -132,9 +133,9 @@ impl KeyValue {
 impl MultiHeadAttentionConfig {
     /// Initialises (Xavier-uniform weights, zero biases); errors when `heads` does not divide
     /// `d_model`.
-    pub fn init(&self, device: &Device) -> Result<MultiHeadAttention, String> {
+    pub fn init(&self, device: &Device) -> Result<MultiHeadAttention, crate::ModelError> {
         if self.heads == 0 || self.d_model % self.heads != 0 {
-            return Err(format!("heads ({}) must divide d_model ({})", self.heads, self.d_model));
+            return Err(crate::ModelError::Heads { heads: self.heads, d_model: self.d_model });
         }
         let linear = || {
             LinearConfig::new(self.d_model, self.d_model)
@@ -183,12 +184,11 @@ impl MultiHeadAttention {
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
         // On a GPU one launch each way for each concatenation (`gpu_cat`), not one a part.
-        let w = crate::cell::cat_columns(which.iter().map(|l| l.weight.val()).collect());
+        let w = ops::cat_columns(which.iter().map(|l| l.weight.val()).collect());
         let biases = which.iter().map(|l| bias(l).unsqueeze::<2>()).collect();
-        let bias = crate::cell::cat_columns(biases).reshape([which.len() * d]);
+        let bias = ops::cat_columns(biases).reshape([which.len() * d]);
         // The side-by-side weight is new at every call: nothing to keep packed.
-        let xw =
-            crate::cell::as_rows(x.clone(), which.len() * d, |x| crate::small_matmul::matmul_fresh(x, w));
+        let xw = ops::matmul_rows_fresh(x.clone(), w);
         Some(xw + bias.unsqueeze::<3>()) // [B, T, N·d]
     }
 
@@ -204,41 +204,20 @@ impl MultiHeadAttention {
                 let d = which[0].weight.dims()[1];
                 (std::array::from_fn(|i| y.clone().narrow(2, i * d, d)), Some(y))
             }
-            None => (which.map(|l| crate::cell::linear(l, x.clone())), None),
+            None => (which.map(|l| ops::linear(l, x.clone())), None),
         }
-    }
-
-    /// The dropout on the weights as the fused kernel takes it: its mask's seed (drawn as
-    /// [`crate::dropout::forward`] draws it) and the share kept; `(0, 1)` when nothing drops.
-    fn fused_dropout(&self, device: &Device) -> (u64, f32) {
-        if crate::dropout::drops(&self.dropout, device) {
-            (crate::dropout::draw_seed(device), 1.0 - self.dropout.prob as f32)
-        } else {
-            (0, 1.0)
-        }
-    }
-
-    /// True when the fused kernels run this attention: on flex, or on a GPU without burn's
-    /// fusion ([`crate::gpu_attention`]), with a mask they take.
-    fn fuses(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
-        let kernels = crate::flex_data::is_flex(device) || cfg!(not(feature = "gpu-tuned"));
-        kernels && crate::fused_attention::mask_fits(mask.dims(), batch, tq, tk)
     }
 
     /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
-    /// `[batch, t, d_model]` and the keys and values, for a cache. On flex and on a GPU, when
-    /// one product makes `[Q | K | V]`, the fused kernels attend ([`crate::fused_attention`],
-    /// [`crate::gpu_attention`]).
+    /// `[batch, t, d_model]` and the keys and values, for a cache. When one product makes
+    /// `[Q | K | V]`, the heads attend as one operation ([`ops::self_attention`]).
     pub fn self_attend(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
-        let [b, t, _] = x.dims();
-        let device = x.device();
         let ([q, k, v], qkv) = self.project_fused(x, [&self.query, &self.key, &self.value]);
         let kv = KeyValue::new(self.split(k), self.split(v));
         match (qkv, mask) {
-            (Some(qkv), Some(m)) if Self::fuses(&device, m, b, t, t) => {
-                let drop = self.fused_dropout(&device);
-                let (out, _) = crate::fused_attention::self_attention(qkv, m, self.heads, drop);
-                (crate::cell::linear(&self.output, out), kv)
+            (Some(qkv), Some(m)) => {
+                let out = ops::self_attention(qkv, m, self.heads, &self.dropout); // [B, T, d_model]
+                (ops::linear(&self.output, out), kv)
             }
             _ => (self.attend_heads(self.split(q), &kv, mask).0, kv),
         }
@@ -265,14 +244,11 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        let [b, tq, _] = query.dims();
-        let q = crate::cell::linear(&self.query, query);
+        let q = ops::linear(&self.query, query);
         match (&kv.packed, mask) {
-            (Some(packed), Some(m)) if Self::fuses(&q.device(), m, b, tq, kv.len()) => {
-                let drop = self.fused_dropout(&q.device());
-                let (out, weights) =
-                    crate::fused_attention::cross_attention(q, packed.clone(), m, self.heads, drop);
-                (crate::cell::linear(&self.output, out), weights)
+            (Some(packed), Some(m)) => {
+                let (out, weights) = ops::cross_attention(q, packed.clone(), m, self.heads, &self.dropout);
+                (ops::linear(&self.output, out), weights)
             }
             _ => self.attend_heads(self.split(q), kv, mask),
         }
@@ -286,16 +262,9 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        let [b, h, tq, dk] = q.dims();
-        let tk = kv.len();
-        let mut scores = q.matmul(kv.keys().swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
-        if let Some(m) = mask {
-            scores = scores + m.clone().expand([b, h, tq, tk]);
-        }
-        let weights = crate::fused_softmax::softmax(scores);
-        let out = crate::dropout::forward(&self.dropout, weights.clone()).matmul(kv.values()); // [B, h, Tq, dk]
-        let out = out.swap_dims(1, 2).reshape([b, tq, h * dk]);
-        (crate::cell::linear(&self.output, out), weights)
+        // softmax(QKᵀ / √d_k + mask) V, heads side by side: [B, Tq, d_model], [B, h, Tq, Tk]
+        let (out, weights) = ops::scaled_dot_product(q, kv.keys(), kv.values(), mask, &self.dropout);
+        (ops::linear(&self.output, out), weights)
     }
 }
 
@@ -394,7 +363,7 @@ mod tests {
     /// gradients of the three projections' weights and biases.
     #[test]
     fn fused_self_attention_on_wgpu_equals_flex() {
-        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let Some(plain) = s2s_kernels::testing::wgpu_or_skip() else { return };
         let cpu = Device::flex().autodiff();
         cpu.seed(21);
         let m = MultiHeadAttentionConfig::new(8, 2).with_dropout(0.0).init(&cpu).unwrap();
@@ -426,11 +395,10 @@ mod tests {
 
     /// Training on wgpu (lavapipe where there is no GPU), the fused self-attention applies
     /// its dropout: the output changes with it, and reseeding the host's stream draws the same
-    /// mask again. (Until session 18 the GPU kernels got no mask: the seed was drawn only on
-    /// flex.)
+    /// mask again.
     #[test]
     fn attention_dropout_reaches_the_gpu_kernels() {
-        let Some(plain) = crate::testing::wgpu_or_skip() else { return };
+        let Some(plain) = s2s_kernels::testing::wgpu_or_skip() else { return };
         let d = plain.autodiff();
         let m = MultiHeadAttentionConfig::new(8, 2).with_dropout(0.5).init(&d).unwrap();
         // Above 1,024 rows `[Q | K | V]` comes from one product: the fused path.
@@ -438,12 +406,88 @@ mod tests {
         let x = Tensor::<3>::random([b, t, 8], Distribution::Normal(0.0, 1.0), &d);
         let mask = Tensor::<4>::zeros([b, 1, 1, t], &d);
         let run = |m: &MultiHeadAttention| {
-            crate::dropout::reseed(3);
+            s2s_kernels::ops::reseed(3);
             m.self_attend(x.clone(), Some(&mask)).0
         };
         assert_eq!(run(&m).to_data(), run(&m).to_data(), "the same seed, the same mask");
         let off = MultiHeadAttention { dropout: burn::nn::DropoutConfig::new(0.0).init(), ..m.clone() };
         assert!(crate::test_support::max_diff(run(&m), run(&off)) > 1e-2, "dropout changes the output");
+    }
+
+    /// An additive padding mask `[batch, 1, 1, t]`: sentence `b` keeps its first
+    /// `t − (b mod 3)` positions.
+    fn padding(batch: usize, t: usize, d: &Device) -> Tensor<4> {
+        let v: Vec<f32> = (0..batch)
+            .flat_map(|b| (0..t).map(move |j| if j + b % 3 >= t { f32::NEG_INFINITY } else { 0.0 }))
+            .collect();
+        Tensor::from_data(TensorData::new(v, [batch, 1, 1, t]), d)
+    }
+
+    /// Self- and cross-attention (one product for `[Q | K | V]`, so the fused kernels run)
+    /// give with the kernels what they give with the references (`s2s_kernels::mode`):
+    /// output, weights, and the gradients of the inputs and of all four projections; and
+    /// while decoding (no autodiff) too, padded keys getting exactly 0.
+    #[test]
+    fn kernels_and_references_agree() {
+        use s2s_kernels::mode::{Kernels, with};
+        let ad = Device::flex().autodiff();
+        ad.seed(22);
+        // 9 × 120 rows: over CAT_MIN_ROWS, so [Q | K | V] is one product.
+        let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
+        let m = MultiHeadAttentionConfig::new(d_model, heads).with_dropout(0.0).init(&ad).unwrap();
+        let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
+        let query = Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
+        let r = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad);
+        let rq = Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad);
+        let mask = padding(batch, t, &ad);
+        let grads = |g: &burn::tensor::Gradients, inputs: &[&Tensor<3>]| {
+            let mut out: Vec<Tensor<1>> = inputs.iter().map(|x| x.grad(g).expect("∂input").flatten(0, 2)).collect();
+            for l in [&m.query, &m.key, &m.value, &m.output] {
+                out.push(l.weight.grad(g).expect("∂W").flatten(0, 1));
+                out.push(l.bias.as_ref().unwrap().grad(g).expect("∂b"));
+            }
+            out
+        };
+        let self_run = |k: Kernels| {
+            with(k, || {
+                let out = m.self_attend(x.clone(), Some(&mask)).0;
+                let g = (out.clone() * r.clone()).sum().backward();
+                (out.inner(), grads(&g, &[&x]))
+            })
+        };
+        let ((y1, g1), (y2, g2)) = (self_run(Kernels::Fast), self_run(Kernels::Reference));
+        assert!(crate::test_support::max_diff(y1, y2) < 1e-5, "self: output");
+        for (i, (a, b)) in g1.into_iter().zip(g2).enumerate() {
+            assert!(crate::test_support::max_diff(a.inner(), b.inner()) < 1e-4, "self: gradient {i}");
+        }
+        let cross_run = |k: Kernels| {
+            with(k, || {
+                let (out, w) = m.attend(query.clone(), &m.project_kv(x.clone()), Some(&mask));
+                let g = (out.clone() * rq.clone()).sum().backward();
+                (out.inner(), w.inner(), grads(&g, &[&query, &x]))
+            })
+        };
+        let ((y1, w1, g1), (y2, w2, g2)) = (cross_run(Kernels::Fast), cross_run(Kernels::Reference));
+        assert!(crate::test_support::max_diff(y1, y2) < 1e-5, "cross: output");
+        assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "cross: weights");
+        for (i, (a, b)) in g1.into_iter().zip(g2).enumerate() {
+            assert!(crate::test_support::max_diff(a.inner(), b.inner()) < 1e-4, "cross: gradient {i}");
+        }
+        // Decoding: no autodiff.
+        let d = Device::flex();
+        let m = m.valid();
+        let memory = Tensor::<3>::from_data(x.inner().to_data(), &d);
+        let q1 = Tensor::<3>::from_data(query.inner().narrow(1, 0, 1).to_data(), &d);
+        let mask = padding(batch, t, &d);
+        let decode = |k: Kernels| with(k, || m.attend(q1.clone(), &m.project_kv(memory.clone()), Some(&mask)));
+        let ((y1, w1), (y2, w2)) = (decode(Kernels::Fast), decode(Kernels::Reference));
+        assert!(crate::test_support::max_diff(y1, y2) < 1e-5, "decoding: output");
+        assert!(crate::test_support::max_diff(w1.clone(), w2) < 1e-6, "decoding: weights");
+        let w: Vec<f32> = w1.into_data().try_to_vec::<f32>().unwrap();
+        for (row, v) in w.chunks(t).enumerate() {
+            let b = row / heads;
+            assert!(v[t - b % 3..].iter().all(|&x| x == 0.0), "padded keys of sentence {b} get exactly 0");
+        }
     }
 
     #[test]

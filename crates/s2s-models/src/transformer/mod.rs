@@ -22,10 +22,11 @@ use burn::nn::{
 };
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::interface::{DecodeState, Forward, Source, Step};
+use crate::interface::{Forward, Source, Step};
 use layer::{DecoderLayer, EncoderLayer, LayerConfig};
 use mha::KeyValue;
 use position::sinusoids;
+use s2s_kernels::ops;
 
 /// Configuration of [`Transformer`].
 #[derive(Config, Debug)]
@@ -126,20 +127,17 @@ impl TransformerState {
 
 impl TransformerConfig {
     /// Initialises the model; errors on inconsistent sizes.
-    pub fn init(&self, device: &Device) -> Result<Transformer, String> {
+    pub fn init(&self, device: &Device) -> Result<Transformer, crate::ModelError> {
         if self.d_model == 0 || self.encoder_layers == 0 || self.decoder_layers == 0 {
-            return Err("d_model and the layer counts must be positive".into());
+            return Err(crate::ModelError::EmptyTransformer);
         }
         for (name, p) in [("dropout", self.dropout), ("attention_dropout", self.attention_dropout)] {
             if !(0.0..1.0).contains(&p) {
-                return Err(format!("{name} must be in [0, 1), got {p}"));
+                return Err(crate::ModelError::Probability { name, value: p });
             }
         }
         if self.share_embeddings && self.src_vocab != self.tgt_vocab {
-            return Err(format!(
-                "share_embeddings needs one joint vocabulary, but the sizes differ ({} vs {})",
-                self.src_vocab, self.tgt_vocab
-            ));
+            return Err(crate::ModelError::SharedVocabulary { src: self.src_vocab, tgt: self.tgt_vocab });
         }
         let layer = LayerConfig::new(self.d_model, self.heads, self.d_ff)
             .with_dropout(self.dropout)
@@ -197,7 +195,7 @@ impl Transformer {
         let [_, t] = ids.dims();
         let device = ids.device();
         let x = embedding.forward(ids) * (self.d_model as f32).sqrt();
-        crate::dropout::forward(
+        ops::dropout(
             &self.dropout,
             x + sinusoids(start, t, self.d_model, &device).unsqueeze_dim::<3>(0),
         )
@@ -211,7 +209,7 @@ impl Transformer {
             x = layer.forward(x, &mask);
         }
         if let Some(n) = &self.encoder_norm {
-            x = crate::fused_layer_norm::layer_norm(n, x);
+            x = ops::layer_norm(n, x);
         }
         (x, mask)
     }
@@ -219,12 +217,12 @@ impl Transformer {
     /// Logits `[batch, t, vocab]` of the decoder's top layer.
     fn project(&self, x: Tensor<3>) -> Tensor<3> {
         let x = match &self.decoder_norm {
-            Some(n) => crate::fused_layer_norm::layer_norm(n, x),
+            Some(n) => ops::layer_norm(n, x),
             None => x,
         };
         match &self.output {
-            Some(o) => crate::cell::linear(o, x),
-            None => crate::cell::matmul_rows(x, self.tgt_embed.weight.val().transpose()), // E: [V, d]
+            Some(o) => ops::linear(o, x),
+            None => ops::matmul_rows(x, self.tgt_embed.weight.val().transpose()), // E: [V, d]
         }
     }
 
@@ -253,14 +251,14 @@ impl Transformer {
     }
 
     /// Encodes and precomputes every layer's cross-attention keys and values.
-    pub fn encode(&self, src: &Source) -> DecodeState {
+    pub fn encode(&self, src: &Source) -> TransformerState {
         let (memory, memory_mask) = self.memory(src);
-        DecodeState::Transformer(TransformerState {
+        TransformerState {
             memory: self.decoder.iter().map(|l| l.cross_attention.project_kv(memory.clone())).collect(),
             cache: vec![None; self.decoder.len()],
             memory_mask,
             position: 0,
-        })
+        }
     }
 
     /// One step: embeds `last` `[rows]` at the next position, extends every layer's cache.

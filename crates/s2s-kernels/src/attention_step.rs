@@ -1,5 +1,4 @@
-//! The recurrent decoders' attention while decoding, one pass per sentence on the CPU
-//! (issue 12).
+//! The recurrent decoders' attention while decoding, one pass per sentence on the CPU.
 //!
 //! At every decoder step the scores and the context read the whole projected memory:
 //!
@@ -191,7 +190,7 @@ fn fused(t: &Tensor<2>) -> bool {
 pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
     #[cfg(not(feature = "gpu-tuned"))]
     if !is_flex(&q.device()) {
-        return super::gpu_attend::dot_scores(q, keys);
+        return crate::gpu_attend::dot_scores(q, keys);
     }
     if !fused(&q) {
         // Σ_k keys ⊙ q rather than a batched [S, k] × [k, 1] product per sentence: one
@@ -209,7 +208,7 @@ pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
 pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
     #[cfg(not(feature = "gpu-tuned"))]
     if !is_flex(&q.device()) {
-        return super::gpu_attend::additive_scores(q, keys, v);
+        return crate::gpu_attend::additive_scores(q, keys, v);
     }
     if !fused(&q) {
         let [b, s, a] = keys.dims();

@@ -1,6 +1,6 @@
 //! Two or three matrices side by side, `[A | B | C]` along the last axis, as one cubecl kernel
 //! each way (wgpu): what the Transformer's fused projection does to `W^Q`, `W^K`, `W^V` and
-//! their biases at every call ([`crate::transformer::mha`]).
+//! their biases at every call (the Transformer's multi-head attention).
 //!
 //! burn's `cat` writes each part with its own slice-assign, and its backward hands each part
 //! a strided view of the gradient, which the clip and Adam then copy to make contiguous: per

@@ -1,4 +1,4 @@
-//! A GPU kernel's second output as an autodiff node of its own (issue 12).
+//! A GPU kernel's second output as an autodiff node of its own.
 //!
 //! burn's autodiff node has one output. A kernel that writes two (the LSTM step's `h'` and
 //! `c'`, the RNN attention's context and weights) used to return them side by side and

@@ -1,4 +1,4 @@
-//! Adam (Kingma & Ba, 2015, Algorithm 1) as one pass over each parameter (issue 12).
+//! Adam (Kingma & Ba, 2015, Algorithm 1) as one pass over each parameter.
 //!
 //! With gradient `g` (plus `λ·θ` under L2 weight decay), step `t`, rate `α`:
 //!
@@ -24,7 +24,7 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{Adam, AdamConfig, AdamState, AdaptiveMomentumState, LearningRate, Optimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use rayon::prelude::*;
-use s2s_models::flex_data::{f32s, is_flex};
+use crate::flex_data::{f32s, is_flex};
 
 /// The Adam update as a burn backend extension (flex, and cubecl without fusion; see the
 /// module doc).
@@ -63,7 +63,7 @@ impl AdamStep for Flex {
             .zip(vs.par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK))
             .for_each(|(((p, m), v), g)| {
-                s2s_models::fastmath::wide(
+                crate::fastmath::wide(
                     #[inline(always)]
                     || {
                         for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
@@ -91,7 +91,7 @@ mod cube_adam {
     use cubecl::cube;
     use cubecl::prelude::*;
 
-    use s2s_models::cube_launch::{self, exclusive};
+    use crate::cube_launch::{self, exclusive};
 
     use super::AdamStep;
 
@@ -317,7 +317,7 @@ impl Optimizer for FusedAdam {
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
         let fused_stream = cfg!(feature = "gpu-tuned") && !is_flex(&tensor.device());
-        if fused_stream || tensor.is_require_grad() {
+        if fused_stream || tensor.is_require_grad() || crate::mode::reference() {
             return self.burn.step(lr, tensor, grad, state);
         }
         let (time, m, v) = match state {
@@ -330,7 +330,7 @@ impl Optimizer for FusedAdam {
             [self.beta_1, self.beta_2, self.epsilon * bias_correction2_sqrt, c, lr as f32, self.weight_decay];
         #[cfg(not(feature = "gpu-tuned"))]
         if self.batched && !is_flex(&tensor.device()) {
-            use s2s_models::cube_launch::{cube_of, dispatch_of};
+            use crate::cube_launch::{cube_of, dispatch_of};
             let cube = |t: Tensor<D>| {
                 cube_of(t.into_dispatch()).unwrap_or_else(|_| {
                     unreachable!("a GPU parameter off flex, without fusion, is a cubecl tensor")

@@ -1,5 +1,5 @@
 //! The gradient of a weight that every decoder step multiplies, computed once per backward pass
-//! as one product over all steps (issue 12).
+//! as one product over all steps.
 //!
 //! A decoder loop multiplies the same weight at every step: `h_{t−1} W_h` in each LSTM layer,
 //! Luong's `W_c [cₜ; sₜ]`, Bahdanau's `W₂ s_{t−1}`. Backward through each step product computes
@@ -8,7 +8,7 @@
 //! the steps before: per weight and step a fresh 4 MiB buffer written twice. The sum is one
 //! product, `∂W = Σ_t x_tᵀ ∂y_t = Xᵀ ∂Y` with the steps' rows stacked, `k = steps·batch` deep —
 //! the shape `gemm` runs fastest. On a GPU, where a step is bound by launches (~28 µs of host
-//! time each through wgpu on an H100, session 16), it also takes the two launches a weight and
+//! time each through wgpu on an H100), it also takes the two launches a weight and
 //! step (the product and the add) down to four a weight for all steps: the two stacks (one
 //! launch each, [`gpu`]), the product, and the add to what other users contributed.
 //!
@@ -61,7 +61,7 @@ impl Deferrable for Flex {
     }
 
     fn transposed_product(a: FlexTensor, b: FlexTensor) -> FlexTensor {
-        crate::small_matmul::matmul_2d(&Flex::float_transpose(a), &b)
+        crate::flex_gemm::matmul_2d(&Flex::float_transpose(a), &b)
     }
 }
 
@@ -385,7 +385,7 @@ mod tests {
             let bs = if defer { defer_grad(bias.clone()) } else { bias.clone() };
             let mut h = Tensor::<2>::zeros([b, k], &d);
             for x in &xs {
-                let pre = crate::cell::affine_rows(h, ws.clone(), bs.clone())
+                let pre = crate::ops::affine_rows(h, ws.clone(), bs.clone())
                     + crate::small_matmul::matmul(x.clone(), u.clone());
                 h = crate::fused_tanh::tanh(pre);
             }
@@ -441,7 +441,7 @@ mod tests {
     #[cfg(not(feature = "gpu-tuned"))]
     #[test]
     fn deferred_whole_gradients_equal_per_step_gradients_on_wgpu() {
-        use crate::attention::gpu_attend::{additive_scores, attend, dot_scores};
+        use crate::gpu_attend::{additive_scores, attend, dot_scores};
         let Some(plain) = crate::testing::wgpu_or_skip() else { return };
         let d = plain.autodiff();
         d.seed(4);

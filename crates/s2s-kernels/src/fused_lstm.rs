@@ -1,4 +1,4 @@
-//! The LSTM cell's gate math as one CPU kernel, forward and backward (issue 12).
+//! The LSTM cell's gate math as one CPU kernel, forward and backward.
 //!
 //! From the pre-activation gates `[i f g o] = x W_x + h W_h + b` and the memory cell `c`:
 //!
@@ -15,7 +15,7 @@
 //! element and does not vectorise). Here it is one pass over the gates each way, through a
 //! branch-free `exp` the compiler vectorises, registered with burn's autodiff as one node: a
 //! `#[backend_extension]` for flex (and flex under autodiff). On wgpu the same equations run as
-//! cubecl kernels ([`crate::gpu_lstm_cell`]); the composed form in [`crate::cell`] is what the
+//! cubecl kernels ([`crate::gpu_lstm_cell`]); the reference ([`crate::reference::lstm_gates`]) is what the
 //! tests compare both with, and what builds with burn's fusion (`gpu-tuned`) run.
 //!
 //! # Shapes
@@ -717,7 +717,7 @@ fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     // SAFETY: the workers wrote every element of the steps they ran.
     let d_gates =
         FlexTensor::from_data(TensorData::new(unsafe { d_gates.finish(&steps) }, [b_n * t_n, 4 * h]));
-    let d_w = crate::small_matmul::matmul_2d(&Flex::float_transpose(h_prev), &d_gates);
+    let d_w = crate::flex_gemm::matmul_2d(&Flex::float_transpose(h_prev), &d_gates);
     [
         d_gates.reshape(Shape::new([b_n, t_n, 4 * h])),
         d_w,
@@ -952,7 +952,7 @@ pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
 /// One direction of one LSTM layer over a padded batch through the fused kernels (flex only):
 /// `xw = x W_x + b` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, initial state,
 /// `keep` `[batch, time]` (1 on real tokens; positions before `dense` are real in every row).
-/// Padded steps keep the state and output zeros, as [`crate::rnn::StackedRnn`] defines.
+/// Padded steps keep the state and output zeros, as [`crate::reference::lstm_layer`] defines.
 /// Returns the outputs `[batch, time, hidden]` and the final `(h, c)`.
 ///
 /// Forward: per step one product `h W_h` and the gate math, nothing else — no per-step tensors
@@ -1001,7 +1001,7 @@ fn operands<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::lstm_gates_composed;
+    use crate::reference::lstm_gates as lstm_gates_composed;
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 

@@ -19,7 +19,8 @@ use std::cell::Cell;
 
 use burn::nn::Dropout;
 use burn::tensor::{Distribution, Tensor, TensorData};
-use rayon::prelude::*;
+
+use crate::dropout_mask::{mask, splitmix64};
 
 /// `dropout(x)` with `d`'s probability (see the module doc).
 pub fn forward<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
@@ -90,7 +91,7 @@ fn gpu_mask(d: &Dropout, device: &burn::tensor::Device) -> Option<(u64, f32)> {
 
 /// True when `d` drops anything on `device` (training, `p > 0`, autodiff): where the fused
 /// attention, on flex or a GPU, draws a mask.
-pub(crate) fn drops(d: &Dropout, device: &burn::tensor::Device) -> bool {
+pub fn drops(d: &Dropout, device: &burn::tensor::Device) -> bool {
     d.prob > 0.0 && d.training.is_enabled() && device.is_autodiff()
 }
 
@@ -114,7 +115,7 @@ pub fn reseed(seed: u64) {
 /// A mask's seed: on flex from the device's own generator (reseeded by the trainer every
 /// step); elsewhere from this thread's host stream ([`reseed`]), not read back from the
 /// device.
-pub(crate) fn draw_seed(device: &burn::tensor::Device) -> u64 {
+pub fn draw_seed(device: &burn::tensor::Device) -> u64 {
     if !crate::flex_data::is_flex(device) {
         return STREAM.with(|s| {
             let n = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -127,42 +128,16 @@ pub(crate) fn draw_seed(device: &burn::tensor::Device) -> u64 {
     (u64::from(bits[0].to_bits()) << 32) | u64::from(bits[1].to_bits())
 }
 
-/// Element `index` of the mask drawn from `seed` (what [`mask`] writes there): `scale`
-/// (`1 / keep`) with probability `keep`, else 0. `threshold` is [`threshold`]`(keep)`.
-#[inline]
-pub(crate) fn element(seed: u64, index: usize, threshold: u32, scale: f32) -> f32 {
-    let r = (splitmix64(seed.wrapping_add((index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))) >> 40) as u32; // 24 uniform bits
-    if r < threshold { scale } else { 0.0 }
-}
-
-/// The 24-bit threshold below which an element is kept with probability `keep`.
-pub(crate) fn threshold(keep: f32) -> u32 {
-    (keep as f64 * (1u64 << 24) as f64) as u32
-}
-
-/// `n` values, each `1 / keep` with probability `keep` and 0 otherwise, from `seed`.
-pub(crate) fn mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
-    const CHUNK: usize = 1 << 14;
-    let (scale, threshold) = (1.0 / keep, threshold(keep));
-    let mut out = vec![0f32; n];
-    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-        crate::fastmath::wide(
-            #[inline(always)]
-            || {
-                for (i, v) in chunk.iter_mut().enumerate() {
-                    *v = element(seed, c * CHUNK + i, threshold, scale);
-                }
-            },
-        )
-    });
-    out
-}
-
-/// SplitMix64's output function (Steele, Lea & Flood, 2014).
-fn splitmix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// The mask drawn from `seed` for `n` elements kept with probability `keep`, built on the host
+/// as `device`'s kernels build it: [`mask`] on the CPU, the GPU kernels' hash on a GPU. What the
+/// references multiply by ([`crate::reference::dropout`]).
+pub fn host_mask(device: &burn::tensor::Device, seed: u64, n: usize, keep: f32) -> Vec<f32> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !crate::flex_data::is_flex(device) {
+        return crate::gpu_dropout::dropout_mask(seed, n, keep);
+    }
+    let _ = device;
+    mask(seed, n, keep)
 }
 
 #[cfg(test)]

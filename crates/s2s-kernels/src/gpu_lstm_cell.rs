@@ -16,7 +16,7 @@
 //! the product `h W_h` and a step kernel (gates, state update, padding mask, and the output
 //! and what the backward needs written in place into whole-sequence buffers); backward a step
 //! kernel and the product `∂gates W_hᵀ`, then `∂W_h` as one product over all steps. Run
-//! step by step through [`crate::cell`], autodiff records each step's slices, products and
+//! step by step through the composed cell, autodiff records each step's slices, products and
 //! masks, and its backward zero-fills and adds a sequence-sized gradient for every step's
 //! slice: the `lstm` bench model's training step took 2,172 launches that way and takes 613
 //! with this node (cubecl's kernel log; docs/benchmarks.md).
@@ -609,7 +609,7 @@ pub fn lstm_layer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::lstm_gates_composed;
+    use crate::reference::lstm_gates as lstm_gates_composed;
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 

@@ -1,5 +1,5 @@
 //! Scaled dot-product attention over all heads as one CPU kernel, forward and backward
-//! (Vaswani et al., 2017, eq. 1; issue 12).
+//! (Vaswani et al., 2017, eq. 1).
 //!
 //! Per sentence `b` and head `h`, with `Q`, `K`, `V` that head's columns of the projections,
 //! additive mask `M` (0 or −∞) and dropout mask `D` (`1/keep` or 0):
@@ -23,7 +23,7 @@
 //!
 //! A burn `#[backend_extension]` for flex, and for cubecl runtimes through
 //! [`crate::gpu_attention`]'s kernels; under burn's fusion (`gpu-tuned`) the operations are
-//! composed ([`crate::transformer::mha`]). The weights returned beside the output carry no
+//! composed ([`crate::reference::scaled_dot_product`]). The weights returned beside the output carry no
 //! gradient.
 //!
 //! # Shapes
@@ -130,7 +130,7 @@ pub fn mask_fits(mask: [usize; 4], batch: usize, tq: usize, tk: usize) -> bool {
 }
 
 /// One call's dropout mask, drawn element by element from its seed as
-/// [`crate::dropout::mask`] draws it; all ones without dropout.
+/// [`crate::dropout_mask::mask`] draws it; all ones without dropout.
 #[derive(Clone, Copy)]
 struct DropMask {
     seed: u64,
@@ -142,13 +142,13 @@ struct DropMask {
 impl DropMask {
     /// From `(seed, keep)`.
     fn new((seed, keep): (u64, f32)) -> Self {
-        Self { seed, threshold: crate::dropout::threshold(keep), scale: 1.0 / keep, on: keep < 1.0 }
+        Self { seed, threshold: crate::dropout_mask::threshold(keep), scale: 1.0 / keep, on: keep < 1.0 }
     }
 
     /// Element `e` (of `[batch, heads, t_q, t_k]`).
     #[inline]
     fn at(&self, e: usize) -> f32 {
-        if self.on { crate::dropout::element(self.seed, e, self.threshold, self.scale) } else { 1.0 }
+        if self.on { crate::dropout_mask::element(self.seed, e, self.threshold, self.scale) } else { 1.0 }
     }
 }
 
@@ -579,7 +579,6 @@ pub fn cross_attention(
 #[cfg(test)]
 mod tests {
     use crate::test_support::max_diff;
-    use crate::transformer::mha::{MultiHeadAttention, MultiHeadAttentionConfig};
     use burn::tensor::{Device, Distribution, Tensor, TensorData};
 
     /// An additive padding mask `[batch, 1, 1, t]`: sentence `b` keeps its first
@@ -597,21 +596,6 @@ mod tests {
         Tensor::from_data(TensorData::new(v, [1, 1, t, t]), d)
     }
 
-    /// The gradients of every parameter of `m` and of `inputs`, flattened.
-    fn all_grads(
-        m: &MultiHeadAttention,
-        inputs: &[Tensor<3>],
-        grads: &burn::tensor::Gradients,
-    ) -> Vec<Tensor<1>> {
-        let mut out: Vec<Tensor<1>> =
-            inputs.iter().map(|x| x.grad(grads).expect("∂input").flatten(0, 2)).collect();
-        for l in [&m.query, &m.key, &m.value, &m.output] {
-            out.push(l.weight.grad(grads).expect("∂W").flatten(0, 1));
-            out.push(l.bias.as_ref().unwrap().grad(grads).expect("∂b"));
-        }
-        out
-    }
-
     /// `[batch, t, width]` columns `offset..offset + heads·d_k` as `[batch, heads, t, d_k]`.
     fn heads_of(x: Tensor<3>, offset: usize, heads: usize, dk: usize) -> Tensor<4> {
         let [b, t, _] = x.dims();
@@ -619,7 +603,7 @@ mod tests {
     }
 
     /// The equations of the module doc from burn's operations, with the dropout mask drawn
-    /// from `seed` by [`crate::dropout::mask`].
+    /// from `seed` by [`crate::dropout_mask::mask`].
     fn composed(
         q: Tensor<4>,
         k: Tensor<4>,
@@ -643,7 +627,7 @@ mod tests {
     /// causal masks, with dropout (the same seed draws the same mask) and without.
     #[test]
     fn kernels_equal_the_composed_equations() {
-        kernels_equal_the_composed_equations_on(Device::flex(), crate::dropout::mask);
+        kernels_equal_the_composed_equations_on(Device::flex(), crate::dropout_mask::mask);
     }
 
     /// The same for the GPU kernels ([`crate::gpu_attention`]) on wgpu (lavapipe where there
@@ -698,82 +682,6 @@ mod tests {
             assert!(max_diff(y1, y2) < 1e-5, "cross, {drop:?}: output");
             assert!(max_diff(q1, q2) < 1e-5, "cross, {drop:?}: ∂q");
             assert!(max_diff(kv1, kv2) < 1e-5, "cross, {drop:?}: ∂kv");
-        }
-    }
-
-    /// Without dropout, `MultiHeadAttention` takes the kernels once `[Q | K | V]` is one
-    /// product, and they give what its composed path gives: output, and the gradients of
-    /// the inputs and of all four projections.
-    #[test]
-    fn multi_head_attention_takes_them() {
-        let ad = Device::flex().autodiff();
-        ad.seed(22);
-        // 9 × 120 rows: over mha's CAT_MIN_ROWS, so [Q | K | V] is one product.
-        let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
-        let m = MultiHeadAttentionConfig::new(d_model, heads).with_dropout(0.0).init(&ad).unwrap();
-        let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
-        let query =
-            Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
-        let r = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad);
-        let rq = Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad);
-        let mask = padding(batch, t, &ad);
-        let run = |fused: bool| {
-            let out = if fused {
-                m.self_attend(x.clone(), Some(&mask)).0
-            } else {
-                let (q, kv) = m.project_qkv(x.clone());
-                m.attend_heads(q, &kv, Some(&mask)).0
-            };
-            let grads = (out.clone() * r.clone()).sum().backward();
-            (out.inner(), all_grads(&m, std::slice::from_ref(&x), &grads))
-        };
-        let ((y1, g1), (y2, g2)) = (run(true), run(false));
-        assert!(max_diff(y1, y2) < 1e-5, "self: output");
-        for (i, (a, b)) in g1.into_iter().zip(g2).enumerate() {
-            assert!(max_diff(a.inner(), b.inner()) < 1e-4, "self: gradient {i}");
-        }
-        let run = |fused: bool| {
-            let kv = m.project_kv(x.clone());
-            let (out, w) = if fused {
-                m.attend(query.clone(), &kv, Some(&mask))
-            } else {
-                let q = crate::cell::linear(&m.query, query.clone());
-                let [b, t, d] = q.dims();
-                m.attend_heads(q.reshape([b, t, heads, d / heads]).swap_dims(1, 2), &kv, Some(&mask))
-            };
-            let grads = (out.clone() * rq.clone()).sum().backward();
-            (out.inner(), w.inner(), all_grads(&m, &[query.clone(), x.clone()], &grads))
-        };
-        let ((y1, w1, g1), (y2, w2, g2)) = (run(true), run(false));
-        assert!(max_diff(y1, y2) < 1e-5, "cross: output");
-        assert!(max_diff(w1, w2) < 1e-6, "cross: weights");
-        for (i, (a, b)) in g1.into_iter().zip(g2).enumerate() {
-            assert!(max_diff(a.inner(), b.inner()) < 1e-4, "cross: gradient {i}");
-        }
-    }
-
-    /// Without autodiff (decoding) the cross-attention takes the same path and gives the
-    /// composed weights, padded keys exactly 0.
-    #[test]
-    fn decoding_uses_it_too() {
-        let d = Device::flex();
-        d.seed(3);
-        let (batch, t, d_model, heads) = (11, 100, 8, 2);
-        let m = MultiHeadAttentionConfig::new(d_model, heads).init(&d).unwrap();
-        let memory = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &d);
-        let query = Tensor::<3>::random([batch, 1, d_model], Distribution::Normal(0.0, 1.0), &d);
-        let mask = padding(batch, t, &d);
-        let kv = m.project_kv(memory);
-        let (y1, w1) = m.attend(query.clone(), &kv, Some(&mask));
-        let q =
-            crate::cell::linear(&m.query, query).reshape([batch, 1, heads, d_model / heads]).swap_dims(1, 2);
-        let (y2, w2) = m.attend_heads(q, &kv, Some(&mask));
-        assert!(max_diff(y1, y2) < 1e-5);
-        assert!(max_diff(w1.clone(), w2) < 1e-6);
-        let w: Vec<f32> = w1.into_data().try_to_vec::<f32>().unwrap();
-        for (r, row) in w.chunks(t).enumerate() {
-            let b = r / heads;
-            assert!(row[t - b % 3..].iter().all(|&v| v == 0.0), "padded keys of sentence {b} get exactly 0");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Threads that run a recurrence in lockstep (issue 12).
+//! Threads that run a recurrence in lockstep.
 //!
 //! The LSTM layer kernel ([`crate::fused_lstm`]) gives each thread a range of hidden units;
 //! every time step, each thread needs every other thread's previous state. Forking the step

@@ -1,5 +1,5 @@
 //! Layer normalisation (Ba, Kiros & Hinton, 2016) on the CPU in one fused pass per row, with
-//! its backward (issue 12):
+//! its backward:
 //!
 //! `y = γ ⊙ x̂ + β`, `x̂ = (x − μ) / √(σ² + ε)` over the last dimension; with `g = ∂y ⊙ γ`,
 //! `∂x = (g − mean(g) − x̂ · mean(g ⊙ x̂)) / √(σ² + ε)`, `∂γ = Σ_rows ∂y ⊙ x̂`, `∂β = Σ_rows ∂y`.

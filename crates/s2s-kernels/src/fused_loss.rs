@@ -1,10 +1,10 @@
-//! Label-smoothed cross-entropy as one CPU kernel, forward and backward (issue 12).
+//! Label-smoothed cross-entropy as one CPU kernel, forward and backward.
 //!
 //! Per row `n` of logits `x` (`V` classes), target `y` and keep mask `k`, with
 //! `lse = log Σᵥ eˣᵛ`:
 //!
 //! `nll = lse − x_y`, `uniform = lse − (1/V)·Σᵥ xᵥ`, `ℓ = (1 − ε)·nll + ε·uniform`
-//! (the equations of [`crate::loss`]), returned as `k·[nll, ℓ]`; and back, with
+//! (the equations of [`crate::reference::label_smoothed_xent`]), returned as `k·[nll, ℓ]`; and back, with
 //! `pᵥ = e^{xᵥ − lse}`:
 //!
 //! `∂xᵥ = k·((g_nll + g_ℓ)·pᵥ − g_nll·[v = y] − g_ℓ·((1 − ε)·[v = y] + ε/V))`.
@@ -27,8 +27,8 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
-use s2s_models::fastmath::{exp, wide};
-use s2s_models::flex_data::{contiguous, f32s};
+use crate::fastmath::{exp, wide};
+use crate::flex_data::{contiguous, f32s};
 
 /// The fused loss as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]

@@ -1,5 +1,4 @@
-//! A sequence's time steps as separate tensors, what a decoder loop reads one step at a time
-//! (issue 12): `x[:, t, :]` for every `t`.
+//! A sequence's time steps as separate tensors, what a decoder loop reads one step at a time: `x[:, t, :]` for every `t`.
 //!
 //! Narrowed step by step under autodiff, each step's backward zero-fills a gradient of the
 //! whole sequence, writes the step's slice into it and adds it to the sum of the others: three

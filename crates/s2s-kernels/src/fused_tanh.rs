@@ -1,5 +1,5 @@
 //! `tanh` on the CPU through the vectorised [`crate::fastmath::tanh`], with its backward
-//! `∂x = ∂y ⊙ (1 − y²)` (issue 12).
+//! `∂x = ∂y ⊙ (1 − y²)`.
 //!
 //! flex's `tanh` calls glibc's scalar `tanhf` per element; in Bahdanau's additive score
 //! `vᵀ tanh(W₁hᵢ + W₂s)` that is `[batch, src, attention]` elements at every decoder step, and

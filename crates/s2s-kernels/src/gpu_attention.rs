@@ -9,7 +9,7 @@
 //!
 //! Composed from tensor operations (head split and merge, two batched products, scale,
 //! mask, softmax, dropout) one attention was ~60 launches forward and backward together; on a
-//! GPU through wgpu each costs ~28 µs of host time (H100, session 16), and the Transformer
+//! GPU through wgpu each costs ~28 µs of host time (measured on an H100), and the Transformer
 //! bench shape has 9 attentions (its training step: 1,388 launches composed, 866 with these
 //! kernels; docs/benchmarks.md). Here: two launches forward (weights a thread a row; output a
 //! thread an element), three backward (`∂S` a thread a row; `∂Q`; `∂K` and `∂V`). The
@@ -291,7 +291,7 @@ impl Call {
             drop_on: (keep < 1.0) as u32,
             seed_lo: seed as u32,
             seed_hi: (seed >> 32) as u32,
-            threshold: crate::dropout::threshold(keep),
+            threshold: crate::dropout_mask::threshold(keep),
             drop_scale: 1.0 / keep,
         };
         Self { q: into_contiguous(q), kv: kv.map(into_contiguous), mask: into_contiguous(mask), geo }

@@ -1,4 +1,4 @@
-//! A small-batch matrix product against a right-hand matrix packed once (issue 12).
+//! A small-batch matrix product against a right-hand matrix packed once.
 //!
 //! A recurrent layer multiplies the same `W_h` (`[hidden, 4·hidden]`) by a new `[batch, hidden]`
 //! state at every step. burn's CPU backend hands each of those products to the `gemm` crate,

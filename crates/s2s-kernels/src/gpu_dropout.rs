@@ -2,8 +2,8 @@
 //! `∂x = ∂y ⊙ D`, where `D` is `1/keep` with probability `keep` and 0 otherwise.
 //!
 //! burn's `Dropout::forward` draws a Bernoulli tensor on the device and multiplies twice:
-//! three launches forward and two backward, each ~28 µs of host time through wgpu (H100,
-//! session 16), at every dropout site of every step. Here element `e`'s mask is a hash of the
+//! three launches forward and two backward, each ~28 µs of host time through wgpu (measured on
+//! an H100), at every dropout site of every step. Here element `e`'s mask is a hash of the
 //! seed and `e` (lowbias32, C. Wellons, applied twice), recomputed in backward, so nothing is
 //! drawn or stored on the device: one launch forward, one backward. The same mask function
 //! serves the GPU attention's dropout on its weights ([`crate::gpu_attention`]), the
@@ -42,7 +42,7 @@ pub(crate) fn mix(x: u32) -> u32 {
 }
 
 /// `D` at element `e`: `scale` (`1/keep`) where `mix(mix(e ^ seed_lo) ^ seed_hi) >> 8` is
-/// below the 24-bit `threshold` (`crate::dropout::threshold(keep)`), else 0.
+/// below the 24-bit `threshold` (`crate::dropout_mask::threshold(keep)`), else 0.
 #[cube]
 pub(crate) fn mask_at(e: u32, seed_lo: u32, seed_hi: u32, threshold: u32, scale: f32) -> f32 {
     let r = mix(mix(e ^ seed_lo) ^ seed_hi) >> 8;
@@ -50,8 +50,7 @@ pub(crate) fn mask_at(e: u32, seed_lo: u32, seed_hi: u32, threshold: u32, scale:
 }
 
 /// The mask [`mask_at`] gives for `(seed, keep)` over `n` elements, computed on the host
-/// (what the tests compare the kernels with).
-#[cfg(test)]
+/// (what the tests compare the kernels with, and the references multiply by).
 pub(crate) fn dropout_mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
     let mix = |mut x: u32| {
         x ^= x >> 16;
@@ -60,7 +59,7 @@ pub(crate) fn dropout_mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
         x = x.wrapping_mul(0x846c_a68b);
         x ^ (x >> 16)
     };
-    let threshold = crate::dropout::threshold(keep);
+    let threshold = crate::dropout_mask::threshold(keep);
     let keeps = |e: u32| mix(mix(e ^ seed as u32) ^ (seed >> 32) as u32) >> 8 < threshold;
     (0..n as u32).map(|e| if keeps(e) { 1.0 / keep } else { 0.0 }).collect()
 }
@@ -130,7 +129,7 @@ pub trait GpuDropout: burn::backend::Backend {
 /// The mask's kernel arguments from its seed and keep share: the seed's two halves, the
 /// hash threshold below which an element is kept, and the kept elements' scale `1 / keep`.
 fn mask_args(seed: u64, keep: f32) -> (u32, u32, u32, f32) {
-    (seed as u32, (seed >> 32) as u32, crate::dropout::threshold(keep), 1.0 / keep)
+    (seed as u32, (seed >> 32) as u32, crate::dropout_mask::threshold(keep), 1.0 / keep)
 }
 
 /// `x` made contiguous, an output buffer of its shape and the launch size for its elements.

@@ -1,6 +1,6 @@
 //! `softmax` and `log_softmax` over the last dimension on the CPU in one fused pass per row,
 //! with their backward: `∂x = y ⊙ (∂y − Σ ∂y ⊙ y)` for `y = softmax(x)`, and
-//! `∂x = ∂y − softmax(x) Σ ∂y` for `y = log_softmax(x)` (issue 12).
+//! `∂x = ∂y − softmax(x) Σ ∂y` for `y = log_softmax(x)`.
 //!
 //! Every decoder step normalises `[rows, vocabulary]` logits (8,000 classes in the benchmark),
 //! and every attention layer its `[batch, heads, t_q, t_k]` scores. burn composes both from a

@@ -1,0 +1,123 @@
+//! Which implementation the operations of [`crate::ops`] run: the fast kernels (the default)
+//! or their plain-tensor references ([`crate::reference`]).
+//!
+//! The process-wide choice comes from [`set`] (what `--kernels` on the command line calls) or,
+//! until then, from the environment variable `S2S_KERNELS` (`fast` or `reference`). A thread
+//! can override it for a closure ([`with`]), which is how tests run the same model both ways
+//! side by side without disturbing tests on other threads.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The implementation behind the operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// The fused CPU and GPU kernels, where one exists for the device.
+    #[default]
+    Fast,
+    /// The equations in plain burn tensor operations, calling no kernel.
+    Reference,
+}
+
+/// A `--kernels` or `S2S_KERNELS` value that is neither `fast` nor `reference`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown kernels '{0}': use 'fast' or 'reference'")]
+pub struct UnknownKernels(pub String);
+
+impl std::str::FromStr for Kernels {
+    type Err = UnknownKernels;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fast" => Ok(Kernels::Fast),
+            "reference" => Ok(Kernels::Reference),
+            _ => Err(UnknownKernels(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kernels::Fast => "fast",
+            Kernels::Reference => "reference",
+        })
+    }
+}
+
+/// 0: not chosen yet (read the environment), 1: fast, 2: reference.
+static GLOBAL: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    static OVERRIDE: Cell<Option<Kernels>> = const { Cell::new(None) };
+}
+
+/// Chooses the implementation for the whole process (every thread without an override).
+pub fn set(k: Kernels) {
+    GLOBAL.store(if k == Kernels::Fast { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// The implementation in force on this thread.
+pub fn get() -> Kernels {
+    if let Some(k) = OVERRIDE.with(Cell::get) {
+        return k;
+    }
+    match GLOBAL.load(Ordering::Relaxed) {
+        1 => Kernels::Fast,
+        2 => Kernels::Reference,
+        _ => {
+            let k = from_env().unwrap_or_default();
+            set(k);
+            k
+        }
+    }
+}
+
+/// `S2S_KERNELS` parsed; `None` when unset, and an unknown value is refused by [`check_env`].
+fn from_env() -> Option<Kernels> {
+    std::env::var("S2S_KERNELS").ok().and_then(|v| v.parse().ok())
+}
+
+/// Refuses an `S2S_KERNELS` that is set to neither value (the CLI calls it at start, so a typo
+/// is an error, not a silent fast run).
+pub fn check_env() -> Result<(), UnknownKernels> {
+    match std::env::var("S2S_KERNELS") {
+        Ok(v) => v.parse::<Kernels>().map(|_| ()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// True when the references run on this thread.
+pub fn reference() -> bool {
+    get() == Kernels::Reference
+}
+
+/// Runs `f` with `k` in force on this thread, then restores what was there (also when `f`
+/// panics).
+pub fn with<T>(k: Kernels, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Kernels>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(OVERRIDE.with(|o| o.replace(Some(k))));
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_override_is_scoped_and_parsing_is_strict() {
+        let outer = get();
+        with(Kernels::Reference, || {
+            assert!(reference());
+            with(Kernels::Fast, || assert!(!reference()));
+            assert!(reference());
+        });
+        assert_eq!(get(), outer);
+        assert_eq!("Reference".parse::<Kernels>().unwrap(), Kernels::Reference);
+        assert!("fused".parse::<Kernels>().is_err());
+    }
+}

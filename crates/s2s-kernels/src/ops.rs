@@ -1,0 +1,402 @@
+//! The operations the models call: one function per operation, each of which picks what
+//! runs — its plain-tensor reference ([`crate::reference`]) under `--kernels reference`, else
+//! the kernel for the tensor's device (the fused CPU kernels on flex, the cubecl kernels on a
+//! GPU, the reference where neither applies). This is the one place that branches on the
+//! device; `docs/kernels.md` says why each kernel exists and how it is tested.
+//!
+//! Every function has the semantics of its reference, to rounding (the kernels sum in another
+//! order and use vectorised `exp`/`tanh` approximations; see `docs/kernels.md`).
+
+use burn::module::Module;
+use burn::nn::{Dropout, LayerNorm, Linear};
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::flex_data::is_flex;
+use crate::mode;
+use crate::reference;
+
+/// True when the GPU kernels can run on `device`: a cubecl device, without burn's fusion.
+fn gpu_kernels(device: &Device) -> bool {
+    cfg!(not(feature = "gpu-tuned")) && !is_flex(device)
+}
+
+/// True when `device` is the CPU backend (flex): where a search loop is cheapest a step at a
+/// time; on a GPU it batches steps to save round trips.
+pub fn is_cpu(device: &Device) -> bool {
+    is_flex(device)
+}
+
+/// `x W` over the last dimension, as one 2-D product over all leading positions; a few rows
+/// (decoder steps) through the CPU's small-product kernel, the weight kept packed.
+pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
+    if mode::reference() {
+        return reference::matmul_rows(x, w);
+    }
+    reference::as_rows(x, w.dims()[1], |x| crate::small_matmul::matmul(x, w))
+}
+
+/// [`matmul_rows`] for a `W` computed afresh at every call (weights joined side by side):
+/// never packed or kept.
+pub fn matmul_rows_fresh<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
+    if mode::reference() {
+        return reference::matmul_rows(x, w);
+    }
+    reference::as_rows(x, w.dims()[1], |x| crate::small_matmul::matmul_fresh(x, w))
+}
+
+/// `x W + b` over the last dimension: while decoding on the CPU the bias is added inside the
+/// product; while training on a GPU a node whose gradients a decoder loop can defer
+/// ([`for_steps`]).
+pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
+    if mode::reference() {
+        return reference::affine_rows(x, w, b);
+    }
+    if x.is_autodiff() {
+        return reference::as_rows(x, w.dims()[1], |x| {
+            crate::small_matmul::add_bias(crate::small_matmul::matmul(x, w), b)
+        });
+    }
+    reference::as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
+}
+
+/// A `Linear` layer, `x W + b`, through [`affine_rows`] / [`matmul_rows`].
+pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
+    match &layer.bias {
+        Some(b) => affine_rows(x, layer.weight.val(), b.val()),
+        None => matmul_rows(x, layer.weight.val()),
+    }
+}
+
+/// `base + x W` (`base` `[rows, d_out]` or `[1, d_out]`): while decoding on the CPU the
+/// addition happens inside the product.
+pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    if mode::reference() {
+        return reference::add_matmul(base, x, w);
+    }
+    crate::small_matmul::add_matmul(base, x, w)
+}
+
+/// `[a | b | …]` along the last axis of 2-D tensors with the same rows; on a GPU two or three
+/// parts in one launch each way.
+pub fn cat_columns(mut parts: Vec<Tensor<2>>) -> Tensor<2> {
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !mode::reference() && matches!(parts.len(), 2 | 3) && gpu_kernels(&parts[0].device()) {
+        return crate::gpu_cat::cat_columns(parts);
+    }
+    reference::cat_columns(parts)
+}
+
+/// `[a | b | …]` along the last axis of `[batch, time, dᵢ]` tensors, joined as rows by
+/// [`cat_columns`].
+pub fn cat_features(mut parts: Vec<Tensor<3>>) -> Tensor<3> {
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
+    if mode::reference() {
+        return reference::cat_features(parts);
+    }
+    let [batch, time, _] = parts[0].dims();
+    let rows: Vec<Tensor<2>> = parts
+        .into_iter()
+        .map(|p| {
+            let d = p.dims()[2];
+            p.reshape([batch * time, d])
+        })
+        .collect();
+    let joined = cat_columns(rows);
+    let d = joined.dims()[1];
+    joined.reshape([batch, time, d])
+}
+
+/// `tanh(x)`: a vectorised kernel on the CPU, one launch each way on a GPU.
+pub fn tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if mode::reference() || (cfg!(feature = "gpu-tuned") && !is_flex(&x.device())) {
+        return reference::tanh(x);
+    }
+    crate::fused_tanh::tanh(x)
+}
+
+/// `softmax` over the last dimension: one fused pass per row on the CPU.
+pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if mode::reference() || !is_flex(&x.device()) {
+        return reference::softmax(x);
+    }
+    crate::fused_softmax::softmax(x)
+}
+
+/// `log_softmax` over the last dimension: one fused pass per row on the CPU.
+pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if mode::reference() || !is_flex(&x.device()) {
+        return reference::log_softmax(x);
+    }
+    crate::fused_softmax::log_softmax(x)
+}
+
+/// Each row's best token (the first of equal scores, as f32: ids are exact below 2²⁴) and its
+/// log-probability, `[rows, 2]`, left on the device: one pass per row on the CPU, one launch
+/// on a GPU (without autodiff).
+pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
+    let kernel = is_flex(&logits.device()) || gpu_kernels(&logits.device());
+    if mode::reference() || !kernel || logits.is_autodiff() {
+        return reference::best_log_prob_pairs(logits);
+    }
+    crate::fused_softmax::best_log_prob_pairs(logits)
+}
+
+/// [`best_log_prob_pairs`] read back to the host: (best tokens, their log-probabilities).
+pub fn best_log_probs(logits: Tensor<2>) -> (Vec<i64>, Vec<f32>) {
+    let v = best_log_prob_pairs(logits).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    v.chunks_exact(2).map(|p| (p[0] as i64, p[1])).unzip()
+}
+
+/// One LSTM step: gates `xw + h W_h` (`xw = x W_x + b`), then `c' = σ(f)⊙c + σ(i)⊙tanh(g)`,
+/// `h' = σ(o)⊙tanh(c')` ([`reference::lstm_gates`]). Returns `(h', c')`. On the CPU one fused
+/// pass after the product; on a GPU one kernel that also adds the two parts.
+pub fn lstm_step(xw: Tensor<2>, h: Tensor<2>, w_hidden: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    if mode::reference() {
+        return reference::lstm_step(xw, h, w_hidden, c);
+    }
+    if is_flex(&xw.device()) {
+        let gates = crate::small_matmul::add_matmul(xw, h, w_hidden);
+        return crate::fused_lstm::lstm_gates(gates, c);
+    }
+    #[cfg(not(feature = "gpu-tuned"))]
+    return crate::gpu_lstm_cell::lstm_gates(xw, crate::small_matmul::matmul(h, w_hidden), c);
+    #[cfg(feature = "gpu-tuned")]
+    return reference::lstm_gates(xw + crate::small_matmul::matmul(h, w_hidden), c);
+}
+
+/// One direction of an LSTM layer over a padded sequence ([`reference::lstm_layer`]): on the
+/// CPU one kernel for the whole layer (its own backward), on a GPU one step kernel a step.
+pub fn lstm_layer(
+    xw: Tensor<3>,
+    w_hidden: Tensor<2>,
+    h0: Tensor<2>,
+    c0: Tensor<2>,
+    keep: Tensor<2>,
+    dense: usize,
+    reverse: bool,
+) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
+    if mode::reference() {
+        return reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
+    }
+    if is_flex(&xw.device()) {
+        return crate::fused_lstm::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
+    }
+    #[cfg(not(feature = "gpu-tuned"))]
+    if xw.dims()[1] > 0 {
+        return crate::gpu_lstm_cell::lstm_layer(xw, w_hidden, h0, c0, keep, reverse);
+    }
+    reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse)
+}
+
+/// Dot scores `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general).
+pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+    if mode::reference() {
+        return reference::dot_scores(q, keys);
+    }
+    crate::attention_step::dot_scores(q, keys)
+}
+
+/// Additive scores `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's).
+pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
+    if mode::reference() {
+        return reference::additive_scores(q, keys, v);
+    }
+    crate::attention_step::additive_scores(q, keys, v)
+}
+
+/// The masked softmax of `scores` and the context: (context `[batch, d]`, weights
+/// `[batch, src]`); on a GPU the mask, softmax and sum are kernels with no launch of the
+/// mask's own.
+pub fn attend(scores: Tensor<2>, values: &Tensor<3>, key_mask: &Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    if mode::reference() {
+        return reference::attend(scores, values, key_mask);
+    }
+    #[cfg(not(feature = "gpu-tuned"))]
+    if gpu_kernels(&scores.device()) {
+        return crate::gpu_attend::attend(scores, key_mask, values);
+    }
+    let weights = softmax(scores + key_mask.clone());
+    (crate::attention_step::weighted_sum(weights.clone(), values), weights)
+}
+
+/// Layer normalisation over the last dimension: one fused pass per row (and its own
+/// backward) on the CPU and on a GPU.
+pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
+    if mode::reference() || (cfg!(feature = "gpu-tuned") && !is_flex(&x.device())) {
+        return reference::layer_norm(norm, x);
+    }
+    crate::fused_layer_norm::layer_norm(norm, x)
+}
+
+/// Dropout with `d`'s probability: a counter-based mask, one multiplication, on the CPU; one
+/// kernel each way on a GPU.
+pub fn dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
+    if mode::reference() {
+        return reference::dropout(d, x);
+    }
+    crate::dropout::forward(d, x)
+}
+
+/// `dropout(relu(x))`: one kernel each way on a GPU.
+pub fn relu_dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
+    if mode::reference() {
+        return reference::relu_dropout(d, x);
+    }
+    crate::dropout::relu_then(d, x)
+}
+
+/// `x + dropout(y)` (a residual connection): one kernel each way on a GPU.
+pub fn add_dropout<const D: usize>(d: &Dropout, x: Tensor<D>, y: Tensor<D>) -> Tensor<D> {
+    if mode::reference() {
+        return reference::add_dropout(d, x, y);
+    }
+    crate::dropout::add_then(d, x, y)
+}
+
+/// Restarts the host's stream of GPU dropout seeds (the trainer calls it beside
+/// `device.seed`, so a resumed run draws the masks of an uninterrupted one).
+pub fn reseed(seed: u64) {
+    crate::dropout::reseed(seed)
+}
+
+/// Scaled dot-product attention over heads ([`reference::scaled_dot_product`]), with the
+/// fused softmax and dropout of this module.
+pub fn scaled_dot_product(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Option<&Tensor<4>>,
+    d: &Dropout,
+) -> (Tensor<3>, Tensor<4>) {
+    if mode::reference() {
+        return reference::scaled_dot_product(q, k, v, mask, d);
+    }
+    let [b, h, tq, dk] = q.dims();
+    let tk = k.dims()[2];
+    let mut scores = q.matmul(k.swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
+    if let Some(m) = mask {
+        scores = scores + m.clone().expand([b, h, tq, tk]);
+    }
+    let weights = softmax(scores);
+    let out = dropout(d, weights.clone()).matmul(v); // [B, h, Tq, dk]
+    (out.swap_dims(1, 2).reshape([b, tq, h * dk]), weights)
+}
+
+/// True when the fused attention kernels run on `device` with this mask shape.
+fn attention_kernels(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
+    let kernels = is_flex(device) || cfg!(not(feature = "gpu-tuned"));
+    !mode::reference() && kernels && crate::fused_attention::mask_fits(mask.dims(), batch, tq, tk)
+}
+
+/// The fused kernels' dropout on the attention weights: the mask's seed and the share kept.
+fn attention_dropout(d: &Dropout, device: &Device) -> (u64, f32) {
+    if crate::dropout::drops(d, device) {
+        (crate::dropout::draw_seed(device), 1.0 - d.prob as f32)
+    } else {
+        (0, 1.0)
+    }
+}
+
+/// Self-attention from `[Q | K | V]` (`[b, t, 3·d_model]`): the heads side by side
+/// `[b, t, d_model]`, before `W^O` ([`reference::self_attention`]); one kernel over all
+/// heads (and its own backward) on the CPU and on a GPU.
+pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropout) -> Tensor<3> {
+    let [b, t, _] = qkv.dims();
+    let device = qkv.device();
+    if !attention_kernels(&device, mask, b, t, t) {
+        let dm = qkv.dims()[2] / 3;
+        let dk = dm / heads;
+        let part = |i: usize| reference::heads_of(qkv.clone(), i * dm, heads, dk);
+        return scaled_dot_product(part(0), part(1), part(2), Some(mask), d).0;
+    }
+    let drop = attention_dropout(d, &device);
+    crate::fused_attention::self_attention(qkv, mask, heads, drop).0
+}
+
+/// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`
+/// (`[b, t_k, 2·d_model]`): (heads side by side `[b, t_q, d_model]`, weights
+/// `[b, heads, t_q, t_k]`) ([`reference::cross_attention`]). The kernels' weights carry no
+/// gradient: they are for reports and heatmaps.
+pub fn cross_attention(
+    q: Tensor<3>,
+    kv: Tensor<3>,
+    mask: &Tensor<4>,
+    heads: usize,
+    d: &Dropout,
+) -> (Tensor<3>, Tensor<4>) {
+    let [b, tq, dm] = q.dims();
+    let tk = kv.dims()[1];
+    let device = q.device();
+    if !attention_kernels(&device, mask, b, tq, tk) {
+        let dk = dm / heads;
+        let (k, v) = (reference::heads_of(kv.clone(), 0, heads, dk), reference::heads_of(kv, dm, heads, dk));
+        return scaled_dot_product(reference::heads_of(q, 0, heads, dk), k, v, Some(mask), d);
+    }
+    let drop = attention_dropout(d, &device);
+    crate::fused_attention::cross_attention(q, kv, mask, heads, drop)
+}
+
+/// `x[:, t, :]` for every step `t` of `x` (`[batch, time, d]`); on a GPU one gradient write a
+/// step.
+pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
+    if mode::reference() {
+        return reference::time_steps(x);
+    }
+    crate::gpu_steps::time_steps(x)
+}
+
+/// `[batch, time, d]` from `time` steps `[batch, d]` (at least one); on a GPU eight steps a
+/// launch.
+pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
+    if mode::reference() {
+        return reference::stack_steps(parts);
+    }
+    crate::gpu_steps::stack_steps(parts)
+}
+
+/// `w` with the gradients of its uses at every decoder step summed once, after all steps (one
+/// product where autodiff would add a product a step); `w` itself under the references.
+pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {
+    if mode::reference() {
+        return w;
+    }
+    crate::deferred_grad::defer_grad(w)
+}
+
+/// A copy of `module` whose parameters go through [`defer_grad`]: what a decoder loop runs at
+/// every step of a teacher-forced pass. Gradients reach the original parameters.
+pub fn for_steps<M: Module>(module: &M) -> M {
+    if mode::reference() {
+        return reference::for_steps(module);
+    }
+    crate::deferred_grad::for_steps(module)
+}
+
+/// Label-smoothed cross-entropy summed over real target tokens ([`reference::label_smoothed_xent`]):
+/// (Σ smoothed loss, Σ −log p(yₜ)); on the CPU one fused pass over each row of logits.
+pub fn label_smoothed_xent(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    keep: &Tensor<2>,
+    epsilon: f64,
+) -> (Tensor<1>, Tensor<1>) {
+    if mode::reference() || !is_flex(&logits.device()) {
+        return reference::label_smoothed_xent(logits, targets, keep, epsilon);
+    }
+    let [batch, tgt, vocab] = logits.dims();
+    let rows = crate::fused_loss::smoothed_xent(
+        logits.reshape([batch * tgt, vocab]),
+        targets.reshape([batch * tgt]).float(),
+        keep.clone().reshape([batch * tgt]),
+        epsilon,
+    ); // [B·T, 2]
+    (rows.clone().narrow(1, 1, 1).sum(), rows.narrow(1, 0, 1).sum())
+}
+
+pub use crate::clip::{clip_global_norm, global_norm, scale_grads};
+pub use crate::fused_adam::{FusedAdam, step as adam_step};

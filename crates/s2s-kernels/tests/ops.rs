@@ -1,0 +1,286 @@
+//! Every operation of `s2s_kernels::ops`, its kernel against its reference: the output and the
+//! gradient of a random linear function of it with respect to every input, on flex and on
+//! wgpu (lavapipe where there is no GPU), with and without autodiff where the kernels differ.
+
+use burn::nn::{Dropout, DropoutConfig, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use s2s_kernels::mode::{Kernels, with};
+use s2s_kernels::{ops, testing};
+
+/// Random leaves, flat: each case reshapes them inside the graph, so their gradients come
+/// back flat too.
+struct Leaves {
+    device: Device,
+    values: Vec<Tensor<1>>,
+}
+
+impl Leaves {
+    fn new(device: &Device, seed: u64, sizes: &[usize]) -> Self {
+        device.seed(seed);
+        let values = sizes.iter().map(|&n| Tensor::random([n], Distribution::Normal(0.0, 1.0), device)).collect();
+        Self { device: device.clone(), values }
+    }
+
+    /// Fresh leaves, requiring gradients under autodiff (one set per run).
+    fn fresh(&self) -> Vec<Tensor<1>> {
+        let leaf = |v: &Tensor<1>| {
+            let t = Tensor::<1>::from_data(v.to_data(), &self.device);
+            if self.device.is_autodiff() { t.require_grad() } else { t }
+        };
+        self.values.iter().map(leaf).collect()
+    }
+}
+
+/// The output of a case flattened, then the gradient of `Σ out ⊙ r` with respect to each leaf
+/// (`r` a fixed pseudo-random weighting). Without autodiff: the output alone.
+fn outputs(out: Tensor<1>, leaves: &[Tensor<1>]) -> Vec<Vec<f32>> {
+    let n = out.dims()[0];
+    let r: Vec<f32> = (0..n).map(|i| ((i as f32 + 1.0) * 0.618).sin()).collect();
+    let r = Tensor::<1>::from_data(TensorData::new(r, [n]), &out.device());
+    let mut v = vec![out.clone().into_data().convert::<f32>().try_to_vec::<f32>().unwrap()];
+    if out.is_autodiff() {
+        let g = (out * r).sum().backward();
+        for l in leaves {
+            let grad = l.grad(&g).map(|g| g.into_data().convert::<f32>().try_to_vec::<f32>().unwrap());
+            v.push(grad.unwrap_or_default());
+        }
+    }
+    v
+}
+
+/// Runs `case` with the kernels and with the references, reseeding both random streams the
+/// same way before each (dropout draws its seed from them), and compares every output and
+/// gradient to `tol`, relative to the reference's magnitude (at least 1).
+fn same(name: &str, device: &Device, tol: f32, case: impl Fn() -> Vec<Vec<f32>>) {
+    let run = |k: Kernels| {
+        with(k, || {
+            device.seed(99);
+            ops::reseed(99);
+            case()
+        })
+    };
+    let (fast, reference) = (run(Kernels::Fast), run(Kernels::Reference));
+    assert_eq!(fast.len(), reference.len(), "{name}: number of outputs");
+    for (i, (a, b)) in fast.iter().zip(&reference).enumerate() {
+        assert_eq!(a.len(), b.len(), "{name}: output {i} length");
+        let scale = b.iter().fold(1f32, |m, x| m.max(x.abs()));
+        let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= tol * scale, "{name}: output {i} (0: value, then ∂inputs) off by {worst} (scale {scale})");
+    }
+}
+
+fn linear(device: &Device, d_in: usize, d_out: usize) -> Linear {
+    LinearConfig::new(d_in, d_out).init(device)
+}
+
+fn padding_keep(b: usize, t: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    // Row r keeps its first t − r positions.
+    let keep: Vec<f32> = (0..b).flat_map(|r| (0..t).map(move |j| if j + r < t { 1.0 } else { 0.0 })).collect();
+    let mask: Vec<f32> = keep.iter().map(|&k| if k > 0.0 { 0.0 } else { f32::NEG_INFINITY }).collect();
+    (
+        Tensor::from_data(TensorData::new(keep, [b, t]), device),
+        Tensor::from_data(TensorData::new(mask, [b, t]), device),
+    )
+}
+
+/// Every case on `plain` (flex or wgpu), trained (autodiff) and, where the kernels differ,
+/// decoding (no autodiff).
+fn every_operation_on(plain: &Device) {
+    let ad = plain.clone().autodiff();
+    for d in [ad.clone(), plain.clone()] {
+        let grad = d.is_autodiff();
+        let tag = |op: &str| format!("{op} ({})", if grad { "autodiff" } else { "no autodiff" });
+        let tol = 2e-5;
+
+        // Products, with rows above and below the small-product split.
+        for rows in [3, 70] {
+            let l = Leaves::new(&d, 1, &[rows * 24, 24 * 40, 40, rows * 40]);
+            let case = || {
+                let v = l.fresh();
+                let x = v[0].clone().reshape([rows, 24]);
+                let w = v[1].clone().reshape([24, 40]);
+                let a = ops::matmul_rows(x.clone(), w.clone());
+                let b = ops::affine_rows(x.clone().reshape([1, rows, 24]), w.clone(), v[2].clone()).reshape([rows, 40]);
+                let c = ops::add_matmul(v[3].clone().reshape([rows, 40]), x.clone(), w.clone());
+                let f = ops::matmul_rows_fresh(x, w);
+                outputs(Tensor::cat(vec![a, b, c, f], 1).flatten(0, 1), &v)
+            };
+            same(&tag(&format!("products, {rows} rows")), &d, tol, case);
+        }
+        {
+            let lin = linear(&d, 16, 12);
+            let l = Leaves::new(&d, 2, &[5 * 16]);
+            same(&tag("linear"), &d, tol, || {
+                let v = l.fresh();
+                outputs(ops::linear(&lin, v[0].clone().reshape([5, 16])).flatten(0, 1), &v)
+            });
+        }
+
+        // Joins.
+        let l = Leaves::new(&d, 3, &[6 * 5, 6 * 7, 6 * 3]);
+        same(&tag("cat_columns"), &d, tol, || {
+            let v = l.fresh();
+            let parts = vec![v[0].clone().reshape([6, 5]), v[1].clone().reshape([6, 7]), v[2].clone().reshape([6, 3])];
+            let two = ops::cat_columns(parts[..2].to_vec());
+            let three = ops::cat_columns(parts);
+            outputs(Tensor::cat(vec![two.flatten(0, 1), three.flatten(0, 1)], 0), &v)
+        });
+        same(&tag("cat_features"), &d, tol, || {
+            let v = l.fresh();
+            let parts = vec![v[0].clone().reshape([2, 3, 5]), v[1].clone().reshape([2, 3, 7])];
+            outputs(ops::cat_features(parts).flatten(0, 2), &v)
+        });
+
+        // Element-wise and row-wise.
+        let l = Leaves::new(&d, 4, &[7 * 37]);
+        same(&tag("tanh, softmax, log_softmax"), &d, 1e-5, || {
+            let v = l.fresh();
+            let x = v[0].clone().reshape([7, 37]).mul_scalar(3.0);
+            let parts = vec![ops::tanh(x.clone()), ops::softmax(x.clone()), ops::log_softmax(x)];
+            outputs(Tensor::cat(parts, 1).flatten(0, 1), &v)
+        });
+        if !grad {
+            same(&tag("best_log_prob_pairs"), &d, 1e-5, || {
+                let x = l.values[0].clone().reshape([7, 37]).mul_scalar(3.0);
+                outputs(ops::best_log_prob_pairs(x).flatten(0, 1), &[])
+            });
+        }
+        {
+            let norm = LayerNormConfig::new(24).init(&d);
+            let l = Leaves::new(&d, 5, &[2 * 9 * 24]);
+            same(&tag("layer_norm"), &d, 1e-4, || {
+                let v = l.fresh();
+                outputs(ops::layer_norm(&norm, v[0].clone().reshape([2, 9, 24]).mul_scalar(2.0)).flatten(0, 2), &v)
+            });
+        }
+
+        // The LSTM: one step, and a padded layer both ways.
+        let (b, t, h) = (3, 6, 26);
+        let l = Leaves::new(&d, 6, &[b * t * 4 * h, h * 4 * h, b * h, b * h]);
+        let (keep, _) = padding_keep(b, t, &d);
+        same(&tag("lstm_step"), &d, 1e-4, || {
+            let v = l.fresh();
+            let xw = v[0].clone().reshape([b * t, 4 * h]).narrow(0, 0, b);
+            let w = v[1].clone().reshape([h, 4 * h]).mul_scalar(0.2);
+            let (h1, c1) = ops::lstm_step(xw, v[2].clone().reshape([b, h]), w, v[3].clone().reshape([b, h]));
+            outputs(Tensor::cat(vec![h1, c1], 1).flatten(0, 1), &v)
+        });
+        for reverse in [false, true] {
+            same(&tag(&format!("lstm_layer, reverse {reverse}")), &d, 1e-4, || {
+                let v = l.fresh();
+                let xw = v[0].clone().reshape([b, t, 4 * h]);
+                let w = v[1].clone().reshape([h, 4 * h]).mul_scalar(0.2);
+                let (h0, c0) = (v[2].clone().reshape([b, h]), v[3].clone().reshape([b, h]));
+                let dense = t - (b - 1);
+                let (out, h1, c1) = ops::lstm_layer(xw, w, h0, c0, keep.clone(), dense, reverse);
+                outputs(Tensor::cat(vec![out.flatten(0, 2), h1.flatten(0, 1), c1.flatten(0, 1)], 0), &v)
+            });
+        }
+
+        // The recurrent decoders' attention: scores, masked softmax and context.
+        let (b, s, k) = (4, 7, 37);
+        let l = Leaves::new(&d, 7, &[b * k, b * s * k, k, b * s * k]);
+        let (_, key_mask) = padding_keep(b, s, &d);
+        same(&tag("dot_scores, additive_scores, attend"), &d, 1e-4, || {
+            let v = l.fresh();
+            let q = v[0].clone().reshape([b, k]);
+            let keys = v[1].clone().reshape([b, s, k]);
+            let dot = ops::dot_scores(q.clone(), &keys);
+            let add = ops::additive_scores(q, &keys, v[2].clone().reshape([k, 1]));
+            let (ctx, w) = ops::attend(dot.clone() + add.clone(), &v[3].clone().reshape([b, s, k]), &key_mask);
+            let parts = vec![dot.flatten(0, 1), add.flatten(0, 1), ctx.flatten(0, 1), w.flatten(0, 1)];
+            outputs(Tensor::cat(parts, 0), &v)
+        });
+
+        // Dropout (the masks are the same for a seed) and multi-head attention.
+        let drop: Dropout = DropoutConfig::new(0.3).init();
+        let l = Leaves::new(&d, 8, &[5 * 40, 5 * 40]);
+        same(&tag("dropout, relu_dropout, add_dropout"), &d, tol, || {
+            let v = l.fresh();
+            let (x, y) = (v[0].clone().reshape([5, 40]), v[1].clone().reshape([5, 40]));
+            let parts = vec![ops::dropout(&drop, x.clone()), ops::relu_dropout(&drop, x.clone()), ops::add_dropout(&drop, x, y)];
+            outputs(Tensor::cat(parts, 1).flatten(0, 1), &v)
+        });
+        let (b, t, tq, heads, dk) = (5, 13, 4, 3, 8);
+        let dm = heads * dk;
+        let l = Leaves::new(&d, 9, &[b * t * 3 * dm, b * tq * dm]);
+        let (_, pad) = padding_keep(b, t, &d);
+        let pad4 = pad.reshape([b, 1, 1, t]);
+        let causal: Vec<f32> =
+            (0..t).flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        let causal = Tensor::<4>::from_data(TensorData::new(causal, [1, 1, t, t]), &d);
+        for p in [0.0, 0.3] {
+            let drop: Dropout = DropoutConfig::new(p).init();
+            for (name, mask) in [("padding", &pad4), ("causal", &causal)] {
+                same(&tag(&format!("self_attention, {name}, dropout {p}")), &d, 1e-4, || {
+                    let v = l.fresh();
+                    outputs(ops::self_attention(v[0].clone().reshape([b, t, 3 * dm]), mask, heads, &drop).flatten(0, 2), &v)
+                });
+            }
+            same(&tag(&format!("cross_attention, dropout {p}")), &d, 1e-4, || {
+                let v = l.fresh();
+                let kv = v[0].clone().reshape([b, t, 3 * dm]).narrow(2, 0, 2 * dm);
+                let (out, w) = ops::cross_attention(v[1].clone().reshape([b, tq, dm]), kv, &pad4, heads, &drop);
+                // The weights are for reports: they carry no gradient (detached here).
+                outputs(Tensor::cat(vec![out.flatten(0, 2), w.detach().flatten(0, 3)], 0), &v)
+            });
+        }
+
+        // Steps of a sequence, and weights deferred over a decoder loop.
+        let l = Leaves::new(&d, 10, &[3 * 11 * 6, 6 * 6, 6]);
+        same(&tag("time_steps, stack_steps, defer_grad"), &d, 1e-4, || {
+            let v = l.fresh();
+            let w = ops::defer_grad(v[1].clone().reshape([6, 6]));
+            let bias = ops::defer_grad(v[2].clone());
+            let mut h = Tensor::<2>::zeros([3, 6], &d);
+            let mut outs = Vec::new();
+            for x in ops::time_steps(v[0].clone().reshape([3, 11, 6])) {
+                h = ops::tanh(ops::affine_rows(h, w.clone(), bias.clone()) + x);
+                outs.push(h.clone());
+            }
+            outputs(ops::stack_steps(outs).flatten(0, 2), &v)
+        });
+
+        // The loss.
+        let (b, t, v) = (3, 4, 37);
+        let l = Leaves::new(&d, 11, &[b * t * v]);
+        let ids: Vec<i64> = (0..b * t).map(|i| (i * 7 % v) as i64).collect();
+        let targets = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, t]), &d);
+        let keep_v: Vec<f32> = (0..b * t).map(|i| if i % 5 == 4 { 0.0 } else { 1.0 }).collect();
+        let keep = Tensor::<2>::from_data(TensorData::new(keep_v, [b, t]), &d);
+        for eps in [0.0, 0.1] {
+            same(&tag(&format!("label_smoothed_xent, ε {eps}")), &d, 1e-4, || {
+                let x = l.fresh();
+                let (sm, nll) = ops::label_smoothed_xent(x[0].clone().reshape([b, t, v]).mul_scalar(3.0), targets.clone(), &keep, eps);
+                outputs(Tensor::cat(vec![sm, nll], 0), &x)
+            });
+        }
+    }
+}
+
+#[test]
+fn every_kernel_equals_its_reference_on_flex() {
+    every_operation_on(&Device::flex());
+}
+
+#[test]
+fn every_kernel_equals_its_reference_on_wgpu() {
+    let Some(gpu) = testing::wgpu_or_skip() else { return };
+    every_operation_on(&gpu);
+}
+
+/// The test above can fail: a kernel made wrong on purpose (its reference's output scaled)
+/// is caught. Here the "kernel" is the reference of another operation.
+#[test]
+fn the_comparison_catches_a_wrong_kernel() {
+    let d = Device::flex();
+    let l = Leaves::new(&d, 12, &[4 * 9]);
+    let caught = std::panic::catch_unwind(|| {
+        same("tanh against softmax", &d, 1e-5, || {
+            let x = l.values[0].clone().reshape([4, 9]);
+            let out = if s2s_kernels::mode::reference() { ops::tanh(x) } else { ops::softmax(x) };
+            outputs(out.flatten(0, 1), &[])
+        })
+    });
+    assert!(caught.is_err());
+}
