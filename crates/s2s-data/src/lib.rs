@@ -9,6 +9,8 @@ pub mod corpus;
 pub mod error;
 pub mod normalize;
 pub mod rng;
+#[doc(hidden)]
+pub mod shared;
 pub mod stats;
 pub mod synth;
 pub mod tokenizer;

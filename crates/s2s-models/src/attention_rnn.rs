@@ -243,7 +243,7 @@ impl AttentionRnn {
     pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
         let mut state = self.encode_state(src);
         // Every step reads the memory and the keys whole: on a GPU their gradients are summed
-        // once (`deferred_grad`), not added step by step.
+        // once (`ops::defer_grad`), not added step by step.
         state.memory = state.memory.map(defer_grad);
         state.keys = state.keys.map(defer_grad);
         let tgt = tgt_in.dims()[1];
@@ -253,7 +253,7 @@ impl AttentionRnn {
         // one matmul.
         let ye = cell0.project_first(y.clone()); // [B, T, G·H]
         // What every step multiplies, with their weight gradients summed over the steps in one
-        // product each (`deferred_grad`).
+        // product each (`ops::for_steps`).
         let stepper = AttentionRnn {
             decoder: for_steps(&self.decoder),
             attention: for_steps(&self.attention),
@@ -263,7 +263,7 @@ impl AttentionRnn {
         let feed_w = self.feed_weight().map(defer_grad);
         let mut readouts: Vec<Vec<Tensor<2>>> = Vec::new(); // per part, per step
         let mut weights = Vec::with_capacity(tgt);
-        // Each step's slice (see `gpu_steps`).
+        // Each step's slice (`ops::time_steps`).
         for xe in ops::time_steps(ye) {
             let out = stepper.step(xe, feed_w.as_ref(), &mut state);
             readouts.resize_with(out.readout.len(), || Vec::with_capacity(tgt));

@@ -4,6 +4,10 @@
 //! directory is filled under a temporary name, every file fsynced, then renamed; only then
 //! are the pointers `last.json` / `best.json` replaced (write-to-temp, fsync, rename). A
 //! crash at any moment leaves the previous pointers naming a complete checkpoint.
+//!
+//! Beside them `files.json` records each file's length and CRC-32, so that a file damaged or
+//! truncated later is told apart from one written for another model configuration
+//! ([`Checkpoints::verify`]); each gets its own remedy in the message.
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +42,31 @@ pub struct TrainerState {
     /// Batches skipped because their loss was not finite (`skip_nonfinite`).
     #[serde(default)]
     pub skipped_batches: u64,
+}
+
+/// A file's length and CRC-32, as written (`files.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct FileCheck {
+    len: u64,
+    crc32: u32,
+}
+
+/// The length and CRC-32 of the file at `path`.
+fn check_of(path: &Path) -> Result<FileCheck, TrainError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| TrainError::io(path, e))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| TrainError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok(FileCheck { len, crc32: hasher.finalize() })
 }
 
 /// A pointer file's content.
@@ -102,6 +131,14 @@ impl Checkpoints {
         }
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         write_files(&tmp)?;
+        let mut checks = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(&tmp).map_err(|e| TrainError::io(&tmp, e))? {
+            let path = entry.map_err(|e| TrainError::io(&tmp, e))?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            checks.insert(name, check_of(&path)?);
+        }
+        let json = serde_json::to_vec_pretty(&checks).expect("file checks serialise");
+        std::fs::write(tmp.join("files.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
         crate::interrupt::abort_in_checkpoint(state.step);
         let json = serde_json::to_vec_pretty(state).expect("trainer state serialises");
         std::fs::write(tmp.join("state.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
@@ -132,6 +169,47 @@ impl Checkpoints {
             }
         }
         Ok(())
+    }
+
+    /// Checks `file` of the checkpoint directory `dir` against the length and CRC-32 recorded
+    /// when it was written (checkpoints without `files.json`, from older versions, pass):
+    /// a damaged or truncated file is refused with what to do instead.
+    pub fn verify(dir: &Path, file: &str) -> Result<(), TrainError> {
+        let record = dir.join("files.json");
+        let Ok(text) = std::fs::read_to_string(&record) else { return Ok(()) };
+        let checks: std::collections::BTreeMap<String, FileCheck> = serde_json::from_str(&text)
+            .map_err(|e| TrainError::Checkpoint { path: record.clone(), message: format!("unreadable: {e}") })?;
+        let Some(want) = checks.get(file) else { return Ok(()) };
+        let path = dir.join(file);
+        let got = check_of(&path)?;
+        let detail = if got.len != want.len {
+            format!("{} bytes where {} were written: truncated or damaged", got.len, want.len)
+        } else if got.crc32 != want.crc32 {
+            format!("CRC-32 {:08x} where {:08x} was written: damaged", got.crc32, want.crc32)
+        } else {
+            return Ok(());
+        };
+        Err(TrainError::Checkpoint { path, message: format!("{detail}; {}", Self::remedy_for_damage(dir)) })
+    }
+
+    /// What to do when the checkpoint in `dir` is damaged: point the pointer that names it at
+    /// the other checkpoint a pointer keeps, where there is one, else start anew.
+    pub fn remedy_for_damage(dir: &Path) -> String {
+        let root = dir.parent().unwrap_or(Path::new("."));
+        let ckpts = Checkpoints { root: root.to_path_buf() };
+        let named: Vec<(&str, Option<PathBuf>)> =
+            ["last", "best"].iter().map(|w| (*w, ckpts.pointed(w).ok().flatten())).collect();
+        let this = named.iter().find(|(_, d)| d.as_deref() == Some(dir)).map(|(w, _)| *w);
+        let other = named.iter().find(|(_, d)| d.as_ref().is_some_and(|d| d != dir));
+        match (this, other) {
+            (Some(w), Some((o, Some(d)))) => format!(
+                "the {o} checkpoint ({}) is another one: to use it instead, `cp {} {}` and rerun",
+                d.display(),
+                root.join(format!("{o}.json")).display(),
+                root.join(format!("{w}.json")).display()
+            ),
+            _ => "no other checkpoint is kept: restore the file from a copy, or train anew into another run directory".into(),
+        }
     }
 
     /// Reads the trainer state of a checkpoint directory.

@@ -116,11 +116,25 @@ pub fn load_model(
     device: &Device,
 ) -> Result<Model, TrainError> {
     let model = build_model(spec, tok, 0, device)?;
+    Checkpoints::verify(dir, "model.bpk")?;
     let path = dir.join("model.bpk");
-    model.try_load_file(&path).map_err(|e| TrainError::Checkpoint {
-        path,
-        message: format!("{e} (was it written by a different model config?)"),
-    })
+    model.try_load_file(&path).map_err(|e| checkpoint_error(dir, path, e))
+}
+
+/// A checkpoint file that burn could not read, with the remedy for its cause: one that does
+/// not parse (the length and CRC-32 were not recorded, or matched a file damaged before they
+/// were) is damaged; one that parses but whose tensors do not fit the model was written for
+/// another configuration.
+fn checkpoint_error(dir: &Path, path: PathBuf, e: burn::store::RecordError) -> TrainError {
+    let message = match e {
+        burn::store::RecordError::Validation(m) => format!(
+            "written for another model configuration ({m}): load it with the configuration it was trained with (the run's run.json)"
+        ),
+        burn::store::RecordError::Io(m) => {
+            format!("not a readable checkpoint ({m}): damaged or not written by s2s; {}", Checkpoints::remedy_for_damage(dir))
+        }
+    };
+    TrainError::Checkpoint { path, message }
 }
 
 /// Forward and backward of one micro-step: `shards[d]` (a batch and its dropout seed) on
@@ -201,6 +215,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         st = Checkpoints::read_state(&dir)?;
         model = load_model(job.model, job.tokenizers, &dir, &ad)?;
         let opath = dir.join("optimizer.bpk");
+        Checkpoints::verify(&dir, "optimizer.bpk")?;
         optim = optim
             .load(&opath)
             .map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })?;

@@ -31,10 +31,10 @@ fn text(o: &[u8]) -> String {
     String::from_utf8_lossy(o).into_owned()
 }
 
-fn shared() -> PathBuf {
-    std::env::var_os("S2S_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../../shared"))
+/// `$S2S_SHARED/<rel>` (by default `../shared` beside the project root), or `None` when it is
+/// missing: the test skips, saying what is missing (fails under `CI=true`).
+fn shared(rel: &str) -> Option<PathBuf> {
+    s2s_data::shared::require(&manifest_dir(), rel)
 }
 
 #[test]
@@ -65,7 +65,7 @@ fn synth_is_deterministic_in_the_seed() {
 
 #[test]
 fn stats_reports_histograms_coverage_and_padding() {
-    let d = shared().join("datasets/multi30k");
+    let Some(d) = shared("datasets/multi30k") else { return };
     let o = s2s(&[
         "data",
         "stats",
@@ -128,7 +128,7 @@ fn mismatched_corpus_is_a_clear_error_not_a_panic() {
 
 #[test]
 fn score_matches_sacrebleu_and_reads_stdin() {
-    let f = shared().join("fixtures/bleu");
+    let Some(f) = shared("fixtures/bleu") else { return };
     let hyp = std::fs::read_to_string(f.join("wmt22.en-de.Online-B.de")).unwrap();
     let o = s2s_stdin(
         &[
@@ -610,7 +610,8 @@ fn nonfinite_loss_stops_or_is_skipped() {
 }
 
 /// Resuming with another model configuration is refused, naming the key, and leaves the run
-/// usable; a truncated checkpoint or tokenizer is reported, not half-loaded.
+/// usable; a truncated or damaged checkpoint, one of another configuration, and a truncated
+/// tokenizer are each reported with their own remedy, not half-loaded.
 #[test]
 fn bad_resumes_and_corrupt_files_are_reported() {
     let run = tmp("corrupt").join("run");
@@ -636,8 +637,33 @@ fn bad_resumes_and_corrupt_files_are_reported() {
     std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
     let o = translate("the dog sleeps .\n");
     assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("model.bpk"), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("model.bpk") && err.contains("truncated"), "{err}");
+    // One byte changed, the length kept: the CRC-32 tells.
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x55;
+    std::fs::write(&model, &flipped).unwrap();
+    let err = text(&translate("the dog sleeps .\n").stderr);
+    assert!(err.contains("model.bpk") && err.contains("damaged"), "{err}");
+    // Weights of another configuration (written without a record of their own): named so,
+    // with the remedy for that.
+    let other = tmp("corrupt-other").join("run");
+    let mut wide = crash_args(&other, "2");
+    wide.extend(["--hidden".to_string(), "24".to_string()]);
+    assert!(run_env(&wide, &[]).status.success());
+    let optr: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(other.join("checkpoints/best.json")).unwrap()).unwrap();
+    let theirs = other.join("checkpoints").join(optr["dir"].as_str().unwrap()).join("model.bpk");
+    let record = model.with_file_name("files.json");
+    let files = std::fs::read(&record).unwrap();
+    std::fs::remove_file(&record).unwrap();
+    std::fs::copy(&theirs, &model).unwrap();
+    let err = text(&translate("the dog sleeps .\n").stderr);
+    assert!(err.contains("another model configuration") && err.contains("run.json"), "{err}");
+    std::fs::write(&record, files).unwrap();
     std::fs::write(&model, &bytes).unwrap();
+    assert!(translate("the dog sleeps .\n").status.success(), "restored");
     // A truncated tokenizer.
     let tok = run.join("tokenizer/joint.json");
     let t = std::fs::read(&tok).unwrap();

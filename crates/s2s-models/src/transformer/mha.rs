@@ -183,7 +183,7 @@ impl MultiHeadAttention {
         let d = which[0].weight.dims()[1];
         let bias =
             |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
-        // On a GPU one launch each way for each concatenation (`gpu_cat`), not one a part.
+        // `[W^Q | W^K | W^V]` and their biases side by side (`ops::cat_columns`).
         let w = ops::cat_columns(which.iter().map(|l| l.weight.val()).collect());
         let biases = which.iter().map(|l| bias(l).unsqueeze::<2>()).collect();
         let bias = ops::cat_columns(biases).reshape([which.len() * d]);
