@@ -56,6 +56,7 @@ pub mod chrf;
 pub mod error;
 pub mod length;
 mod ngram;
+pub mod nprng;
 pub mod perplexity;
 pub mod score_cmd;
 pub mod tokenize;
