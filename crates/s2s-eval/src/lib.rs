@@ -59,6 +59,7 @@ mod ngram;
 pub mod nprng;
 pub mod perplexity;
 pub mod score_cmd;
+pub mod ter;
 pub mod tokenize;
 
 pub use bleu::{BleuConfig, BleuScore, BleuStats, MAX_NGRAM_ORDER, Smoothing, corpus_bleu};
@@ -67,6 +68,7 @@ pub use error::EvalError;
 pub use length::{DEFAULT_LENGTH_EDGES, LengthBucket, bleu_by_length, word_count};
 pub use perplexity::{NllAccumulator, perplexity};
 pub use score_cmd::{Format, Metric, ScoreRequest, run_score};
+pub use ter::{TerConfig, TerScore, TerStats, corpus_ter};
 pub use tokenize::{Tokenizer, is_py_whitespace, tokenize_13a, tokenize_intl};
 
 /// This crate's version, written as `version:` in signatures.

@@ -176,9 +176,8 @@ impl Generator {
     /// the clock), so the draws differ from run to run.
     pub fn from_entropy() -> Generator {
         use std::hash::{BuildHasher, Hasher};
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let mut words = [0u64; 2];
         for (i, w) in words.iter_mut().enumerate() {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -297,12 +296,18 @@ mod tests {
         assert_eq!(s.generate_state_u64(2), [13091511679009522556, 13538552136045918767]);
         // S(0).generate_state(4).tolist(); S(2**40+3).generate_state(4).tolist()
         // S(2**100+7).generate_state(3).tolist(); S([1,2,3,4,5]).generate_state(4).tolist()
-        assert_eq!(SeedSequence::new(0).generate_state_u32(4), [2968811710, 3677149159, 745650761, 2884920346]);
+        assert_eq!(
+            SeedSequence::new(0).generate_state_u32(4),
+            [2968811710, 3677149159, 745650761, 2884920346]
+        );
         assert_eq!(
             SeedSequence::new((1 << 40) + 3).generate_state_u32(4),
             [2789635316, 1410910647, 811316306, 1804054328]
         );
-        assert_eq!(SeedSequence::new((1 << 100) + 7).generate_state_u32(3), [1523537530, 7724331, 1975607920]);
+        assert_eq!(
+            SeedSequence::new((1 << 100) + 7).generate_state_u32(3),
+            [1523537530, 7724331, 1975607920]
+        );
         assert_eq!(
             SeedSequence::from_words(&[1, 2, 3, 4, 5]).generate_state_u32(4),
             [2130651902, 4158861383, 1678071113, 4149942755]
@@ -389,8 +394,9 @@ mod tests {
     fn booleans_match_numpy_and_share_the_32_bit_buffer() {
         // g(12345).integers(2, size=70, dtype=bool).astype(int).tolist()
         let want = [
-            1, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1,
-            1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 0, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0,
+            1, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1, 0, 1,
+            1, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 0, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0, 0,
+            0, 1, 1, 1, 1, 0,
         ];
         let words = Generator::default_rng(12345).random_bools(70);
         assert_eq!(words.len(), 3);
@@ -402,8 +408,8 @@ mod tests {
         // r = g(42); r.integers(2, size=40, dtype=bool) ...; r.integers(0, 100, size=3).tolist()
         let mut r = Generator::default_rng(42);
         let want = [
-            0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0, 1, 0, 1,
-            1, 0, 0, 1, 1,
+            0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0,
+            1, 0, 1, 1, 0, 0, 1, 1,
         ];
         assert_eq!(bools(&r.random_bools(40), 40), want);
         assert_eq!(r.integers(0, 100, 3).unwrap(), [65, 43, 43]);
