@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Expected values for s2s-eval's TER and paired significance tests, from sacreBLEU 2.6.0.
 
-Writes crates/s2s-eval/tests/fixtures/ter.jsonl.
+Writes crates/s2s-eval/tests/fixtures/{ter,significance}.jsonl.
 Needs `pip install sacrebleu==2.6.0 numpy` (the fixtures were made with numpy 2.4.6; numpy 1.x
 gives different bootstrap numbers, see significance.rs). Reads the WMT22 outputs in
 shared/fixtures/bleu (beside the repository, or $S2S_SHARED/fixtures/bleu) in place; only
@@ -12,7 +12,6 @@ the numbers are written. Run from the repository root:
 import json
 import os
 import random
-import subprocess
 import sys
 
 import numpy as np
@@ -147,6 +146,97 @@ def ter_cases():
     return cases
 
 
+# Tiny hand-made corpus for the corners of the resampled arithmetic: empty lines (chrF's
+# epsilon branch makes Python floats, so some resampled chrF arrays are float64), empty
+# references (TER's 1.0 branch), zero n-gram matches (BLEU smoothing).
+TINY_REFS = [["the cat sat on the mat", "", "a b c d", "hello world", "x", "it is raining today", ""]]
+TINY_SYSTEMS = [
+    ["the cat sat on a mat", "", "a b c e", "hello there world", "y", "it rains today", "z"],
+    ["a cat sat on the mat", "oops", "d c b a", "", "x", "today it is raining", ""],
+    ["the cat sat on the mat", "", "a b", "hello world", "", "it is raining", "w w"],
+]
+
+
+def make_metric(m, refs):
+    m = dict(m)
+    name = m.pop("metric")
+    cls = {"bleu": BLEU, "chrf": CHRF, "ter": TER}[name]
+    return cls(**m, references=refs)
+
+
+def run_paired(case):
+    """sacreBLEU's PairedTest as its command line runs it; every number as a string."""
+    if case.get("seed") is None:
+        os.environ.pop("SACREBLEU_SEED", None)
+    else:
+        os.environ["SACREBLEU_SEED"] = str(case["seed"])
+    if "data" in case:
+        systems, refs = case["data"]["systems"], case["data"]["refs"]
+    else:
+        systems = [system(s) for s in case["systems"]]
+        refs = [system(r) for r in case["refs"]]
+    named = [(f"s{i}", hyps) for i, hyps in enumerate(systems)]
+    metrics = {}
+    for m in case["metrics"]:
+        metric = make_metric(m, refs)
+        metrics[m["metric"].upper()] = metric
+    ps = PairedTest(named, metrics, references=None, test_type=case["test"], n_samples=case["samples"])
+    sigs, scores = ps()
+    opt = lambda x: None if x is None else f(x)
+    columns = []
+    for name, sig in sigs.items():
+        columns.append({
+            "name": name,
+            "signature": str(sig),
+            "results": [{"score": f(r.score), "p_value": opt(r.p_value), "mean": opt(r.mean), "ci": opt(r.ci)}
+                        for r in scores[name]],
+        })
+    os.environ.pop("SACREBLEU_SEED", None)
+    return dict(case, columns=columns)
+
+
+DEFAULT3 = [{"metric": "bleu"}, {"metric": "chrf"}, {"metric": "ter"}]
+WMT3 = ["Online-B", "PROMT", "Online-W"]
+
+PAIRED_CASES = [
+    {"name": "bs-defaults", "test": "bs", "samples": 1000, "seed": None, "systems": WMT3, "refs": ["ref"],
+     "metrics": DEFAULT3},
+    {"name": "ar-defaults", "test": "ar", "samples": 10000, "seed": None, "systems": WMT3, "refs": ["ref"],
+     "metrics": [{"metric": "ter"}, {"metric": "chrf"}, {"metric": "bleu"}]},
+    # Systems close to the baseline, so p-values fall anywhere.
+    {"name": "bs-close-systems", "test": "bs", "samples": 300, "seed": 7,
+     "systems": ["Online-B", "mix:Online-B,Online-W,3", "mix:Online-B,PROMT,10"], "refs": ["ref"],
+     "metrics": DEFAULT3},
+    {"name": "ar-close-systems", "test": "ar", "samples": 3000, "seed": 2024,
+     "systems": ["Online-W", "mix:Online-W,Online-B,4", "mix:Online-W,PROMT,9"], "refs": ["ref"],
+     "metrics": [{"metric": "chrf"}, {"metric": "bleu"}, {"metric": "ter"}]},
+    {"name": "bs-options", "test": "bs", "samples": 500, "seed": 99,
+     "systems": ["PROMT", "mix:PROMT,Online-W,2"], "refs": ["ref"],
+     "metrics": [{"metric": "bleu", "lowercase": True, "tokenize": "intl"},
+                 {"metric": "chrf", "word_order": 2},
+                 {"metric": "ter", "normalized": True, "case_sensitive": True}]},
+    {"name": "bs-two-refs", "test": "bs", "samples": 200, "seed": 5,
+     "systems": ["Online-B", "Online-W", "mix:Online-B,Online-W,5"], "refs": ["ref", "PROMT"],
+     "metrics": DEFAULT3},
+    {"name": "ar-two-refs", "test": "ar", "samples": 2000, "seed": 5,
+     "systems": ["Online-B", "Online-W", "mix:Online-B,Online-W,5"], "refs": ["ref", "PROMT"],
+     "metrics": [{"metric": "bleu"}, {"metric": "chrf"}]},
+]
+TINY_METRICS = [
+    {"metric": "bleu"},
+    {"metric": "bleu", "smooth_method": "floor"},
+    {"metric": "bleu", "smooth_method": "add-k", "smooth_value": 0.5},
+    {"metric": "bleu", "smooth_method": "none"},
+    {"metric": "chrf"},
+    {"metric": "chrf", "eps_smoothing": True},
+    {"metric": "ter"},
+]
+for test, samples in [("bs", 400), ("ar", 500)]:
+    for i, m in enumerate(TINY_METRICS):
+        PAIRED_CASES.append({"name": f"{test}-tiny-{i}", "test": test, "samples": samples, "seed": 12345 + i,
+                             "data": {"systems": TINY_SYSTEMS, "refs": TINY_REFS}, "metrics": [m]})
+
+
 def write_jsonl(name, rows):
     with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
         for r in rows:
@@ -155,6 +245,8 @@ def write_jsonl(name, rows):
 
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    what = sys.argv[1:] or ["ter"]
+    what = sys.argv[1:] or ["ter", "significance"]
     if "ter" in what:
         write_jsonl("ter.jsonl", ter_cases())
+    if "significance" in what:
+        write_jsonl("significance.jsonl", [run_paired(c) for c in PAIRED_CASES])
