@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Expected values for s2s-eval's TER and paired significance tests, from sacreBLEU 2.6.0.
 
-Writes crates/s2s-eval/tests/fixtures/{ter,significance}.jsonl.
+Writes crates/s2s-eval/tests/fixtures/{ter,significance,cli}.jsonl.
 Needs `pip install sacrebleu==2.6.0 numpy` (the fixtures were made with numpy 2.4.6; numpy 1.x
 gives different bootstrap numbers, see significance.rs). Reads the WMT22 outputs in
 shared/fixtures/bleu (beside the repository, or $S2S_SHARED/fixtures/bleu) in place; only
@@ -12,6 +12,7 @@ the numbers are written. Run from the repository root:
 import json
 import os
 import random
+import subprocess
 import sys
 
 import numpy as np
@@ -237,6 +238,35 @@ for test, samples in [("bs", 400), ("ar", 500)]:
                              "data": {"systems": TINY_SYSTEMS, "refs": TINY_REFS}, "metrics": [m]})
 
 
+def cli(args, env=None):
+    """The sacrebleu command line's output, run in the fixture folder (so systems are named
+    by their file names) without colours."""
+    e = dict(os.environ, NO_COLOR="1")
+    e.pop("SACREBLEU_SEED", None)
+    e.update(env or {})
+    out = subprocess.run(["sacrebleu", *args], cwd=DATA, env=e, capture_output=True, text=True, check=True)
+    return {"kind": "cli", "args": args, "env": env or {}, "stdout": out.stdout}
+
+
+def files(*names):
+    return [f"wmt22.en-de.{n}.de" for n in names]
+
+
+CLI_CASES = [
+    files("ref") + ["-i", *files("Online-B", "PROMT", "Online-W"), "-m", "bleu", "chrf", "ter", "--paired-bs",
+                    "-f", "text"],
+    files("ref") + ["-i", *files("Online-B", "PROMT"), "-m", "ter", "chrf", "bleu", "--paired-ar", "-f", "text"],
+    files("ref") + ["-i", *files("Online-W", "Online-B"), "-m", "chrf", "--paired-bs", "--paired-bs-n", "100",
+                    "-w", "2", "-f", "text"],
+    files("ref") + ["-i", *files("Online-B", "PROMT", "Online-W"), "-m", "bleu", "chrf", "ter", "-f", "text"],
+    files("ref") + ["-i", *files("Online-B", "PROMT"), "-m", "bleu", "chrf", "ter", "-f", "json"],
+    files("ref") + ["-i", *files("Online-B"), "-m", "ter", "-f", "text"],
+    files("ref") + ["-i", *files("Online-B"), "-m", "ter", "bleu", "-f", "json", "-w", "2"],
+    files("ref", "PROMT") + ["-i", *files("Online-W"), "-m", "ter", "--ter-normalized", "--ter-no-punct",
+                             "--ter-case-sensitive", "--ter-asian-support", "-f", "text"],
+]
+
+
 def write_jsonl(name, rows):
     with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
         for r in rows:
@@ -250,3 +280,5 @@ if __name__ == "__main__":
         write_jsonl("ter.jsonl", ter_cases())
     if "significance" in what:
         write_jsonl("significance.jsonl", [run_paired(c) for c in PAIRED_CASES])
+        write_jsonl("cli.jsonl", [cli(a) for a in CLI_CASES] + [
+            cli(CLI_CASES[2], env={"SACREBLEU_SEED": "42"})])

@@ -39,9 +39,10 @@
 //! - Only the `none`, `13a` and `intl` tokenisers; BLEU's maximum order is fixed at 4,
 //!   chrF's character order is at most 6 and word order at most 4.
 //! - Command line ([`run_score`]): no tab-separated multi-system standard input, no
-//!   `--num-refs` tab-split references, no sentence-level mode, bootstrap or paired
-//!   tests, no short signatures, no "tokenized period" warning; `lowercase` applies to
-//!   chrF too; an empty input scores 0 instead of being refused.
+//!   `--num-refs` tab-split references, no sentence-level mode, no single-system
+//!   confidence intervals (`--confidence`), no short signatures, no colours, no
+//!   "tokenized period" warning; `lowercase` applies to chrF too; an empty input scores 0
+//!   instead of being refused. Paired tests: see [`significance`] for its differences.
 //!
 //! # Example
 //!
@@ -73,7 +74,7 @@ pub use chrf::{ChrfConfig, ChrfScore, ChrfStats, MAX_CHAR_ORDER, MAX_WORD_ORDER,
 pub use error::EvalError;
 pub use length::{DEFAULT_LENGTH_EDGES, LengthBucket, bleu_by_length, word_count};
 pub use perplexity::{NllAccumulator, perplexity};
-pub use score_cmd::{Format, Metric, ScoreRequest, run_score};
+pub use score_cmd::{Format, Metric, ScoreRequest, format_systems, run_score};
 pub use significance::{
     DEFAULT_SEED, MetricConfig, PairedColumn, PairedOptions, PairedResult, PairedTest, Seed, paired_test,
 };

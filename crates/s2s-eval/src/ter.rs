@@ -505,6 +505,9 @@ fn perform_shift(words: &[u32], start: usize, length: usize, target: usize, out:
     }
 }
 
+/// How sacreBLEU ranks a shift: (edit-distance gain, length, -start, -target).
+type ShiftRank = (i64, usize, i64, i64);
+
 /// sacreBLEU's `_shift`: the best shift of `hyp` (`(gain, shifted)`, or gain 0 and no
 /// shift), counting evaluated candidates in `checked`.
 fn best_shift(
@@ -549,7 +552,7 @@ fn best_shift(
     let sum = |v: &[u32], a: usize, b: usize| -> u32 { v[a.min(v.len())..b.min(v.len())].iter().sum() };
 
     // (gain, length, -start, -target) ranks candidates; the first best is kept.
-    let mut best: Option<((i64, usize, i64, i64), Vec<u32>)> = None;
+    let mut best: Option<(ShiftRank, Vec<u32>)> = None;
     let mut shifted = Vec::with_capacity(n_h);
     'pairs: for start_h in 0..n_h {
         for start_r in 0..n_r {

@@ -1,14 +1,16 @@
 //! Paired bootstrap resampling and approximate randomization against sacreBLEU 2.6.0
 //! (with numpy 2): every mean, confidence interval and p-value identical, for BLEU, chrF
 //! and TER, on the WMT22 outputs of the shared fixtures (read in place) and on a tiny
-//! hand-made corpus. Expected values: `tests/fixtures/significance.jsonl`, written by
+//! hand-made corpus; and the command line's output (`sacrebleu ... -f text|json`) byte for
+//! byte. Expected values: `tests/fixtures/significance.jsonl` and `cli.jsonl`, written by
 //! `scripts/sacrebleu-expected.py`.
 
+use std::io::Cursor;
 use std::path::PathBuf;
 
 use s2s_eval::{
-    BleuConfig, ChrfConfig, MetricConfig, PairedOptions, PairedResult, PairedTest, Seed, Smoothing, TerConfig,
-    Tokenizer, paired_test,
+    BleuConfig, ChrfConfig, Format, Metric, MetricConfig, PairedColumn, PairedOptions, PairedResult,
+    PairedTest, ScoreRequest, Seed, Smoothing, TerConfig, Tokenizer, format_systems, paired_test, run_score,
 };
 use serde_json::Value;
 
@@ -159,8 +161,163 @@ fn paired_tests_match_sacrebleu() {
     assert!(bs >= 5 && ar >= 5, "{bs} bootstrap and {ar} randomization cases");
 }
 
+/// What a recorded sacreBLEU command line asked for.
+struct Cli {
+    refs: Vec<String>,
+    inputs: Vec<String>,
+    req: ScoreRequest,
+    stdout: String,
+}
+
+fn parse_cli(c: &Value) -> Cli {
+    let args = strings(&c["args"]);
+    let mut req = ScoreRequest { metrics: vec![], ..ScoreRequest::default() };
+    let (mut refs, mut inputs) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    let mut in_inputs = false;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let mut value = || {
+            i += 1;
+            args[i].clone()
+        };
+        match a {
+            "-i" => in_inputs = true,
+            "-m" => {
+                in_inputs = false;
+                while i + 1 < args.len() && !args[i + 1].starts_with('-') {
+                    i += 1;
+                    req.metrics.push(args[i].parse::<Metric>().unwrap());
+                }
+            }
+            "--paired-bs" => req.paired = Some(PairedTest::Bootstrap),
+            "--paired-ar" => req.paired = Some(PairedTest::ApproximateRandomization),
+            "--paired-bs-n" => req.paired_bs_n = value().parse().unwrap(),
+            "--paired-ar-n" => req.paired_ar_n = value().parse().unwrap(),
+            "-w" => req.width = value().parse().unwrap(),
+            "-f" => req.format = value().parse::<Format>().unwrap(),
+            "--ter-normalized" => req.ter.normalized = true,
+            "--ter-no-punct" => req.ter.no_punct = true,
+            "--ter-case-sensitive" => req.ter.case_sensitive = true,
+            "--ter-asian-support" => req.ter.asian_support = true,
+            f if f.starts_with('-') => panic!("flag {f} not handled"),
+            f if in_inputs => inputs.push(f.to_owned()),
+            f => refs.push(f.to_owned()),
+        }
+        if a.starts_with('-') && a != "-i" {
+            in_inputs = false;
+        }
+        i += 1;
+    }
+    if let Some(seed) = c["env"].get("SACREBLEU_SEED").and_then(Value::as_str) {
+        req.seed = seed.parse().unwrap();
+    }
+    req.refs = refs.iter().map(|r| shared(r)).collect();
+    req.hyps = inputs.iter().map(|h| shared(h)).collect();
+    Cli { refs, inputs, req, stdout: ours(c["stdout"].as_str().unwrap()) }
+}
+
+/// The columns `run_score` computes for a multi-system request, through the public API.
+fn columns(cli: &Cli) -> Vec<PairedColumn> {
+    let refs: Vec<Vec<String>> = cli.refs.iter().map(|r| read(r)).collect();
+    let systems: Vec<Vec<String>> = cli.inputs.iter().map(|h| read(h)).collect();
+    let mut metrics: Vec<Metric> = Vec::new();
+    for m in &cli.req.metrics {
+        if !metrics.contains(m) {
+            metrics.push(*m);
+        }
+    }
+    if cli.req.paired.is_none() {
+        metrics.sort();
+    }
+    let configs: Vec<MetricConfig> = metrics.iter().map(|&m| cli.req.metric_config(m)).collect();
+    match cli.req.paired {
+        Some(test) => {
+            let samples =
+                if test == PairedTest::Bootstrap { cli.req.paired_bs_n } else { cli.req.paired_ar_n };
+            let opts = PairedOptions { test, samples, seed: cli.req.seed };
+            paired_test(&systems, &refs, &configs, &opts).unwrap()
+        }
+        None => configs
+            .iter()
+            .map(|cfg| PairedColumn {
+                name: cfg.name(),
+                signature: cfg.signature(refs.len()),
+                results: systems
+                    .iter()
+                    .map(|h| PairedResult {
+                        score: cfg.corpus_score(h, &refs).unwrap(),
+                        p_value: None,
+                        mean: None,
+                        ci: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn command_line_output_matches_sacrebleu() {
+    let cases = jsonl("cli.jsonl");
+    assert!(cases.len() >= 8);
+    let mut checked = std::collections::HashSet::new();
+    for c in &cases {
+        let cli = parse_cli(c);
+        let what = c["args"].to_string();
+        if cli.inputs.len() == 1 {
+            // One system: run_score's whole output.
+            let out = run_score(&cli.req, Cursor::new(Vec::new())).unwrap();
+            assert_eq!(out, cli.stdout, "{what}");
+            continue;
+        }
+        // Several systems are named by their paths as given: sacreBLEU ran in the fixture
+        // folder, so format the same columns under its names, then check that run_score
+        // (given full paths) prints exactly that report under its own names.
+        let cols = columns(&cli);
+        let test = cli.req.paired.map(|t| {
+            let n = if t == PairedTest::Bootstrap { cli.req.paired_bs_n } else { cli.req.paired_ar_n };
+            (t, n)
+        });
+        let named = |names: Vec<String>| -> Vec<String> {
+            let mut names = names;
+            if cli.req.paired.is_some() {
+                names[0] = format!("Baseline: {}", names[0]);
+            }
+            names
+        };
+        let report = format_systems(&named(cli.inputs.clone()), &cols, test, cli.req.format, cli.req.width);
+        assert_eq!(report, cli.stdout, "{what}");
+        // run_score computes the same columns: check it once per kind of test (it costs a
+        // second computation of every score).
+        if !checked.insert(cli.req.paired) {
+            continue;
+        }
+        let full: Vec<String> = cli.req.hyps.iter().map(|p| p.display().to_string()).collect();
+        let out = run_score(&cli.req, Cursor::new(Vec::new())).unwrap();
+        assert_eq!(out, format_systems(&named(full), &cols, test, cli.req.format, cli.req.width), "{what}");
+    }
+}
+
 #[test]
 fn paired_requests_are_checked() {
+    let one = ScoreRequest {
+        hyps: vec![shared("wmt22.en-de.Online-B.de")],
+        refs: vec![shared("wmt22.en-de.ref.de")],
+        paired: Some(PairedTest::Bootstrap),
+        ..ScoreRequest::default()
+    };
+    let err = run_score(&one, Cursor::new(Vec::new())).unwrap_err();
+    assert!(err.to_string().contains("two or more hypothesis files"), "{err}");
+    // The baseline given again is ignored in a paired test (so one system remains) ...
+    let mut again = one.clone();
+    again.hyps.push(shared("wmt22.en-de.Online-B.de"));
+    assert!(run_score(&again, Cursor::new(Vec::new())).unwrap_err().to_string().contains("two or more"));
+    // ... and an error otherwise.
+    again.paired = None;
+    let err = run_score(&again, Cursor::new(Vec::new())).unwrap_err();
+    assert!(err.to_string().contains("given twice"), "{err}");
+
     let refs = [vec!["a b c"]];
     let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 10, seed: Seed::default() };
     let bleu = [MetricConfig::Bleu(BleuConfig::default())];
