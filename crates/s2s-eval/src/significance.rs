@@ -51,6 +51,10 @@ use crate::ter::{TerConfig, TerStats};
 /// sacreBLEU's default seed (`SACREBLEU_SEED` unset).
 pub const DEFAULT_SEED: u128 = 12345;
 
+/// The most random draws (resamples or trials times segments) one test may make: beyond
+/// sacreBLEU's defaults on a million segments, far below what would not finish.
+pub const MAX_DRAWS: usize = 1 << 40;
+
 /// Which paired test to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PairedTest {
@@ -674,9 +678,11 @@ where
         return Err(EvalError::InvalidOption("paired tests need at least one segment".into()));
     }
     let samples = opts.effective_samples();
-    let sample_len = samples
-        .checked_mul(n)
-        .ok_or_else(|| EvalError::InvalidOption(format!("{samples} samples of {n} segments is too many")))?;
+    if samples.checked_mul(n).is_none_or(|draws| draws > MAX_DRAWS) {
+        return Err(EvalError::InvalidOption(format!(
+            "{samples} samples of {n} segments is too many (at most {MAX_DRAWS} draws)"
+        )));
+    }
     let mut columns = Vec::with_capacity(metrics.len());
     for metric in metrics {
         let signature = test_signature(&metric.signature(refs.len()), opts);
@@ -684,7 +690,7 @@ where
             systems.iter().map(|hyps| metric.stats(hyps.as_ref(), refs)).collect::<Result<_, _>>()?;
         let scores: Vec<f64> = stats.iter().map(|s| metric.exact_score(&s.sum())).collect();
         let results = match opts.test {
-            PairedTest::Bootstrap => bootstrap(metric, &stats, &scores, sample_len, opts.seed)?,
+            PairedTest::Bootstrap => bootstrap(metric, &stats, &scores, samples, opts.seed)?,
             PairedTest::ApproximateRandomization => {
                 randomization(metric, &stats, &scores, samples, opts.seed)
             }
@@ -694,62 +700,97 @@ where
     Ok(columns)
 }
 
-/// Resampled scores of `stats` for the drawn indices (`stats_np[idxs]`, summed per
-/// resample in `float32`).
-fn resample(metric: &MetricConfig, stats: &[f32], cols: usize, idx: &[usize], n: usize) -> Scores {
+/// Resampled scores of each of `stats` (`stats_np[idxs]`, summed per resample in
+/// `float32`), drawing each resample's `n` indices from `rng` as
+/// `rng.choice(n, size=(samples, n))` does (the draws are streamed, not stored).
+fn resample(
+    metric: &MetricConfig,
+    stats: &[&[f32]],
+    cols: usize,
+    n: usize,
+    samples: usize,
+    rng: &mut Generator,
+) -> Result<Vec<Scores>, EvalError> {
+    let mut nums: Vec<Vec<Num>> = vec![Vec::with_capacity(samples); stats.len()];
     let mut sums = vec![0f32; cols];
-    let nums: Vec<Num> = idx
-        .chunks_exact(n)
-        .map(|sample| {
+    for _ in 0..samples {
+        let idx = rng.choice(n, n)?;
+        for (st, out) in stats.iter().zip(nums.iter_mut()) {
             sums.fill(0.0);
-            for &i in sample {
-                for (t, v) in sums.iter_mut().zip(&stats[i * cols..(i + 1) * cols]) {
+            for &i in &idx {
+                for (t, v) in sums.iter_mut().zip(&st[i * cols..(i + 1) * cols]) {
                     *t += v;
                 }
             }
-            metric.bootstrap_score(&sums)
-        })
-        .collect();
-    Scores::from_nums(&nums)
+            out.push(metric.bootstrap_score(&sums));
+        }
+    }
+    Ok(nums.iter().map(|v| Scores::from_nums(v)).collect())
 }
 
 fn bootstrap(
     metric: &MetricConfig,
     stats: &[StatsMatrix],
     scores: &[f64],
-    sample_len: usize,
+    samples: usize,
     seed: Seed,
 ) -> Result<Vec<PairedResult>, EvalError> {
     let n = stats[0].len();
     let cols = stats[0].cols;
     let f32s: Vec<Vec<f32>> = stats.iter().map(StatsMatrix::to_f32).collect();
     // sacreBLEU seeds a new generator for the baseline's interval and for each system; with
-    // a fixed seed they all draw the same indices.
-    let fixed = match seed {
-        Seed::Fixed(_) => Some(seed.generator().choice(n, sample_len)?),
-        Seed::Entropy => None,
-    };
-    let draw = || -> Result<Vec<usize>, EvalError> {
-        match &fixed {
-            Some(idx) => Ok(idx.clone()),
-            None => seed.generator().choice(n, sample_len),
-        }
-    };
-
-    let base_scores = resample(metric, &f32s[0], cols, &draw()?, n);
+    // a fixed seed they all draw the same indices, so the baseline's resampled scores are
+    // computed once.
+    let base_scores = resample(metric, &[&f32s[0]], cols, n, samples, &mut seed.generator())?.remove(0);
     let (mean, ci) = estimate_ci(&base_scores);
     let mut results = vec![PairedResult { score: scores[0], p_value: None, mean: Some(mean), ci: Some(ci) }];
     for s in 1..stats.len() {
-        let idx = draw()?;
-        let base =
-            if fixed.is_some() { base_scores.clone() } else { resample(metric, &f32s[0], cols, &idx, n) };
-        let sys = resample(metric, &f32s[s], cols, &idx, n);
+        let mut rng = seed.generator();
+        let (base, sys) = match seed {
+            Seed::Fixed(_) => {
+                (base_scores.clone(), resample(metric, &[&f32s[s]], cols, n, samples, &mut rng)?.remove(0))
+            }
+            Seed::Entropy => {
+                let mut both = resample(metric, &[&f32s[0], &f32s[s]], cols, n, samples, &mut rng)?;
+                let sys = both.remove(1);
+                (both.remove(0), sys)
+            }
+        };
         let (mean, ci) = estimate_ci(&sys);
         let diff = (scores[0] - scores[s]).abs();
         let p = bootstrap_p_value(&sys, &base, diff);
         results.push(PairedResult { score: scores[s], p_value: Some(p), mean: Some(mean), ci: Some(ci) });
     }
     Ok(results)
+}
+
+/// The booleans of `rng.integers(2, size=(trials, n), dtype=bool)`, streamed: the packed
+/// 32-bit draws of [`Generator::random_bools`], kept from the current trial on.
+struct BoolStream {
+    rng: Generator,
+    words: Vec<u32>,
+    /// Index (in booleans) of the first bit of `words[0]`.
+    start: usize,
+}
+
+impl BoolStream {
+    /// Makes the booleans `from..to` available (dropping those before `from`).
+    fn fill(&mut self, from: usize, to: usize) {
+        let drop = (from - self.start) / 32;
+        if drop > 0 {
+            self.words.drain(..drop.min(self.words.len()));
+            self.start += 32 * drop;
+        }
+        // One word past `to`, for reads that straddle two words.
+        while self.start + 32 * self.words.len() < to + 32 {
+            self.words.extend(self.rng.random_bools(32));
+        }
+    }
+
+    /// Up to 32 booleans from boolean `e` (made available by `fill`), the first lowest.
+    fn bits_at(&self, e: usize) -> usize {
+        bits_at(&self.words, e - self.start)
+    }
 }
 
 fn randomization(
@@ -761,18 +802,11 @@ fn randomization(
 ) -> Vec<PairedResult> {
     let n = stats[0].len();
     let cols = stats[0].cols;
-    let fixed = match seed {
-        Seed::Fixed(_) => Some(seed.generator().random_bools(trials * n)),
-        Seed::Entropy => None,
-    };
     let base = &stats[0];
     let base_sum = base.sum();
     let mut results = vec![PairedResult { score: scores[0], p_value: None, mean: None, ci: None }];
     for s in 1..stats.len() {
-        let bits = match &fixed {
-            Some(b) => std::borrow::Cow::Borrowed(b),
-            None => std::borrow::Cow::Owned(seed.generator().random_bools(trials * n)),
-        };
+        let mut bits = BoolStream { rng: seed.generator(), words: Vec::new(), start: 0 };
         let sys = &stats[s];
         let sys_sum = sys.sum();
         // Swapping sentence i moves (base_i - sys_i) from one pseudo-system to the other;
@@ -788,8 +822,9 @@ fn randomization(
         let mut count = 0usize;
         for t in 0..trials {
             acc.fill(0.0);
+            bits.fill(t * n, (t + 1) * n);
             for k in 0..blocks {
-                let mut mask = bits_at(&bits, t * n + block * k) & (subsets - 1);
+                let mut mask = bits.bits_at(t * n + block * k) & (subsets - 1);
                 let left = n - block * k;
                 if left < block {
                     mask &= (1 << left) - 1;

@@ -324,6 +324,9 @@ fn paired_requests_are_checked() {
     assert!(paired_test(&[vec!["a b c"]], &refs, &bleu, &opts).is_err(), "one system");
     assert!(paired_test(&[vec!["a b c"], vec!["a b"]], &refs, &[], &opts).is_err(), "no metric");
     assert!(paired_test(&[vec!["a b c"], vec!["a b", "x"]], &refs, &bleu, &opts).is_err(), "lengths");
+    let huge = PairedOptions { samples: usize::MAX / 2, ..opts };
+    let err = paired_test(&[vec!["a b c"], vec!["a b"]], &refs, &bleu, &huge).unwrap_err();
+    assert!(err.to_string().contains("too many"), "{err}");
     let empty: [Vec<&str>; 2] = [vec![], vec![]];
     assert!(paired_test(&empty, &[Vec::<&str>::new()], &bleu, &opts).is_err(), "no segment");
     // Fresh randomness still gives valid results.
