@@ -810,7 +810,7 @@ fn randomization(
         let sys = &stats[s];
         let sys_sum = sys.sum();
         // Swapping sentence i moves (base_i - sys_i) from one pseudo-system to the other;
-        // the moved sums come from tables of every subset of each block of 8 sentences.
+        // the moved sums come from tables of every subset of each block of sentences.
         let delta: Vec<f64> = base.rows.iter().zip(&sys.rows).map(|(b, s)| b - s).collect();
         let block = block_size(n, cols);
         let subsets = 1usize << block;
