@@ -1,6 +1,7 @@
 //! Wall time of corpus BLEU and chrF on 100k sentence pairs (the WMT22 en-de fixture,
 //! repeated). Run with `cargo run --release -p s2s-eval --example score_speed`.
-//! Optional arguments: a different number of pairs, then `bleu` or `chrf` to run one only.
+//! Optional arguments: a different number of pairs, then `bleu`, `chrf` or `ter` to run one
+//! only.
 //!
 //! Also prints the process CPU time (user + system, all threads; Linux only, 10 ms
 //! resolution), which stays meaningful on a busy machine where wall time does not.
@@ -8,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use s2s_eval::{corpus_bleu, corpus_chrf};
+use s2s_eval::{corpus_bleu, corpus_chrf, corpus_ter};
 
 fn read(name: &str) -> Vec<String> {
     let path =
@@ -50,7 +51,7 @@ fn main() {
     let only = std::env::args().nth(2);
     let mut wall = std::time::Duration::ZERO;
     let mut cpu = Some(0.0);
-    if only.as_deref() != Some("chrf") {
+    if matches!(only.as_deref(), None | Some("bleu")) {
         let (c0, t) = (cpu_seconds(), Instant::now());
         let bleu = corpus_bleu(&hyps, &refs).expect("BLEU");
         let (w, c) = (t.elapsed(), c0.zip(cpu_seconds()).map(|(a, b)| b - a));
@@ -58,11 +59,19 @@ fn main() {
         wall += w;
         cpu = cpu.zip(c).map(|(a, b)| a + b);
     }
-    if only.as_deref() != Some("bleu") {
+    if matches!(only.as_deref(), None | Some("chrf")) {
         let (c0, t) = (cpu_seconds(), Instant::now());
         let chrf = corpus_chrf(&hyps, &refs).expect("chrF");
         let (w, c) = (t.elapsed(), c0.zip(cpu_seconds()).map(|(a, b)| b - a));
         report("chrF2", chrf.score, w, c, &chrf.signature);
+        wall += w;
+        cpu = cpu.zip(c).map(|(a, b)| a + b);
+    }
+    if matches!(only.as_deref(), None | Some("ter")) {
+        let (c0, t) = (cpu_seconds(), Instant::now());
+        let ter = corpus_ter(&hyps, &refs).expect("TER");
+        let (w, c) = (t.elapsed(), c0.zip(cpu_seconds()).map(|(a, b)| b - a));
+        report("TER", ter.score, w, c, &ter.signature);
         wall += w;
         cpu = cpu.zip(c).map(|(a, b)| a + b);
     }

@@ -205,13 +205,9 @@ impl BleuConfig {
     /// Turns (summed) statistics into a score: sacreBLEU's `BLEU.compute_bleu`.
     pub fn score_stats(&self, stats: &BleuStats, nrefs: usize) -> BleuScore {
         let BleuStats { sys_len, ref_len, counts, totals } = *stats;
-        let mut bp = 1.0;
-        if sys_len < ref_len {
-            bp = if sys_len > 0 { (1.0 - ref_len as f64 / sys_len as f64).exp() } else { 0.0 };
-        }
+        let (score, precisions, bp) = self.compute(stats);
         let ratio = if ref_len > 0 { sys_len as f64 / ref_len as f64 } else { 0.0 };
-        let mut precisions = [0.0; MAX_NGRAM_ORDER];
-        let make = |score: f64, precisions| BleuScore {
+        BleuScore {
             score,
             counts,
             totals,
@@ -221,11 +217,26 @@ impl BleuConfig {
             sys_len,
             ref_len,
             signature: self.signature(nrefs),
-        };
+        }
+    }
+
+    /// The score alone (no signature), for resampling.
+    pub(crate) fn score_value(&self, stats: &BleuStats) -> f64 {
+        self.compute(stats).0
+    }
+
+    /// (score, precisions, brevity penalty) of summed statistics.
+    fn compute(&self, stats: &BleuStats) -> (f64, [f64; MAX_NGRAM_ORDER], f64) {
+        let BleuStats { sys_len, ref_len, counts, totals } = *stats;
+        let mut bp = 1.0;
+        if sys_len < ref_len {
+            bp = if sys_len > 0 { (1.0 - ref_len as f64 / sys_len as f64).exp() } else { 0.0 };
+        }
+        let mut precisions = [0.0; MAX_NGRAM_ORDER];
 
         // Early stop if there are no matches at all (sacreBLEU #141).
         if counts.iter().all(|&c| c == 0) {
-            return make(0.0, precisions);
+            return (0.0, precisions, bp);
         }
 
         let mut correct = counts.map(|c| c as f64);
@@ -261,7 +272,7 @@ impl BleuConfig {
 
         let log_sum = precisions[..eff_order].iter().fold(0.0, |acc, &p| acc + my_log(p));
         let score = bp * (log_sum / eff_order as f64).exp();
-        make(score, precisions)
+        (score, precisions, bp)
     }
 
     /// Per-segment statistics, one entry per hypothesis.

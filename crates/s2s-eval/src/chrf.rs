@@ -142,12 +142,17 @@ impl ChrfConfig {
 
     /// The F-score of (summed) statistics: sacreBLEU's `CHRF._compute_f_score`.
     pub fn f_score(&self, stats: &ChrfStats) -> f64 {
+        self.f_score_orders(&stats.orders)
+    }
+
+    /// [`ChrfConfig::f_score`] of `[hyp, ref, match]` per order.
+    pub(crate) fn f_score_orders(&self, orders: &[[u64; 3]]) -> f64 {
         const EPS: f64 = 1e-16;
         let factor = f64::from(self.beta) * f64::from(self.beta);
         let mut score = 0.0;
         let mut effective_order = 0u32;
         let (mut avg_prec, mut avg_rec) = (0.0, 0.0);
-        for &[n_hyp, n_ref, n_match] in &stats.orders {
+        for &[n_hyp, n_ref, n_match] in orders {
             let prec = if n_hyp > 0 { n_match as f64 / n_hyp as f64 } else { EPS };
             let rec = if n_ref > 0 { n_match as f64 / n_ref as f64 } else { EPS };
             let denom = factor * prec + rec;

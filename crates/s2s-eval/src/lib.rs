@@ -1,5 +1,6 @@
-//! Evaluation for Seq2Seq Lab: sacreBLEU-identical corpus BLEU and chrF, perplexity,
-//! BLEU by source length, and the logic of the `s2s score` command. No burn here.
+//! Evaluation for Seq2Seq Lab: sacreBLEU-identical corpus BLEU, chrF and TER, paired
+//! significance tests (bootstrap resampling, approximate randomization), perplexity, BLEU
+//! by source length, and the logic of the `s2s score` command. No burn here.
 //!
 //! # sacreBLEU-identical
 //!
@@ -11,10 +12,14 @@
 //! lowercasing, `exp`/`floor`/`add-k`/`none` smoothing, effective order, any number
 //! of references (closest reference length, ties to the shorter; n-gram counts clipped
 //! by the per-reference maximum), chrF/chrF++ with its per-sentence best-reference
-//! choice and effective-order averaging, and the command line's line reading
+//! choice and effective-order averaging, TER with the Tercom tokeniser and sacreBLEU's
+//! shift search ([`ter`]), the paired tests with numpy's random generator reproduced bit
+//! for bit ([`significance`], [`nprng`]), and the command line's line reading
 //! (`rstrip()` of each line) and output formats. Signatures have sacreBLEU's layout,
 //! with `version:` this crate's version. The conformance fixtures
-//! (`shared/fixtures/bleu`) were produced with **sacreBLEU 2.6.0**.
+//! (`shared/fixtures/bleu`) were produced with **sacreBLEU 2.6.0**, the TER and
+//! significance expectations (`tests/fixtures`) with sacreBLEU 2.6.0 and numpy 2.4.6
+//! (`scripts/sacrebleu-expected.py`).
 //!
 //! The implementation is checked against sacreBLEU 2.6.0 itself: the fixtures, unit tests
 //! whose expected values come from Python one-liners (quoted next to them), and a
@@ -34,9 +39,10 @@
 //! - Only the `none`, `13a` and `intl` tokenisers; BLEU's maximum order is fixed at 4,
 //!   chrF's character order is at most 6 and word order at most 4.
 //! - Command line ([`run_score`]): no tab-separated multi-system standard input, no
-//!   `--num-refs` tab-split references, no sentence-level mode, bootstrap or paired
-//!   tests, no short signatures, no "tokenized period" warning; `lowercase` applies to
-//!   chrF too; an empty input scores 0 instead of being refused.
+//!   `--num-refs` tab-split references, no sentence-level mode, no single-system
+//!   confidence intervals (`--confidence`), no short signatures, no colours, no
+//!   "tokenized period" warning; `lowercase` applies to chrF too; an empty input scores 0
+//!   instead of being refused. Paired tests: see [`significance`] for its differences.
 //!
 //! # Example
 //!
@@ -56,8 +62,11 @@ pub mod chrf;
 pub mod error;
 pub mod length;
 mod ngram;
+pub mod nprng;
 pub mod perplexity;
 pub mod score_cmd;
+pub mod significance;
+pub mod ter;
 pub mod tokenize;
 
 pub use bleu::{BleuConfig, BleuScore, BleuStats, MAX_NGRAM_ORDER, Smoothing, corpus_bleu};
@@ -65,7 +74,11 @@ pub use chrf::{ChrfConfig, ChrfScore, ChrfStats, MAX_CHAR_ORDER, MAX_WORD_ORDER,
 pub use error::EvalError;
 pub use length::{DEFAULT_LENGTH_EDGES, LengthBucket, bleu_by_length, word_count};
 pub use perplexity::{NllAccumulator, perplexity};
-pub use score_cmd::{Format, Metric, ScoreRequest, run_score};
+pub use score_cmd::{Format, Metric, ScoreRequest, format_systems, run_score};
+pub use significance::{
+    DEFAULT_SEED, MetricConfig, PairedColumn, PairedOptions, PairedResult, PairedTest, Seed, paired_test,
+};
+pub use ter::{TerConfig, TerScore, TerStats, corpus_ter};
 pub use tokenize::{Tokenizer, is_py_whitespace, tokenize_13a, tokenize_intl};
 
 /// This crate's version, written as `version:` in signatures.

@@ -1,6 +1,8 @@
-//! The logic of `s2s score`: read a hypothesis file (or standard input) and reference
-//! files, compute BLEU and/or chrF, and format the result as the sacreBLEU command line
-//! does in single-system mode (`sacrebleu REF... -i HYP -m bleu chrf -f text|json`).
+//! The logic of `s2s score`: read hypothesis files (or standard input) and reference
+//! files, compute BLEU, chrF and/or TER, and format the result as the sacreBLEU command
+//! line does: one system (`sacrebleu REF... -i HYP -m bleu chrf ter -f text|json`),
+//! several systems (`-i A B C`, a table), or a paired significance test of several systems
+//! against the first (`--paired-bs`, `--paired-ar`; see [`crate::significance`]).
 //!
 //! Lines are read as sacreBLEU reads them: split on `\n` only, each line stripped of
 //! trailing whitespace (`line.rstrip()`); a final newline does not start an extra line.
@@ -15,6 +17,10 @@ use serde::{Deserialize, Serialize};
 use crate::bleu::{BleuConfig, BleuScore, Smoothing};
 use crate::chrf::{ChrfConfig, ChrfScore};
 use crate::error::EvalError;
+use crate::significance::{
+    MetricConfig, PairedColumn, PairedOptions, PairedResult, PairedTest, Seed, paired_test,
+};
+use crate::ter::{TerConfig, TerScore};
 use crate::tokenize::{Tokenizer, py_rstrip};
 
 /// A metric `s2s score` can compute.
@@ -25,14 +31,17 @@ pub enum Metric {
     Bleu,
     /// Corpus chrF (chrF2, or chrF++ with a word order).
     Chrf,
+    /// Corpus TER.
+    Ter,
 }
 
 impl Metric {
-    /// The command-line name: `bleu` or `chrf`.
+    /// The command-line name: `bleu`, `chrf` or `ter`.
     pub fn name(self) -> &'static str {
         match self {
             Metric::Bleu => "bleu",
             Metric::Chrf => "chrf",
+            Metric::Ter => "ter",
         }
     }
 }
@@ -50,7 +59,8 @@ impl FromStr for Metric {
         match s.to_ascii_lowercase().as_str() {
             "bleu" => Ok(Metric::Bleu),
             "chrf" => Ok(Metric::Chrf),
-            _ => Err(EvalError::InvalidOption(format!("unknown metric {s:?} (expected bleu or chrf)"))),
+            "ter" => Ok(Metric::Ter),
+            _ => Err(EvalError::InvalidOption(format!("unknown metric {s:?} (expected bleu, chrf or ter)"))),
         }
     }
 }
@@ -59,11 +69,13 @@ impl FromStr for Metric {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
-    /// One line per metric: `BLEU|nrefs:1|...|version:0.1.0 = 38.4 66.9/44.1/...`.
-    /// (sacreBLEU's own default is `json`.)
+    /// One line per metric: `BLEU|nrefs:1|...|version:0.1.0 = 38.4 66.9/44.1/...`; for
+    /// several systems, sacreBLEU's table (its `fancy_grid`, without colours) and the
+    /// signatures. (sacreBLEU's own default is `json`.)
     #[default]
     Text,
-    /// sacreBLEU's `-f json`: one object per metric; a list when there are several.
+    /// sacreBLEU's `-f json`: one object per metric; a list when there are several. For
+    /// several systems, a list of one object per system.
     Json,
 }
 
@@ -82,12 +94,15 @@ impl FromStr for Format {
 /// What `s2s score` was asked to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScoreRequest {
-    /// The hypothesis file; `None` reads standard input.
-    pub hyp: Option<PathBuf>,
+    /// Hypothesis files, one per system (named by the path as given); empty reads one
+    /// system from standard input. In a paired test the first is the baseline, and a
+    /// later repetition of it is ignored; any other repeated file is an error.
+    pub hyps: Vec<PathBuf>,
     /// One or more reference files, each aligned line by line with the hypotheses.
     pub refs: Vec<PathBuf>,
-    /// Metrics to compute; empty means BLEU only (as sacreBLEU). Output is always in
-    /// sacreBLEU's order (BLEU before chrF), duplicates are ignored.
+    /// Metrics to compute; empty means BLEU only (as sacreBLEU); duplicates are ignored.
+    /// Output is in sacreBLEU's order (BLEU, chrF, TER), except in paired tests, where
+    /// sacreBLEU keeps the order given.
     pub metrics: Vec<Metric>,
     /// Output format.
     pub format: Format,
@@ -102,12 +117,24 @@ pub struct ScoreRequest {
     pub chrf_word_order: usize,
     /// Decimals of the score (sacreBLEU's `--width`, default 1).
     pub width: usize,
+    /// TER options (sacreBLEU's `--ter-*`).
+    pub ter: TerConfig,
+    /// A paired significance test of the systems against the first (two or more systems).
+    pub paired: Option<PairedTest>,
+    /// Bootstrap resamples (`--paired-bs-n`, default 1000; 0 means the default).
+    pub paired_bs_n: usize,
+    /// Approximate randomization trials (`--paired-ar-n`, default 10000; 0 means the
+    /// default).
+    pub paired_ar_n: usize,
+    /// The tests' random seed (default 12345; [`Seed::from_env`] reads `SACREBLEU_SEED`
+    /// as sacreBLEU does).
+    pub seed: Seed,
 }
 
 impl Default for ScoreRequest {
     fn default() -> Self {
         ScoreRequest {
-            hyp: None,
+            hyps: Vec::new(),
             refs: Vec::new(),
             metrics: vec![Metric::Bleu],
             format: Format::Text,
@@ -116,6 +143,31 @@ impl Default for ScoreRequest {
             smoothing: Smoothing::Exp,
             chrf_word_order: 0,
             width: 1,
+            ter: TerConfig::default(),
+            paired: None,
+            paired_bs_n: PairedTest::Bootstrap.default_samples(),
+            paired_ar_n: PairedTest::ApproximateRandomization.default_samples(),
+            seed: Seed::default(),
+        }
+    }
+}
+
+impl ScoreRequest {
+    /// The configuration of `metric` under this request's options.
+    pub fn metric_config(&self, metric: Metric) -> MetricConfig {
+        match metric {
+            Metric::Bleu => MetricConfig::Bleu(BleuConfig {
+                tokenize: self.tokenize,
+                lowercase: self.lowercase,
+                smoothing: self.smoothing,
+                effective_order: false,
+            }),
+            Metric::Chrf => MetricConfig::Chrf(ChrfConfig {
+                lowercase: self.lowercase,
+                word_order: self.chrf_word_order,
+                ..ChrfConfig::default()
+            }),
+            Metric::Ter => MetricConfig::Ter(self.ter),
         }
     }
 }
@@ -192,6 +244,10 @@ impl Line {
         Line { name: s.name.clone(), score: s.score, signature: s.signature.clone(), verbose: None }
     }
 
+    fn from_ter(s: &TerScore) -> Line {
+        Line { name: "TER".into(), score: s.score, signature: s.signature.clone(), verbose: None }
+    }
+
     /// sacreBLEU's `Score.format(width, signature=...)` for text.
     fn text(&self, width: usize) -> String {
         let mut out = format!("{}|{} = {:.*}", self.name, self.signature, width, self.score);
@@ -242,69 +298,130 @@ fn align_text(lines: &[String]) -> String {
     out
 }
 
-/// Runs `s2s score`: reads the files named in `req` (standard input from `stdin` when
-/// `req.hyp` is `None`), scores them and returns the text to print (newline-terminated;
+/// Runs `s2s score`: reads the files named in `req` (one system from `stdin` when
+/// `req.hyps` is empty), scores them and returns the text to print (newline-terminated;
 /// print it with `print!`).
 ///
+/// One system gives sacreBLEU's single-system lines; several systems its table, and with
+/// `req.paired` its paired significance test against the first system.
+///
 /// Errors name the file: unreadable file, invalid UTF-8 (with the 1-based line), or a
-/// reference whose line count differs from the hypotheses'
-/// (`hyp.txt has 10 lines but ref.txt has 12`). An empty hypothesis file with empty
-/// references scores 0 (sacreBLEU's command line refuses it instead).
+/// reference whose line count differs from a system's
+/// (`hyp.txt has 10 lines but ref.txt has 12`); a paired test of fewer than two systems,
+/// or the same file given twice (other than the baseline again in a paired test), is an
+/// [`EvalError::InvalidOption`]. An empty hypothesis file with empty references scores 0
+/// (sacreBLEU's command line refuses it instead).
 pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, EvalError> {
     if req.refs.is_empty() {
         return Err(EvalError::NoReferences);
     }
-    let (hyp_name, hyps) = match &req.hyp {
-        Some(p) => (p.clone(), read_lines(p)?),
-        None => {
-            let name = PathBuf::from(STDIN_NAME);
-            let mut bytes = Vec::new();
-            stdin.read_to_end(&mut bytes).map_err(|source| EvalError::Read { path: name.clone(), source })?;
-            let lines = split_lines(&bytes, &name)?;
-            (name, lines)
+    let mut systems: Vec<(PathBuf, Vec<String>)> = Vec::new();
+    if req.hyps.is_empty() {
+        let name = PathBuf::from(STDIN_NAME);
+        let mut bytes = Vec::new();
+        stdin.read_to_end(&mut bytes).map_err(|source| EvalError::Read { path: name.clone(), source })?;
+        let lines = split_lines(&bytes, &name)?;
+        systems.push((name, lines));
+    } else {
+        for path in &req.hyps {
+            if let Some(pos) = systems.iter().position(|(p, _)| p == path) {
+                // sacreBLEU ignores the baseline given again in a paired test.
+                if req.paired.is_some() && pos == 0 {
+                    continue;
+                }
+                return Err(EvalError::InvalidOption(format!(
+                    "{} is given twice as a hypothesis file",
+                    path.display()
+                )));
+            }
+            systems.push((path.clone(), read_lines(path)?));
         }
-    };
+    }
+    if req.paired.is_some() && systems.len() < 2 {
+        return Err(EvalError::InvalidOption(
+            "paired tests need two or more hypothesis files (the first is the baseline)".into(),
+        ));
+    }
     let mut refs = Vec::with_capacity(req.refs.len());
     for path in &req.refs {
         let lines = read_lines(path)?;
-        if lines.len() != hyps.len() {
-            return Err(EvalError::LineCountMismatch {
-                hyp: hyp_name.clone(),
-                hyp_lines: hyps.len(),
-                reference: path.clone(),
-                ref_lines: lines.len(),
-            });
+        for (name, hyps) in &systems {
+            if lines.len() != hyps.len() {
+                return Err(EvalError::LineCountMismatch {
+                    hyp: name.clone(),
+                    hyp_lines: hyps.len(),
+                    reference: path.clone(),
+                    ref_lines: lines.len(),
+                });
+            }
         }
         refs.push(lines);
     }
 
-    let mut metrics = if req.metrics.is_empty() { vec![Metric::Bleu] } else { req.metrics.clone() };
-    metrics.sort();
-    metrics.dedup();
-
-    let mut lines = Vec::new();
-    for m in metrics {
-        match m {
-            Metric::Bleu => {
-                let cfg = BleuConfig {
-                    tokenize: req.tokenize,
-                    lowercase: req.lowercase,
-                    smoothing: req.smoothing,
-                    effective_order: false,
-                };
-                lines.push(Line::from_bleu(&cfg.corpus_score(&hyps, &refs)?));
-            }
-            Metric::Chrf => {
-                let cfg = ChrfConfig {
-                    lowercase: req.lowercase,
-                    word_order: req.chrf_word_order,
-                    ..ChrfConfig::default()
-                };
-                lines.push(Line::from_chrf(&cfg.corpus_score(&hyps, &refs)?));
-            }
+    let mut metrics: Vec<Metric> = Vec::new();
+    for &m in if req.metrics.is_empty() { &[Metric::Bleu][..] } else { &req.metrics[..] } {
+        if !metrics.contains(&m) {
+            metrics.push(m);
         }
     }
+    if req.paired.is_none() {
+        metrics.sort();
+    }
 
+    if systems.len() == 1 {
+        return single_system(req, &metrics, &systems[0].1, &refs);
+    }
+
+    let configs: Vec<MetricConfig> = metrics.iter().map(|&m| req.metric_config(m)).collect();
+    let mut names: Vec<String> = systems.iter().map(|(p, _)| p.display().to_string()).collect();
+    let hyps: Vec<&[String]> = systems.iter().map(|(_, h)| h.as_slice()).collect();
+    let (columns, test) = match req.paired {
+        Some(test) => {
+            names[0] = format!("Baseline: {}", names[0]);
+            let samples = match test {
+                PairedTest::Bootstrap => req.paired_bs_n,
+                PairedTest::ApproximateRandomization => req.paired_ar_n,
+            };
+            let opts = PairedOptions { test, samples, seed: req.seed };
+            (paired_test(&hyps, &refs, &configs, &opts)?, Some((test, opts.effective_samples())))
+        }
+        None => {
+            let mut columns = Vec::with_capacity(configs.len());
+            for cfg in &configs {
+                let results = hyps
+                    .iter()
+                    .map(|h| {
+                        let score = cfg.corpus_score(h, &refs)?;
+                        Ok(PairedResult { score, p_value: None, mean: None, ci: None })
+                    })
+                    .collect::<Result<Vec<_>, EvalError>>()?;
+                columns.push(PairedColumn {
+                    name: cfg.name(),
+                    signature: cfg.signature(refs.len()),
+                    results,
+                });
+            }
+            (columns, None)
+        }
+    };
+    Ok(format_systems(&names, &columns, test, req.format, req.width))
+}
+
+/// sacreBLEU's single-system output.
+fn single_system(
+    req: &ScoreRequest,
+    metrics: &[Metric],
+    hyps: &[String],
+    refs: &[Vec<String>],
+) -> Result<String, EvalError> {
+    let mut lines = Vec::new();
+    for &m in metrics {
+        match req.metric_config(m) {
+            MetricConfig::Bleu(cfg) => lines.push(Line::from_bleu(&cfg.corpus_score(hyps, refs)?)),
+            MetricConfig::Chrf(cfg) => lines.push(Line::from_chrf(&cfg.corpus_score(hyps, refs)?)),
+            MetricConfig::Ter(cfg) => lines.push(Line::from_ter(&cfg.corpus_score(hyps, refs)?)),
+        }
+    }
     Ok(match req.format {
         Format::Text => {
             let texts: Vec<String> = lines.iter().map(|l| l.text(req.width)).collect();
@@ -315,6 +432,248 @@ pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, 
             if objs.len() > 1 { format!("[\n{}\n]\n", objs.join(",\n")) } else { format!("{}\n", objs[0]) }
         }
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Several systems: sacreBLEU's `print_results_table`
+
+/// The report of several systems, as sacreBLEU's command line prints it
+/// (`print_results_table`): `names` are the systems (with `Baseline: ` before the first in
+/// a paired test), `columns` one metric each, `test` the paired test and its number of
+/// resamples or trials (`None`: plain scores).
+///
+/// Text is sacreBLEU's `fancy_grid` table (tabulate: right-aligned names, centred cells,
+/// cell widths in terminal columns), without colours, then in a paired test its legend,
+/// then the metric signatures. JSON is sacreBLEU's `json.dumps(..., indent=4)` list of one
+/// object per system: the scores as formatted strings, or in a paired test objects with
+/// `score`, `p_value`, `mean` and `ci` (sacreBLEU 2.6 under numpy 2 fails to write these
+/// because some are `float32`; here they are written as numbers).
+pub fn format_systems(
+    names: &[String],
+    columns: &[PairedColumn],
+    test: Option<(PairedTest, usize)>,
+    format: Format,
+    width: usize,
+) -> String {
+    match format {
+        Format::Text => systems_text(names, columns, test, width),
+        Format::Json => systems_json(names, columns, test.is_some(), width),
+    }
+}
+
+fn systems_text(
+    names: &[String],
+    columns: &[PairedColumn],
+    test: Option<(PairedTest, usize)>,
+    width: usize,
+) -> String {
+    // `_format_score_lines`; its bootstrap flag, once set, stays set for later columns.
+    let mut headers = vec!["System".to_owned()];
+    let mut cells: Vec<Vec<String>> = vec![names.to_vec()];
+    let mut is_bootstrap = false;
+    for col in columns {
+        let mut vals = Vec::with_capacity(col.results.len());
+        for r in &col.results {
+            let mut s = format!("{:.*}", width, r.score);
+            if let (Some(mean), Some(ci)) = (r.mean, r.ci) {
+                is_bootstrap = true;
+                s.push_str(&format!(" ({mean:.width$} ± {ci:.width$})"));
+            }
+            if let Some(p) = r.p_value {
+                s.push('\n');
+                s.push_str(&format!("(p = {p:.4})"));
+                if p <= 0.05 {
+                    s.push('*');
+                }
+            }
+            vals.push(s);
+        }
+        headers.push(if is_bootstrap { format!("{} (μ ± 95% CI)", col.name) } else { col.name.clone() });
+        cells.push(vals);
+    }
+    let mut out = fancy_grid(&headers, &cells);
+    out.push_str("\n\n");
+
+    if let Some((test, n)) = test {
+        let (kind, unit) = match test {
+            PairedTest::Bootstrap => ("bootstrap resampling", "resampling trials"),
+            PairedTest::ApproximateRandomization => ("approximate randomization", "trials"),
+        };
+        let msg = format!("Paired {kind} test with {n} {unit}");
+        let rule = "-".repeat(msg.chars().count());
+        let baseline = names.first().map_or("", String::as_str);
+        out.push_str(&format!("{rule}\n{msg}\n{rule}\n"));
+        out.push_str(&format!(" - Each system is pairwise compared to {baseline}.\n"));
+        out.push_str(match test {
+            PairedTest::Bootstrap => {
+                "   Actual system score / bootstrap estimated true mean / 95% CI are provided for each metric.\n"
+            }
+            PairedTest::ApproximateRandomization => "   Actual system score is provided for each metric.\n",
+        });
+        out.push_str(LEGEND);
+    }
+
+    out.push_str("-----------------\nMetric signatures\n-----------------\n");
+    for col in columns {
+        let pad = 10usize.saturating_sub(col.name.chars().count());
+        out.push_str(&format!(" - {}{} {}\n", col.name, " ".repeat(pad), col.signature));
+    }
+    out
+}
+
+/// The part of sacreBLEU's paired-test legend that does not depend on the test.
+const LEGEND: &str = "
+ - Null hypothesis: the system and the baseline translations are essentially
+   generated by the same underlying process. For a given system and the baseline,
+   the p-value is roughly the probability of the absolute score difference (delta)
+   or higher occurring due to chance, under the assumption that the null hypothesis is correct.
+
+ - Assuming a significance threshold of 0.05, the null hypothesis can be rejected
+   for p-values < 0.05 (marked with \"*\"). This means that the delta is unlikely to be attributed
+   to chance, hence the system is significantly \"different\" than the baseline.
+   Otherwise, the p-values are highlighted in red.
+
+ - NOTE: Significance does not tell whether a system is \"better\" than the baseline but rather
+   emphasizes the \"difference\" of the systems in terms of the replicability of the delta.
+
+";
+
+/// Terminal columns of `c`, as `wcwidth` counts them (0 for combining marks and
+/// zero-width characters, 2 for East Asian wide and full-width characters); an
+/// approximation of its tables that covers the common blocks.
+fn char_width(c: char) -> usize {
+    let u = u32::from(c);
+    match u {
+        0x0300..=0x036F
+        | 0x0483..=0x0489
+        | 0x0591..=0x05BD
+        | 0x0610..=0x061A
+        | 0x064B..=0x065F
+        | 0x200B..=0x200F
+        | 0x20D0..=0x20FF
+        | 0xFE00..=0xFE0F
+        | 0xFE20..=0xFE2F => 0,
+        0x1100..=0x115F
+        | 0x2E80..=0x303E
+        | 0x3041..=0x33FF
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xA000..=0xA4CF
+        | 0xAC00..=0xD7A3
+        | 0xF900..=0xFAFF
+        | 0xFE30..=0xFE4F
+        | 0xFF00..=0xFF60
+        | 0xFFE0..=0xFFE6
+        | 0x1F300..=0x1F64F
+        | 0x1F900..=0x1F9FF
+        | 0x20000..=0x3FFFD => 2,
+        _ => 1,
+    }
+}
+
+fn display_width(s: &str) -> usize {
+    s.chars().map(char_width).sum()
+}
+
+/// Python's `'{0:^w}'.format(s)` / `'{0:>w}'`, by terminal columns.
+fn pad(s: &str, w: usize, right: bool) -> String {
+    let extra = w.saturating_sub(display_width(s));
+    let (left, r) = if right { (extra, 0) } else { (extra / 2, extra - extra / 2) };
+    format!("{}{s}{}", " ".repeat(left), " ".repeat(r))
+}
+
+/// tabulate's `fancy_grid` with the first column right-aligned and the others centred,
+/// cells possibly spanning several lines (top-aligned); `columns[c][r]` is row `r` of
+/// column `c`, and each header is padded by at least two columns.
+fn fancy_grid(headers: &[String], columns: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = headers
+        .iter()
+        .zip(columns)
+        .map(|(h, col)| {
+            let cell = col.iter().flat_map(|c| c.split('\n')).map(display_width).max().unwrap_or(0);
+            cell.max(display_width(h) + 2)
+        })
+        .collect();
+    let rule = |l: &str, fill: &str, mid: &str, r: &str| -> String {
+        let parts: Vec<String> = widths.iter().map(|w| fill.repeat(w + 2)).collect();
+        format!("{l}{}{r}\n", parts.join(mid))
+    };
+    let line = |cells: &[String]| -> String {
+        let parts: Vec<String> =
+            cells.iter().enumerate().map(|(c, s)| format!(" {} ", pad(s, widths[c], c == 0))).collect();
+        format!("│{}│\n", parts.join("│"))
+    };
+    let mut out = rule("╒", "═", "╤", "╕");
+    out.push_str(&line(headers));
+    out.push_str(&rule("╞", "═", "╪", "╡"));
+    let rows = columns.first().map_or(0, Vec::len);
+    for r in 0..rows {
+        let split: Vec<Vec<&str>> = columns.iter().map(|col| col[r].split('\n').collect()).collect();
+        let height = split.iter().map(Vec::len).max().unwrap_or(1);
+        for k in 0..height {
+            let cells: Vec<String> =
+                split.iter().map(|l| l.get(k).copied().unwrap_or("").to_owned()).collect();
+            out.push_str(&line(&cells));
+        }
+        if r + 1 < rows {
+            out.push_str(&rule("├", "─", "┼", "┤"));
+        }
+    }
+    out.push_str(&rule("╘", "═", "╧", "╛"));
+    // `print(table)` ends the table without a newline of its own; the caller adds it.
+    out.pop();
+    out
+}
+
+/// Python's `json.dumps` of a string (`ensure_ascii=True`).
+fn py_json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn systems_json(names: &[String], columns: &[PairedColumn], paired: bool, width: usize) -> String {
+    let opt = |x: Option<f64>| x.map_or_else(|| "null".to_owned(), py_float_repr);
+    let mut systems = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let mut fields = vec![format!("        \"system\": {}", py_json_str(name))];
+        for col in columns {
+            let Some(r) = col.results.get(i) else { continue };
+            let value = if paired {
+                format!(
+                    "{{\n            \"score\": {},\n            \"p_value\": {},\n            \"mean\": {},\n            \"ci\": {}\n        }}",
+                    py_float_repr(r.score),
+                    opt(r.p_value),
+                    opt(r.mean),
+                    opt(r.ci)
+                )
+            } else {
+                py_json_str(&format!("{:.*}", width, r.score))
+            };
+            fields.push(format!("        {}: {value}", py_json_str(&col.name)));
+        }
+        systems.push(format!("    {{\n{}\n    }}", fields.join(",\n")));
+    }
+    format!("[\n{}\n]\n", systems.join(",\n"))
 }
 
 #[cfg(test)]
@@ -364,6 +723,35 @@ mod tests {
             Err(EvalError::InvalidUtf8 { line, .. }) => assert_eq!(line, 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn systems_table_marks_p_values_up_to_0_05() {
+        use crate::significance::{PairedColumn, PairedResult, PairedTest};
+        let r = |score, p: Option<f64>| PairedResult { score, p_value: p, mean: None, ci: None };
+        let col = PairedColumn {
+            name: "BLEU".into(),
+            signature: "nrefs:1|ar:3|seed:1|v".into(),
+            results: vec![r(30.0, None), r(31.0, Some(0.05)), r(29.0, Some(0.0501))],
+        };
+        let names = ["Baseline: a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let test = Some((PairedTest::ApproximateRandomization, 3));
+        let out = format_systems(&names, &[col], test, Format::Text, 1);
+        assert!(out.contains("│ (p = 0.0500)* │"), "{out}");
+        assert!(out.contains("│ (p = 0.0501)  │"), "{out}");
+        assert!(
+            out.starts_with("╒═════════════╤═══════════════╕\n│      System │     BLEU      │\n"),
+            "{out}"
+        );
+        assert!(out.contains("Paired approximate randomization test with 3 trials\n"), "{out}");
+        assert!(out.ends_with(" - BLEU       nrefs:1|ar:3|seed:1|v\n"), "{out}");
+    }
+
+    #[test]
+    fn python_json_strings() {
+        // json.dumps('a"b\\c\né€😀\x7f')
+        assert_eq!(py_json_str("a\"b\\c\né€😀\u{7f}"), r#""a\"b\\c\n\u00e9\u20ac\ud83d\ude00\u007f""#);
+        assert_eq!(display_width("中文 ab"), 7);
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn ours(s: &str) -> String {
 
 fn online_b(metrics: Vec<Metric>, format: Format, width: usize) -> ScoreRequest {
     ScoreRequest {
-        hyp: Some(fixture("wmt22.en-de.Online-B.de")),
+        hyps: vec![fixture("wmt22.en-de.Online-B.de")],
         refs: vec![fixture("wmt22.en-de.ref.de")],
         metrics,
         format,
@@ -106,7 +106,7 @@ fn json_output_matches_sacrebleu() {
 fn width_and_lowercase_and_two_references() {
     // sacrebleu edge.empty-lines.ref -i edge.empty-lines.hyp -m chrf -f text -w 3
     let req = ScoreRequest {
-        hyp: Some(fixture("edge.empty-lines.hyp")),
+        hyps: vec![fixture("edge.empty-lines.hyp")],
         refs: vec![fixture("edge.empty-lines.ref")],
         metrics: vec![Metric::Chrf],
         width: 3,
@@ -131,7 +131,7 @@ chrF2|nrefs:2|case:lc|eff:yes|nc:6|nw:0|space:no|version:2.6.0 = 83.1
 fn stdin_hypotheses() {
     let text = std::fs::read(fixture("wmt22.en-de.Online-B.de")).unwrap();
     let mut req = online_b(vec![Metric::Bleu, Metric::Chrf], Format::Text, 1);
-    req.hyp = None;
+    req.hyps = vec![];
     assert_eq!(run_score(&req, Cursor::new(text)).unwrap(), ours(TEXT_BOTH));
 }
 
@@ -149,7 +149,7 @@ fn errors_name_the_files() {
     std::fs::write(&hyp, "a\nb\n").unwrap();
     std::fs::write(&reference, "a\nb\nc\n").unwrap();
     let req =
-        ScoreRequest { hyp: Some(hyp.clone()), refs: vec![reference.clone()], ..ScoreRequest::default() };
+        ScoreRequest { hyps: vec![hyp.clone()], refs: vec![reference.clone()], ..ScoreRequest::default() };
     let err = run_score(&req, no_stdin()).unwrap_err();
     assert!(matches!(err, EvalError::LineCountMismatch { hyp_lines: 2, ref_lines: 3, .. }));
     assert_eq!(err.to_string(), format!("{} has 2 lines but {} has 3", hyp.display(), reference.display()));
@@ -160,17 +160,20 @@ fn errors_name_the_files() {
     assert!(err.to_string().contains("ref.txt"), "{err}");
 
     let missing = dir.join("missing.txt");
-    let req =
-        ScoreRequest { hyp: Some(missing.clone()), refs: vec![reference.clone()], ..ScoreRequest::default() };
+    let req = ScoreRequest {
+        hyps: vec![missing.clone()],
+        refs: vec![reference.clone()],
+        ..ScoreRequest::default()
+    };
     let err = run_score(&req, no_stdin()).unwrap_err();
     assert!(matches!(err, EvalError::Read { .. }));
     assert!(err.to_string().contains("missing.txt"), "{err}");
 
-    let req = ScoreRequest { hyp: None, refs: vec![], ..ScoreRequest::default() };
+    let req = ScoreRequest { hyps: vec![], refs: vec![], ..ScoreRequest::default() };
     assert!(matches!(run_score(&req, no_stdin()), Err(EvalError::NoReferences)));
 
     std::fs::write(&reference, "a\nb\n").unwrap();
-    let req = ScoreRequest { hyp: None, refs: vec![reference.clone()], ..ScoreRequest::default() };
+    let req = ScoreRequest { hyps: vec![], refs: vec![reference.clone()], ..ScoreRequest::default() };
     let err = run_score(&req, Cursor::new(b"a\n".to_vec())).unwrap_err();
     assert_eq!(err.to_string(), format!("<stdin> has 1 lines but {} has 2", reference.display()));
     std::fs::remove_dir_all(&dir).ok();
@@ -182,7 +185,7 @@ fn empty_input_scores_zero() {
     let reference = dir.join("ref.txt");
     std::fs::write(&reference, "").unwrap();
     let req = ScoreRequest {
-        hyp: None,
+        hyps: vec![],
         refs: vec![reference],
         metrics: vec![Metric::Bleu, Metric::Chrf],
         ..ScoreRequest::default()
