@@ -164,7 +164,7 @@ pub struct BleuScore {
     /// Effective reference length in tokens.
     pub ref_len: u64,
     /// The sacreBLEU-style signature, e.g.
-    /// `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:0.1.0`.
+    /// `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0+s2s-0.1.0`.
     pub signature: String,
 }
 
@@ -191,7 +191,7 @@ fn my_log(x: f64) -> f64 {
 
 impl BleuConfig {
     /// The signature for `nrefs` reference streams, e.g.
-    /// `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:0.1.0`.
+    /// `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0+s2s-0.1.0`.
     pub fn signature(&self, nrefs: usize) -> String {
         format!(
             "nrefs:{nrefs}|case:{}|eff:{}|tok:{}|smooth:{}|version:{VERSION}",

@@ -93,7 +93,7 @@ pub struct ChrfScore {
     /// Recall weight.
     pub beta: u32,
     /// The sacreBLEU-style signature, e.g.
-    /// `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:0.1.0`.
+    /// `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0+s2s-0.1.0`.
     pub signature: String,
 }
 
@@ -128,7 +128,7 @@ impl ChrfConfig {
     }
 
     /// The signature for `nrefs` reference streams, e.g.
-    /// `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:0.1.0`.
+    /// `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0+s2s-0.1.0`.
     pub fn signature(&self, nrefs: usize) -> String {
         format!(
             "nrefs:{nrefs}|case:{}|eff:{}|nc:{}|nw:{}|space:{}|version:{VERSION}",

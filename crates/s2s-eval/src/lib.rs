@@ -16,7 +16,7 @@
 //! shift search ([`ter`]), the paired tests with numpy's random generator reproduced bit
 //! for bit ([`significance`], [`nprng`]), and the command line's line reading
 //! (`rstrip()` of each line) and output formats. Signatures have sacreBLEU's layout,
-//! with `version:` this crate's version. The conformance fixtures
+//! with `version:2.6.0+s2s-<this crate's version>` ([`VERSION`]). The conformance fixtures
 //! (`shared/fixtures/bleu`) were produced with **sacreBLEU 2.6.0**, the TER and
 //! significance expectations (`tests/fixtures`) with sacreBLEU 2.6.0 and numpy 2.4.6
 //! (`scripts/sacrebleu-expected.py`).
@@ -81,5 +81,16 @@ pub use significance::{
 pub use ter::{TerConfig, TerScore, TerStats, corpus_ter};
 pub use tokenize::{Tokenizer, is_py_whitespace, tokenize_13a, tokenize_intl};
 
-/// This crate's version, written as `version:` in signatures.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The `version:` of every signature: the sacreBLEU release whose scores these are, then the
+/// implementation that computed them, `2.6.0+s2s-0.1.0` (semantic versioning's build metadata):
+/// a reader comparing signatures across papers sees sacreBLEU 2.6.0's numbers, and that they
+/// came from s2s.
+pub const VERSION: &str = concat!("2.6.0+s2s-", env!("CARGO_PKG_VERSION"));
+
+#[cfg(test)]
+mod version_tests {
+    #[test]
+    fn signatures_name_the_sacrebleu_release_and_the_implementation() {
+        assert!(super::VERSION.starts_with("2.6.0+s2s-"), "{}", super::VERSION);
+    }
+}

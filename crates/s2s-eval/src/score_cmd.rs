@@ -69,7 +69,7 @@ impl FromStr for Metric {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
-    /// One line per metric: `BLEU|nrefs:1|...|version:0.1.0 = 38.4 66.9/44.1/...`; for
+    /// One line per metric: `BLEU|nrefs:1|...|version:2.6.0+s2s-0.1.0 = 38.4 66.9/44.1/...`; for
     /// several systems, sacreBLEU's table (its `fancy_grid`, without colours) and the
     /// signatures. (sacreBLEU's own default is `json`.)
     #[default]

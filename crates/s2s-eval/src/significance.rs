@@ -616,7 +616,7 @@ pub struct PairedColumn {
     /// The score's name: `BLEU`, `chrF2`, `TER`, ...
     pub name: String,
     /// The metric's signature with the test's entries, e.g.
-    /// `nrefs:1|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:0.1.0`.
+    /// `nrefs:1|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0+s2s-0.1.0`.
     pub signature: String,
     /// One result per system, in the order given (the baseline first).
     pub results: Vec<PairedResult>,

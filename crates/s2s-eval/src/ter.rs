@@ -62,7 +62,7 @@ pub struct TerScore {
     /// Total of the average reference lengths.
     pub ref_length: f64,
     /// The sacreBLEU-style signature, e.g.
-    /// `nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:0.1.0`.
+    /// `nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0+s2s-0.1.0`.
     pub signature: String,
 }
 
@@ -72,7 +72,7 @@ fn yes_no(b: bool) -> &'static str {
 
 impl TerConfig {
     /// The signature for `nrefs` reference streams, e.g.
-    /// `nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:0.1.0`.
+    /// `nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0+s2s-0.1.0`.
     pub fn signature(&self, nrefs: usize) -> String {
         format!(
             "nrefs:{nrefs}|case:{}|tok:tercom|norm:{}|punct:{}|asian:{}|version:{VERSION}",
