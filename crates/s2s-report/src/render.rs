@@ -24,7 +24,21 @@ fn pm(v: (f64, f64), seeds: usize, digits: usize) -> String {
     }
 }
 
-/// The results table rows (model, kind, seeds, params, BLEU, chrF, ppl, minutes, tok/s, sent/s).
+/// The p-values of a model against the baseline, one per seed, `*` below 0.05 (as sacreBLEU
+/// marks them); `baseline` for the baseline itself.
+fn p_cell(s: &Summary) -> String {
+    if s.baseline {
+        return "baseline".into();
+    }
+    if s.p_vs_baseline.is_empty() {
+        return "-".into();
+    }
+    let one = |p: &f64| format!("{p:.4}{}", if *p < 0.05 { "*" } else { "" });
+    s.p_vs_baseline.iter().map(one).collect::<Vec<_>>().join(" / ")
+}
+
+/// The results table rows (model, kind, seeds, params, BLEU, its 95% interval, p against the
+/// baseline, chrF, ppl, minutes, tok/s, sent/s).
 fn table_rows(s: &[Summary]) -> Vec<Vec<String>> {
     s.iter()
         .map(|s| {
@@ -34,6 +48,8 @@ fn table_rows(s: &[Summary]) -> Vec<Vec<String>> {
                 s.seeds.to_string(),
                 format!("{:.2}M", s.params as f64 / 1e6),
                 pm(s.bleu, s.seeds, 2),
+                s.bleu_ci.map(|c| format!("± {c:.2}")).unwrap_or_else(|| "-".into()),
+                p_cell(s),
                 pm(s.chrf, s.seeds, 2),
                 pm(s.ppl, s.seeds, 2),
                 format!("{:.1}", s.train_minutes),
@@ -44,8 +60,20 @@ fn table_rows(s: &[Summary]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const HEADER: [&str; 10] =
-    ["model", "kind", "seeds", "params", "BLEU", "chrF", "ppl", "train min", "train tok/s", "decode sent/s"];
+const HEADER: [&str; 12] = [
+    "model",
+    "kind",
+    "seeds",
+    "params",
+    "BLEU",
+    "BLEU 95% CI",
+    "p vs baseline",
+    "chrF",
+    "ppl",
+    "train min",
+    "train tok/s",
+    "decode sent/s",
+];
 
 /// The plots, as (file name, title, SVG).
 fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
@@ -155,23 +183,25 @@ fn html_escape(s: &str) -> String {
 /// Regenerates every report file of the experiment in `dir`; returns the paths written.
 pub fn write_report(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
     let (index, runs) = load(dir)?;
-    let summaries = summarize(&runs);
+    let summaries = summarize(&runs, index.baseline_model());
     let mut written = Vec::new();
     // results.csv: one row per run.
     let mut csv = String::from(
-        "name,model,kind,seed,params,bleu,chrf,ppl,decoding,train_seconds,train_tokens_per_s,decode_sentences_per_s\n",
+        "name,model,kind,seed,params,bleu,bleu_ci95,p_vs_baseline,chrf,ppl,decoding,train_seconds,train_tokens_per_s,decode_sentences_per_s\n",
     );
     for r in &runs {
         let f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_default();
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{:.1},{:.1},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{}",
             r.entry.name,
             r.entry.model,
             r.entry.kind,
             r.entry.seed,
             r.params,
             f(r.bleu),
+            f(r.bleu_ci),
+            f(r.p_vs_baseline),
             f(r.chrf),
             f(r.ppl),
             r.decoding.clone().unwrap_or_default(),
@@ -230,7 +260,7 @@ fn markdown(
     for r in rows {
         let _ = writeln!(s, "| {} |", r.join(" | "));
     }
-    s.push_str("\nBLEU and chrF: sacreBLEU defaults (13a, cased) on detokenised test output; ppl: teacher-forced test perplexity; ");
+    s.push_str("\nBLEU and chrF: sacreBLEU defaults (13a, cased) on detokenised test output; ppl: teacher-forced test perplexity; BLEU 95% CI and p vs baseline: sacreBLEU's paired bootstrap (1,000 resamples, seed 12345) against the baseline model's run of the same seed; * marks p < 0.05. ");
     s.push_str("train tok/s: target tokens per second of training; mean ± sample std over seeds where several ran.\n\n");
     for (file, title, _) in plots {
         let _ = writeln!(s, "## {title}\n\n![{title}](plots/{file})\n");
@@ -265,7 +295,7 @@ fn html(
         }
         s.push_str("</tr>\n");
     }
-    s.push_str("</tbody></table>\n<p>BLEU and chrF: sacreBLEU defaults (13a, cased) on detokenised test output; ppl: teacher-forced test perplexity.</p>\n");
+    s.push_str("</tbody></table>\n<p>BLEU and chrF: sacreBLEU defaults (13a, cased) on detokenised test output; ppl: teacher-forced test perplexity. BLEU 95% CI and p vs baseline: sacreBLEU's paired bootstrap (1,000 resamples, seed 12345) against the baseline model's run of the same seed; * marks p < 0.05.</p>\n");
     for (file, title, svg) in plots {
         let _ = writeln!(
             s,
@@ -302,6 +332,12 @@ mod tests {
                                           {"bucket": "10-19", "sentences": 0, "bleu": 0.0},
                                           {"bucket": "20+", "sentences": 2, "bleu": bleu - 5.0}]});
             std::fs::write(run.join("test/scores.json"), scores.to_string()).unwrap();
+            // 40 test sentences: the lstm keeps only their first words, bahdanau all of them.
+            let refs: Vec<String> = (0..40).map(|i| format!("the cat number {i} sat on the mat today")).collect();
+            let hyps: Vec<String> =
+                refs.iter().map(|r| if name == "lstm" { r[..11].to_string() } else { r.clone() }).collect();
+            std::fs::write(run.join("test/references.txt"), refs.join("\n") + "\n").unwrap();
+            std::fs::write(run.join("test/hypotheses.txt"), hyps.join("\n") + "\n").unwrap();
             std::fs::write(
                 run.join("test/attention.json"),
                 r#"[{"src": ["a", "</s>"], "out": ["x", "</s>"], "weights": [[0.9, 0.1], [0.2, 0.8]]}]"#,
@@ -323,7 +359,10 @@ mod tests {
         let written = write_report(&dir).unwrap();
         assert!(written.iter().any(|p| p.ends_with("report.html")));
         let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-        assert!(md.contains("| bahdanau | bahdanau | 1 | 0.00M | 20.00 |"), "{md}");
+        assert!(md.contains("| bahdanau | bahdanau | 1 | 0.00M | 20.00 | ± "), "{md}");
+        // The first model is the baseline; bahdanau differs from it significantly (sacreBLEU's
+        // smallest p-value at 1,000 resamples).
+        assert!(md.contains("| baseline |") && md.contains("| 0.0010* |"), "{md}");
         assert!(md.contains("plots/bleu_length.svg"));
         let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
         for remote in ["src=\"http", "href=\"http", "<script", "<link", "<img"] {

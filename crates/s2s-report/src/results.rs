@@ -58,6 +58,17 @@ pub struct ExperimentIndex {
     pub source: String,
     /// Runs.
     pub entries: Vec<Entry>,
+    /// The model the others are tested against (`baseline = "…"` in the experiment file;
+    /// absent: the first model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+}
+
+impl ExperimentIndex {
+    /// The baseline model's name: the one named in the file, else the first model.
+    pub fn baseline_model(&self) -> Option<&str> {
+        self.baseline.as_deref().or_else(|| self.entries.first().map(|e| e.model.as_str()))
+    }
 }
 
 /// One row of `metrics.csv`: one per validation (and at the end of training). Written by
@@ -147,6 +158,14 @@ pub struct RunResult {
     /// Attention examples.
     #[serde(skip)]
     pub attention: Vec<AttentionExample>,
+    /// Test hypotheses and the references they were scored against (`test/hypotheses.txt`,
+    /// `test/references.txt`), for the significance tests.
+    #[serde(skip)]
+    pub test_text: Option<(Vec<String>, Vec<String>)>,
+    /// Half-width of the 95% bootstrap interval of the test BLEU (see [`significance`]).
+    pub bleu_ci: Option<f64>,
+    /// p-value of the paired bootstrap test against the baseline run of the same seed.
+    pub p_vs_baseline: Option<f64>,
 }
 
 /// Loads the experiment under `dir` (runs without `run.json` yet are left out).
@@ -174,6 +193,18 @@ pub fn load(dir: &Path) -> Result<(ExperimentIndex, Vec<RunResult>), ReportError
         let scores: Option<Scores> = if spath.exists() { Some(parse(&spath)?) } else { None };
         let apath = run.join("test/attention.json");
         let attention: Vec<AttentionExample> = if apath.exists() { parse(&apath)? } else { Vec::new() };
+        let lines = |p: PathBuf| -> Result<Option<Vec<String>>, ReportError> {
+            if !p.exists() {
+                return Ok(None);
+            }
+            let text = read(&p)?;
+            let body = text.strip_suffix('\n').unwrap_or(&text);
+            Ok(Some(if text.is_empty() { Vec::new() } else { body.split('\n').map(str::to_string).collect() }))
+        };
+        let test_text = match (lines(run.join("test/hypotheses.txt"))?, lines(run.join("test/references.txt"))?) {
+            (Some(h), Some(r)) if h.len() == r.len() => Some((h, r)),
+            _ => None,
+        };
         let logged: Vec<f64> =
             curve.iter().map(|r| r.tokens_per_s).filter(|t| t.is_finite() && *t > 0.0).collect();
         out.push(RunResult {
@@ -198,9 +229,54 @@ pub fn load(dir: &Path) -> Result<(ExperimentIndex, Vec<RunResult>), ReportError
                 .unwrap_or_default(),
             curve,
             attention,
+            test_text,
+            bleu_ci: None,
+            p_vs_baseline: None,
         });
     }
+    significance(&index, &mut out);
     Ok((index, out))
+}
+
+/// sacreBLEU's paired bootstrap (1,000 resamples, seed 12345) over each seed's finished
+/// runs that were tested on the same references: every run's 95% interval of test BLEU, and
+/// each non-baseline run's p-value against the baseline model's run of the same seed. Runs
+/// without saved hypotheses and references (older runs) keep `None`.
+pub fn significance(index: &ExperimentIndex, runs: &mut [RunResult]) {
+    use s2s_eval::{BleuConfig, MetricConfig, PairedOptions, PairedTest, Seed};
+    let Some(baseline) = index.baseline_model().map(str::to_string) else { return };
+    let mut seeds: Vec<u64> = runs.iter().map(|r| r.entry.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    for seed in seeds {
+        let base = runs.iter().position(|r| r.entry.seed == seed && r.entry.model == baseline && r.test_text.is_some());
+        let mut group: Vec<usize> = base.into_iter().collect();
+        let refs = base.and_then(|b| runs[b].test_text.as_ref().map(|t| t.1.clone()));
+        for (i, r) in runs.iter().enumerate() {
+            let same_refs = match (&r.test_text, &refs) {
+                (Some(t), Some(refs)) => &t.1 == refs,
+                (Some(_), None) => group.is_empty(),
+                _ => false,
+            };
+            if r.entry.seed == seed && Some(i) != base && same_refs {
+                group.push(i);
+            }
+        }
+        let Some(refs) = group.first().and_then(|&i| runs[i].test_text.as_ref().map(|t| t.1.clone())) else { continue };
+        let systems: Vec<Vec<String>> =
+            group.iter().map(|&i| runs[i].test_text.as_ref().map(|t| t.0.clone()).unwrap_or_default()).collect();
+        let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 0, seed: Seed::default() };
+        let metrics = [MetricConfig::Bleu(BleuConfig::default())];
+        // One system alone still gets its interval: it is paired with itself.
+        let systems = if systems.len() == 1 { vec![systems[0].clone(), systems[0].clone()] } else { systems };
+        let Ok(columns) = s2s_eval::paired_test(&systems, &[refs], &metrics, &opts) else { continue };
+        let Some(column) = columns.first() else { continue };
+        for (k, &i) in group.iter().enumerate() {
+            let res = &column.results[k];
+            runs[i].bleu_ci = res.ci;
+            runs[i].p_vs_baseline = if base.is_some() && k > 0 { res.p_value } else { None };
+        }
+    }
 }
 
 /// Mean and sample standard deviation (0 for one value).
@@ -236,10 +312,17 @@ pub struct Summary {
     pub decode_sentences_per_s: f64,
     /// Decoding used on the test set.
     pub decoding: String,
+    /// Mean over seeds of the 95% bootstrap interval's half-width of test BLEU.
+    pub bleu_ci: Option<f64>,
+    /// p-values against the baseline, one per seed (empty for the baseline itself).
+    pub p_vs_baseline: Vec<f64>,
+    /// True for the baseline model.
+    pub baseline: bool,
 }
 
-/// Summaries per model, in the experiment's order (finished runs only).
-pub fn summarize(runs: &[RunResult]) -> Vec<Summary> {
+/// Summaries per model, in the experiment's order (finished runs only); `baseline` is the
+/// model the significance tests compare with.
+pub fn summarize(runs: &[RunResult], baseline: Option<&str>) -> Vec<Summary> {
     let mut models: Vec<&str> = Vec::new();
     for r in runs {
         if !models.contains(&r.entry.model.as_str()) {
@@ -266,6 +349,12 @@ pub fn summarize(runs: &[RunResult]) -> Vec<Summary> {
                 tokens_per_s: mean(&|r| r.tokens_per_s),
                 decode_sentences_per_s: mean(&|r| r.decode_sentences_per_s.unwrap_or(0.0)),
                 decoding: first.decoding.clone().unwrap_or_default(),
+                bleu_ci: {
+                    let cis: Vec<f64> = done.iter().filter_map(|r| r.bleu_ci).collect();
+                    (!cis.is_empty()).then(|| cis.iter().sum::<f64>() / cis.len() as f64)
+                },
+                p_vs_baseline: done.iter().filter_map(|r| r.p_vs_baseline).collect(),
+                baseline: baseline == Some(m),
             })
         })
         .collect()

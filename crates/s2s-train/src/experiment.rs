@@ -94,6 +94,8 @@ struct ExperimentFile {
     decode: DecodeSpec,
     #[serde(default = "one_seed")]
     seeds: Vec<u64>,
+    #[serde(default)]
+    baseline: Option<String>,
     #[serde(rename = "model")]
     models: Vec<toml::Table>,
 }
@@ -120,6 +122,8 @@ pub struct Experiment {
     /// Models after grid expansion, with their names and training settings (`[train]` with
     /// the model's own `train = {...}` keys on top).
     pub models: Vec<(String, ModelSpec, TrainSpec)>,
+    /// The model the report tests the others against (`baseline = "name"`; absent: the first).
+    pub baseline: Option<String>,
 }
 
 /// Expands list-valued keys of a model table into one table per combination, named
@@ -209,6 +213,12 @@ impl Experiment {
                 models.push((name, spec, model_train));
             }
         }
+        if let Some(b) = &file.baseline
+            && !models.iter().any(|(n, _, _)| n == b)
+        {
+            let names: Vec<&str> = models.iter().map(|(n, _, _)| n.as_str()).collect();
+            return Err(bad(format!("baseline = \"{b}\" names no model (models: {})", names.join(", "))));
+        }
         let name = file
             .name
             .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
@@ -223,6 +233,7 @@ impl Experiment {
             decode: file.decode,
             seeds: file.seeds,
             models,
+            baseline: file.baseline,
         })
     }
 
@@ -288,6 +299,7 @@ pub fn run_experiment(
         name: exp.name.clone(),
         source: exp.source.display().to_string(),
         entries: entries.iter().map(|(e, _)| e.clone()).collect(),
+        baseline: exp.baseline.clone(),
     };
     let json = serde_json::to_vec_pretty(&index).expect("index serialises");
     s2s_data::write_atomic(&root.join("experiment.json"), &json)?;

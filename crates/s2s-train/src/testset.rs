@@ -141,6 +141,8 @@ pub fn evaluate_test(
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
     let write = |name: &str, bytes: Vec<u8>| s2s_data::write_atomic(&dir.join(name), &bytes);
     write("hypotheses.txt", (text.join("\n") + "\n").into_bytes())?;
+    // What they were scored against, for the report's paired significance tests.
+    write("references.txt", (refs.join("\n") + "\n").into_bytes())?;
     write("scores.json", serde_json::to_vec_pretty(&scores).expect("scores serialise"))?;
     write("attention.json", serde_json::to_vec(&attention).expect("attention serialises"))?;
     Ok(scores)
