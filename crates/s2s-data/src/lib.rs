@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod corpus;
 pub mod error;
+pub mod hash;
 pub mod normalize;
 pub mod rng;
 pub mod stats;
@@ -15,7 +16,10 @@ pub mod tokenizer;
 pub mod vocab;
 
 pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example};
-pub use corpus::{Corpus, CorpusFiles, Pair, ReadOptions, ReadReport, SplitFiles, read_corpus};
+pub use corpus::{
+    Corpus, CorpusFiles, Pair, PairReader, ReadOptions, ReadReport, ReadSkip, SplitFiles, read_corpus,
+    read_verdict,
+};
 pub use error::{DataError, Result};
 pub use normalize::normalize;
 pub use tokenizer::{Level, Tokenizer, TokenizerConfig, Tokenizers};

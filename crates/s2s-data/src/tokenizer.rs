@@ -195,7 +195,17 @@ impl Tokenizer {
 
     /// Writes the tokenizer as JSON (the `tokenizers` format for BPE).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = match self {
+        let json = self.to_json().map_err(|e| match e {
+            DataError::Tokenizer { message, .. } => DataError::Tokenizer { path: path.to_path_buf(), message },
+            e => e,
+        })?;
+        crate::write_atomic(path, json.as_bytes())
+    }
+
+    /// The JSON [`Tokenizer::save`] writes (what a prepared dataset's key hashes when it is
+    /// encoded with given tokenizers).
+    pub fn to_json(&self) -> Result<String> {
+        match self {
             Tokenizer::Bpe(t) => serde_json::to_string(t.as_ref()),
             Tokenizer::Word(v) => {
                 serde_json::to_string(&VocabTokenizerFile { level: Level::Word, vocab: v.clone() })
@@ -204,8 +214,7 @@ impl Tokenizer {
                 serde_json::to_string(&VocabTokenizerFile { level: Level::Char, vocab: v.clone() })
             }
         }
-        .map_err(|e| DataError::Tokenizer { path: path.to_path_buf(), message: e.to_string() })?;
-        crate::write_atomic(path, json.as_bytes())
+        .map_err(|e| DataError::Tokenizer { path: PathBuf::from("<serialising>"), message: e.to_string() })
     }
 
     /// Reads a tokenizer written by [`Tokenizer::save`]; a truncated or foreign file is
