@@ -218,7 +218,10 @@ impl BudgetSide {
 /// Greedy fill of `(index, budget-side length with </s>)` in sorted order: a batch grows
 /// while `rows × longest ≤ max_tokens` (and `rows ≤ max_sentences`); a single longer example
 /// still forms a batch.
-pub(crate) fn fill_batches(cfg: &BatchConfig, sorted: impl Iterator<Item = (usize, usize)>) -> Vec<Vec<usize>> {
+pub(crate) fn fill_batches(
+    cfg: &BatchConfig,
+    sorted: impl Iterator<Item = (usize, usize)>,
+) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
     let mut cur: Vec<usize> = Vec::new();
     let mut longest = 0;

@@ -320,7 +320,8 @@ impl Lines {
         if let Some(b) = bytes.strip_suffix(b"\n") {
             bytes = b.strip_suffix(b"\r").unwrap_or(b);
         }
-        std::str::from_utf8(bytes).map_err(|_| DataError::InvalidUtf8 { path: self.path.clone(), line: self.line })
+        std::str::from_utf8(bytes)
+            .map_err(|_| DataError::InvalidUtf8 { path: self.path.clone(), line: self.line })
     }
 
     /// Counts the remaining lines without decoding them (for the line-count mismatch message).

@@ -48,12 +48,7 @@ impl Xxh64 {
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
-            v: [
-                seed.wrapping_add(P1).wrapping_add(P2),
-                seed.wrapping_add(P2),
-                seed,
-                seed.wrapping_sub(P1),
-            ],
+            v: [seed.wrapping_add(P1).wrapping_add(P2), seed.wrapping_add(P2), seed, seed.wrapping_sub(P1)],
             total: 0,
             buf: [0; 32],
             buf_len: 0,

@@ -103,6 +103,42 @@ fn side(seqs: impl Iterator<Item = usize> + Clone, unks: usize, vocab_size: usiz
     }
 }
 
+/// One side's [`SideStats`] gathered a sentence at a time (what a prepared dataset records
+/// while it is written): the same numbers [`corpus_stats`] computes over a slice.
+#[derive(Debug, Clone)]
+pub(crate) struct SideAccumulator {
+    sentences: usize,
+    tokens: usize,
+    unks: usize,
+    max_len: usize,
+    lengths: Histogram,
+}
+
+impl SideAccumulator {
+    pub(crate) fn new() -> Self {
+        Self { sentences: 0, tokens: 0, unks: 0, max_len: 0, lengths: Histogram::empty(10, 8) }
+    }
+
+    pub(crate) fn push(&mut self, ids: &[u32]) {
+        self.sentences += 1;
+        self.tokens += ids.len();
+        self.unks += ids.iter().filter(|&&i| i == UNK).count();
+        self.max_len = self.max_len.max(ids.len());
+        self.lengths.add(ids.len());
+    }
+
+    pub(crate) fn finish(self, vocab_size: usize) -> SideStats {
+        SideStats {
+            tokens: self.tokens,
+            mean_len: self.tokens as f64 / self.sentences.max(1) as f64,
+            max_len: self.max_len,
+            coverage: if self.tokens == 0 { 1.0 } else { 1.0 - self.unks as f64 / self.tokens as f64 },
+            vocab_size,
+            lengths: self.lengths,
+        }
+    }
+}
+
 /// Computes the statistics of `examples` as batched with `cfg` (epoch 0 of `seed`).
 pub fn corpus_stats(
     split: &str,

@@ -196,7 +196,9 @@ impl Tokenizer {
     /// Writes the tokenizer as JSON (the `tokenizers` format for BPE).
     pub fn save(&self, path: &Path) -> Result<()> {
         let json = self.to_json().map_err(|e| match e {
-            DataError::Tokenizer { message, .. } => DataError::Tokenizer { path: path.to_path_buf(), message },
+            DataError::Tokenizer { message, .. } => {
+                DataError::Tokenizer { path: path.to_path_buf(), message }
+            }
             e => e,
         })?;
         crate::write_atomic(path, json.as_bytes())
