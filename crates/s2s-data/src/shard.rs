@@ -258,6 +258,12 @@ impl ShardView {
         if at != t as u64 {
             return Err(bad(format!("the lengths add up to {at} ids, the header says {t}")));
         }
+        // Checking touched every page; give them back so that resident memory grows only with
+        // what training reads.
+        #[cfg(unix)]
+        // SAFETY: a shared, read-only file mapping: dropping its pages loses nothing, the next
+        // read faults them in again from the page cache or the file.
+        let _ = unsafe { view.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
         Ok(view)
     }
 
