@@ -128,8 +128,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = p.dataset.manifest();
     let tm = p.timings;
     println!(
-        "prepare: {total:.2} s = sample {:.2} + tokenizer {:.2} + encode {:.2} + finish {:.2}",
-        tm.sample_s, tm.tokenizer_s, tm.encode_s, tm.finish_s
+        "prepare: {total:.2} s = tokenizer (sample + training) {:.2} + encode {:.2} + finish {:.2}",
+        tm.tokenizer_s, tm.encode_s, tm.finish_s
     );
     println!(
         "  {:.0} pairs/s overall, {:.0} pairs/s encoding pass; tokenizer learned from {} pairs",

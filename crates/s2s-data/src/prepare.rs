@@ -1,25 +1,31 @@
 //! Preparing a corpus once for training: learn the tokenizer on a sample, encode every pair in
 //! parallel, write the token ids into binary shards read back through memory mapping
 //! ([`crate::PreparedDataset`]), and reuse the result while the inputs and settings stay the
-//! same. Memory stays bounded by the chunk, the tokenizer sample and (when `dedup` is on) 8
-//! bytes per kept pair — never by the corpus.
+//! same.
+//!
+//! Memory does not grow with the corpus: it holds two chunks of pairs, the tokenizer trainer's
+//! counts (the sample is streamed into training, never held), the current shard's length index
+//! and offsets (16 bytes per example of [`PrepareConfig::shard_examples`]) and, only when
+//! [`crate::FilterConfig::dedup`] is on, 8 bytes per kept pair (a hash set: about 150 MiB at
+//! ten million pairs).
 //!
 //! # Steps
-//! 1. **Sample** (skipped when tokenizers are given): read every pair, normalise it and apply
-//!    the reading rules ([`crate::read_verdict`]); keep a reservoir sample (Vitter's
-//!    algorithm R, [`crate::rng::SplitMix64`] seeded with [`PrepareConfig::sample_seed`]) of
-//!    [`PrepareConfig::sample_pairs`] pairs. A corpus with no more pairs than that is kept
-//!    whole and in file order, so the tokenizer is exactly
-//!    `Tokenizers::train(cfg, &read_corpus(..).pairs)`, as an in-memory run trains it.
-//! 2. **Tokenizer**: trained on the sample ([`crate::Tokenizers::train`]), saved under
-//!    `tokenizer/`.
-//! 3. **Encode**: read the corpus again in chunks ([`Preparer::chunk_pairs`]); each chunk is
+//! 1. **Tokenizer** (skipped when tokenizers are given, [`Preparer::tokenizers`]): count the
+//!    lines, then stream the sampled pairs that the reading rules keep
+//!    ([`crate::read_verdict`]) into [`crate::Tokenizer::train_stream`] (one pass per side
+//!    for separate vocabularies) and save them under `tokenizer/`. A corpus with no more than
+//!    [`PrepareConfig::sample_pairs`] lines is used whole, in file order, so the tokenizer is
+//!    the one `Tokenizers::train(cfg, &read_corpus(..).pairs)` learns in memory. A larger one
+//!    is sampled line by line: line `i` is in the sample when the first output of
+//!    `SplitMix64(sample_seed ^ i·0x9E3779B97F4A7C15)` is below `sample_pairs / lines · 2⁶⁴` —
+//!    about `sample_pairs` pairs spread over the whole file, a function of the seed only.
+//! 2. **Encode**: read the corpus again in chunks ([`Preparer::chunk_pairs`]); each chunk is
 //!    normalised, filtered ([`crate::filter`]) and encoded on every core (rayon) while the next
 //!    chunk is read; kept examples are appended, in file order, to the current shard, a new
 //!    shard starting every [`PrepareConfig::shard_examples`] examples. The output does not
 //!    depend on the chunk size or the number of threads.
-//! 4. **Finish**: write `manifest.json`, map and check every shard, compute `stats.json`, write
-//!    the `COMPLETE` marker, and rename the directory into place.
+//! 3. **Finish**: write `manifest.json`, check every shard, compute `stats.json`, write the
+//!    `COMPLETE` marker, and rename the directory into place.
 //!
 //! # Where a prepared dataset lives, and when it is reused
 //! `CACHE/<name>-<key>/`, `name` being the corpus file name and `key` 16 hex digits of XXH64
@@ -75,6 +81,8 @@
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -161,7 +169,7 @@ pub struct Manifest {
     pub config: PrepareConfig,
     /// Whether the tokenizers were given rather than learned.
     pub tokenizer_given: bool,
-    /// Pairs the tokenizer learned from (0 when given).
+    /// Pairs the tokenizer learned from (0 when given; about `sample_pairs` when sampled).
     pub tokenizer_sample: usize,
     /// What reading did (`kept` pairs went on to the filters).
     pub read: ReadReport,
@@ -186,10 +194,8 @@ pub(crate) struct Marker {
 /// The phase a preparation is in, for [`Progress`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Reading the corpus for the tokenizer sample.
-    Sampling,
-    /// Training the tokenizer.
-    Training,
+    /// Streaming the sample into tokenizer training.
+    Tokenizer,
     /// Reading, filtering, encoding and writing.
     Encoding,
     /// Checking the shards and computing statistics.
@@ -212,9 +218,7 @@ pub struct Progress {
 /// Seconds spent in each phase of a preparation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
-    /// Sampling pass.
-    pub sample_s: f64,
-    /// Tokenizer training.
+    /// Counting lines, and the sampling pass that trains the tokenizer.
     pub tokenizer_s: f64,
     /// Encoding pass (read, filter, encode, write).
     pub encode_s: f64,
@@ -421,13 +425,9 @@ impl<'a> Preparer<'a> {
         let (tokenizers, sample) = match self.given {
             Some(t) => (t.clone(), 0),
             None => {
-                let sample = self.sample(dir)?;
-                timings.sample_s = t0.elapsed().as_secs_f64();
-                self.report(Progress { phase: Phase::Training, pairs_read: 0, examples: 0, shards: 0 }, dir)?;
-                let t1 = Instant::now();
-                let t = Tokenizers::train(&self.cfg.tokenizer, &sample)?;
-                timings.tokenizer_s = t1.elapsed().as_secs_f64();
-                (t, sample.len())
+                let learned = self.learn(dir)?;
+                timings.tokenizer_s = t0.elapsed().as_secs_f64();
+                learned
             }
         };
         tokenizers.save(&tmp.join("tokenizer"))?;
@@ -496,41 +496,40 @@ impl<'a> Preparer<'a> {
         Ok((dataset, timings))
     }
 
-    /// Pass 1: the reservoir sample of pairs the reading rules keep.
-    fn sample(&mut self, dir: &Path) -> Result<Vec<Pair>> {
-        let cap = if self.cfg.sample_pairs == 0 { usize::MAX } else { self.cfg.sample_pairs };
-        let opts = self.cfg.read;
-        let mut rng = SplitMix64::new(self.cfg.sample_seed);
-        let mut reservoir: Vec<Pair> = Vec::new();
-        let mut eligible = 0u64;
-        let mut read = 0usize;
-        let mut reader = PairReader::open(self.files)?;
-        let mut cur = Vec::new();
-        reader.read_chunk(self.chunk, &mut cur)?;
-        while !cur.is_empty() {
-            let mut next = Vec::with_capacity(self.chunk);
-            let chunk = self.chunk;
-            let (r, kept) = rayon::join(
-                || reader.read_chunk(chunk, &mut next),
-                || cur.par_iter().map(|(s, t)| read_verdict(s, t, &opts).ok()).collect::<Vec<_>>(),
-            );
-            r?;
-            read += cur.len();
-            for p in kept.into_iter().flatten() {
-                eligible += 1;
-                if reservoir.len() < cap {
-                    reservoir.push(p);
-                } else {
-                    let j = rng.below(eligible) as usize;
-                    if j < cap {
-                        reservoir[j] = p;
-                    }
-                }
+    /// Pass 1: the tokenizers, learned from the sample streamed straight into training; and
+    /// the number of pairs they learned from.
+    fn learn(&mut self, dir: &Path) -> Result<(Tokenizers, usize)> {
+        let lines = count_lines(self.files.anchor())?;
+        let sampler = Sampler::new(self.cfg.sample_pairs, lines, self.cfg.sample_seed);
+        self.report(Progress { phase: Phase::Tokenizer, pairs_read: 0, examples: 0, shards: 0 }, dir)?;
+        let cfg = &self.cfg.tokenizer;
+        let train = |side: Side| -> Result<(crate::Tokenizer, usize)> {
+            let fed = AtomicUsize::new(0);
+            let err = Mutex::new(None);
+            let texts = SampleStream {
+                reader: PairReader::open(self.files)?,
+                opts: self.cfg.read,
+                side,
+                sampler,
+                line: 0,
+                pending: None,
+                fed: &fed,
+                err: &err,
+            };
+            let learned = crate::Tokenizer::train_stream(cfg, texts);
+            if let Some(e) = err.into_inner().ok().flatten() {
+                return Err(e);
             }
-            self.report(Progress { phase: Phase::Sampling, pairs_read: read, examples: 0, shards: 0 }, dir)?;
-            cur = next;
+            Ok((learned?, fed.into_inner()))
+        };
+        if cfg.joint {
+            let (t, n) = train(Side::Both)?;
+            Ok((Tokenizers { src: t.clone(), tgt: t, joint: true }, n))
+        } else {
+            let (src, n) = train(Side::Src)?;
+            let (tgt, _) = train(Side::Tgt)?;
+            Ok((Tokenizers { src, tgt, joint: false }, n))
         }
-        Ok(reservoir)
     }
 
     /// Pass 2: read, filter, encode, write shards.
@@ -654,6 +653,107 @@ struct Encoded {
     shards: Vec<ShardInfo>,
     src: SideAccumulator,
     tgt: SideAccumulator,
+}
+
+/// Which side(s) of the sampled pairs a sample stream yields.
+#[derive(Clone, Copy)]
+enum Side {
+    Both,
+    Src,
+    Tgt,
+}
+
+/// Which line pairs are in the tokenizer sample: all of them when the corpus has no more than
+/// the sample size; otherwise line `i` is in when `SplitMix64(seed ^ i·φ)`'s first output is
+/// below `size / lines · 2⁶⁴` — a Bernoulli draw per line, so the sample holds about `size`
+/// pairs, spread over the whole corpus without periodic patterns, and needs no memory.
+#[derive(Clone, Copy)]
+struct Sampler {
+    all: bool,
+    threshold: u64,
+    seed: u64,
+}
+
+impl Sampler {
+    fn new(size: usize, lines: u64, seed: u64) -> Self {
+        let all = size == 0 || lines <= size as u64;
+        let p = if all { 1.0 } else { size as f64 / lines as f64 };
+        Self { all, threshold: (p * u64::MAX as f64) as u64, seed }
+    }
+
+    fn take(&self, line: u64) -> bool {
+        self.all
+            || SplitMix64::new(self.seed ^ line.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64()
+                < self.threshold
+    }
+}
+
+/// The normalised sentences of the sampled pairs that the reading rules keep, read from the
+/// files as training pulls them. An error (invalid UTF-8, …) ends the stream and is kept in
+/// `err`.
+struct SampleStream<'e> {
+    reader: PairReader,
+    opts: ReadOptions,
+    side: Side,
+    sampler: Sampler,
+    line: u64,
+    pending: Option<String>,
+    fed: &'e AtomicUsize,
+    err: &'e Mutex<Option<DataError>>,
+}
+
+impl Iterator for SampleStream<'_> {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        if let Some(t) = self.pending.take() {
+            return Some(t);
+        }
+        loop {
+            let (s, t) = match self.reader.next_pair() {
+                Ok(Some(p)) => p,
+                Ok(None) => return None,
+                Err(e) => {
+                    if let Ok(mut slot) = self.err.lock() {
+                        *slot = Some(e);
+                    }
+                    return None;
+                }
+            };
+            let line = self.line;
+            self.line += 1;
+            if !self.sampler.take(line) {
+                continue;
+            }
+            let Ok(p) = read_verdict(s, t, &self.opts) else { continue };
+            self.fed.fetch_add(1, Ordering::Relaxed);
+            return Some(match self.side {
+                Side::Both => {
+                    self.pending = Some(p.tgt);
+                    p.src
+                }
+                Side::Src => p.src,
+                Side::Tgt => p.tgt,
+            });
+        }
+    }
+}
+
+/// Lines in `path` (a last line without `\n` counts), read in 1 MiB blocks.
+fn count_lines(path: &Path) -> Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut lines, mut last) = (0u64, b'\n');
+    loop {
+        let n = f.read(&mut buf).map_err(|e| DataError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        last = buf[n - 1];
+    }
+    Ok(lines + u64::from(last != b'\n'))
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {

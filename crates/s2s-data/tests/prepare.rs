@@ -109,12 +109,21 @@ fn round_trip_tsv_with_skipped_lines() {
 fn a_small_corpus_learns_the_tokenizer_an_in_memory_run_learns() {
     let s = Scratch::new("tok-same");
     let files = synth(&s.0, 400);
-    let cfg =
-        PrepareConfig { tokenizer: TokenizerConfig { vocab_size: 50, ..word(100).tokenizer }, ..word(100) };
-    let data = prepare(&files, &cfg, &cache(&s)).unwrap().dataset;
     let pairs = read_corpus(&files, &ReadOptions::default()).unwrap().pairs;
-    let mem = Tokenizers::train(&cfg.tokenizer, &pairs).unwrap();
-    assert_eq!(data.tokenizers().src.to_json().unwrap(), mem.src.to_json().unwrap());
+    for (level, joint) in
+        [(Level::Word, true), (Level::Word, false), (Level::Bpe, false), (Level::Char, true)]
+    {
+        let tokenizer = TokenizerConfig { level, vocab_size: 50, joint, min_freq: 1 };
+        let cfg = PrepareConfig { tokenizer, ..word(100) };
+        let data = prepare(&files, &cfg, &cache(&s)).unwrap().dataset;
+        let mem = Tokenizers::train(&cfg.tokenizer, &pairs).unwrap();
+        assert_eq!(data.tokenizers().joint, joint);
+        assert_eq!(data.tokenizers().src.to_json().unwrap(), mem.src.to_json().unwrap(), "{level:?} {joint}");
+        assert_eq!(data.tokenizers().tgt.to_json().unwrap(), mem.tgt.to_json().unwrap(), "{level:?} {joint}");
+        if !joint {
+            assert_ne!(data.tokenizers().src.to_json().unwrap(), data.tokenizers().tgt.to_json().unwrap());
+        }
+    }
 }
 
 #[test]
@@ -124,7 +133,8 @@ fn a_large_corpus_learns_from_a_deterministic_sample() {
     let cfg = PrepareConfig { sample_pairs: 50, ..word(1000) };
     let a = prepare(&files, &cfg, &s.0.join("a")).unwrap().dataset;
     let b = Preparer::new(&files, &cfg, &s.0.join("b")).threads(1).chunk_pairs(7).run().unwrap().dataset;
-    assert_eq!(a.manifest().tokenizer_sample, 50);
+    let n = a.manifest().tokenizer_sample;
+    assert!((25..=80).contains(&n), "about 50 of 600 pairs sampled, got {n}");
     assert_eq!(a.manifest().shards, b.manifest().shards, "same sample, same ids, same checksums");
     // A 50-pair sample misses words that the whole corpus has: they encode as <unk>.
     assert!(a.stats().src.coverage < 1.0, "{}", a.stats().src.coverage);
