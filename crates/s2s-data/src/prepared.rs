@@ -15,8 +15,10 @@ use crate::stream::StreamBatcher;
 use crate::tokenizer::Tokenizers;
 
 /// A complete, checked prepared dataset: `len()` examples of (source ids, target ids) without
-/// specials, read in place from memory-mapped shards. Memory: the maps (paged in and out by the
-/// kernel as examples are read) plus a few words per shard.
+/// specials, read in place from memory-mapped shards. Memory: a few words per shard; the pages
+/// of the maps that have been read show in the process's resident set as file pages (`RssFile`
+/// in `/proc/self/status`), which are page cache that the kernel evicts under memory pressure,
+/// not heap.
 pub struct PreparedDataset {
     dir: PathBuf,
     manifest: Manifest,

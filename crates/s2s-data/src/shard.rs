@@ -9,7 +9,7 @@ use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
-use crate::hash::{Xxh64, xxh64};
+use crate::hash::Xxh64;
 
 /// First 8 bytes of every shard.
 pub const SHARD_MAGIC: [u8; 8] = *b"S2SSHARD";
@@ -165,6 +165,20 @@ pub(crate) struct ShardView {
     offsets_at: (usize, usize),
 }
 
+/// Bytes of a shard hashed between two releases of its pages.
+const CHECK_WINDOW: usize = 16 << 20;
+
+/// Drops the pages of `map[at..at + len]` from this process's resident set (they stay in the
+/// page cache; the next read maps them again).
+fn release(map: &Mmap, at: usize, len: usize) {
+    #[cfg(unix)]
+    // SAFETY: a shared, read-only file mapping: dropping its pages loses nothing, the next read
+    // faults them in again from the page cache or the file.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, len) };
+    #[cfg(not(unix))]
+    let _ = (map, at, len);
+}
+
 fn as_u32(b: &[u8]) -> &[u32] {
     // SAFETY: every bit pattern is a valid u32; `align_to` only returns the aligned middle.
     let (pre, mid, _) = unsafe { b.align_to::<u32>() };
@@ -226,7 +240,17 @@ impl ShardView {
             return Err(bad("bad end marker: the file is truncated or overwritten".into()));
         }
         let stored = read_u64(&map, end - TRAILER);
-        let computed = checksum(&map[..HEADER], xxh64(&map[HEADER..end - TRAILER], 0));
+        // Hash the body a window at a time, giving each window's pages back once hashed, so
+        // that checking a shard never holds more than one window of it resident.
+        let mut body = Xxh64::new(0);
+        let mut at = HEADER;
+        while at < end - TRAILER {
+            let len = CHECK_WINDOW.min(end - TRAILER - at);
+            body.update(&map[at..at + len]);
+            release(&map, at, len);
+            at += len;
+        }
+        let computed = checksum(&map[..HEADER], body.digest());
         if stored != computed || info.checksum != format!("{computed:016x}") {
             return Err(bad(format!(
                 "checksum mismatch (stored {stored:016x}, manifest {}, computed {computed:016x}): the \
@@ -258,12 +282,9 @@ impl ShardView {
         if at != t as u64 {
             return Err(bad(format!("the lengths add up to {at} ids, the header says {t}")));
         }
-        // Checking touched every page; give them back so that resident memory grows only with
-        // what training reads.
-        #[cfg(unix)]
-        // SAFETY: a shared, read-only file mapping: dropping its pages loses nothing, the next
-        // read faults them in again from the page cache or the file.
-        let _ = unsafe { view.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        // The offsets check touched the whole index; give it back too, so that resident memory
+        // grows only with what training reads.
+        release(&view.map, 0, view.map.len());
         Ok(view)
     }
 
