@@ -79,6 +79,24 @@ fn multi30k_batches_pad_under_ten_percent() {
     }
 }
 
+/// Preparing Multi30k gives what the in-memory path gives: the same BPE tokenizer (the corpus
+/// is smaller than the sample, so it is learned whole) and the same ids for every pair.
+#[test]
+fn multi30k_prepared_equals_in_memory() {
+    let files = CorpusFiles::Aligned { src: shared("multi30k/train.de"), tgt: shared("multi30k/train.en") };
+    let cache = std::env::temp_dir().join(format!("s2s-real-prepare-{}", std::process::id()));
+    let cfg = s2s_data::PrepareConfig { shard_examples: 10_000, ..Default::default() };
+    let data = s2s_data::prepare(&files, &cfg, &cache).unwrap().dataset;
+    let c = multi30k_train();
+    let tok = Tokenizers::train(&TokenizerConfig::default(), &c.pairs).unwrap();
+    assert_eq!(data.tokenizers().src.to_json().unwrap(), tok.src.to_json().unwrap());
+    assert_eq!(data.examples(), encode_pairs(&tok, &c.pairs));
+    assert_eq!(data.manifest().read, c.report);
+    assert_eq!(data.shard_count(), 3);
+    drop(data);
+    std::fs::remove_dir_all(&cache).unwrap();
+}
+
 #[test]
 fn anki_tsv_reads_with_columns_swapped() {
     let files = CorpusFiles::Tsv { tsv: shared("anki-eng-fra/eng-fra.tsv"), src_col: 0, tgt_col: 1 };
