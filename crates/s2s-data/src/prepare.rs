@@ -379,6 +379,16 @@ impl<'a> Preparer<'a> {
         } else {
             self.build(&tmp, &dir, files, inputs, &key)
         };
+        // An input written to while it was read would leave a dataset keyed by metadata that
+        // no longer describes it: refuse rather than keep it.
+        let built = built.and_then(|b| match self.identity() {
+            Ok((_, now, _, _)) if now == b.0.manifest().inputs => Ok(b),
+            Ok(_) => Err(DataError::Config(format!(
+                "{} changed while it was being prepared; nothing was kept: prepare it again",
+                self.files.describe()
+            ))),
+            Err(e) => Err(e),
+        });
         let (mut dataset, mut timings) = match built {
             Ok(b) => b,
             Err(e) => {

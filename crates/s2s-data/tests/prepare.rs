@@ -261,6 +261,31 @@ fn a_stopped_preparation_leaves_nothing() {
 }
 
 #[test]
+#[cfg(unix)]
+fn an_input_changed_while_preparing_is_refused() {
+    let s = Scratch::new("changed");
+    let files = synth(&s.0, 300);
+    let CorpusFiles::Aligned { src, .. } = &files else { unreachable!() };
+    let src = src.clone();
+    let mut progress = move |p: &s2s_data::Progress| {
+        if p.phase == Phase::Encoding && p.pairs_read == 50 {
+            // Lines already read are rewritten (same size, so only the mtime tells).
+            let f = std::fs::File::options().write(true).open(&src).unwrap();
+            std::os::unix::fs::FileExt::write_at(&f, b"a", 0).unwrap();
+            f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(10)).unwrap();
+        }
+        ControlFlow::Continue(())
+    };
+    let e = Preparer::new(&files, &word(100), &cache(&s))
+        .chunk_pairs(50)
+        .progress(&mut progress)
+        .run()
+        .unwrap_err();
+    assert!(e.to_string().contains("changed while it was being prepared"), "{e}");
+    assert_eq!(std::fs::read_dir(cache(&s)).unwrap().count(), 0, "nothing kept");
+}
+
+#[test]
 fn bad_input_is_named_and_nothing_is_kept() {
     let s = Scratch::new("bad");
     let src = s.0.join("bad.de");
