@@ -96,24 +96,31 @@ pub struct Batch {
 impl Batch {
     /// Collates examples into a padded batch.
     pub fn collate(examples: &[Example], indices: &[usize]) -> Self {
-        let src_lens: Vec<usize> = indices.iter().map(|&i| examples[i].src.len() + 1).collect();
-        let tgt_lens: Vec<usize> = indices.iter().map(|&i| examples[i].tgt.len() + 1).collect();
+        Self::from_rows(indices, |i| (&examples[i].src, &examples[i].tgt))
+    }
+
+    /// Collates the rows `indices`, reading each example's (source ids, target ids) through
+    /// `row` (ids without specials) — [`Batch::collate`] for examples stored elsewhere, e.g. a
+    /// [`crate::PreparedDataset`].
+    pub fn from_rows<'e>(indices: &[usize], row: impl Fn(usize) -> (&'e [u32], &'e [u32])) -> Self {
+        let rows: Vec<(&[u32], &[u32])> = indices.iter().map(|&i| row(i)).collect();
+        let src_lens: Vec<usize> = rows.iter().map(|r| r.0.len() + 1).collect();
+        let tgt_lens: Vec<usize> = rows.iter().map(|r| r.1.len() + 1).collect();
         let src_len = src_lens.iter().copied().max().unwrap_or(1);
         let tgt_len = tgt_lens.iter().copied().max().unwrap_or(1);
         let b = indices.len();
         let (mut src, mut tgt_in, mut tgt_out) =
             (vec![PAD; b * src_len], vec![PAD; b * tgt_len], vec![PAD; b * tgt_len]);
-        for (row, &i) in indices.iter().enumerate() {
-            let e = &examples[i];
+        for (row, &(es, et)) in rows.iter().enumerate() {
             let s = &mut src[row * src_len..];
-            s[..e.src.len()].copy_from_slice(&e.src);
-            s[e.src.len()] = EOS;
+            s[..es.len()].copy_from_slice(es);
+            s[es.len()] = EOS;
             let ti = &mut tgt_in[row * tgt_len..];
             ti[0] = BOS;
-            ti[1..=e.tgt.len()].copy_from_slice(&e.tgt);
+            ti[1..=et.len()].copy_from_slice(et);
             let to = &mut tgt_out[row * tgt_len..];
-            to[..e.tgt.len()].copy_from_slice(&e.tgt);
-            to[e.tgt.len()] = EOS;
+            to[..et.len()].copy_from_slice(et);
+            to[et.len()] = EOS;
         }
         Self { indices: indices.to_vec(), src, src_lens, src_len, tgt_in, tgt_out, tgt_lens, tgt_len }
     }
@@ -188,36 +195,52 @@ impl Batcher {
     }
 
     fn side(&self, s: usize, t: usize) -> usize {
-        match self.cfg.budget_on {
-            BudgetSide::Source => s,
-            BudgetSide::Target => t,
-            BudgetSide::Max => s.max(t),
-        }
+        self.cfg.budget_on.pick(s, t)
     }
 
     /// Greedy fill of sorted indices: add while `rows × longest ≤ max_tokens`.
     fn fill(&self, sorted: &[usize]) -> Vec<Vec<usize>> {
-        let mut out = Vec::new();
-        let mut cur: Vec<usize> = Vec::new();
-        let mut longest = 0;
-        for &i in sorted {
-            let (s, t) = self.lens[i];
-            let l = longest.max(self.side(s, t));
-            let full = (cur.len() + 1) * l > self.cfg.max_tokens
-                || (self.cfg.max_sentences > 0 && cur.len() >= self.cfg.max_sentences);
-            if full && !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-                longest = self.side(s, t);
-            } else {
-                longest = l;
-            }
-            cur.push(i);
-        }
-        if !cur.is_empty() {
-            out.push(cur);
-        }
-        out
+        fill_batches(&self.cfg, sorted.iter().map(|&i| (i, self.side(self.lens[i].0, self.lens[i].1))))
     }
+}
+
+impl BudgetSide {
+    /// The length the budget counts, of a pair of `src` and `tgt` lengths.
+    pub fn pick(self, src: usize, tgt: usize) -> usize {
+        match self {
+            BudgetSide::Source => src,
+            BudgetSide::Target => tgt,
+            BudgetSide::Max => src.max(tgt),
+        }
+    }
+}
+
+/// Greedy fill of `(index, budget-side length with </s>)` in sorted order: a batch grows
+/// while `rows × longest ≤ max_tokens` (and `rows ≤ max_sentences`); a single longer example
+/// still forms a batch.
+pub(crate) fn fill_batches(
+    cfg: &BatchConfig,
+    sorted: impl Iterator<Item = (usize, usize)>,
+) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<usize> = Vec::new();
+    let mut longest = 0;
+    for (i, len) in sorted {
+        let l = longest.max(len);
+        let full =
+            (cur.len() + 1) * l > cfg.max_tokens || (cfg.max_sentences > 0 && cur.len() >= cfg.max_sentences);
+        if full && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+            longest = len;
+        } else {
+            longest = l;
+        }
+        cur.push(i);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 /// Padding ratio (padded slots that are padding) over a set of batches, both sides.

@@ -104,47 +104,174 @@ pub struct Corpus {
 
 /// Reads one split (see the module doc).
 pub fn read_corpus(files: &CorpusFiles, opts: &ReadOptions) -> Result<Corpus> {
-    let mut acc = Accumulator { opts: *opts, pairs: Vec::new(), report: ReadReport::default() };
-    let anchor = match files {
-        CorpusFiles::Aligned { src, tgt } => {
-            read_aligned(src, tgt, &mut acc)?;
-            src
+    let mut reader = PairReader::open(files)?;
+    let mut pairs = Vec::new();
+    let mut report = ReadReport::default();
+    while let Some((src, tgt)) = reader.next_pair()? {
+        report.lines += 1;
+        match read_verdict(src, tgt, opts) {
+            Ok(p) => {
+                report.kept += 1;
+                pairs.push(p);
+            }
+            Err(skip) => report.count(skip),
         }
-        CorpusFiles::Tsv { tsv, src_col, tgt_col } => {
-            read_tsv(tsv, *src_col, *tgt_col, &mut acc)?;
-            tsv
-        }
-    };
-    if acc.pairs.is_empty() {
+    }
+    if pairs.is_empty() {
         return Err(DataError::NothingUsable {
-            path: anchor.clone(),
-            skipped_empty: acc.report.skipped_empty,
-            skipped_long: acc.report.skipped_long,
+            path: files.anchor().to_path_buf(),
+            skipped_empty: report.skipped_empty,
+            skipped_long: report.skipped_long,
         });
     }
-    Ok(Corpus { pairs: acc.pairs, report: acc.report })
+    Ok(Corpus { pairs, report })
 }
 
-struct Accumulator {
-    opts: ReadOptions,
-    pairs: Vec<Pair>,
-    report: ReadReport,
+/// Why [`read_verdict`] skipped a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadSkip {
+    /// A side is empty after normalisation.
+    Empty,
+    /// A side has more than [`ReadOptions::max_words`] words.
+    Long,
 }
 
-impl Accumulator {
-    fn push(&mut self, src: &str, tgt: &str) {
-        self.report.lines += 1;
-        let (src, tgt) = (normalize(src), normalize(tgt));
-        if src.is_empty() || tgt.is_empty() {
-            self.report.skipped_empty += 1;
-        } else if self.opts.max_words > 0
-            && (words(&src) > self.opts.max_words || words(&tgt) > self.opts.max_words)
-        {
-            self.report.skipped_long += 1;
-        } else {
-            self.report.kept += 1;
-            self.pairs.push(Pair { src, tgt });
+impl ReadReport {
+    /// Counts one skipped pair.
+    pub fn count(&mut self, skip: ReadSkip) {
+        match skip {
+            ReadSkip::Empty => self.skipped_empty += 1,
+            ReadSkip::Long => self.skipped_long += 1,
         }
+    }
+}
+
+/// Normalises one raw line pair and applies the reading rules of the module doc: the
+/// normalised pair, or why it is skipped. [`read_corpus`] is this over every line.
+pub fn read_verdict(src: &str, tgt: &str, opts: &ReadOptions) -> std::result::Result<Pair, ReadSkip> {
+    let (src, tgt) = (normalize(src), normalize(tgt));
+    if src.is_empty() || tgt.is_empty() {
+        Err(ReadSkip::Empty)
+    } else if opts.max_words > 0 && (words(&src) > opts.max_words || words(&tgt) > opts.max_words) {
+        Err(ReadSkip::Long)
+    } else {
+        Ok(Pair { src, tgt })
+    }
+}
+
+impl CorpusFiles {
+    /// The file errors about the split as a whole name (the source file, or the TSV).
+    pub fn anchor(&self) -> &Path {
+        match self {
+            CorpusFiles::Aligned { src, .. } => src,
+            CorpusFiles::Tsv { tsv, .. } => tsv,
+        }
+    }
+
+    /// The files read, in order (source then target, or the one TSV).
+    pub fn paths(&self) -> Vec<&Path> {
+        match self {
+            CorpusFiles::Aligned { src, tgt } => vec![src.as_path(), tgt.as_path()],
+            CorpusFiles::Tsv { tsv, .. } => vec![tsv.as_path()],
+        }
+    }
+}
+
+/// Streams the raw (not yet normalised) line pairs of a split, in file order, with the same
+/// errors as [`read_corpus`]: an empty file, invalid UTF-8 (file and 1-based line), a missing
+/// TSV column (file and line), aligned files of different lengths (both files and counts).
+pub struct PairReader {
+    inner: ReaderKind,
+}
+
+enum ReaderKind {
+    Aligned { src: Lines, tgt: Lines, done: bool },
+    Tsv { lines: Lines, src_col: usize, tgt_col: usize, needed: usize },
+}
+
+impl PairReader {
+    /// Opens the files of a split.
+    pub fn open(files: &CorpusFiles) -> Result<Self> {
+        let inner = match files {
+            CorpusFiles::Aligned { src, tgt } => {
+                ReaderKind::Aligned { src: Lines::open(src)?, tgt: Lines::open(tgt)?, done: false }
+            }
+            CorpusFiles::Tsv { tsv, src_col, tgt_col } => ReaderKind::Tsv {
+                lines: Lines::open(tsv)?,
+                src_col: *src_col,
+                tgt_col: *tgt_col,
+                needed: src_col.max(tgt_col) + 1,
+            },
+        };
+        Ok(Self { inner })
+    }
+
+    /// The next raw pair `(source line, target line)`, or `None` after the last one.
+    pub fn next_pair(&mut self) -> Result<Option<(&str, &str)>> {
+        match &mut self.inner {
+            ReaderKind::Aligned { src, tgt, done } => {
+                if *done {
+                    return Ok(None);
+                }
+                // Read both lines first (the borrows end here), then look at them.
+                let (a, b) = (src.advance()?, tgt.advance()?);
+                match (a, b) {
+                    (true, true) => Ok(Some((src.current()?, tgt.current()?))),
+                    (false, false) => {
+                        *done = true;
+                        Ok(None)
+                    }
+                    _ => {
+                        let (src_lines, tgt_lines) = (src.count_rest()?, tgt.count_rest()?);
+                        Err(DataError::LineCountMismatch {
+                            src_path: src.path.clone(),
+                            src_lines,
+                            tgt_path: tgt.path.clone(),
+                            tgt_lines,
+                        })
+                    }
+                }
+            }
+            ReaderKind::Tsv { lines, src_col, tgt_col, needed } => {
+                if !lines.advance()? {
+                    return Ok(None);
+                }
+                let line = lines.current()?;
+                let mut cols = line.split('\t');
+                let (mut s, mut t, mut found) = (None, None, 0);
+                for (k, c) in cols.by_ref().enumerate() {
+                    found = k + 1;
+                    if k == *src_col {
+                        s = Some(c);
+                    }
+                    if k == *tgt_col {
+                        t = Some(c);
+                    }
+                }
+                match (s, t) {
+                    (Some(s), Some(t)) => Ok(Some((s, t))),
+                    _ => Err(DataError::MissingColumn {
+                        path: lines.path.clone(),
+                        line: lines.line,
+                        needed: *needed,
+                        found,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Appends up to `max` raw pairs to `out`, returning how many; 0 means the end.
+    pub fn read_chunk(&mut self, max: usize, out: &mut Vec<(String, String)>) -> Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.next_pair()? {
+                Some((s, t)) => out.push((s.to_owned(), t.to_owned())),
+                None => break,
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 }
 
@@ -176,26 +303,29 @@ impl Lines {
         })
     }
 
-    /// The next line, or `None` at the end of the file.
-    fn next_line(&mut self) -> Result<Option<&str>> {
+    /// Reads the next line into the buffer; false at the end of the file.
+    fn advance(&mut self) -> Result<bool> {
         self.buf.clear();
         let n = self.reader.read_until(b'\n', &mut self.buf).map_err(|e| DataError::io(&self.path, e))?;
         if n == 0 {
-            return Ok(None);
+            return Ok(false);
         }
         self.line += 1;
+        Ok(true)
+    }
+
+    /// The line last read by [`Lines::advance`], without `\n` / `\r\n`.
+    fn current(&self) -> Result<&str> {
         let mut bytes = &self.buf[..];
         if let Some(b) = bytes.strip_suffix(b"\n") {
             bytes = b.strip_suffix(b"\r").unwrap_or(b);
         }
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(Some(s)),
-            Err(_) => Err(DataError::InvalidUtf8 { path: self.path.clone(), line: self.line }),
-        }
+        std::str::from_utf8(bytes)
+            .map_err(|_| DataError::InvalidUtf8 { path: self.path.clone(), line: self.line })
     }
 
     /// Counts the remaining lines without decoding them (for the line-count mismatch message).
-    fn count_rest(mut self) -> Result<usize> {
+    fn count_rest(&mut self) -> Result<usize> {
         let mut n = self.line;
         loop {
             self.buf.clear();
@@ -207,45 +337,6 @@ impl Lines {
             n += 1;
         }
     }
-}
-
-fn read_aligned(src: &Path, tgt: &Path, acc: &mut Accumulator) -> Result<()> {
-    let mut s = Lines::open(src)?;
-    let mut t = Lines::open(tgt)?;
-    loop {
-        match (s.next_line()?, t.next_line()?) {
-            (Some(a), Some(b)) => acc.push(a, b),
-            (None, None) => return Ok(()),
-            _ => {
-                let (src_lines, tgt_lines) = (s.count_rest()?, t.count_rest()?);
-                return Err(DataError::LineCountMismatch {
-                    src_path: src.to_path_buf(),
-                    src_lines,
-                    tgt_path: tgt.to_path_buf(),
-                    tgt_lines,
-                });
-            }
-        }
-    }
-}
-
-fn read_tsv(path: &Path, src_col: usize, tgt_col: usize, acc: &mut Accumulator) -> Result<()> {
-    let mut lines = Lines::open(path)?;
-    let needed = src_col.max(tgt_col) + 1;
-    while let Some(line) = lines.next_line()? {
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() < needed {
-            let found = cols.len();
-            return Err(DataError::MissingColumn {
-                path: path.to_path_buf(),
-                line: lines.line,
-                needed,
-                found,
-            });
-        }
-        acc.push(cols[src_col], cols[tgt_col]);
-    }
-    Ok(())
 }
 
 /// The named splits of a corpus.

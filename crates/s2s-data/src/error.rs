@@ -83,6 +83,44 @@ pub enum DataError {
         /// What is wrong with it.
         message: String,
     },
+    /// A prepared dataset's shard (or its manifest or statistics) is truncated, corrupted or
+    /// does not match the manifest.
+    #[error(
+        "{path}: {message}; the prepared dataset is damaged: delete the directory {dir} and prepare \
+         it again"
+    )]
+    Shard {
+        /// The damaged file.
+        path: PathBuf,
+        /// The prepared dataset's directory.
+        dir: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A directory is not a complete prepared dataset of this format version (no completion
+    /// marker: an interrupted preparation; or another format version).
+    #[error("{dir}: not a complete prepared dataset ({message}); delete the directory and prepare it again")]
+    NotPrepared {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// Every pair read was dropped by the filters.
+    #[error("{path}: every pair was filtered out ({summary}); loosen the filters")]
+    AllFiltered {
+        /// The (source) file.
+        path: PathBuf,
+        /// The filter report.
+        summary: String,
+    },
+    /// A preparation was stopped (by its progress callback) before it finished; nothing of it
+    /// was kept.
+    #[error("preparing {dir} was stopped before it finished; nothing was kept: run it again")]
+    Interrupted {
+        /// The dataset directory it would have written.
+        dir: PathBuf,
+    },
     /// A bad option value.
     #[error("{0}")]
     Config(String),

@@ -3,23 +3,44 @@
 //! Data flows one way: corpus files ([`corpus`]) → normalised pairs ([`normalize`]) →
 //! tokenizers ([`tokenizer`], [`vocab`]) → examples → token-budget batches ([`batch`]).
 //! [`synth`] generates the built-in language pair; [`stats`] describes a corpus.
+//!
+//! For corpora larger than memory: [`mod@prepare`] learns the tokenizer on a sample, filters
+//! ([`filter`]) and encodes in parallel into memory-mapped shards once; [`PreparedDataset`]
+//! reads them back by index and [`StreamBatcher`] ([`stream`]) makes the same kind of batches
+//! in bounded memory.
 
 pub mod batch;
 pub mod corpus;
 pub mod error;
+pub mod filter;
+pub mod hash;
 pub mod normalize;
+pub mod prepare;
+pub mod prepared;
 pub mod rng;
+mod shard;
 #[doc(hidden)]
 pub mod shared;
 pub mod stats;
+pub mod stream;
 pub mod synth;
+#[cfg(test)]
+mod testutil;
 pub mod tokenizer;
 pub mod vocab;
 
 pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example};
-pub use corpus::{Corpus, CorpusFiles, Pair, ReadOptions, ReadReport, SplitFiles, read_corpus};
+pub use corpus::{
+    Corpus, CorpusFiles, Pair, PairReader, ReadOptions, ReadReport, ReadSkip, SplitFiles, read_corpus,
+    read_verdict,
+};
 pub use error::{DataError, Result};
+pub use filter::{Dropped, FilterConfig, FilterReport};
 pub use normalize::normalize;
+pub use prepare::{Manifest, Phase, PrepareConfig, Prepared, Preparer, Progress, Timings, prepare};
+pub use prepared::PreparedDataset;
+pub use shard::ShardInfo;
+pub use stream::{EpochPlan, StreamBatcher};
 pub use tokenizer::{Level, Tokenizer, TokenizerConfig, Tokenizers};
 pub use vocab::{BOS, EOS, PAD, SPECIALS, UNK, Vocab};
 

@@ -1,14 +1,14 @@
 //! Corpus statistics for `s2s data stats`: sizes, length histograms, vocabulary coverage and
 //! the padding ratio of the batches the trainer would make.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Example;
 use crate::batch::{BatchConfig, Batcher, padding_ratio};
 use crate::vocab::UNK;
 
 /// Counts of lengths in fixed-width buckets; the last bucket is open-ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Histogram {
     /// Width of each bucket.
     pub width: usize,
@@ -28,6 +28,17 @@ impl Histogram {
         Self { width, counts }
     }
 
+    /// An empty histogram of `buckets` buckets of `width` (fill it with [`Histogram::add`]).
+    pub fn empty(width: usize, buckets: usize) -> Self {
+        Self { width, counts: vec![0; buckets.max(1)] }
+    }
+
+    /// Counts one length.
+    pub fn add(&mut self, len: usize) {
+        let k = (len / self.width.max(1)).min(self.counts.len() - 1);
+        self.counts[k] += 1;
+    }
+
     fn render(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let most = self.counts.iter().copied().max().unwrap_or(0).max(1);
         let last = self.counts.len() - 1;
@@ -44,7 +55,7 @@ impl Histogram {
 }
 
 /// One side's token statistics.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SideStats {
     /// Tokens (without specials).
     pub tokens: usize,
@@ -61,7 +72,7 @@ pub struct SideStats {
 }
 
 /// Statistics of one tokenised split.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CorpusStats {
     /// Split name.
     pub split: String,
@@ -89,6 +100,42 @@ fn side(seqs: impl Iterator<Item = usize> + Clone, unks: usize, vocab_size: usiz
         coverage: if tokens == 0 { 1.0 } else { 1.0 - unks as f64 / tokens as f64 },
         vocab_size,
         lengths: Histogram::of(seqs, 10, 8),
+    }
+}
+
+/// One side's [`SideStats`] gathered a sentence at a time (what a prepared dataset records
+/// while it is written): the same numbers [`corpus_stats`] computes over a slice.
+#[derive(Debug, Clone)]
+pub(crate) struct SideAccumulator {
+    sentences: usize,
+    tokens: usize,
+    unks: usize,
+    max_len: usize,
+    lengths: Histogram,
+}
+
+impl SideAccumulator {
+    pub(crate) fn new() -> Self {
+        Self { sentences: 0, tokens: 0, unks: 0, max_len: 0, lengths: Histogram::empty(10, 8) }
+    }
+
+    pub(crate) fn push(&mut self, ids: &[u32]) {
+        self.sentences += 1;
+        self.tokens += ids.len();
+        self.unks += ids.iter().filter(|&&i| i == UNK).count();
+        self.max_len = self.max_len.max(ids.len());
+        self.lengths.add(ids.len());
+    }
+
+    pub(crate) fn finish(self, vocab_size: usize) -> SideStats {
+        SideStats {
+            tokens: self.tokens,
+            mean_len: self.tokens as f64 / self.sentences.max(1) as f64,
+            max_len: self.max_len,
+            coverage: if self.tokens == 0 { 1.0 } else { 1.0 - self.unks as f64 / self.tokens as f64 },
+            vocab_size,
+            lengths: self.lengths,
+        }
     }
 }
 

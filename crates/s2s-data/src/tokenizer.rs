@@ -114,7 +114,7 @@ impl Tokenizer {
     /// Learns a tokenizer from `texts` (normalised sentences).
     pub fn train<S: AsRef<str> + Send + Sync>(cfg: &TokenizerConfig, texts: &[S]) -> Result<Self> {
         match cfg.level {
-            Level::Bpe => train_bpe(cfg, texts),
+            Level::Bpe => train_bpe(cfg, texts.iter().map(|t| t.as_ref())),
             Level::Word => Ok(Tokenizer::Word(Vocab::build(
                 texts.iter().flat_map(|t| t.as_ref().split(' ')),
                 cfg.vocab_size,
@@ -128,6 +128,40 @@ impl Tokenizer {
                     cfg.vocab_size,
                     cfg.min_freq,
                 )))
+            }
+        }
+    }
+
+    /// Learns a tokenizer from a stream of normalised sentences, without holding them: the
+    /// same tokenizer [`Tokenizer::train`] learns from the same sentences (BPE counts words
+    /// on every core as the stream is read; word and char vocabularies count as they go).
+    pub fn train_stream<I>(cfg: &TokenizerConfig, texts: I) -> Result<Self>
+    where
+        I: Iterator<Item = String> + Send,
+    {
+        match cfg.level {
+            Level::Bpe => train_bpe(cfg, texts),
+            Level::Word | Level::Char => {
+                let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+                let mut buf = [0u8; 4];
+                for t in texts {
+                    if cfg.level == Level::Word {
+                        for w in t.split(' ') {
+                            match counts.get_mut(w) {
+                                Some(c) => *c += 1,
+                                None => {
+                                    counts.insert(w.to_string(), 1);
+                                }
+                            }
+                        }
+                    } else {
+                        for ch in t.chars() {
+                            *counts.entry(ch.encode_utf8(&mut buf).to_string()).or_default() += 1;
+                        }
+                    }
+                }
+                let v = Vocab::from_counts(&counts, cfg.vocab_size, cfg.min_freq);
+                Ok(if cfg.level == Level::Word { Tokenizer::Word(v) } else { Tokenizer::Char(v) })
             }
         }
     }
@@ -195,7 +229,19 @@ impl Tokenizer {
 
     /// Writes the tokenizer as JSON (the `tokenizers` format for BPE).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = match self {
+        let json = self.to_json().map_err(|e| match e {
+            DataError::Tokenizer { message, .. } => {
+                DataError::Tokenizer { path: path.to_path_buf(), message }
+            }
+            e => e,
+        })?;
+        crate::write_atomic(path, json.as_bytes())
+    }
+
+    /// The JSON [`Tokenizer::save`] writes (what a prepared dataset's key hashes when it is
+    /// encoded with given tokenizers).
+    pub fn to_json(&self) -> Result<String> {
+        match self {
             Tokenizer::Bpe(t) => serde_json::to_string(t.as_ref()),
             Tokenizer::Word(v) => {
                 serde_json::to_string(&VocabTokenizerFile { level: Level::Word, vocab: v.clone() })
@@ -204,8 +250,7 @@ impl Tokenizer {
                 serde_json::to_string(&VocabTokenizerFile { level: Level::Char, vocab: v.clone() })
             }
         }
-        .map_err(|e| DataError::Tokenizer { path: path.to_path_buf(), message: e.to_string() })?;
-        crate::write_atomic(path, json.as_bytes())
+        .map_err(|e| DataError::Tokenizer { path: PathBuf::from("<serialising>"), message: e.to_string() })
     }
 
     /// Reads a tokenizer written by [`Tokenizer::save`]; a truncated or foreign file is
@@ -234,7 +279,11 @@ impl Tokenizer {
     }
 }
 
-fn train_bpe<S: AsRef<str> + Send + Sync>(cfg: &TokenizerConfig, texts: &[S]) -> Result<Tokenizer> {
+fn train_bpe<S, I>(cfg: &TokenizerConfig, texts: I) -> Result<Tokenizer>
+where
+    S: AsRef<str> + Send,
+    I: Iterator<Item = S> + Send,
+{
     let err = |e: tokenizers::Error| DataError::Tokenizer {
         path: PathBuf::from("<training>"),
         message: e.to_string(),
@@ -255,7 +304,7 @@ fn train_bpe<S: AsRef<str> + Send + Sync>(cfg: &TokenizerConfig, texts: &[S]) ->
         .special_tokens(SPECIALS.iter().map(|s| AddedToken::from(s.to_string(), true)).collect())
         .build();
     tok.set_encode_special_tokens(true);
-    tok.train(&mut trainer, texts.iter().map(|t| t.as_ref())).map_err(err)?;
+    tok.train(&mut trainer, texts).map_err(err)?;
     Ok(bpe(tok))
 }
 
@@ -362,6 +411,18 @@ mod tests {
             ids.extend(t.encode("A dog"));
             ids.push(crate::EOS);
             assert_eq!(t.decode(&ids), "A dog");
+        }
+    }
+
+    #[test]
+    fn a_stream_learns_what_a_slice_learns() {
+        let many: Vec<String> =
+            (0..40).flat_map(|i| texts().into_iter().map(move |t| format!("{t} {i}"))).collect();
+        for level in [Level::Bpe, Level::Word, Level::Char] {
+            let cfg = TokenizerConfig { level, vocab_size: 60, joint: true, min_freq: 2 };
+            let a = Tokenizer::train(&cfg, &many).unwrap();
+            let b = Tokenizer::train_stream(&cfg, many.clone().into_iter()).unwrap();
+            assert_eq!(a.to_json().unwrap(), b.to_json().unwrap(), "{level:?}");
         }
     }
 

@@ -55,8 +55,17 @@ impl Vocab {
         for t in tokens {
             *counts.entry(t).or_default() += 1;
         }
+        Self::ranked(counts.into_iter(), max_size, min_freq)
+    }
+
+    /// [`Vocab::build`] from counts already made (token → occurrences).
+    pub fn from_counts(counts: &HashMap<String, usize>, max_size: usize, min_freq: usize) -> Self {
+        Self::ranked(counts.iter().map(|(t, &c)| (t.as_str(), c)), max_size, min_freq)
+    }
+
+    fn ranked<'a>(counts: impl Iterator<Item = (&'a str, usize)>, max_size: usize, min_freq: usize) -> Self {
         let mut ranked: Vec<(&str, usize)> =
-            counts.into_iter().filter(|(t, c)| *c >= min_freq && !SPECIALS.contains(t)).collect();
+            counts.filter(|(t, c)| *c >= min_freq && !SPECIALS.contains(t)).collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         if max_size > 0 {
             ranked.truncate(max_size.saturating_sub(SPECIALS.len()));

@@ -78,6 +78,25 @@ fn multi30k_batches_pad_under_ten_percent() {
     }
 }
 
+/// Preparing Multi30k gives what the in-memory path gives: the same BPE tokenizer (the corpus
+/// is smaller than the sample, so it is learned whole) and the same ids for every pair.
+#[test]
+fn multi30k_prepared_equals_in_memory() {
+    let Some(dir) = shared("multi30k") else { return };
+    let files = CorpusFiles::Aligned { src: dir.join("train.de"), tgt: dir.join("train.en") };
+    let cache = std::env::temp_dir().join(format!("s2s-real-prepare-{}", std::process::id()));
+    let cfg = s2s_data::PrepareConfig { shard_examples: 10_000, ..Default::default() };
+    let data = s2s_data::prepare(&files, &cfg, &cache).unwrap().dataset;
+    let Some(c) = multi30k_train() else { return };
+    let tok = Tokenizers::train(&TokenizerConfig::default(), &c.pairs).unwrap();
+    assert_eq!(data.tokenizers().src.to_json().unwrap(), tok.src.to_json().unwrap());
+    assert_eq!(data.examples(), encode_pairs(&tok, &c.pairs));
+    assert_eq!(data.manifest().read, c.report);
+    assert_eq!(data.shard_count(), 3);
+    drop(data);
+    std::fs::remove_dir_all(&cache).unwrap();
+}
+
 #[test]
 fn anki_tsv_reads_with_columns_swapped() {
     let Some(tsv) = shared("anki-eng-fra/eng-fra.tsv") else { return };
