@@ -6,12 +6,11 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::de::DeserializeOwned;
 
-use crate::batch::{Batch, BatchConfig, Example};
+use crate::batch::{Batch, Example};
 use crate::error::{DataError, Result};
-use crate::prepare::{FORMAT_NAME, FORMAT_VERSION, MARKER, Manifest, Marker};
+use crate::manifest::{FORMAT_NAME, FORMAT_VERSION, MARKER, Manifest, Marker};
 use crate::shard::ShardView;
 use crate::stats::{CorpusStats, Histogram, SideStats};
-use crate::stream::StreamBatcher;
 use crate::tokenizer::Tokenizers;
 
 /// A complete, checked prepared dataset: `len()` examples of (source ids, target ids) without
@@ -173,18 +172,6 @@ impl PreparedDataset {
     /// `stats.json`: the statistics `s2s data stats` shows, for default batches (epoch 0, seed 1).
     pub fn stats(&self) -> &CorpusStats {
         &self.stats
-    }
-
-    /// The statistics with batches made by `cfg` (epoch 0 of `seed`): the stored token
-    /// statistics plus a batching pass over the length index.
-    pub fn stats_for(&self, cfg: BatchConfig, seed: u64) -> CorpusStats {
-        let (batches, padding_ratio) = StreamBatcher::new(self, cfg).summary(seed, 0);
-        CorpusStats {
-            batches,
-            mean_batch_sentences: self.len as f64 / batches.max(1) as f64,
-            padding_ratio,
-            ..self.stats.clone()
-        }
     }
 
     /// The tokenizers the ids were made with (loaded from `tokenizer/`).

@@ -28,6 +28,7 @@
 //! Nothing else grows with the corpus; ids are read from the maps batch by batch.
 
 use crate::batch::{Batch, BatchConfig, fill_batches};
+use crate::stats::CorpusStats;
 use crate::prepared::PreparedDataset;
 use crate::rng::SplitMix64;
 
@@ -241,6 +242,20 @@ impl Iterator for EpochPlan<'_> {
         }
         self.position += 1;
         self.ready.pop()
+    }
+}
+
+impl PreparedDataset {
+    /// The statistics with batches made by `cfg` (epoch 0 of `seed`): the stored token
+    /// statistics plus a batching pass over the length index.
+    pub fn stats_for(&self, cfg: BatchConfig, seed: u64) -> CorpusStats {
+        let (batches, padding_ratio) = StreamBatcher::new(self, cfg).summary(seed, 0);
+        CorpusStats {
+            batches,
+            mean_batch_sentences: self.len() as f64 / batches.max(1) as f64,
+            padding_ratio,
+            ..self.stats().clone()
+        }
     }
 }
 
