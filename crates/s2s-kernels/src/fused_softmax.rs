@@ -57,25 +57,13 @@ impl BestLogProb for Flex {
     }
 }
 
-/// Each row's best token (the first of equal scores) and its log-probability, read back to
-/// the host (one read-back; see [`best_log_prob_pairs`]).
-pub fn best_log_probs(logits: Tensor<2>) -> (Vec<i64>, Vec<f32>) {
-    let v = best_log_prob_pairs(logits).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
-    v.chunks_exact(2).map(|p| (p[0] as i64, p[1])).unzip()
-}
-
 /// Each row's best token (the first of equal scores, as f32: ids are exact below 2²⁴) and its
-/// log-probability, `[rows, 2]`, left on the device: without autodiff one pass per row on
-/// flex, one launch on a GPU ([`gpu`]; greedy search's step otherwise launched
-/// `log_softmax`'s six kernels, an argmax, a cast and a concatenation); `log_softmax` and an
-/// argmax elsewhere.
+/// log-probability, `[rows, 2]`, left on the device: one pass per row on flex, one launch on
+/// a GPU ([`gpu`]; greedy search's step otherwise launched `log_softmax`'s six kernels, an
+/// argmax, a cast and a concatenation). Without autodiff, on flex or a cubecl device without
+/// fusion: [`crate::ops::best_log_prob_pairs`] picks it, the reference elsewhere.
 pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
-    let kernel = crate::flex_data::is_flex(&logits.device()) || cfg!(not(feature = "gpu-tuned"));
-    if kernel && !logits.is_autodiff() {
-        return Tensor::<2>::from_dispatch(<Dispatch as BestLogProb>::best_log_prob(logits.into_dispatch()));
-    }
-    let (best, ids) = log_softmax(logits).max_dim_with_indices(1); // [N, 1] each
-    Tensor::cat(vec![ids.float(), best], 1)
+    Tensor::<2>::from_dispatch(<Dispatch as BestLogProb>::best_log_prob(logits.into_dispatch()))
 }
 
 /// [`BestLogProb`] on a GPU: one cube (workgroup) a row, its units striding over the row for
@@ -327,22 +315,16 @@ fn rows(
     FlexTensor::from_data(TensorData::new(out, shape))
 }
 
-/// `log_softmax` over the last dimension: the fused kernel on flex devices, burn's elsewhere.
+/// `log_softmax` over the last dimension through the fused kernel (flex devices only:
+/// [`crate::ops::log_softmax`] picks it).
 pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if crate::flex_data::is_flex(&x.device()) {
-        Tensor::from_dispatch(<Dispatch as FastSoftmax>::fast_softmax(x.into_dispatch(), true))
-    } else {
-        burn::tensor::activation::log_softmax(x, D - 1)
-    }
+    Tensor::from_dispatch(<Dispatch as FastSoftmax>::fast_softmax(x.into_dispatch(), true))
 }
 
-/// `softmax` over the last dimension: the fused kernel on flex devices, burn's elsewhere.
+/// `softmax` over the last dimension through the fused kernel (flex devices only:
+/// [`crate::ops::softmax`] picks it).
 pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if crate::flex_data::is_flex(&x.device()) {
-        Tensor::from_dispatch(<Dispatch as FastSoftmax>::fast_softmax(x.into_dispatch(), false))
-    } else {
-        burn::tensor::activation::softmax(x, D - 1)
-    }
+    Tensor::from_dispatch(<Dispatch as FastSoftmax>::fast_softmax(x.into_dispatch(), false))
 }
 
 #[cfg(test)]
@@ -359,7 +341,7 @@ mod tests {
         let d = Device::flex();
         d.seed(9);
         let logits = Tensor::<2>::random([300, 77], burn::tensor::Distribution::Normal(0.0, 3.0), &d);
-        let (ids, best) = best_log_probs(logits.clone());
+        let (ids, best) = crate::ops::best_log_probs(logits.clone());
         let (want_best, want_ids) = log_softmax(logits).max_dim_with_indices(1);
         let want_ids = want_ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
         let want_best = want_best.into_data().try_to_vec::<f32>().unwrap();
@@ -369,7 +351,7 @@ mod tests {
             want_best.iter().map(|b| b.to_bits()).collect::<Vec<_>>()
         );
         let tie = Tensor::<2>::from_data(TensorData::new(vec![0.0f32, 2.0, 1.0, 2.0], [1, 4]), &d);
-        let (ids, best) = best_log_probs(tie);
+        let (ids, best) = crate::ops::best_log_probs(tie);
         assert_eq!(ids, vec![1]);
         let lse = (1.0f32 + 2.0 * 2f32.exp() + 1f32.exp()).ln();
         assert!((best[0] - (2.0 - lse)).abs() < 1e-6);
@@ -384,8 +366,8 @@ mod tests {
         let Some(d) = crate::testing::wgpu_or_skip() else { return };
         for (rows, vocab) in [(300, 77), (5, 8000), (3, 5)] {
             let logits = Tensor::<2>::random([rows, vocab], burn::tensor::Distribution::Normal(0.0, 3.0), &d);
-            let (ids, best) = best_log_probs(logits.clone());
-            let (want_best, want_ids) = log_softmax(logits).max_dim_with_indices(1);
+            let (ids, best) = crate::ops::best_log_probs(logits.clone());
+            let (want_best, want_ids) = crate::reference::log_softmax(logits).max_dim_with_indices(1);
             let want_ids = want_ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
             let want_best = want_best.into_data().try_to_vec::<f32>().unwrap();
             assert_eq!(ids, want_ids, "{rows} × {vocab}");
@@ -398,7 +380,7 @@ mod tests {
         for (row, at) in [(0, 700), (0, 300), (1, 300), (1, 44), (2, 999)] {
             v[row * 1000 + at] = 5.0;
         }
-        let (ids, _) = best_log_probs(Tensor::<2>::from_data(TensorData::new(v, [3, 1000]), &d));
+        let (ids, _) = crate::ops::best_log_probs(Tensor::<2>::from_data(TensorData::new(v, [3, 1000]), &d));
         assert_eq!(ids, vec![300, 44, 999]);
     }
 

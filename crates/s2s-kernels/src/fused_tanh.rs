@@ -100,12 +100,9 @@ fn map(a: &FlexTensor, b: Option<&FlexTensor>, f: impl Fn(f32, f32) -> f32 + Syn
     FlexTensor::from_data(TensorData::new(out, shape))
 }
 
-/// `tanh(x)`: the vectorised kernel on flex devices, the cubecl kernels on a GPU, burn's
-/// `tanh` under burn's fusion (`gpu-tuned`).
+/// `tanh(x)`: the vectorised kernel on flex devices, the cubecl kernels on a GPU (not under
+/// burn's fusion, `gpu-tuned`: [`crate::ops::tanh`] runs the reference there).
 pub fn tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if cfg!(feature = "gpu-tuned") && !crate::flex_data::is_flex(&x.device()) {
-        return burn::tensor::activation::tanh(x);
-    }
     Tensor::from_dispatch(<Dispatch as FastTanh>::fast_tanh(x.into_dispatch()))
 }
 
