@@ -273,18 +273,9 @@ pub fn scaled_dot_product(
     mask: Option<&Tensor<4>>,
     d: &Dropout,
 ) -> (Tensor<3>, Tensor<4>) {
-    if mode::reference() {
-        return reference::scaled_dot_product(q, k, v, mask, d);
-    }
-    let [b, h, tq, dk] = q.dims();
-    let tk = k.dims()[2];
-    let mut scores = q.matmul(k.swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
-    if let Some(m) = mask {
-        scores = scores + m.clone().expand([b, h, tq, tk]);
-    }
-    let weights = softmax(scores);
-    let out = dropout(d, weights.clone()).matmul(v); // [B, h, Tq, dk]
-    (out.swap_dims(1, 2).reshape([b, tq, h * dk]), weights)
+    // `softmax` and `dropout` are this module's, so under `--kernels reference` this is the
+    // reference itself.
+    reference::attention_with(q, k, v, mask, softmax, |w| dropout(d, w))
 }
 
 /// True when the fused attention kernels run on `device` with this mask shape.
@@ -309,10 +300,8 @@ pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropou
     let [b, t, _] = qkv.dims();
     let device = qkv.device();
     if !attention_kernels(&device, mask, b, t, t) {
-        let dm = qkv.dims()[2] / 3;
-        let dk = dm / heads;
-        let part = |i: usize| reference::heads_of(qkv.clone(), i * dm, heads, dk);
-        return scaled_dot_product(part(0), part(1), part(2), Some(mask), d).0;
+        let [q, k, v] = reference::split_qkv(qkv, heads);
+        return scaled_dot_product(q, k, v, Some(mask), d).0;
     }
     let drop = attention_dropout(d, &device);
     crate::fused_attention::self_attention(qkv, mask, heads, drop).0
@@ -329,13 +318,12 @@ pub fn cross_attention(
     heads: usize,
     d: &Dropout,
 ) -> (Tensor<3>, Tensor<4>) {
-    let [b, tq, dm] = q.dims();
+    let [b, tq, _] = q.dims();
     let tk = kv.dims()[1];
     let device = q.device();
     if !attention_kernels(&device, mask, b, tq, tk) {
-        let dk = dm / heads;
-        let (k, v) = (reference::heads_of(kv.clone(), 0, heads, dk), reference::heads_of(kv, dm, heads, dk));
-        return scaled_dot_product(reference::heads_of(q, 0, heads, dk), k, v, Some(mask), d);
+        let [q, k, v] = reference::split_q_kv(q, kv, heads);
+        return scaled_dot_product(q, k, v, Some(mask), d);
     }
     let drop = attention_dropout(d, &device);
     crate::fused_attention::cross_attention(q, kv, mask, heads, drop)

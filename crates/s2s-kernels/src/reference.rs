@@ -202,6 +202,19 @@ pub fn scaled_dot_product(
     mask: Option<&Tensor<4>>,
     d: &Dropout,
 ) -> (Tensor<3>, Tensor<4>) {
+    attention_with(q, k, v, mask, softmax, |w| dropout(d, w))
+}
+
+/// [`scaled_dot_product`] with its softmax and its dropout on the weights given: the equation
+/// once, for the reference and for `ops` (which passes its kernels).
+pub fn attention_with(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Option<&Tensor<4>>,
+    softmax: impl FnOnce(Tensor<4>) -> Tensor<4>,
+    dropout: impl FnOnce(Tensor<4>) -> Tensor<4>,
+) -> (Tensor<3>, Tensor<4>) {
     let [b, h, tq, dk] = q.dims();
     let tk = k.dims()[2];
     let mut scores = q.matmul(k.swap_dims(2, 3)) / (dk as f32).sqrt(); // [B, h, Tq, Tk]
@@ -209,17 +222,29 @@ pub fn scaled_dot_product(
         scores = scores + m.clone().expand([b, h, tq, tk]);
     }
     let weights = softmax(scores);
-    let out = dropout(d, weights.clone()).matmul(v); // [B, h, Tq, dk]
+    let out = dropout(weights.clone()).matmul(v); // [B, h, Tq, dk]
     (out.swap_dims(1, 2).reshape([b, tq, h * dk]), weights)
+}
+
+/// `[Q | K | V]` (`[b, t, 3·d_model]`) split into heads: each `[b, heads, t, d_k]`.
+pub fn split_qkv(qkv: Tensor<3>, heads: usize) -> [Tensor<4>; 3] {
+    let dm = qkv.dims()[2] / 3;
+    std::array::from_fn(|i| heads_of(qkv.clone(), i * dm, heads, dm / heads))
+}
+
+/// Projected queries `q` (`[b, t_q, d_model]`) and `[K | V]` (`[b, t_k, 2·d_model]`) split into
+/// heads: `[b, heads, t, d_k]` each.
+pub fn split_q_kv(q: Tensor<3>, kv: Tensor<3>, heads: usize) -> [Tensor<4>; 3] {
+    let dm = q.dims()[2];
+    let dk = dm / heads;
+    [heads_of(q, 0, heads, dk), heads_of(kv.clone(), 0, heads, dk), heads_of(kv, dm, heads, dk)]
 }
 
 /// Self-attention from `[Q | K | V]` (`[b, t, 3·d_model]`): the heads side by side
 /// `[b, t, d_model]` (before `W^O`).
 pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropout) -> Tensor<3> {
-    let dm = qkv.dims()[2] / 3;
-    let dk = dm / heads;
-    let part = |i: usize| heads_of(qkv.clone(), i * dm, heads, dk);
-    scaled_dot_product(part(0), part(1), part(2), Some(mask), d).0
+    let [q, k, v] = split_qkv(qkv, heads);
+    scaled_dot_product(q, k, v, Some(mask), d).0
 }
 
 /// Attention from `q` (`[b, t_q, d_model]`, projected) to `[K | V]` (`[b, t_k, 2·d_model]`):
@@ -231,10 +256,8 @@ pub fn cross_attention(
     heads: usize,
     d: &Dropout,
 ) -> (Tensor<3>, Tensor<4>) {
-    let dm = q.dims()[2];
-    let dk = dm / heads;
-    let (k, v) = (heads_of(kv.clone(), 0, heads, dk), heads_of(kv, dm, heads, dk));
-    scaled_dot_product(heads_of(q, 0, heads, dk), k, v, Some(mask), d)
+    let [q, k, v] = split_q_kv(q, kv, heads);
+    scaled_dot_product(q, k, v, Some(mask), d)
 }
 
 /// `x[:, t, :]` for every step `t` of `x` (`[batch, time, d]`).
