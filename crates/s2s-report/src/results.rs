@@ -248,33 +248,39 @@ pub fn significance(index: &ExperimentIndex, runs: &mut [RunResult]) {
     let mut seeds: Vec<u64> = runs.iter().map(|r| r.entry.seed).collect();
     seeds.sort_unstable();
     seeds.dedup();
-    for seed in seeds {
-        let base = runs.iter().position(|r| r.entry.seed == seed && r.entry.model == baseline && r.test_text.is_some());
-        let mut group: Vec<usize> = base.into_iter().collect();
-        let refs = base.and_then(|b| runs[b].test_text.as_ref().map(|t| t.1.clone()));
-        for (i, r) in runs.iter().enumerate() {
-            let same_refs = match (&r.test_text, &refs) {
-                (Some(t), Some(refs)) => &t.1 == refs,
-                (Some(_), None) => group.is_empty(),
-                _ => false,
-            };
-            if r.entry.seed == seed && Some(i) != base && same_refs {
-                group.push(i);
-            }
+    let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 0, seed: Seed::default() };
+    let metrics = [MetricConfig::Bleu(BleuConfig::default())];
+    // Runs `group` (the first is the one the others are tested against) on their shared
+    // references; a run alone is paired with itself, for its interval only.
+    let test = |group: &[usize], runs: &mut [RunResult]| {
+        let text = |i: usize| runs[i].test_text.as_ref().expect("grouped runs have text");
+        let mut systems: Vec<&[String]> = group.iter().map(|&i| text(i).0.as_slice()).collect();
+        if systems.len() == 1 {
+            systems.push(systems[0]);
         }
-        let Some(refs) = group.first().and_then(|&i| runs[i].test_text.as_ref().map(|t| t.1.clone())) else { continue };
-        let systems: Vec<Vec<String>> =
-            group.iter().map(|&i| runs[i].test_text.as_ref().map(|t| t.0.clone()).unwrap_or_default()).collect();
-        let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 0, seed: Seed::default() };
-        let metrics = [MetricConfig::Bleu(BleuConfig::default())];
-        // One system alone still gets its interval: it is paired with itself.
-        let systems = if systems.len() == 1 { vec![systems[0].clone(), systems[0].clone()] } else { systems };
-        let Ok(columns) = s2s_eval::paired_test(&systems, &[refs], &metrics, &opts) else { continue };
-        let Some(column) = columns.first() else { continue };
+        let refs = [text(group[0]).1.as_slice()];
+        let Ok(columns) = s2s_eval::paired_test(&systems, &refs, &metrics, &opts) else { return };
+        let Some(column) = columns.first() else { return };
         for (k, &i) in group.iter().enumerate() {
-            let res = &column.results[k];
-            runs[i].bleu_ci = res.ci;
-            runs[i].p_vs_baseline = if base.is_some() && k > 0 { res.p_value } else { None };
+            runs[i].bleu_ci = column.results[k].ci;
+            runs[i].p_vs_baseline = if k > 0 { column.results[k].p_value } else { None };
+        }
+    };
+    for seed in seeds {
+        let with_text: Vec<usize> =
+            (0..runs.len()).filter(|&i| runs[i].entry.seed == seed && runs[i].test_text.is_some()).collect();
+        let base = with_text.iter().copied().find(|&i| runs[i].entry.model == baseline);
+        let same_refs = |i: usize| {
+            base.is_some_and(|b| runs[i].test_text.as_ref().map(|t| &t.1) == runs[b].test_text.as_ref().map(|t| &t.1))
+        };
+        let group: Vec<usize> =
+            base.into_iter().chain(with_text.iter().copied().filter(|&i| Some(i) != base && same_refs(i))).collect();
+        let alone: Vec<usize> = with_text.iter().copied().filter(|i| !group.contains(i)).collect();
+        if !group.is_empty() {
+            test(&group, runs);
+        }
+        for i in alone {
+            test(&[i], runs);
         }
     }
 }
