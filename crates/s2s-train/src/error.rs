@@ -24,6 +24,9 @@ pub enum TrainError {
     /// Bad configuration.
     #[error("{0}")]
     Config(String),
+    /// A model configuration that cannot be built.
+    #[error(transparent)]
+    Model(#[from] s2s_models::ModelError),
     /// The loss stopped being a number.
     #[error(
         "the training loss became {value} at step {step}; the last good checkpoint is kept — lower lr or clip_norm and resume"

@@ -105,7 +105,7 @@ pub fn build_model(
     device: &Device,
 ) -> Result<Model, TrainError> {
     device.seed(seed);
-    spec.init_for(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device).map_err(|e| TrainError::Config(e.to_string()))
+    Ok(spec.init_for(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device)?)
 }
 
 /// Loads a checkpoint's model weights into a model built from `spec`.
