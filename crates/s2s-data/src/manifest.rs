@@ -101,4 +101,3 @@ pub(crate) struct Marker {
     pub(crate) key: String,
     pub(crate) examples: usize,
 }
-

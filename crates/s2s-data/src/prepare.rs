@@ -93,9 +93,9 @@ use crate::corpus::{CorpusFiles, Pair, PairReader, ReadOptions, ReadReport, Read
 use crate::error::{DataError, Result};
 use crate::filter::{Dropped, FilterReport, pair_hash};
 use crate::hash::xxh64;
-use crate::prepared::PreparedDataset;
-pub use crate::manifest::{FORMAT_NAME, FORMAT_VERSION, InputFile, MARKER, Manifest, PrepareConfig};
 use crate::manifest::Marker;
+pub use crate::manifest::{FORMAT_NAME, FORMAT_VERSION, InputFile, MARKER, Manifest, PrepareConfig};
+use crate::prepared::PreparedDataset;
 use crate::rng::SplitMix64;
 use crate::shard::{ShardInfo, ShardWriter};
 use crate::stats::{CorpusStats, SideAccumulator};

@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 /// The shared directory for a crate at `manifest_dir`: `$S2S_SHARED`, else `../shared` beside
 /// the workspace root (two levels above a crate's directory).
 pub fn root(manifest_dir: &Path) -> PathBuf {
-    std::env::var_os("S2S_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir.join("../../../shared"))
+    std::env::var_os("S2S_SHARED").map(PathBuf::from).unwrap_or_else(|| manifest_dir.join("../../../shared"))
 }
 
 /// The line a test prints (or fails with) when `path` is missing.
@@ -44,7 +42,9 @@ mod tests {
     #[test]
     fn a_missing_path_is_named_with_its_remedy() {
         let m = missing_message(Path::new("/nowhere/fixtures/bleu"));
-        assert!(m.contains("/nowhere/fixtures/bleu") && m.contains("S2S_SHARED") && m.contains("fetch-shared.sh"));
+        assert!(
+            m.contains("/nowhere/fixtures/bleu") && m.contains("S2S_SHARED") && m.contains("fetch-shared.sh")
+        );
         // Present: found without a message (this crate's own directory stands in).
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         assert!(root(here).ends_with("shared") || std::env::var_os("S2S_SHARED").is_some());

@@ -28,9 +28,9 @@
 //! Nothing else grows with the corpus; ids are read from the maps batch by batch.
 
 use crate::batch::{Batch, BatchConfig, fill_batches};
-use crate::stats::CorpusStats;
 use crate::prepared::PreparedDataset;
 use crate::rng::SplitMix64;
+use crate::stats::CorpusStats;
 
 /// Default examples per block.
 pub const DEFAULT_BLOCK: usize = 64;

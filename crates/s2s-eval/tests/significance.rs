@@ -362,7 +362,6 @@ fn have_fixtures() -> bool {
     s2s_data::shared::require(&manifest_dir(), "fixtures/bleu").is_some()
 }
 
-
 /// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
 /// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
 fn manifest_dir() -> PathBuf {

@@ -75,6 +75,7 @@ pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_
 /// sum over the buffer gives `‖g‖²`: two launches for the Transformer.
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
+    use crate::cube_launch::{self, cube_of, dispatch_of};
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::optim::GradientsParams;
     use burn::tensor::{DType, Tensor as BurnTensor};
@@ -82,7 +83,6 @@ mod gpu {
     use burn_cubecl::tensor::CubeTensor;
     use cubecl::cube;
     use cubecl::prelude::*;
-    use crate::cube_launch::{self, cube_of, dispatch_of};
 
     /// Partial sums a parameter (each thread sums every `PARTIALS`-th element).
     pub(super) const PARTIALS: usize = 4096;

@@ -97,4 +97,3 @@ pub(crate) fn strided(t: &FlexTensor) -> (std::borrow::Cow<'_, [f32]>, usize, us
         _ => (f32s(t), cols, 1),
     }
 }
-

@@ -18,13 +18,13 @@
 //! on (`gpu-tuned`) burn fuses its own Adam and that one runs. The state is burn's
 //! `AdamState`, so checkpoints keep their format.
 
+use crate::flex_data::{f32s, is_flex};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{Adam, AdamConfig, AdamState, AdaptiveMomentumState, LearningRate, Optimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use rayon::prelude::*;
-use crate::flex_data::{f32s, is_flex};
 
 /// The Adam update as a burn backend extension (flex, and cubecl without fusion; see the
 /// module doc).

@@ -18,6 +18,8 @@
 //! # Shapes
 //! - logits `[rows, vocab]`, targets and keep `[rows]` (targets as floats) → `[rows, 2]`
 
+use crate::fastmath::{exp, wide};
+use crate::flex_data::{contiguous, f32s};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -27,8 +29,6 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
-use crate::fastmath::{exp, wide};
-use crate::flex_data::{contiguous, f32s};
 
 /// The fused loss as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]

@@ -721,7 +721,11 @@ mod tests {
                         let mask = Tensor::<2>::zeros([batch, src], &ad).mask_fill(pad, f32::NEG_INFINITY);
                         attend(e.clone(), &mask, &v)
                     } else {
-                        crate::reference::attend(e.clone().mask_fill(pad, f32::NEG_INFINITY), &v, &Tensor::zeros([batch, src], &ad))
+                        crate::reference::attend(
+                            e.clone().mask_fill(pad, f32::NEG_INFINITY),
+                            &v,
+                            &Tensor::zeros([batch, src], &ad),
+                        )
                     };
                     let mut loss = (c.clone() * t2(&wc, [batch, d])).sum();
                     if with_weights {

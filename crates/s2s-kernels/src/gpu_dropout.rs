@@ -123,7 +123,8 @@ pub trait GpuDropout: burn::backend::Backend {
     /// `x + y ⊙ D` (`x` and `y` of one shape): a residual connection with dropout on its
     /// branch, one launch forward where the dropout and the add were two. Backward passes
     /// `∂out` to `x` as it is and `∂out ⊙ D` to `y`, one launch.
-    fn gpu_add_dropout(x: FloatTensor<Self>, y: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self>;
+    fn gpu_add_dropout(x: FloatTensor<Self>, y: FloatTensor<Self>, seed: u64, keep: f32)
+    -> FloatTensor<Self>;
 }
 
 /// The mask's kernel arguments from its seed and keep share: the seed's two halves, the
@@ -252,7 +253,12 @@ impl<C: CheckpointStrategy> GpuDropout for Autodiff<CubeBackend, C> {
         }
     }
 
-    fn gpu_add_dropout(x: FloatTensor<Self>, y: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self> {
+    fn gpu_add_dropout(
+        x: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        seed: u64,
+        keep: f32,
+    ) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct AddDropoutBackward;
 

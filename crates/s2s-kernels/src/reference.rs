@@ -10,12 +10,18 @@
 
 use burn::module::Module;
 use burn::nn::{Dropout, LayerNorm, Linear};
-use burn::tensor::activation::{log_softmax as burn_log_softmax, relu, sigmoid, softmax as burn_softmax, tanh as burn_tanh};
+use burn::tensor::activation::{
+    log_softmax as burn_log_softmax, relu, sigmoid, softmax as burn_softmax, tanh as burn_tanh,
+};
 use burn::tensor::{Int, Tensor, TensorData};
 
 /// `f` on `x` seen as `[rows, d_in]` (every leading dimension one row), its `[rows, d_out]`
 /// result given `x`'s leading dimensions back.
-pub fn as_rows<const D: usize>(x: Tensor<D>, d_out: usize, f: impl FnOnce(Tensor<2>) -> Tensor<2>) -> Tensor<D> {
+pub fn as_rows<const D: usize>(
+    x: Tensor<D>,
+    d_out: usize,
+    f: impl FnOnce(Tensor<2>) -> Tensor<2>,
+) -> Tensor<D> {
     let mut dims = x.dims();
     let d_in = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();

@@ -17,7 +17,8 @@ struct Leaves {
 impl Leaves {
     fn new(device: &Device, seed: u64, sizes: &[usize]) -> Self {
         device.seed(seed);
-        let values = sizes.iter().map(|&n| Tensor::random([n], Distribution::Normal(0.0, 1.0), device)).collect();
+        let values =
+            sizes.iter().map(|&n| Tensor::random([n], Distribution::Normal(0.0, 1.0), device)).collect();
         Self { device: device.clone(), values }
     }
 
@@ -65,7 +66,10 @@ fn same(name: &str, device: &Device, tol: f32, case: impl Fn() -> Vec<Vec<f32>>)
         assert_eq!(a.len(), b.len(), "{name}: output {i} length");
         let scale = b.iter().fold(1f32, |m, x| m.max(x.abs()));
         let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-        assert!(worst <= tol * scale, "{name}: output {i} (0: value, then ∂inputs) off by {worst} (scale {scale})");
+        assert!(
+            worst <= tol * scale,
+            "{name}: output {i} (0: value, then ∂inputs) off by {worst} (scale {scale})"
+        );
     }
 }
 
@@ -75,7 +79,8 @@ fn linear(device: &Device, d_in: usize, d_out: usize) -> Linear {
 
 fn padding_keep(b: usize, t: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
     // Row r keeps its first t − r positions.
-    let keep: Vec<f32> = (0..b).flat_map(|r| (0..t).map(move |j| if j + r < t { 1.0 } else { 0.0 })).collect();
+    let keep: Vec<f32> =
+        (0..b).flat_map(|r| (0..t).map(move |j| if j + r < t { 1.0 } else { 0.0 })).collect();
     let mask: Vec<f32> = keep.iter().map(|&k| if k > 0.0 { 0.0 } else { f32::NEG_INFINITY }).collect();
     (
         Tensor::from_data(TensorData::new(keep, [b, t]), device),
@@ -100,7 +105,8 @@ fn every_operation_on(plain: &Device) {
                 let x = v[0].clone().reshape([rows, 24]);
                 let w = v[1].clone().reshape([24, 40]);
                 let a = ops::matmul_rows(x.clone(), w.clone());
-                let b = ops::affine_rows(x.clone().reshape([1, rows, 24]), w.clone(), v[2].clone()).reshape([rows, 40]);
+                let b = ops::affine_rows(x.clone().reshape([1, rows, 24]), w.clone(), v[2].clone())
+                    .reshape([rows, 40]);
                 let c = ops::add_matmul(v[3].clone().reshape([rows, 40]), x.clone(), w.clone());
                 let f = ops::matmul_rows_fresh(x, w);
                 outputs(Tensor::cat(vec![a, b, c, f], 1).flatten(0, 1), &v)
@@ -120,7 +126,11 @@ fn every_operation_on(plain: &Device) {
         let l = Leaves::new(&d, 3, &[6 * 5, 6 * 7, 6 * 3]);
         same(&tag("cat_columns"), &d, tol, || {
             let v = l.fresh();
-            let parts = vec![v[0].clone().reshape([6, 5]), v[1].clone().reshape([6, 7]), v[2].clone().reshape([6, 3])];
+            let parts = vec![
+                v[0].clone().reshape([6, 5]),
+                v[1].clone().reshape([6, 7]),
+                v[2].clone().reshape([6, 3]),
+            ];
             let two = ops::cat_columns(parts[..2].to_vec());
             let three = ops::cat_columns(parts);
             outputs(Tensor::cat(vec![two.flatten(0, 1), three.flatten(0, 1)], 0), &v)
@@ -150,7 +160,10 @@ fn every_operation_on(plain: &Device) {
             let l = Leaves::new(&d, 5, &[2 * 9 * 24]);
             same(&tag("layer_norm"), &d, 1e-4, || {
                 let v = l.fresh();
-                outputs(ops::layer_norm(&norm, v[0].clone().reshape([2, 9, 24]).mul_scalar(2.0)).flatten(0, 2), &v)
+                outputs(
+                    ops::layer_norm(&norm, v[0].clone().reshape([2, 9, 24]).mul_scalar(2.0)).flatten(0, 2),
+                    &v,
+                )
             });
         }
 
@@ -187,7 +200,8 @@ fn every_operation_on(plain: &Device) {
             let keys = v[1].clone().reshape([b, s, k]);
             let dot = ops::dot_scores(q.clone(), &keys);
             let add = ops::additive_scores(q, &keys, v[2].clone().reshape([k, 1]));
-            let (ctx, w) = ops::attend(dot.clone() + add.clone(), &v[3].clone().reshape([b, s, k]), &key_mask);
+            let (ctx, w) =
+                ops::attend(dot.clone() + add.clone(), &v[3].clone().reshape([b, s, k]), &key_mask);
             let parts = vec![dot.flatten(0, 1), add.flatten(0, 1), ctx.flatten(0, 1), w.flatten(0, 1)];
             outputs(Tensor::cat(parts, 0), &v)
         });
@@ -198,7 +212,11 @@ fn every_operation_on(plain: &Device) {
         same(&tag("dropout, relu_dropout, add_dropout"), &d, tol, || {
             let v = l.fresh();
             let (x, y) = (v[0].clone().reshape([5, 40]), v[1].clone().reshape([5, 40]));
-            let parts = vec![ops::dropout(&drop, x.clone()), ops::relu_dropout(&drop, x.clone()), ops::add_dropout(&drop, x, y)];
+            let parts = vec![
+                ops::dropout(&drop, x.clone()),
+                ops::relu_dropout(&drop, x.clone()),
+                ops::add_dropout(&drop, x, y),
+            ];
             outputs(Tensor::cat(parts, 1).flatten(0, 1), &v)
         });
         let (b, t, tq, heads, dk) = (5, 13, 4, 3, 8);
@@ -214,13 +232,18 @@ fn every_operation_on(plain: &Device) {
             for (name, mask) in [("padding", &pad4), ("causal", &causal)] {
                 same(&tag(&format!("self_attention, {name}, dropout {p}")), &d, 1e-4, || {
                     let v = l.fresh();
-                    outputs(ops::self_attention(v[0].clone().reshape([b, t, 3 * dm]), mask, heads, &drop).flatten(0, 2), &v)
+                    outputs(
+                        ops::self_attention(v[0].clone().reshape([b, t, 3 * dm]), mask, heads, &drop)
+                            .flatten(0, 2),
+                        &v,
+                    )
                 });
             }
             same(&tag(&format!("cross_attention, dropout {p}")), &d, 1e-4, || {
                 let v = l.fresh();
                 let kv = v[0].clone().reshape([b, t, 3 * dm]).narrow(2, 0, 2 * dm);
-                let (out, w) = ops::cross_attention(v[1].clone().reshape([b, tq, dm]), kv, &pad4, heads, &drop);
+                let (out, w) =
+                    ops::cross_attention(v[1].clone().reshape([b, tq, dm]), kv, &pad4, heads, &drop);
                 // The weights are for reports: they carry no gradient (detached here).
                 outputs(Tensor::cat(vec![out.flatten(0, 2), w.detach().flatten(0, 3)], 0), &v)
             });
@@ -251,7 +274,12 @@ fn every_operation_on(plain: &Device) {
         for eps in [0.0, 0.1] {
             same(&tag(&format!("label_smoothed_xent, ε {eps}")), &d, 1e-4, || {
                 let x = l.fresh();
-                let (sm, nll) = ops::label_smoothed_xent(x[0].clone().reshape([b, t, v]).mul_scalar(3.0), targets.clone(), &keep, eps);
+                let (sm, nll) = ops::label_smoothed_xent(
+                    x[0].clone().reshape([b, t, v]).mul_scalar(3.0),
+                    targets.clone(),
+                    &keep,
+                    eps,
+                );
                 outputs(Tensor::cat(vec![sm, nll], 0), &x)
             });
         }

@@ -22,12 +22,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::{AdditiveAttentionConfig, Attention, LuongAttentionConfig, LuongScore};
 use crate::cell::CellKind;
-use s2s_kernels::ops::{defer_grad, for_steps};
-use s2s_kernels::ops::tanh;
 use crate::interface::{Forward, RnnState, Source, Step, embed_masked};
 use crate::lstm::bridge;
 use crate::rnn::{StackedRnn, StackedRnnConfig};
 use s2s_kernels::ops;
+use s2s_kernels::ops::tanh;
+use s2s_kernels::ops::{defer_grad, for_steps};
 
 /// Which attention mechanism (and decoder wiring) the model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

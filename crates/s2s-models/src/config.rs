@@ -158,7 +158,12 @@ impl ModelSpec {
     }
 
     /// Builds the model for the given vocabulary sizes on `device` (separate vocabularies).
-    pub fn init(&self, src_vocab: usize, tgt_vocab: usize, device: &Device) -> Result<Model, crate::ModelError> {
+    pub fn init(
+        &self,
+        src_vocab: usize,
+        tgt_vocab: usize,
+        device: &Device,
+    ) -> Result<Model, crate::ModelError> {
         self.init_for(src_vocab, tgt_vocab, false, device)
     }
 

@@ -7,7 +7,9 @@ pub enum ModelError {
     #[error("unknown Luong score `{0}`: use dot, general, concat or low-rank")]
     UnknownScore(String),
     /// The dot score between states of different sizes.
-    #[error("the dot score needs equal decoder and encoder sizes, got {query} and {key}: use general or low-rank")]
+    #[error(
+        "the dot score needs equal decoder and encoder sizes, got {query} and {key}: use general or low-rank"
+    )]
     DotSizes {
         /// Decoder state size.
         query: usize,

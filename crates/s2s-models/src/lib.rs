@@ -31,7 +31,7 @@ pub(crate) mod test_support {
     }
 }
 
-pub use error::ModelError;
 pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
+pub use error::ModelError;
 pub use interface::{Forward, RnnState, Source, Step};
 pub use model::{DecodeState, Model};

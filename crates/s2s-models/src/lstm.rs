@@ -129,10 +129,7 @@ impl LstmSeq2Seq {
         // Target padding comes after every real token and is masked in the loss: run on.
         let keep = Tensor::ones([batch, tgt], &y.device());
         let (h, _) = self.decoder.forward(y, &keep, tgt, Some(init)); // [B, T, H]
-        Forward {
-            logits: ops::linear(&self.output, ops::dropout(&self.dropout, h)),
-            attention: None,
-        }
+        Forward { logits: ops::linear(&self.output, ops::dropout(&self.dropout, h)), attention: None }
     }
 
     /// The decoder's initial state.

@@ -333,7 +333,8 @@ mod tests {
                                           {"bucket": "20+", "sentences": 2, "bleu": bleu - 5.0}]});
             std::fs::write(run.join("test/scores.json"), scores.to_string()).unwrap();
             // 40 test sentences: the lstm keeps only their first words, bahdanau all of them.
-            let refs: Vec<String> = (0..40).map(|i| format!("the cat number {i} sat on the mat today")).collect();
+            let refs: Vec<String> =
+                (0..40).map(|i| format!("the cat number {i} sat on the mat today")).collect();
             let hyps: Vec<String> =
                 refs.iter().map(|r| if name == "lstm" { r[..11].to_string() } else { r.clone() }).collect();
             std::fs::write(run.join("test/references.txt"), refs.join("\n") + "\n").unwrap();

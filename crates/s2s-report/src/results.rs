@@ -199,12 +199,17 @@ pub fn load(dir: &Path) -> Result<(ExperimentIndex, Vec<RunResult>), ReportError
             }
             let text = read(&p)?;
             let body = text.strip_suffix('\n').unwrap_or(&text);
-            Ok(Some(if text.is_empty() { Vec::new() } else { body.split('\n').map(str::to_string).collect() }))
+            Ok(Some(if text.is_empty() {
+                Vec::new()
+            } else {
+                body.split('\n').map(str::to_string).collect()
+            }))
         };
-        let test_text = match (lines(run.join("test/hypotheses.txt"))?, lines(run.join("test/references.txt"))?) {
-            (Some(h), Some(r)) if h.len() == r.len() => Some((h, r)),
-            _ => None,
-        };
+        let test_text =
+            match (lines(run.join("test/hypotheses.txt"))?, lines(run.join("test/references.txt"))?) {
+                (Some(h), Some(r)) if h.len() == r.len() => Some((h, r)),
+                _ => None,
+            };
         let logged: Vec<f64> =
             curve.iter().map(|r| r.tokens_per_s).filter(|t| t.is_finite() && *t > 0.0).collect();
         out.push(RunResult {
@@ -271,10 +276,14 @@ pub fn significance(index: &ExperimentIndex, runs: &mut [RunResult]) {
             (0..runs.len()).filter(|&i| runs[i].entry.seed == seed && runs[i].test_text.is_some()).collect();
         let base = with_text.iter().copied().find(|&i| runs[i].entry.model == baseline);
         let same_refs = |i: usize| {
-            base.is_some_and(|b| runs[i].test_text.as_ref().map(|t| &t.1) == runs[b].test_text.as_ref().map(|t| &t.1))
+            base.is_some_and(|b| {
+                runs[i].test_text.as_ref().map(|t| &t.1) == runs[b].test_text.as_ref().map(|t| &t.1)
+            })
         };
-        let group: Vec<usize> =
-            base.into_iter().chain(with_text.iter().copied().filter(|&i| Some(i) != base && same_refs(i))).collect();
+        let group: Vec<usize> = base
+            .into_iter()
+            .chain(with_text.iter().copied().filter(|&i| Some(i) != base && same_refs(i)))
+            .collect();
         let alone: Vec<usize> = with_text.iter().copied().filter(|i| !group.contains(i)).collect();
         if !group.is_empty() {
             test(&group, runs);

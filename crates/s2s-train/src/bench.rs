@@ -15,9 +15,9 @@ use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
 
-use s2s_kernels::ops::clip_global_norm;
-use s2s_kernels::ops::FusedAdam;
 use crate::loss::label_smoothed_loss;
+use s2s_kernels::ops::FusedAdam;
+use s2s_kernels::ops::clip_global_norm;
 
 /// The benchmark configuration shipped with the project.
 pub const MODELS_JSON: &str = include_str!("../../../experiments/bench/models.json");

@@ -177,8 +177,11 @@ impl Checkpoints {
     pub fn verify(dir: &Path, file: &str) -> Result<(), TrainError> {
         let record = dir.join("files.json");
         let Ok(text) = std::fs::read_to_string(&record) else { return Ok(()) };
-        let checks: std::collections::BTreeMap<String, FileCheck> = serde_json::from_str(&text)
-            .map_err(|e| TrainError::Checkpoint { path: record.clone(), message: format!("unreadable: {e}") })?;
+        let checks: std::collections::BTreeMap<String, FileCheck> =
+            serde_json::from_str(&text).map_err(|e| TrainError::Checkpoint {
+                path: record.clone(),
+                message: format!("unreadable: {e}"),
+            })?;
         let Some(want) = checks.get(file) else { return Ok(()) };
         let path = dir.join(file);
         let got = check_of(&path)?;

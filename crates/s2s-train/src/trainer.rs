@@ -17,13 +17,13 @@ use s2s_data::{Batch, Batcher, Example, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
 use crate::checkpoint::{Checkpoints, TrainerState};
-use s2s_kernels::ops::clip_global_norm;
 use crate::config::{OptimizerKind, StopMetric, TrainSpec};
 use crate::error::TrainError;
 use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
-use s2s_kernels::ops::FusedAdam;
 use crate::loss::label_smoothed_loss;
 use crate::metrics::{self, MetricsRow};
+use s2s_kernels::ops::FusedAdam;
+use s2s_kernels::ops::clip_global_norm;
 
 /// The data of a training run, already tokenised.
 pub struct TrainData {
@@ -131,7 +131,10 @@ fn checkpoint_error(dir: &Path, path: PathBuf, e: burn::store::RecordError) -> T
             "written for another model configuration ({m}): load it with the configuration it was trained with (the run's run.json)"
         ),
         burn::store::RecordError::Io(m) => {
-            format!("not a readable checkpoint ({m}): damaged or not written by s2s; {}", Checkpoints::remedy_for_damage(dir))
+            format!(
+                "not a readable checkpoint ({m}): damaged or not written by s2s; {}",
+                Checkpoints::remedy_for_damage(dir)
+            )
         }
     };
     TrainError::Checkpoint { path, message }

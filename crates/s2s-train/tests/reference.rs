@@ -13,11 +13,23 @@ use s2s_train::loss::label_smoothed_loss;
 
 fn specs() -> Vec<(&'static str, ModelSpec)> {
     vec![
-        ("lstm", ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.2, ..Default::default() })),
-        ("bahdanau", ModelSpec::Bahdanau(AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.2, ..Default::default() })),
+        (
+            "lstm",
+            ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.2, ..Default::default() }),
+        ),
+        (
+            "bahdanau",
+            ModelSpec::Bahdanau(AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.2, ..Default::default() }),
+        ),
         (
             "luong",
-            ModelSpec::Luong(AttentionRnnSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.2, ..Default::default() }),
+            ModelSpec::Luong(AttentionRnnSpec {
+                emb: 8,
+                hidden: 12,
+                layers: 2,
+                dropout: 0.2,
+                ..Default::default()
+            }),
         ),
         (
             "transformer",

@@ -8,8 +8,8 @@ use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
-use s2s_models::{AttentionRnnSpec, ModelSpec, Source, TransformerSpec};
 use s2s_kernels::ops::clip_global_norm;
+use s2s_models::{AttentionRnnSpec, ModelSpec, Source, TransformerSpec};
 use s2s_train::loss::label_smoothed_loss;
 
 fn specs() -> Vec<ModelSpec> {

@@ -436,12 +436,14 @@ mod tests {
         let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
         let m = MultiHeadAttentionConfig::new(d_model, heads).with_dropout(0.0).init(&ad).unwrap();
         let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
-        let query = Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
+        let query =
+            Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
         let r = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad);
         let rq = Tensor::<3>::random([batch, tq, d_model], Distribution::Normal(0.0, 1.0), &ad);
         let mask = padding(batch, t, &ad);
         let grads = |g: &burn::tensor::Gradients, inputs: &[&Tensor<3>]| {
-            let mut out: Vec<Tensor<1>> = inputs.iter().map(|x| x.grad(g).expect("∂input").flatten(0, 2)).collect();
+            let mut out: Vec<Tensor<1>> =
+                inputs.iter().map(|x| x.grad(g).expect("∂input").flatten(0, 2)).collect();
             for l in [&m.query, &m.key, &m.value, &m.output] {
                 out.push(l.weight.grad(g).expect("∂W").flatten(0, 1));
                 out.push(l.bias.as_ref().unwrap().grad(g).expect("∂b"));
@@ -479,7 +481,8 @@ mod tests {
         let memory = Tensor::<3>::from_data(x.inner().to_data(), &d);
         let q1 = Tensor::<3>::from_data(query.inner().narrow(1, 0, 1).to_data(), &d);
         let mask = padding(batch, t, &d);
-        let decode = |k: Kernels| with(k, || m.attend(q1.clone(), &m.project_kv(memory.clone()), Some(&mask)));
+        let decode =
+            |k: Kernels| with(k, || m.attend(q1.clone(), &m.project_kv(memory.clone()), Some(&mask)));
         let ((y1, w1), (y2, w2)) = (decode(Kernels::Fast), decode(Kernels::Reference));
         assert!(crate::test_support::max_diff(y1, y2) < 1e-5, "decoding: output");
         assert!(crate::test_support::max_diff(w1.clone(), w2) < 1e-6, "decoding: weights");

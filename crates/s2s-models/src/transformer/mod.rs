@@ -195,10 +195,7 @@ impl Transformer {
         let [_, t] = ids.dims();
         let device = ids.device();
         let x = embedding.forward(ids) * (self.d_model as f32).sqrt();
-        ops::dropout(
-            &self.dropout,
-            x + sinusoids(start, t, self.d_model, &device).unsqueeze_dim::<3>(0),
-        )
+        ops::dropout(&self.dropout, x + sinusoids(start, t, self.d_model, &device).unsqueeze_dim::<3>(0))
     }
 
     /// The encoder memory `[batch, src, d_model]` and its key mask.
