@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 12 in as few device calls as possible, for a session whose task
-# is lent a GPU machine (the `device` tool; see /work/.library/device/README.md). That machine
+# The GPU measurements (speed beside PyTorch on the same GPU) in as few device calls as
+# possible, for a session that is lent a GPU machine. That machine
 # reaches nothing outside, has PyTorch but no Vulkan loader and no Rust, so the binary is built
 # here and carried with the loader's packages.
 #

@@ -72,19 +72,70 @@ impl BenchConfig {
 
     /// A configuration in the same format from `path` (e.g.
     /// `experiments/bench/launch-bound.json`); errors name the file and what is wrong.
-    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let cfg: Self = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: {e} (expected the format of experiments/bench/models.json)", path.display())
-        })?;
+    pub fn from_file(path: &std::path::Path) -> Result<Self, BenchError> {
+        let file = path.to_path_buf();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| BenchError::Io { file: file.clone(), source })?;
+        let cfg: Self =
+            serde_json::from_str(&text).map_err(|source| BenchError::Parse { file: file.clone(), source })?;
         if cfg.models.is_empty() {
-            return Err(format!("{}: no shapes under \"models\"", path.display()));
+            return Err(BenchError::NoShapes { file });
         }
         for (name, shape) in &cfg.models {
-            shape.spec().map_err(|e| format!("{}: shape `{name}`: {e}", path.display()))?;
+            shape.spec().map_err(|e| BenchError::InFile {
+                file: file.clone(),
+                shape: name.clone(),
+                error: Box::new(e),
+            })?;
         }
         Ok(cfg)
     }
+}
+
+/// What can go wrong reading bench shapes or running one.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The shapes file cannot be read.
+    #[error("{}: {source}", file.display())]
+    Io {
+        /// The file.
+        file: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The shapes file is not the expected JSON.
+    #[error("{}: {source} (expected the format of experiments/bench/models.json)", file.display())]
+    Parse {
+        /// The file.
+        file: std::path::PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The shapes file lists no shape.
+    #[error("{}: no shapes under \"models\"", file.display())]
+    NoShapes {
+        /// The file.
+        file: std::path::PathBuf,
+    },
+    /// One shape of a file is wrong.
+    #[error("{}: shape `{shape}`: {error}", file.display())]
+    InFile {
+        /// The file.
+        file: std::path::PathBuf,
+        /// The shape's name.
+        shape: String,
+        /// What is wrong with it.
+        error: Box<BenchError>,
+    },
+    /// A shape lacks a field its family needs.
+    #[error("shape lacks `{0}`")]
+    Missing(&'static str),
+    /// An attention or family name the bench does not know.
+    #[error("unknown {0} `{1}`")]
+    Unknown(&'static str, String),
+    /// The model cannot be built.
+    #[error(transparent)]
+    Model(#[from] s2s_models::ModelError),
 }
 
 impl Shape {
@@ -95,8 +146,8 @@ impl Shape {
 
     /// The toolkit's model with this shape (as close to `torch_ref.py`'s as the kinds allow:
     /// the Transformer gets separate embeddings and an untied output, like PyTorch's).
-    pub fn spec(&self) -> Result<ModelSpec, String> {
-        let need = |v: Option<usize>, what: &str| v.ok_or_else(|| format!("shape lacks `{what}`"));
+    pub fn spec(&self) -> Result<ModelSpec, BenchError> {
+        let need = |v: Option<usize>, what: &'static str| v.ok_or(BenchError::Missing(what));
         Ok(match (self.family.as_str(), self.attention.as_deref()) {
             ("lstm", _) => ModelSpec::Lstm(LstmSpec {
                 emb: need(self.emb, "emb")?,
@@ -120,7 +171,7 @@ impl Shape {
                     "bahdanau" => ModelSpec::Bahdanau(s),
                     "luong-general" => ModelSpec::Luong(AttentionRnnSpec { score: LuongScore::General, ..s }),
                     "luong-dot" => ModelSpec::Luong(AttentionRnnSpec { score: LuongScore::Dot, ..s }),
-                    other => return Err(format!("unknown attention `{other}`")),
+                    other => return Err(BenchError::Unknown("attention", other.to_string())),
                 }
             }
             ("transformer", _) => ModelSpec::Transformer(TransformerSpec {
@@ -135,7 +186,7 @@ impl Shape {
                 tie_output: false,
                 share_embeddings: false,
             }),
-            (f, _) => return Err(format!("unknown family `{f}`")),
+            (f, _) => return Err(BenchError::Unknown("family", f.to_string())),
         })
     }
 }
@@ -189,11 +240,11 @@ pub fn bench(
     steps: usize,
     device: &Device,
     device_name: &str,
-) -> Result<BenchResult, String> {
+) -> Result<BenchResult, BenchError> {
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
     let ad = device.clone().autodiff();
     ad.seed(0);
-    let mut model = spec.init(b.src_vocab, b.tgt_vocab, &ad).map_err(|e| e.to_string())?;
+    let mut model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
     let params = model.num_params();
     let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
     let y = random_ids(n * (t + 1), b.tgt_vocab, 2);
@@ -317,7 +368,7 @@ mod tests {
         assert_eq!(shape(&tiny.batch), shape(&full.batch));
         let bad = std::env::temp_dir().join(format!("s2s-bench-bad-{}.json", std::process::id()));
         std::fs::write(&bad, "{\"batch\": {}}").unwrap();
-        let e = BenchConfig::from_file(&bad).unwrap_err();
+        let e = BenchConfig::from_file(&bad).unwrap_err().to_string();
         let _ = std::fs::remove_file(&bad);
         assert!(e.contains("s2s-bench-bad") && e.contains("models.json"), "{e}");
     }

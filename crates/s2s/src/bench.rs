@@ -37,7 +37,7 @@ pub struct BenchArgs {
 /// Runs `s2s bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
     let cfg = match &a.shapes {
-        Some(path) => BenchConfig::from_file(path).map_err(anyhow::Error::msg)?,
+        Some(path) => BenchConfig::from_file(path)?,
         None => BenchConfig::shipped(),
     };
     let names: Vec<String> = match &a.models {
@@ -67,9 +67,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         println!("|---|---|---|---|---|---|---|");
     }
     for n in names {
-        let spec = cfg.models[&n].spec().map_err(anyhow::Error::msg)?;
-        let r =
-            bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name).map_err(anyhow::Error::msg)?;
+        let spec = cfg.models[&n].spec()?;
+        let r = bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name)?;
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
