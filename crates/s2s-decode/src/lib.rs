@@ -1,14 +1,20 @@
 //! # s2s-decode: search over the seq2seq interface
 //!
 //! Decoding only ever calls [`Model::encode`](s2s_models::Model::encode) and
-//! [`Model::decode_step`](s2s_models::Model::decode_step), so it serves every model kind.
+//! [`Model::decode_step`](s2s_models::Model::decode_step) (through [`Incremental`]), so it
+//! serves every model kind and [`Ensemble`]s of them: greedy search, beam search and
+//! [`sample`]-ing.
 
 pub mod beam;
+pub mod ensemble;
 pub mod greedy;
 pub mod incremental;
 pub mod limits;
+pub mod sample;
 
 pub use beam::{BeamConfig, LengthPenalty, beam_search, beam_search_with};
+pub use ensemble::Ensemble;
 pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;
 pub use limits::MaxLength;
+pub use sample::{SampleConfig, sample};

@@ -80,12 +80,106 @@ struct Pointer {
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
     root: PathBuf,
+    keep_last: usize,
 }
 
 impl Checkpoints {
-    /// Checkpoints under `run_dir/checkpoints`.
+    /// Checkpoints under `run_dir/checkpoints`, keeping the last one (and the best).
     pub fn new(run_dir: &Path) -> Self {
-        Self { root: run_dir.join("checkpoints") }
+        Self { root: run_dir.join("checkpoints"), keep_last: 1 }
+    }
+
+    /// Keeps the `n` most recent step checkpoints (at least 1) besides the best, for
+    /// averaging ([`crate::average`]).
+    pub fn keeping(mut self, n: usize) -> Self {
+        self.keep_last = n.max(1);
+        self
+    }
+
+    /// The checkpoint directory called `name`: `best` and `last` follow their pointers; any
+    /// other name is a directory under `checkpoints/` (`step-00001000`, `average-last-5`).
+    pub fn named(&self, name: &str) -> Result<PathBuf, TrainError> {
+        let run = self.root.parent().unwrap_or(&self.root).display().to_string();
+        if name == "best" || name == "last" {
+            return self.pointed(name)?.ok_or_else(|| TrainError::Checkpoint {
+                path: self.root.clone(),
+                message: format!(
+                    "{run} has no {name} checkpoint yet: train it first (s2s train --run {run})"
+                ),
+            });
+        }
+        let dir = self.root.join(name);
+        let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..";
+        if plain && dir.join("model.bpk").is_file() {
+            return Ok(dir);
+        }
+        let mut have = vec!["best".to_string(), "last".to_string()];
+        if let Ok(entries) = std::fs::read_dir(&self.root) {
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().join("model.bpk").is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect();
+            names.sort();
+            have.extend(names);
+        }
+        Err(TrainError::Checkpoint {
+            path: dir,
+            message: format!("no such checkpoint in {run}; use one of: {}", have.join(", ")),
+        })
+    }
+
+    /// The `n` most recent complete step checkpoints, newest first, one per step (a step
+    /// saved twice — validated, then saved again as the run ended — counts once, by its
+    /// newest copy).
+    pub fn recent(&self, n: usize) -> Result<Vec<PathBuf>, TrainError> {
+        let mut steps = self.step_dirs()?;
+        // `step-N-k` sorts after `step-N` and is the newer copy (a numeric k, compared as such).
+        let copy = |p: &Path| -> u64 {
+            let name = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            name.splitn(3, '-').nth(2).and_then(|k| k.parse().ok()).unwrap_or(1)
+        };
+        steps.sort_by(|a, b| b.0.cmp(&a.0).then(copy(&b.1).cmp(&copy(&a.1))));
+        steps.dedup_by_key(|s| s.0);
+        Ok(steps.into_iter().take(n).map(|(_, d)| d).collect())
+    }
+
+    /// Every complete step checkpoint with its step (from its `state.json`).
+    fn step_dirs(&self) -> Result<Vec<(u64, PathBuf)>, TrainError> {
+        let mut out = Vec::new();
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(TrainError::io(&self.root, e)),
+        };
+        for entry in entries {
+            let path = entry.map_err(|e| TrainError::io(&self.root, e))?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if !name.starts_with("step-") || !path.join("state.json").is_file() {
+                continue;
+            }
+            // A checkpoint whose state cannot be read is not one to keep or average.
+            if let Ok(state) = Self::read_state(&path) {
+                out.push((state.step, path));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records the length and CRC-32 of every file in `dir` in its `files.json` (what
+    /// [`Checkpoints::verify`] checks).
+    pub fn write_checks(dir: &Path) -> Result<(), TrainError> {
+        let mut checks = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| TrainError::io(dir, e))? {
+            let path = entry.map_err(|e| TrainError::io(dir, e))?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name != "files.json" {
+                checks.insert(name, check_of(&path)?);
+            }
+        }
+        let json = serde_json::to_vec_pretty(&checks).expect("file checks serialise");
+        std::fs::write(dir.join("files.json"), json).map_err(|e| TrainError::io(dir, e))
     }
 
     /// The directory a pointer (`"last"` or `"best"`) names, if any.
@@ -131,14 +225,7 @@ impl Checkpoints {
         }
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         write_files(&tmp)?;
-        let mut checks = std::collections::BTreeMap::new();
-        for entry in std::fs::read_dir(&tmp).map_err(|e| TrainError::io(&tmp, e))? {
-            let path = entry.map_err(|e| TrainError::io(&tmp, e))?.path();
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            checks.insert(name, check_of(&path)?);
-        }
-        let json = serde_json::to_vec_pretty(&checks).expect("file checks serialise");
-        std::fs::write(tmp.join("files.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
+        Self::write_checks(&tmp)?;
         crate::interrupt::abort_in_checkpoint(state.step);
         let json = serde_json::to_vec_pretty(state).expect("trainer state serialises");
         std::fs::write(tmp.join("state.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
@@ -156,10 +243,12 @@ impl Checkpoints {
         Ok(dir)
     }
 
-    /// Removes checkpoint directories no pointer names.
+    /// Removes step checkpoint directories that no pointer names and that are not among the
+    /// `keep_last` most recent (other directories, e.g. averaged ones, are left alone).
     fn prune(&self) -> Result<(), TrainError> {
-        let keep: Vec<PathBuf> =
+        let mut keep: Vec<PathBuf> =
             ["last", "best"].iter().filter_map(|w| self.pointed(w).ok().flatten()).collect();
+        keep.extend(self.recent(self.keep_last)?);
         for entry in std::fs::read_dir(&self.root).map_err(|e| TrainError::io(&self.root, e))? {
             let path = entry.map_err(|e| TrainError::io(&self.root, e))?.path();
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -199,7 +288,7 @@ impl Checkpoints {
     /// the other checkpoint a pointer keeps, where there is one, else start anew.
     pub fn remedy_for_damage(dir: &Path) -> String {
         let root = dir.parent().unwrap_or(Path::new("."));
-        let ckpts = Checkpoints { root: root.to_path_buf() };
+        let ckpts = Checkpoints { root: root.to_path_buf(), keep_last: 1 };
         let named: Vec<(&str, Option<PathBuf>)> =
             ["last", "best"].iter().map(|w| (*w, ckpts.pointed(w).ok().flatten())).collect();
         let this = named.iter().find(|(_, d)| d.as_deref() == Some(dir)).map(|(w, _)| *w);

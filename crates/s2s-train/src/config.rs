@@ -83,6 +83,8 @@ pub struct TrainSpec {
     pub patience: u32,
     /// Skip (and count) batches whose loss is not finite instead of stopping with an error.
     pub skip_nonfinite: bool,
+    /// Step checkpoints kept besides the best: the last N (at least 1), for `s2s average`.
+    pub keep_last: u32,
 }
 
 impl Default for TrainSpec {
@@ -108,26 +110,44 @@ impl Default for TrainSpec {
             stop_metric: StopMetric::Bleu,
             patience: 5,
             skip_nonfinite: false,
+            keep_last: 1,
         }
     }
 }
 
 impl TrainSpec {
     /// Checks values a typo could make nonsensical.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         let b = &self.budget;
         if b.steps.is_none() && b.epochs.is_none() && b.minutes.is_none() {
-            return Err("the training budget needs steps, epochs or minutes".into());
+            return Err(SpecError::NoBudget);
         }
         if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return Err(format!("lr must be positive, got {}", self.lr));
+            return Err(SpecError::LearningRate(self.lr));
         }
         if !(0.0..1.0).contains(&self.label_smoothing) {
-            return Err(format!("label_smoothing must be in [0, 1), got {}", self.label_smoothing));
+            return Err(SpecError::LabelSmoothing(self.label_smoothing));
         }
         if self.accumulate == 0 || self.devices == 0 || self.valid_every == 0 || self.batch.max_tokens == 0 {
-            return Err("accumulate, devices, valid_every and batch.max_tokens must be at least 1".into());
+            return Err(SpecError::Zero);
         }
         Ok(())
     }
+}
+
+/// A `[train]` value that cannot be right.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// No budget at all.
+    #[error("the training budget needs steps, epochs or minutes")]
+    NoBudget,
+    /// `lr` not a positive number.
+    #[error("lr must be positive, got {0}")]
+    LearningRate(f64),
+    /// `label_smoothing` outside `[0, 1)`.
+    #[error("label_smoothing must be in [0, 1), got {0}")]
+    LabelSmoothing(f64),
+    /// A count that must be at least 1 is 0.
+    #[error("accumulate, devices, valid_every and batch.max_tokens must be at least 1")]
+    Zero,
 }

@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::{Batch, BatchConfig, Batcher, Example, Tokenizer};
-use s2s_decode::{BeamConfig, Hypothesis, MaxLength, beam_search, greedy};
+use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, SampleConfig, beam_search, greedy, sample};
 use s2s_models::{Model, Source};
 
 use crate::loss::label_smoothed_loss;
@@ -63,12 +63,15 @@ pub enum Search {
     },
     /// Beam search.
     Beam(BeamConfig),
+    /// Sampling (temperature, top-k, top-p), seeded.
+    Sample(SampleConfig),
 }
 
-/// Translations of `sources` (ids without specials; `</s>` is appended), in input order: one n-best list per
-/// source (one hypothesis for greedy). Sources are batched by length with `batch`.
-pub fn translate(
-    model: &Model,
+/// Translations of `sources` (ids without specials; `</s>` is appended), in input order: one
+/// n-best list per source (one hypothesis for greedy search and sampling). Sources are batched
+/// by length with `batch`. `model` is a [`Model`] or an [`s2s_decode::Ensemble`] of them.
+pub fn translate<M: Incremental>(
+    model: &M,
     sources: &[Vec<u32>],
     batch: BatchConfig,
     search: &Search,
@@ -85,6 +88,10 @@ pub fn translate(
                 greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
             }
             Search::Beam(cfg) => beam_search(model, &src, cfg),
+            Search::Sample(cfg) => {
+                let index: Vec<u64> = idx.iter().map(|&i| cfg.first_index + i as u64).collect();
+                sample(model, &src, cfg, &index).into_iter().map(|h| vec![h]).collect()
+            }
         };
         for (h, &i) in hyps.into_iter().zip(&idx) {
             out[i] = h;

@@ -14,6 +14,7 @@
 //! [decode]                           # test-set decoding: beam = 1 is greedy
 //! beam = 5
 //! alpha = 0.6
+//! average_last = 1                   # N > 1: test the average of the last N checkpoints
 //! [[model]]
 //! kind = "luong"
 //! score = ["dot", "general"]         # → models luong-dot and luong-general
@@ -48,11 +49,14 @@ pub struct DecodeSpec {
     pub alpha: f64,
     /// Length penalty.
     pub penalty: LengthPenalty,
+    /// Test the average of each model's last N checkpoints instead of its best (1: the best);
+    /// each model then keeps at least N checkpoints (`keep_last` is raised to N).
+    pub average_last: usize,
 }
 
 impl Default for DecodeSpec {
     fn default() -> Self {
-        Self { beam: 5, alpha: 0.6, penalty: LengthPenalty::Gnmt }
+        Self { beam: 5, alpha: 0.6, penalty: LengthPenalty::Gnmt, average_last: 1 }
     }
 }
 
@@ -186,6 +190,9 @@ impl Experiment {
         if file.seeds.is_empty() {
             return Err(bad("`seeds` is empty".into()));
         }
+        if file.decode.average_last == 0 {
+            return Err(bad("[decode] average_last must be at least 1 (1: the best checkpoint)".into()));
+        }
         if file.decode.beam == 0 {
             return Err(bad("[decode] beam must be at least 1".into()));
         }
@@ -252,7 +259,11 @@ impl Experiment {
                     data: self.data.clone(),
                     tokenizer: self.tokenizer.clone(),
                     model: spec.clone(),
-                    train: TrainSpec { seed, ..train.clone() },
+                    train: TrainSpec {
+                        seed,
+                        keep_last: train.keep_last.max(self.decode.average_last as u32),
+                        ..train.clone()
+                    },
                 };
                 let entry = Entry {
                     name: run.clone(),
@@ -326,8 +337,10 @@ pub fn run_experiment(
         eprintln!("[{}/{}] {} ({}, seed {}) · {eta}", k + 1, todo.len(), entry.name, entry.kind, entry.seed);
         let search = exp.decode.search(&cfg.train);
         let n = (cfg.train.devices as usize).min(devices.len());
-        let out =
-            run_and_test(cfg, &dir, &devices[..n], device_name, progress, &search, &|m| eprintln!("  {m}"))?;
+        let average = exp.decode.average_last;
+        let out = run_and_test(cfg, &dir, &devices[..n], device_name, progress, &search, average, &|m| {
+            eprintln!("  {m}")
+        })?;
         trained += 1;
         if out.train.interrupted {
             eprintln!("experiment interrupted: rerun the same command to resume");

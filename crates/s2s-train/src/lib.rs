@@ -5,6 +5,7 @@
 //! Noam, plateau), [`checkpoint`] (atomic, exact resume), [`metrics`] (`metrics.csv`),
 //! [`evaluate`] (perplexity and greedy BLEU) and [`trainer`] (the loop).
 
+pub mod average;
 pub mod bench;
 pub mod checkpoint;
 pub mod config;

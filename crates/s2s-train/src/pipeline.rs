@@ -7,6 +7,7 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Device;
 
+use crate::average::average_last as average_last_into;
 use crate::checkpoint::Checkpoints;
 use crate::error::TrainError;
 use crate::evaluate::Search;
@@ -25,7 +26,10 @@ pub struct RunOutcome {
 }
 
 /// Trains `cfg` into `run_dir` on `devices` (as many as `cfg.train.devices`; the first also
-/// evaluates) and evaluates it with `search`; `log` receives progress lines.
+/// evaluates) and evaluates it with `search`: its best checkpoint, or with `average_last > 1`
+/// the average of its last checkpoints (as many as were kept, up to that many; see
+/// [`crate::average`]). `log` receives progress lines.
+#[allow(clippy::too_many_arguments)]
 pub fn run_and_test(
     cfg: &RunConfig,
     run_dir: &Path,
@@ -33,6 +37,7 @@ pub fn run_and_test(
     device_name: &str,
     progress: bool,
     search: &Search,
+    average_last: usize,
     log: &dyn Fn(&str),
 ) -> Result<RunOutcome, TrainError> {
     check_resume_config(cfg, run_dir)?;
@@ -41,6 +46,10 @@ pub fn run_and_test(
     for (split, r) in &prepared.reports {
         log(&format!("{split}: {r}"));
     }
+    if prepared.filter.dropped() > 0 {
+        log(&format!("train filters: {}", prepared.filter));
+    }
+    log(&format!("prepared training data: {}", prepared.data.train.dir().display()));
     let params = build_model(&cfg.model, &prepared.tokenizers, cfg.train.seed, device)?.num_params();
     log(&format!("model: {} with {params} parameters", cfg.model.kind()));
     let mut manifest = RunManifest {
@@ -52,6 +61,8 @@ pub fn run_and_test(
         params,
         status: "training".into(),
         data_report: prepared.reports.clone(),
+        filter_report: prepared.filter,
+        prepared: Some(prepared.data.train.dir().to_path_buf()),
     };
     write_manifest(run_dir, &manifest)?;
     let outcome = train(TrainJob {
@@ -86,9 +97,18 @@ pub fn run_and_test(
     ));
     let test = match &prepared.test {
         Some(test) => {
+            let mut dir = outcome.best_dir.clone();
+            let kept = Checkpoints::new(run_dir).recent(average_last)?.len();
+            if average_last > 1 && kept > 1 {
+                let (avg, record) = average_last_into(run_dir, &cfg.model, &prepared.tokenizers, kept)?;
+                let steps: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
+                log(&format!("testing the average of the checkpoints of steps {}", steps.join(", ")));
+                dir = avg;
+            } else if average_last > 1 {
+                log("one checkpoint kept: testing the best one, not an average");
+            }
             let model =
-                load_model(&cfg.model, &prepared.tokenizers, &outcome.best_dir, &device.clone().autodiff())?
-                    .valid();
+                load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
             Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
         }
         None => None,

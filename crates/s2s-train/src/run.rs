@@ -1,12 +1,15 @@
 //! A training run's whole configuration (data, tokenizer, model, training) and its
-//! preparation: read or generate the corpus, train and save the tokenizers, tokenise, and
-//! write `run.json` — everything `s2s translate` later needs is in the run directory.
+//! preparation: generate the corpus if it is the built-in one, prepare it (tokenizer learned,
+//! pairs filtered and encoded into memory-mapped shards, [`s2s_data::prepare`]) or reuse the
+//! dataset prepared before from the same inputs and settings, save the tokenizers, and write
+//! `run.json` — everything `s2s translate` later needs is in the run directory.
 
 use std::path::{Path, PathBuf};
 
 use s2s_data::synth::{SynthConfig, write_splits};
 use s2s_data::{
-    CorpusFiles, Pair, ReadOptions, SplitFiles, TokenizerConfig, Tokenizers, encode_pairs, read_corpus,
+    CorpusFiles, FilterConfig, FilterReport, Pair, PrepareConfig, Preparer, ReadOptions, SplitFiles,
+    TokenizerConfig, Tokenizers, read_corpus,
 };
 use s2s_models::ModelSpec;
 use serde::{Deserialize, Serialize};
@@ -39,7 +42,20 @@ pub enum DataSpec {
         /// Pairs with a side longer than this many words are skipped (counted).
         #[serde(default = "default_max_words")]
         max_words: usize,
+        /// Training pairs to drop before training (`[data.filter]`: `min_tokens`,
+        /// `max_tokens`, `max_ratio`, `dedup`, `drop_copies`; all off by default). Validation
+        /// and test pairs are never filtered.
+        #[serde(default)]
+        filter: FilterConfig,
+        /// Training pairs the tokenizer learns from: a larger corpus is sampled down to this
+        /// many (0: all of it).
+        #[serde(default = "default_sample_pairs")]
+        sample_pairs: usize,
     },
+}
+
+fn default_sample_pairs() -> usize {
+    PrepareConfig::default().sample_pairs
 }
 
 fn default_pairs() -> usize {
@@ -97,6 +113,12 @@ pub struct RunManifest {
     pub status: String,
     /// What reading the corpus skipped, per split.
     pub data_report: Vec<(String, s2s_data::ReadReport)>,
+    /// What the filters dropped from the training split.
+    #[serde(default)]
+    pub filter_report: FilterReport,
+    /// The prepared training dataset's directory.
+    #[serde(default)]
+    pub prepared: Option<PathBuf>,
 }
 
 /// The prepared data of a run.
@@ -109,49 +131,115 @@ pub struct Prepared {
     pub test: Option<Vec<Pair>>,
     /// Reading reports per split.
     pub reports: Vec<(String, s2s_data::ReadReport)>,
+    /// What the filters dropped from the training split.
+    pub filter: FilterReport,
 }
 
-/// Resolves the splits: generates the built-in pair under `run_dir/data` if asked.
-pub fn split_files(data: &DataSpec, run_dir: &Path) -> Result<(SplitFiles, usize), TrainError> {
-    match data {
-        DataSpec::Files { splits, max_words } => Ok((splits.clone(), *max_words)),
+/// Where prepared datasets of corpus files are kept, shared by every run and experiment:
+/// `$S2S_DATA_CACHE`, else `$XDG_CACHE_HOME/s2s/prepared`, else `~/.cache/s2s/prepared`, else
+/// `.s2s-prepared` in the working directory.
+pub fn data_cache() -> PathBuf {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = env("S2S_DATA_CACHE") {
+        return dir;
+    }
+    match env("XDG_CACHE_HOME").or_else(|| env("HOME").map(|h| h.join(".cache"))) {
+        Some(cache) => cache.join("s2s").join("prepared"),
+        None => PathBuf::from(".s2s-prepared"),
+    }
+}
+
+/// The splits, their reading and preparation settings, and where their prepared datasets
+/// live: generates the built-in pair under `run_dir/data` if asked (its prepared datasets stay
+/// beside it, in `run_dir/data/prepared`; corpus files go to [`data_cache`]).
+pub fn split_files(
+    cfg: &RunConfig,
+    run_dir: &Path,
+) -> Result<(SplitFiles, PrepareConfig, PathBuf), TrainError> {
+    let prep = |max_words, filter, sample_pairs| PrepareConfig {
+        read: ReadOptions { max_words },
+        tokenizer: cfg.tokenizer.clone(),
+        filter,
+        sample_pairs,
+        ..PrepareConfig::default()
+    };
+    match &cfg.data {
+        DataSpec::Files { splits, max_words, filter, sample_pairs } => {
+            Ok((splits.clone(), prep(*max_words, *filter, *sample_pairs), data_cache()))
+        }
         DataSpec::Builtin { pairs, seed, max_tokens } => {
             let dir = run_dir.join("data");
-            let cfg =
+            let synth =
                 SynthConfig { pairs: *pairs, seed: *seed, max_tokens: *max_tokens, ..SynthConfig::default() };
-            let s = write_splits(&cfg, &dir).map_err(|e| TrainError::io(&dir, e))?;
+            let s = write_splits(&synth, &dir).map_err(|e| TrainError::io(&dir, e))?;
             let files = |(src, tgt): (PathBuf, PathBuf)| CorpusFiles::Aligned { src, tgt };
-            Ok((SplitFiles { train: files(s.train), valid: files(s.valid), test: Some(files(s.test)) }, 0))
+            let splits =
+                SplitFiles { train: files(s.train), valid: files(s.valid), test: Some(files(s.test)) };
+            Ok((splits, prep(0, FilterConfig::default(), 0), dir.join("prepared")))
         }
     }
 }
 
-/// Reads the corpus, trains (or, on resume, loads) the tokenizers, and tokenises.
+/// Prepares the training split (or reuses its prepared dataset), saves its tokenizers in the
+/// run directory (on resume: keeps the saved ones, preparing anew with them if the corpus
+/// changed since), and encodes the validation split with them. Only the validation split is
+/// held in memory (as ids, and its references as text, for BLEU); the test split is read as
+/// text, which test decoding starts from.
 pub fn prepare(cfg: &RunConfig, run_dir: &Path) -> Result<Prepared, TrainError> {
     std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
-    let (splits, max_words) = split_files(&cfg.data, run_dir)?;
-    let opts = ReadOptions { max_words };
-    let train = read_corpus(&splits.train, &opts)?;
-    let valid = read_corpus(&splits.valid, &opts)?;
-    let test = splits.test.as_ref().map(|t| read_corpus(t, &opts)).transpose()?;
+    let (splits, pcfg, cache) = split_files(cfg, run_dir)?;
+    let mut train = Preparer::new(&splits.train, &pcfg, &cache).run()?.dataset;
     let tok_dir = run_dir.join("tokenizer");
     let tokenizers = if tok_dir.exists() {
-        Tokenizers::load(&tok_dir)?
+        let saved = Tokenizers::load(&tok_dir)?;
+        if !same_tokenizers(&saved, train.tokenizers())? {
+            train = Preparer::new(&splits.train, &pcfg, &cache).tokenizers(&saved).run()?.dataset;
+        }
+        saved
     } else {
-        let t = Tokenizers::train(&cfg.tokenizer, &train.pairs)?;
+        let t = train.tokenizers().clone();
         t.save(&tok_dir)?;
         t
     };
-    let mut reports = vec![("train".to_string(), train.report), ("valid".to_string(), valid.report)];
+    // Validation pairs are never filtered: their ids and their text must stay line for line.
+    let vcfg = PrepareConfig { filter: FilterConfig::default(), ..pcfg.clone() };
+    let valid = Preparer::new(&splits.valid, &vcfg, &cache).tokenizers(&tokenizers).run()?.dataset;
+    let valid_text = read_corpus(&splits.valid, &pcfg.read)?;
+    if valid_text.pairs.len() != valid.len() {
+        return Err(TrainError::Config(format!(
+            "{}: read {} pairs but its prepared dataset {} holds {}: delete that directory and run again",
+            splits.valid.describe(),
+            valid_text.pairs.len(),
+            valid.dir().display(),
+            valid.len()
+        )));
+    }
+    let test = splits.test.as_ref().map(|t| read_corpus(t, &pcfg.read)).transpose()?;
+    let mut reports =
+        vec![("train".to_string(), train.manifest().read), ("valid".to_string(), valid.manifest().read)];
     if let Some(t) = &test {
         reports.push(("test".to_string(), t.report));
     }
+    if train.is_empty() {
+        return Err(TrainError::Config(format!(
+            "{}: no training pair is left after reading and filtering ({}; {}): check the files and [data] settings",
+            splits.train.describe(),
+            train.manifest().read,
+            train.manifest().filter
+        )));
+    }
+    let filter = train.manifest().filter;
     let data = TrainData {
-        train: encode_pairs(&tokenizers, &train.pairs),
-        valid: encode_pairs(&tokenizers, &valid.pairs),
-        valid_refs: valid.pairs.iter().map(|p| p.tgt.clone()).collect(),
+        valid: valid.examples(),
+        valid_refs: valid_text.pairs.into_iter().map(|p| p.tgt).collect(),
+        train,
     };
-    Ok(Prepared { tokenizers, data, test: test.map(|t| t.pairs), reports })
+    Ok(Prepared { tokenizers, data, test: test.map(|t| t.pairs), reports, filter })
+}
+
+/// Whether two tokenizers encode alike (the same serialised vocabularies and rules).
+fn same_tokenizers(a: &Tokenizers, b: &Tokenizers) -> Result<bool, TrainError> {
+    Ok(a.joint == b.joint && a.src.to_json()? == b.src.to_json()? && a.tgt.to_json()? == b.tgt.to_json()?)
 }
 
 /// Writes `run.json` atomically.

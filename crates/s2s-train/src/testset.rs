@@ -67,6 +67,7 @@ pub fn search_name(search: &Search) -> String {
     match search {
         Search::Greedy { .. } => "greedy".into(),
         Search::Beam(c) => format!("beam-{}", c.beam),
+        Search::Sample(c) => format!("sample-t{}-k{}-p{}", c.temperature, c.top_k, c.top_p),
     }
 }
 
@@ -120,6 +121,7 @@ pub fn evaluate_test(
     let limit = match search {
         Search::Greedy { limit, .. } => *limit,
         Search::Beam(c) => c.max_length,
+        Search::Sample(c) => c.max_length,
     };
     let with_att = translate(model, &few, decode_batch, &Search::Greedy { limit, attention: true }, device);
     let attention: Vec<AttentionExample> = few

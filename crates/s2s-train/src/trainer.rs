@@ -13,7 +13,7 @@ use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use s2s_data::{Batch, Batcher, Example, Tokenizers};
+use s2s_data::{Batch, Example, PreparedDataset, StreamBatcher, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
 use crate::checkpoint::{Checkpoints, TrainerState};
@@ -27,8 +27,9 @@ use s2s_kernels::ops::clip_global_norm;
 
 /// The data of a training run, already tokenised.
 pub struct TrainData {
-    /// Training examples.
-    pub train: Vec<Example>,
+    /// Training examples, read batch by batch from their memory-mapped shards
+    /// ([`StreamBatcher`]): memory does not grow with the corpus.
+    pub train: PreparedDataset,
     /// Validation examples.
     pub valid: Vec<Example>,
     /// Validation references (plain text) for BLEU.
@@ -187,7 +188,7 @@ fn shard_gradients(
 /// Trains (or resumes) one model in `job.run_dir`.
 pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let spec = job.spec;
-    spec.validate().map_err(TrainError::Config)?;
+    spec.validate().map_err(|e| TrainError::Config(e.to_string()))?;
     if job.devices.len() != spec.devices as usize {
         return Err(TrainError::Config(format!(
             "devices = {} but {} device(s) were selected",
@@ -197,7 +198,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     }
     let devices: Vec<Device> = job.devices.iter().map(|d| d.clone().autodiff()).collect();
     let ad = devices[0].clone();
-    let ckpts = Checkpoints::new(job.run_dir);
+    let ckpts = Checkpoints::new(job.run_dir).keeping(spec.keep_last as usize);
     let metrics_path = job.run_dir.join("metrics.csv");
     let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
     let mut optim = optimizer(spec);
@@ -239,12 +240,12 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         });
     }
 
-    let batcher = Batcher::new(&job.data.train, spec.batch);
+    let batcher = StreamBatcher::new(&job.data.train, spec.batch);
     // Every step reads `accumulate × devices` batches; each batch's loss is a per-token mean
     // divided by that count, so N devices take the step `accumulate = N` takes on one.
     let per_step = spec.accumulate as usize * devices.len();
     let scale = per_step as f64;
-    let epoch_len = batcher.epoch(spec.seed, 0).len().div_ceil(per_step) as u64;
+    let epoch_len = batcher.epoch_len(spec.seed, 0).div_ceil(per_step) as u64;
     let max_steps = spec
         .budget
         .steps
@@ -254,7 +255,8 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let started = Instant::now();
     let wall0 = st.wall;
     let mut window_start = (Instant::now(), st.wall);
-    let mut batches = batcher.epoch(spec.seed, st.epoch);
+    // A resumed run continues its epoch with the batches an uninterrupted one would take.
+    let mut batches = batcher.resume(spec.seed, st.epoch, st.batch_in_epoch);
     let mut stopped_early = false;
     let mut last_lr = spec.lr;
     let mut interrupted = false;
@@ -276,15 +278,19 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         for micro in 0..spec.accumulate {
             let mut shards = Vec::with_capacity(devices.len());
             for d in 0..devices.len() {
-                if st.batch_in_epoch >= batches.len() {
-                    st.epoch += 1;
-                    st.batch_in_epoch = 0;
-                    batches = batcher.epoch(spec.seed, st.epoch);
-                }
+                let indices = match batches.next() {
+                    Some(ix) => ix,
+                    None => {
+                        st.epoch += 1;
+                        st.batch_in_epoch = 0;
+                        batches = batcher.epoch(spec.seed, st.epoch);
+                        batches.next().expect("a non-empty dataset has a batch in every epoch")
+                    }
+                };
                 let seed = spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
                     ^ (st.step << 8)
                     ^ (micro as u64 * devices.len() as u64 + d as u64);
-                shards.push((Batch::collate(&job.data.train, &batches[st.batch_in_epoch]), seed));
+                shards.push((job.data.train.collate(&indices), seed));
                 st.batch_in_epoch += 1;
             }
             for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {

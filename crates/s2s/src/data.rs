@@ -1,4 +1,4 @@
-//! `s2s data`: the built-in language pair and corpus statistics.
+//! `s2s data`: the built-in language pair, corpus preparation and corpus statistics.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +8,8 @@ use clap::{Args, Subcommand};
 use s2s_data::stats::corpus_stats;
 use s2s_data::synth::{SynthConfig, generate, write_splits};
 use s2s_data::{
-    BatchConfig, BudgetSide, Level, Pair, ReadOptions, TokenizerConfig, Tokenizers, encode_pairs, read_corpus,
+    BatchConfig, BudgetSide, FilterConfig, Level, Pair, Phase, PrepareConfig, PreparedDataset, Preparer,
+    ReadOptions, TokenizerConfig, Tokenizers, encode_pairs, read_corpus,
 };
 
 use crate::args::CorpusArgs;
@@ -19,6 +20,10 @@ pub enum DataCommand {
     /// Generate the built-in synthetic language pair into DIR/{train,valid,test}.{src,tgt}
     /// (deterministic in --seed; grammar in datasets/README.md).
     Synth(SynthArgs),
+    /// Prepare a corpus for training once: learn the tokenizer on a sample, filter, encode on
+    /// every core into memory-mapped shards. `s2s train` and `s2s experiment` do this
+    /// themselves (and reuse what is prepared); this prints the directory and its statistics.
+    Prepare(PrepareArgs),
     /// Describe a corpus (or the built-in pair): sizes, length histograms, vocabulary
     /// coverage and the padding ratio of token-budget batches.
     Stats(StatsArgs),
@@ -41,11 +46,66 @@ pub struct SynthArgs {
     out: PathBuf,
 }
 
+/// `s2s data prepare`. The defaults are those of `s2s train` and of an experiment's
+/// `[data]`/`[tokenizer]` tables, so the same settings find the same prepared dataset.
+#[derive(Args, Debug)]
+pub struct PrepareArgs {
+    #[command(flatten)]
+    corpus: CorpusArgs,
+    /// Tokenisation level: bpe, word or char.
+    #[arg(long, default_value = "bpe")]
+    level: Level,
+    /// Vocabulary size (BPE size, or cap for word/char; 0: no cap).
+    #[arg(long, default_value_t = 8000)]
+    vocab_size: usize,
+    /// Separate source and target vocabularies (default: joint).
+    #[arg(long)]
+    separate: bool,
+    /// Pairs the tokenizer learns from: a larger corpus is sampled down to this many (0: all).
+    #[arg(long, default_value_t = PrepareConfig::default().sample_pairs)]
+    sample_pairs: usize,
+    /// Skip pairs with a side longer than this many words (0: no limit).
+    #[arg(long, default_value_t = 200)]
+    max_words: usize,
+    /// Drop pairs with a side of fewer tokens than this.
+    #[arg(long, default_value_t = 0)]
+    min_len: usize,
+    /// Drop pairs with a side of more tokens than this (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    max_len: usize,
+    /// Drop pairs whose longer side has more than this many times the tokens of the shorter
+    /// (0: no limit; Moses' clean-corpus uses 9).
+    #[arg(long, default_value_t = 0.0)]
+    max_ratio: f64,
+    /// Drop exact duplicate pairs (the first is kept).
+    #[arg(long)]
+    dedup: bool,
+    /// Drop pairs whose source equals their target.
+    #[arg(long)]
+    drop_copies: bool,
+    /// Every filter on: 1–250 tokens a side, ratio 9, duplicates and copies dropped.
+    #[arg(long, conflicts_with_all = ["min_len", "max_len", "max_ratio", "dedup", "drop_copies"])]
+    filter_recommended: bool,
+    /// Where prepared datasets are kept (default: $S2S_DATA_CACHE, else ~/.cache/s2s/prepared).
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Encoding threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Print the manifest and statistics as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// `s2s data stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
     #[command(flatten)]
     corpus: CorpusArgs,
+    /// Describe a prepared dataset (a directory `s2s data prepare` printed) instead: the
+    /// statistics computed when it was prepared.
+    #[arg(long, conflicts_with_all = ["src", "tgt", "tsv", "tokenizer"])]
+    prepared: Option<PathBuf>,
     /// Use a run's saved tokenizers (RUN_DIR/tokenizer) instead of training new ones.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -104,11 +164,87 @@ pub fn run(c: DataCommand) -> Result<()> {
             );
             Ok(())
         }
+        DataCommand::Prepare(a) => prepare(a),
         DataCommand::Stats(a) => stats(a),
     }
 }
 
+fn prepare(a: PrepareArgs) -> Result<()> {
+    let Some(files) = a.corpus.files()? else {
+        anyhow::bail!("give the corpus to prepare as --src FILE --tgt FILE, or as --tsv FILE");
+    };
+    let filter = if a.filter_recommended {
+        FilterConfig::recommended()
+    } else {
+        FilterConfig {
+            min_tokens: a.min_len,
+            max_tokens: a.max_len,
+            max_ratio: a.max_ratio,
+            dedup: a.dedup,
+            drop_copies: a.drop_copies,
+        }
+    };
+    let cfg = PrepareConfig {
+        read: ReadOptions { max_words: a.max_words },
+        tokenizer: TokenizerConfig {
+            level: a.level,
+            vocab_size: a.vocab_size,
+            joint: !a.separate,
+            min_freq: 1,
+        },
+        sample_pairs: a.sample_pairs,
+        filter,
+        ..PrepareConfig::default()
+    };
+    let cache = a.cache.clone().unwrap_or_else(s2s_train::run::data_cache);
+    let started = std::time::Instant::now();
+    let mut last = std::time::Instant::now();
+    let mut progress = |p: &s2s_data::Progress| {
+        if last.elapsed().as_secs_f64() >= 2.0 {
+            last = std::time::Instant::now();
+            let what = match p.phase {
+                Phase::Tokenizer => "learning the tokenizer",
+                _ => "encoding",
+            };
+            eprintln!("{what}: {} pairs read, {} examples written", p.pairs_read, p.examples);
+        }
+        std::ops::ControlFlow::Continue(())
+    };
+    let done = Preparer::new(&files, &cfg, &cache).threads(a.threads).progress(&mut progress).run()?;
+    let d = &done.dataset;
+    let m = d.manifest();
+    if a.json {
+        let out = serde_json::json!({ "dir": d.dir(), "reused": done.reused, "timings": done.timings,
+            "manifest": m, "stats": d.stats() });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let how = if done.reused {
+            "already prepared with these inputs and settings".to_string()
+        } else {
+            format!("prepared in {:.1} s", started.elapsed().as_secs_f64())
+        };
+        println!("{}\n  {how}", d.dir().display());
+        println!("  read: {}", m.read);
+        println!("  filters: {}", m.filter);
+        println!("  {} examples, {} tokens, {} shard(s)", m.examples, m.tokens, m.shards.len());
+        print!("{}", d.stats());
+    }
+    Ok(())
+}
+
 fn stats(a: StatsArgs) -> Result<()> {
+    if let Some(dir) = &a.prepared {
+        let d = PreparedDataset::open(dir)?;
+        let batch =
+            BatchConfig { max_tokens: a.max_tokens, budget_on: a.budget_on, ..BatchConfig::default() };
+        let s = d.stats_for(batch, a.seed);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            print!("{s}");
+        }
+        return Ok(());
+    }
     let pairs: Vec<Pair> = match a.corpus.files()? {
         Some(files) => {
             let c = read_corpus(&files, &ReadOptions { max_words: a.max_words })?;

@@ -3,6 +3,7 @@
 
 mod allocator;
 mod args;
+mod average;
 mod bench;
 mod data;
 mod experiment;
@@ -31,6 +32,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Average a run's last N checkpoints into a new checkpoint (checkpoint averaging).
+    Average(average::AverageArgs),
     /// Training and decoding throughput on the reference shapes (compare with torch_ref.py).
     Bench(bench::BenchArgs),
     /// Corpus tools: generate the built-in language pair, describe a corpus.
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
 /// Runs one command.
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Average(a) => average::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Data(c) => data::run(c),
         Command::Experiment(c) => experiment::run(c),

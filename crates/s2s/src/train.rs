@@ -151,6 +151,8 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
         cfg.data = DataSpec::Files {
             splits: SplitFiles { train: pair(src, tgt), valid: pair(vs, vt), test },
             max_words: s2s_data::ReadOptions::default().max_words,
+            filter: Default::default(),
+            sample_pairs: s2s_data::PrepareConfig::default().sample_pairs,
         };
     }
     if let Some(l) = a.level {
@@ -207,7 +209,7 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     if let Some(w) = a.warmup {
         t.schedule = s2s_train::schedule::Schedule::Noam { warmup: w };
     }
-    t.validate().map_err(anyhow::Error::msg)?;
+    t.validate()?;
     Ok(cfg)
 }
 
@@ -225,7 +227,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
     eprintln!("device: {device_name}");
     eprintln!("run directory: {}", run_dir.display());
     let search = s2s_train::testset::greedy(cfg.train.max_output);
-    let out = run_and_test(&cfg, &run_dir, &devices, &device_name, !a.quiet, &search, &|m| eprintln!("{m}"))?;
+    let out =
+        run_and_test(&cfg, &run_dir, &devices, &device_name, !a.quiet, &search, 1, &|m| eprintln!("{m}"))?;
     if let Some(s) = out.test {
         println!(
             "test: BLEU {:.2} ({}), chrF {:.2}, perplexity {:.2} on {} sentences ({})",

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use s2s_data::{BatchConfig, Tokenizers, normalize};
-use s2s_decode::{BeamConfig, Hypothesis, LengthPenalty};
+use s2s_decode::{BeamConfig, Ensemble, Hypothesis, LengthPenalty, SampleConfig};
 use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
 use s2s_train::device::{DeviceChoice, select};
@@ -16,10 +16,13 @@ use s2s_train::run::read_manifest;
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
 #[derive(Args, Debug)]
 pub struct TranslateArgs {
-    /// The run directory (`s2s train --run`): its tokenizer, config and best checkpoint.
-    #[arg(long = "model", value_name = "RUN_DIR")]
-    run: PathBuf,
-    /// Which checkpoint: best or last.
+    /// The run directory (`s2s train --run`): its tokenizer, config and best checkpoint. Given
+    /// several times, the runs decode as an ensemble (their log-probabilities averaged at every
+    /// step); they must share their tokenizers.
+    #[arg(long = "model", value_name = "RUN_DIR", required = true)]
+    runs: Vec<PathBuf>,
+    /// Which checkpoint: best, last, or the name of one under RUN_DIR/checkpoints (e.g.
+    /// average-last-5, written by `s2s average`).
     #[arg(long, default_value = "best")]
     checkpoint: String,
     /// Beam size (1: greedy search).
@@ -52,6 +55,22 @@ pub struct TranslateArgs {
     /// Device: auto, cpu or wgpu.
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// Sample each next token instead of searching (--temperature, --top-k, --top-p, --seed);
+    /// reproducible for a seed, whatever the batch size.
+    #[arg(long, conflicts_with_all = ["nbest", "beam"])]
+    sample: bool,
+    /// Sampling temperature (1: the model's distribution).
+    #[arg(long, default_value_t = 1.0, requires = "sample")]
+    temperature: f64,
+    /// Sample among the k most probable tokens only (0: all).
+    #[arg(long, default_value_t = 0, requires = "sample")]
+    top_k: usize,
+    /// Sample among the fewest most probable tokens whose mass reaches p (1: all).
+    #[arg(long, default_value_t = 1.0, requires = "sample")]
+    top_p: f64,
+    /// Seed of the sampling.
+    #[arg(long, default_value_t = 1, requires = "sample")]
+    seed: u64,
 }
 
 fn parse_penalty(s: &str) -> Result<LengthPenalty, String> {
@@ -62,9 +81,9 @@ fn parse_penalty(s: &str) -> Result<LengthPenalty, String> {
     }
 }
 
-/// A loaded run, ready to translate.
+/// Loaded runs (one, or an ensemble), ready to translate.
 struct Translator {
-    model: Model,
+    models: Vec<Model>,
     tok: Tokenizers,
     search: Search,
     batch: BatchConfig,
@@ -74,21 +93,44 @@ struct Translator {
 
 impl Translator {
     fn load(a: &TranslateArgs) -> Result<Self> {
-        let manifest = read_manifest(&a.run)
-            .with_context(|| format!("{} is not a run directory (no readable run.json)", a.run.display()))?;
-        let tok = Tokenizers::load(&a.run.join("tokenizer"))
-            .with_context(|| format!("loading {}", a.run.join("tokenizer").display()))?;
-        let which = a.checkpoint.as_str();
-        if which != "best" && which != "last" {
-            bail!("--checkpoint must be best or last, not `{which}`");
-        }
-        let dir = Checkpoints::new(&a.run).pointed(which)?.with_context(|| {
-            format!("{} has no {which} checkpoint yet: train it first (s2s train --run ...)", a.run.display())
-        })?;
         let (device, name) = select(a.device);
-        eprintln!("device: {name}; checkpoint: {}", dir.display());
-        let model = s2s_train::load_model(&manifest.config.model, &tok, &dir, &device.clone().autodiff())?;
-        let model = burn::module::Module::valid(&model);
+        eprintln!("device: {name}");
+        let mut models = Vec::with_capacity(a.runs.len());
+        let mut first: Option<(PathBuf, Tokenizers, s2s_train::run::RunManifest)> = None;
+        for run in &a.runs {
+            let manifest = read_manifest(run).with_context(|| {
+                format!("{} is not a run directory (no readable run.json)", run.display())
+            })?;
+            let tok = Tokenizers::load(&run.join("tokenizer"))
+                .with_context(|| format!("loading {}", run.join("tokenizer").display()))?;
+            if let Some((first_run, first_tok, _)) = &first {
+                let same = |x: &s2s_data::Tokenizer, y: &s2s_data::Tokenizer| -> Result<bool> {
+                    Ok(x.to_json()? == y.to_json()?)
+                };
+                for (side, x, y) in
+                    [("source", &tok.src, &first_tok.src), ("target", &tok.tgt, &first_tok.tgt)]
+                {
+                    if !same(x, y)? {
+                        bail!(
+                            "{} and {} have different {side} vocabularies: an ensemble's models must share \
+                             their tokenizers (train them on the same corpus with the same [tokenizer] settings, \
+                             as the models of one experiment are)",
+                            first_run.display(),
+                            run.display()
+                        );
+                    }
+                }
+            }
+            let dir = Checkpoints::new(run).named(&a.checkpoint)?;
+            eprintln!("checkpoint: {}", dir.display());
+            let model =
+                s2s_train::load_model(&manifest.config.model, &tok, &dir, &device.clone().autodiff())?;
+            models.push(burn::module::Module::valid(&model));
+            if first.is_none() {
+                first = Some((run.clone(), tok, manifest));
+            }
+        }
+        let (_, tok, manifest) = first.context("give at least one --model RUN_DIR")?;
         if a.beam == 0 {
             bail!("--beam must be at least 1");
         }
@@ -98,7 +140,18 @@ impl Translator {
         }
         let limit = manifest.config.train.max_output;
         let capture = a.attention.is_some();
-        let search = if a.beam == 1 {
+        let search = if a.sample {
+            let cfg = SampleConfig {
+                temperature: a.temperature,
+                top_k: a.top_k,
+                top_p: a.top_p,
+                seed: a.seed,
+                first_index: 0,
+                max_length: limit,
+            };
+            cfg.check().map_err(|e| anyhow::anyhow!("--sample: {e}"))?;
+            Search::Sample(cfg)
+        } else if a.beam == 1 {
             Search::Greedy { limit, attention: capture }
         } else {
             Search::Beam(BeamConfig {
@@ -115,7 +168,7 @@ impl Translator {
             max_sentences: a.batch_size.max(1),
             ..Default::default()
         };
-        Ok(Self { model, tok, search, batch, device, max_src: a.max_src_tokens.max(1) })
+        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1) })
     }
 
     /// Encodes one line (empty stays empty), truncating with a warning.
@@ -132,15 +185,34 @@ impl Translator {
         ids
     }
 
-    /// Translates a chunk (empty sources give no hypotheses).
-    fn run(&self, sources: &[Vec<u32>]) -> Vec<Vec<Hypothesis>> {
-        let todo: Vec<usize> = (0..sources.len()).filter(|&i| !sources[i].is_empty()).collect();
-        let picked: Vec<Vec<u32>> = todo.iter().map(|&i| sources[i].clone()).collect();
+    /// Translates a chunk whose first line has the 0-based index `first` in the input (empty
+    /// sources give no hypotheses).
+    fn run(&self, sources: &[Vec<u32>], first: usize) -> Vec<Vec<Hypothesis>> {
         let mut out = vec![Vec::new(); sources.len()];
-        for (h, i) in
-            translate(&self.model, &picked, self.batch, &self.search, &self.device).into_iter().zip(todo)
-        {
-            out[i] = h;
+        // Sampling draws sentence i's tokens from stream i: each line translated on its own
+        // index, so empty lines skipped here do not shift the others.
+        let todo: Vec<usize> = (0..sources.len()).filter(|&i| !sources[i].is_empty()).collect();
+        let groups: Vec<Vec<usize>> = match self.search {
+            Search::Sample(_) => consecutive_runs(&todo),
+            _ => vec![todo],
+        };
+        for group in groups {
+            let picked: Vec<Vec<u32>> = group.iter().map(|&i| sources[i].clone()).collect();
+            let search = match self.search {
+                Search::Sample(c) => {
+                    Search::Sample(SampleConfig { first_index: (first + group[0]) as u64, ..c })
+                }
+                s => s,
+            };
+            let hyps = if self.models.len() == 1 {
+                translate(&self.models[0], &picked, self.batch, &search, &self.device)
+            } else {
+                let ensemble = Ensemble::new(self.models.iter().collect());
+                translate(&ensemble, &picked, self.batch, &search, &self.device)
+            };
+            for (h, &i) in hyps.into_iter().zip(&group) {
+                out[i] = h;
+            }
         }
         out
     }
@@ -204,6 +276,18 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     }
 }
 
+/// `indices` (ascending) cut into runs of consecutive values.
+fn consecutive_runs(indices: &[usize]) -> Vec<Vec<usize>> {
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for &i in indices {
+        match runs.last_mut() {
+            Some(run) if run.last() == Some(&(i - 1)) => run.push(i),
+            _ => runs.push(vec![i]),
+        }
+    }
+    runs
+}
+
 /// Translates and writes a chunk whose first line is `first` (1-based), then flushes.
 fn write_chunk(
     t: &Translator,
@@ -212,7 +296,7 @@ fn write_chunk(
     first: usize,
     out: &mut impl Write,
 ) -> Result<()> {
-    let hyps = t.run(sources);
+    let hyps = t.run(sources, first - 1);
     for (k, (src, h)) in sources.iter().zip(&hyps).enumerate() {
         let line = first + k;
         if let Some(n) = a.nbest {

@@ -778,3 +778,233 @@ fn bench_lstm_step_refuses_wgpu() {
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("drop --device wgpu"), "{}", text(&o.stderr));
 }
+
+/// `s2s data prepare` prepares once, reuses on the second call, and a training run on the same
+/// files and settings finds the same prepared dataset; `data stats --prepared` reads it.
+#[test]
+fn data_prepare_is_shared_with_training_and_filters_are_counted() {
+    let base = tmp("prepare");
+    let data = base.join("data");
+    let o = s2s(&["data", "synth", "--pairs", "400", "--out", data.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // A duplicated pair and a copy, for the filters to find.
+    let (src, tgt) = (data.join("train.src"), data.join("train.tgt"));
+    let mut s = std::fs::read_to_string(&src).unwrap();
+    let mut t = std::fs::read_to_string(&tgt).unwrap();
+    let first = (s.lines().next().unwrap().to_string(), t.lines().next().unwrap().to_string());
+    s.push_str(&format!("{}\nsame words\n", first.0));
+    t.push_str(&format!("{}\nsame words\n", first.1));
+    std::fs::write(&src, s).unwrap();
+    std::fs::write(&tgt, t).unwrap();
+    let cache = base.join("cache");
+    let prep = |extra: &[&str]| {
+        let mut args = vec![
+            "data",
+            "prepare",
+            "--src",
+            src.to_str().unwrap(),
+            "--tgt",
+            tgt.to_str().unwrap(),
+            "--level",
+            "word",
+            "--cache",
+            cache.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        s2s(&args)
+    };
+    let o = prep(&["--dedup", "--drop-copies"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("prepared in") && out.contains("duplicate") && out.contains("cop"), "{out}");
+    let dir = out.lines().next().unwrap().to_string();
+    assert!(std::path::Path::new(&dir).join("COMPLETE").exists(), "{dir}");
+    let again = prep(&["--dedup", "--drop-copies"]);
+    assert!(text(&again.stdout).contains("already prepared"), "{}", text(&again.stdout));
+    assert_eq!(text(&again.stdout).lines().next().unwrap(), dir);
+    let stats = s2s(&["data", "stats", "--prepared", &dir]);
+    assert!(stats.status.success() && text(&stats.stdout).contains("padding"), "{}", text(&stats.stdout));
+
+    // Training on the same files and settings reuses that dataset (S2S_DATA_CACHE).
+    let run = base.join("run");
+    let cfg = base.join("run.toml");
+    let p = |f: &str| data.join(f).to_str().unwrap().to_string();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[data]\nsource = \"files\"\ntrain = {{ src = \"{}\", tgt = \"{}\" }}\n\
+             valid = {{ src = \"{}\", tgt = \"{}\" }}\nfilter = {{ dedup = true, drop_copies = true }}\n\
+             [tokenizer]\nlevel = \"word\"\n[model]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
+            p("train.src"),
+            p("train.tgt"),
+            p("valid.src"),
+            p("valid.tgt")
+        ),
+    )
+    .unwrap();
+    let args: Vec<String> =
+        ["train", "--config", cfg.to_str().unwrap(), "--steps", "2", "--valid-every", "2"]
+            .iter()
+            .chain(&["--quiet", "--device", "cpu", "--run", run.to_str().unwrap()])
+            .map(|s| s.to_string())
+            .collect();
+    let o = run_env(&args, &[("S2S_DATA_CACHE", cache.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(manifest["prepared"].as_str().unwrap(), dir);
+    assert_eq!(manifest["filter_report"]["duplicates"], 1);
+    assert_eq!(manifest["filter_report"]["copies"], 1);
+    assert!(text(&o.stderr).contains("train filters"), "{}", text(&o.stderr));
+}
+
+/// keep_last keeps the last N checkpoints; `s2s average` writes their mean as a new
+/// checkpoint that translate can use, leaving the originals as they were.
+#[test]
+fn checkpoints_are_kept_averaged_and_translated_with() {
+    let base = tmp("average");
+    let run = base.join("run");
+    let cfg = base.join("run.toml");
+    std::fs::write(
+        &cfg,
+        "[data]\nsource = \"builtin\"\npairs = 300\n[model]\nkind = \"luong\"\nemb = 8\nhidden = 8\n\
+         [train]\nkeep_last = 3\n",
+    )
+    .unwrap();
+    let args: Vec<String> =
+        ["train", "--config", cfg.to_str().unwrap(), "--steps", "5", "--valid-every", "1"]
+            .iter()
+            .chain(&["--level", "word", "--quiet", "--device", "cpu", "--run", run.to_str().unwrap()])
+            .map(|s| s.to_string())
+            .collect();
+    let o = run_env(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let steps = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let ckpts = run.join("checkpoints");
+    let kept = steps(&ckpts);
+    // The last three steps (step 5 saved twice: validated, then as the run ended), and the best.
+    for k in ["step-00000003", "step-00000004", "step-00000005-2"] {
+        assert!(kept.contains(&k.to_string()), "{kept:?}");
+    }
+    let best: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpts.join("best.json")).unwrap()).unwrap();
+    let best = best["dir"].as_str().unwrap();
+    for k in &kept {
+        assert!(
+            ["step-00000003", "step-00000004", "step-00000005-2", best].contains(&k.as_str()),
+            "{kept:?}"
+        );
+    }
+    let before: Vec<Vec<u8>> =
+        kept.iter().map(|k| std::fs::read(ckpts.join(k).join("model.bpk")).unwrap()).collect();
+    let o = s2s(&["average", run.to_str().unwrap(), "--last", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).trim().ends_with("average-last-3"), "{}", text(&o.stdout));
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpts.join("average-last-3/averaged.json")).unwrap())
+            .unwrap();
+    assert_eq!(rec["steps"], serde_json::json!([5, 4, 3]));
+    let after: Vec<Vec<u8>> =
+        kept.iter().map(|k| std::fs::read(ckpts.join(k).join("model.bpk")).unwrap()).collect();
+    assert_eq!(before, after, "the originals are untouched");
+    let o = s2s_stdin(
+        &[
+            "translate",
+            "--model",
+            run.to_str().unwrap(),
+            "--checkpoint",
+            "average-last-3",
+            "--device",
+            "cpu",
+            "--beam",
+            "2",
+        ],
+        "eins zwei\n",
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).lines().count(), 1);
+    // More than were kept: refused, naming keep_last.
+    let o = s2s(&["average", run.to_str().unwrap(), "--last", "9"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("keep_last"), "{}", text(&o.stderr));
+    // An unknown checkpoint name lists the ones there are.
+    let o = s2s_stdin(&["translate", "--model", run.to_str().unwrap(), "--checkpoint", "nope"], "a\n");
+    assert!(!o.status.success() && text(&o.stderr).contains("average-last-3"), "{}", text(&o.stderr));
+}
+
+/// Several --model decode as an ensemble (any mix of kinds sharing a vocabulary); a run with
+/// another vocabulary is refused; --sample is reproducible for a seed.
+#[test]
+fn translate_ensembles_and_samples() {
+    let a = tiny_run("ens-a", "lstm", "1");
+    let b = tiny_run("ens-b", "transformer", "2");
+    let input = "eins zwei drei\n\nvier\n";
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let o =
+        s2s_stdin(&["translate", "--model", a_s, "--model", b_s, "--device", "cpu", "--beam", "3"], input);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).lines().count(), 3);
+    // Another vocabulary: a BPE run.
+    let c = tmp("ens-c").join("run");
+    let cfg = tmp("ens-c-cfg").join("run.toml");
+    std::fs::write(
+        &cfg,
+        "[data]\nsource = \"builtin\"\npairs = 300\n[model]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
+    )
+    .unwrap();
+    let o = s2s(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "1",
+        "--valid-every",
+        "1",
+        "--vocab-size",
+        "300",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--run",
+        c.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o =
+        s2s_stdin(&["translate", "--model", a_s, "--model", c.to_str().unwrap(), "--device", "cpu"], input);
+    assert!(!o.status.success() && text(&o.stderr).contains("vocabularies"), "{}", text(&o.stderr));
+    // Sampling: the same seed, the same output, whatever the batch size; nbest shows scores.
+    let sample = |seed: &str, batch: &str| {
+        let o = s2s_stdin(
+            &[
+                "translate",
+                "--model",
+                b_s,
+                "--device",
+                "cpu",
+                "--sample",
+                "--top-k",
+                "5",
+                "--seed",
+                seed,
+                "--batch-size",
+                batch,
+            ],
+            &"eins zwei drei vier\nfünf sechs\nsieben\n".repeat(4),
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let s1 = sample("4", "64");
+    assert_eq!(s1, sample("4", "1"));
+    assert_eq!(s1.lines().count(), 12);
+    assert_ne!(s1, sample("5", "64"));
+    let o = s2s_stdin(&["translate", "--model", b_s, "--sample", "--temperature", "0"], "a\n");
+    assert!(!o.status.success() && text(&o.stderr).contains("temperature"), "{}", text(&o.stderr));
+}
