@@ -151,10 +151,11 @@ pub fn data_cache() -> PathBuf {
 
 /// The splits, their reading and preparation settings, and where their prepared datasets
 /// live: generates the built-in pair under `run_dir/data` if asked (its prepared datasets stay
-/// beside it, in `run_dir/data/prepared`; corpus files go to [`data_cache`]).
+/// beside it, in `run_dir/data/prepared`; corpus files go to `cache`).
 pub fn split_files(
     cfg: &RunConfig,
     run_dir: &Path,
+    cache: &Path,
 ) -> Result<(SplitFiles, PrepareConfig, PathBuf), TrainError> {
     let prep = |max_words, filter, sample_pairs| PrepareConfig {
         read: ReadOptions { max_words },
@@ -165,7 +166,7 @@ pub fn split_files(
     };
     match &cfg.data {
         DataSpec::Files { splits, max_words, filter, sample_pairs } => {
-            Ok((splits.clone(), prep(*max_words, *filter, *sample_pairs), data_cache()))
+            Ok((splits.clone(), prep(*max_words, *filter, *sample_pairs), cache.to_path_buf()))
         }
         DataSpec::Builtin { pairs, seed, max_tokens } => {
             let dir = run_dir.join("data");
@@ -186,8 +187,13 @@ pub fn split_files(
 /// held in memory (as ids, and its references as text, for BLEU); the test split is read as
 /// text, which test decoding starts from.
 pub fn prepare(cfg: &RunConfig, run_dir: &Path) -> Result<Prepared, TrainError> {
+    prepare_in(cfg, run_dir, &data_cache())
+}
+
+/// [`prepare`] with corpus files prepared under `cache` instead of [`data_cache`].
+pub fn prepare_in(cfg: &RunConfig, run_dir: &Path, cache: &Path) -> Result<Prepared, TrainError> {
     std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
-    let (splits, pcfg, cache) = split_files(cfg, run_dir)?;
+    let (splits, pcfg, cache) = split_files(cfg, run_dir, cache)?;
     let mut train = Preparer::new(&splits.train, &pcfg, &cache).run()?.dataset;
     let tok_dir = run_dir.join("tokenizer");
     let tokenizers = if tok_dir.exists() {
@@ -254,4 +260,60 @@ pub fn read_manifest(run_dir: &Path) -> Result<RunManifest, TrainError> {
     let text = std::fs::read_to_string(&p).map_err(|e| TrainError::io(&p, e))?;
     serde_json::from_str(&text)
         .map_err(|e| TrainError::Checkpoint { path: p, message: format!("corrupt run manifest: {e}") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use s2s_data::Level;
+
+    fn write(dir: &Path, name: &str, lines: &[&str]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p
+    }
+
+    /// A run resumed after its corpus changed keeps its own tokenizer (its checkpoints were
+    /// trained with it) and still reads the new corpus, through a dataset prepared with it.
+    #[test]
+    fn a_resumed_run_keeps_its_tokenizer_when_the_corpus_changed() {
+        let dir = std::env::temp_dir().join(format!("s2s-run-prepare-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = write(&dir, "train.src", &["a b", "b c"]);
+        let tgt = write(&dir, "train.tgt", &["x y", "y z"]);
+        let vs = write(&dir, "valid.src", &["a c"]);
+        let vt = write(&dir, "valid.tgt", &["x z"]);
+        let splits = SplitFiles {
+            train: CorpusFiles::Aligned { src: src.clone(), tgt: tgt.clone() },
+            valid: CorpusFiles::Aligned { src: vs, tgt: vt },
+            test: None,
+        };
+        let cfg = RunConfig {
+            data: DataSpec::Files {
+                splits,
+                max_words: 200,
+                filter: FilterConfig::default(),
+                sample_pairs: 0,
+            },
+            tokenizer: TokenizerConfig { level: Level::Word, ..Default::default() },
+            model: ModelSpec::Lstm(Default::default()),
+            train: TrainSpec::default(),
+        };
+        let run = dir.join("run");
+        let cache = dir.join("cache");
+        let first = prepare_in(&cfg, &run, &cache).unwrap();
+        assert_eq!(first.data.train.len(), 2);
+        assert_eq!(first.data.valid_refs, vec!["x z".to_string()]);
+        let vocab = first.tokenizers.src.to_json().unwrap();
+        // New words: a tokenizer learned now would differ.
+        write(&dir, "train.src", &["a b", "b c", "d e f"]);
+        write(&dir, "train.tgt", &["x y", "y z", "u v w"]);
+        let again = prepare_in(&cfg, &run, &cache).unwrap();
+        assert_eq!(again.tokenizers.src.to_json().unwrap(), vocab);
+        assert_eq!(again.data.train.len(), 3);
+        assert!(again.data.train.manifest().tokenizer_given);
+        assert_eq!(again.data.train.tokenizers().src.to_json().unwrap(), vocab);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
