@@ -292,6 +292,11 @@ impl ShardView {
         self.n
     }
 
+    /// Drops every page of the shard from this process's resident set (see [`release`]).
+    pub(crate) fn release_pages(&self) {
+        release(&self.map, 0, self.map.len());
+    }
+
     fn tokens(&self) -> &[u32] {
         as_u32(&self.map[self.tokens_at.0..self.tokens_at.1])
     }

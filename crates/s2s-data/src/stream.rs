@@ -51,6 +51,7 @@ impl<'a> StreamBatcher<'a> {
         let mut sum = 0usize;
         data.for_each_len(|_, s, t| sum += cfg.budget_on.pick(s + 1, t + 1));
         let mean = sum / data.len().max(1);
+        data.release_pages(); // the pass touched the whole length index
         let pool = (cfg.pool_batches * cfg.max_tokens / mean.max(1)).max(1);
         let mut b = Self { data, cfg, block: DEFAULT_BLOCK, pool };
         b.block = b.block_floor(DEFAULT_BLOCK);
@@ -122,6 +123,7 @@ impl<'a> StreamBatcher<'a> {
     pub fn epoch_len(&self, seed: u64, epoch: u64) -> usize {
         let mut plan = self.epoch(seed, epoch);
         plan.skip_batches(usize::MAX);
+        self.data.release_pages();
         plan.position()
     }
 
@@ -222,8 +224,13 @@ impl EpochPlan<'_> {
     /// Skips up to `k` batches (planning pools, collating nothing).
     fn skip_batches(&mut self, mut k: usize) {
         while k > 0 {
-            if self.ready.is_empty() && !self.refill() {
-                return;
+            if self.ready.is_empty() {
+                // Each pool's planning maps length-index pages all over the shards: give them
+                // back before the next, so a whole epoch planned ahead holds one pool's worth.
+                self.data.release_pages();
+                if !self.refill() {
+                    return;
+                }
             }
             let d = k.min(self.ready.len());
             self.ready.truncate(self.ready.len() - d);
