@@ -17,4 +17,4 @@ pub use ensemble::Ensemble;
 pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;
 pub use limits::MaxLength;
-pub use sample::{SampleConfig, sample};
+pub use sample::{SampleConfig, SampleError, sample};

@@ -56,14 +56,25 @@ impl Default for SampleConfig {
     }
 }
 
+/// A sampling setting out of its range.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum SampleError {
+    /// The temperature is not a positive number.
+    #[error("temperature must be a positive number, got {0}")]
+    Temperature(f64),
+    /// Top-p is outside `(0, 1]`.
+    #[error("top-p must be in (0, 1], got {0}")]
+    TopP(f64),
+}
+
 impl SampleConfig {
     /// What is wrong with the settings, if anything.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SampleError> {
         if !(self.temperature > 0.0 && self.temperature.is_finite()) {
-            return Err(format!("temperature must be a positive number, got {}", self.temperature));
+            return Err(SampleError::Temperature(self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top-p must be in (0, 1], got {}", self.top_p));
+            return Err(SampleError::TopP(self.top_p));
         }
         Ok(())
     }

@@ -51,26 +51,26 @@ pub fn select(choice: DeviceChoice) -> (Device, String) {
 /// GPUs, each through the first runtime that reaches it, or the one device of [`select`] when
 /// `n` is 1. Never several CPUs: flex is one device and already spreads its work over every
 /// core; on a machine with fewer GPUs than asked for, the error says how many there are.
-pub fn select_many(choice: DeviceChoice, n: u32) -> Result<(Vec<Device>, String), String> {
+pub fn select_many(choice: DeviceChoice, n: u32) -> Result<(Vec<Device>, String), crate::TrainError> {
     if n <= 1 {
         let (device, name) = select(choice);
         return Ok((vec![device], name));
     }
     if choice == DeviceChoice::Cpu {
-        return Err(format!(
+        return Err(crate::TrainError::Config(format!(
             "devices = {n}: the CPU backend (flex) is a single device that already uses every core; \
              data-parallel training needs several GPUs (--device wgpu or auto)"
-        ));
+        )));
     }
     let gpus = Device::enumerate_physical();
     let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
     if gpus.len() < n as usize {
-        return Err(format!(
+        return Err(crate::TrainError::Config(format!(
             "devices = {n} needs {n} GPUs, this machine has {} ({}); use devices = {} or fewer",
             gpus.len(),
             if names.is_empty() { "none".to_string() } else { names.join(", ") },
             gpus.len().max(1)
-        ));
+        )));
     }
     let n = n as usize;
     let devices = gpus[..n].iter().map(|g| g.devices[0].clone()).collect();

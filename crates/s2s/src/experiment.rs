@@ -48,7 +48,7 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
         ExperimentCommand::Run(a) => {
             let exp = Experiment::load(&a.file)?;
             let root = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&exp.name));
-            let (devices, name) = select_many(a.device, exp.max_devices()).map_err(anyhow::Error::msg)?;
+            let (devices, name) = select_many(a.device, exp.max_devices())?;
             eprintln!(
                 "experiment {}: {} runs into {} · device: {name}",
                 exp.name,

@@ -223,7 +223,7 @@ fn set<T>(slot: &mut T, value: Option<T>) {
 pub fn run(a: TrainArgs) -> Result<()> {
     let cfg = config(&a)?;
     let run_dir = a.run.clone().unwrap_or_else(|| PathBuf::from("runs").join(cfg.model.kind()));
-    let (devices, device_name) = select_many(a.device, cfg.train.devices).map_err(anyhow::Error::msg)?;
+    let (devices, device_name) = select_many(a.device, cfg.train.devices)?;
     eprintln!("device: {device_name}");
     eprintln!("run directory: {}", run_dir.display());
     let search = s2s_train::testset::greedy(cfg.train.max_output);
