@@ -1008,3 +1008,48 @@ fn translate_ensembles_and_samples() {
     let o = s2s_stdin(&["translate", "--model", b_s, "--sample", "--temperature", "0"], "a\n");
     assert!(!o.status.success() && text(&o.stderr).contains("temperature"), "{}", text(&o.stderr));
 }
+
+/// `[decode] average_last = N`: each model keeps its last N checkpoints and is tested on their
+/// average (one model here; the scores come from the averaged checkpoint).
+#[test]
+fn experiment_tests_the_average_of_the_last_checkpoints() {
+    let dir = tmp("experiment-average");
+    let file = dir.join("avg.toml");
+    std::fs::write(
+        &file,
+        "[data]\nsource = \"builtin\"\npairs = 300\n[tokenizer]\nlevel = \"word\"\n\
+         [train]\nbudget = { steps = 4 }\nvalid_every = 1\nbatch = { max_tokens = 512 }\n\
+         [decode]\nbeam = 1\naverage_last = 3\n\
+         [[model]]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
+    )
+    .unwrap();
+    let out = dir.join("runs");
+    let o = s2s(&[
+        "experiment",
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("testing the average of the checkpoints of steps 4, 3, 2"), "{err}");
+    let rec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("lstm/checkpoints/average-last-3/averaged.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rec["steps"], serde_json::json!([4, 3, 2]));
+    assert!(out.join("lstm/test/scores.json").exists());
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(&file).unwrap().replace("average_last = 3", "average_last = 0"),
+    )
+    .unwrap();
+    let o =
+        s2s(&["experiment", "run", bad.to_str().unwrap(), "--out", out.to_str().unwrap(), "--device", "cpu"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("average_last"), "{}", text(&o.stderr));
+}
