@@ -44,6 +44,24 @@ pub fn greedy<M: Incremental>(
     greedy_chunked(model, src, limit, capture_attention, chunk)
 }
 
+/// Keeps the state rows `keep` (ascending indices into `rows`) of a search whose state row `r`
+/// is sentence `rows[r]`: the finished rows leave the batch and stop costing compute; nothing
+/// is selected when every row stays.
+pub(crate) fn keep_rows<M: Incremental>(
+    model: &M,
+    state: M::State,
+    rows: &mut Vec<usize>,
+    keep: &[usize],
+    device: &burn::tensor::Device,
+) -> M::State {
+    if keep.len() == rows.len() {
+        return state;
+    }
+    let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
+    *rows = keep.iter().map(|&r| rows[r]).collect();
+    model.select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), device))
+}
+
 /// Steps between read-backs on a GPU (see [`greedy`]).
 pub const GPU_CHUNK: usize = 8;
 
@@ -123,12 +141,7 @@ pub fn greedy_chunked<M: Incremental>(
         if keep.is_empty() {
             break;
         }
-        if keep.len() < n {
-            let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
-            state = model
-                .select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device));
-            rows = keep.iter().map(|&r| rows[r]).collect();
-        }
+        state = keep_rows(model, state, &mut rows, &keep, &device);
         last = next_last;
     }
     out

@@ -20,7 +20,7 @@ use s2s_data::rng::SplitMix64;
 use s2s_models::Source;
 use serde::{Deserialize, Serialize};
 
-use crate::greedy::{BOS, EOS, Hypothesis};
+use crate::greedy::{BOS, EOS, Hypothesis, keep_rows};
 use crate::incremental::Incremental;
 use crate::limits::MaxLength;
 
@@ -167,12 +167,7 @@ pub fn sample<M: Incremental>(model: &M, src: &Source, cfg: &SampleConfig, index
         if keep.is_empty() {
             break;
         }
-        if keep.len() < n {
-            let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
-            state = model
-                .select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), &device));
-            rows = keep.iter().map(|&r| rows[r]).collect();
-        }
+        state = keep_rows(model, state, &mut rows, &keep, &device);
         last = next_last;
     }
     out
