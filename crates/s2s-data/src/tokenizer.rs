@@ -238,6 +238,11 @@ impl Tokenizer {
         crate::write_atomic(path, json.as_bytes())
     }
 
+    /// Whether `other` encodes alike: the same serialised vocabulary and rules.
+    pub fn same_as(&self, other: &Tokenizer) -> Result<bool> {
+        Ok(self.to_json()? == other.to_json()?)
+    }
+
     /// The JSON [`Tokenizer::save`] writes (what a prepared dataset's key hashes when it is
     /// encoded with given tokenizers).
     pub fn to_json(&self) -> Result<String> {

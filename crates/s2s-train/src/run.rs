@@ -198,7 +198,8 @@ pub fn prepare_in(cfg: &RunConfig, run_dir: &Path, cache: &Path) -> Result<Prepa
     let tok_dir = run_dir.join("tokenizer");
     let tokenizers = if tok_dir.exists() {
         let saved = Tokenizers::load(&tok_dir)?;
-        if !same_tokenizers(&saved, train.tokenizers())? {
+        let built = train.tokenizers();
+        if !(saved.joint == built.joint && saved.src.same_as(&built.src)? && saved.tgt.same_as(&built.tgt)?) {
             train = Preparer::new(&splits.train, &pcfg, &cache).tokenizers(&saved).run()?.dataset;
         }
         saved
@@ -241,11 +242,6 @@ pub fn prepare_in(cfg: &RunConfig, run_dir: &Path, cache: &Path) -> Result<Prepa
         train,
     };
     Ok(Prepared { tokenizers, data, test: test.map(|t| t.pairs), reports, filter })
-}
-
-/// Whether two tokenizers encode alike (the same serialised vocabularies and rules).
-fn same_tokenizers(a: &Tokenizers, b: &Tokenizers) -> Result<bool, TrainError> {
-    Ok(a.joint == b.joint && a.src.to_json()? == b.src.to_json()? && a.tgt.to_json()? == b.tgt.to_json()?)
 }
 
 /// Writes `run.json` atomically.

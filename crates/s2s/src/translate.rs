@@ -104,13 +104,10 @@ impl Translator {
             let tok = Tokenizers::load(&run.join("tokenizer"))
                 .with_context(|| format!("loading {}", run.join("tokenizer").display()))?;
             if let Some((first_run, first_tok, _)) = &first {
-                let same = |x: &s2s_data::Tokenizer, y: &s2s_data::Tokenizer| -> Result<bool> {
-                    Ok(x.to_json()? == y.to_json()?)
-                };
                 for (side, x, y) in
                     [("source", &tok.src, &first_tok.src), ("target", &tok.tgt, &first_tok.tgt)]
                 {
-                    if !same(x, y)? {
+                    if !x.same_as(y)? {
                         bail!(
                             "{} and {} have different {side} vocabularies: an ensemble's models must share \
                              their tokenizers (train them on the same corpus with the same [tokenizer] settings, \
