@@ -172,19 +172,8 @@ mod tests {
             ModelSpec::Lstm(LstmSpec { emb: 4, hidden: 4, layers: 1, dropout: 0.0, ..Default::default() });
         let d = Device::flex();
         let ckpts = Checkpoints::new(&run).keeping(3);
-        let state = |step| TrainerState {
-            step,
-            epoch: 0,
-            batch_in_epoch: 0,
-            wall: 0.0,
-            best: None,
-            best_step: 0,
-            bad_validations: 0,
-            schedule: TrainSpec::default().schedule.start(),
-            loss_window: (0.0, 0),
-            finished: false,
-            skipped_batches: 0,
-        };
+        let state =
+            |step| TrainerState { step, ..TrainerState::start(TrainSpec::default().schedule.start()) };
         // Four checkpoints of different weights; the last three are kept and averaged.
         let mut saved = Vec::new();
         for step in 1..=4u64 {

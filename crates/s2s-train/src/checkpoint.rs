@@ -44,6 +44,25 @@ pub struct TrainerState {
     pub skipped_batches: u64,
 }
 
+impl TrainerState {
+    /// The state before the first step, with the schedule's starting state.
+    pub fn start(schedule: ScheduleState) -> Self {
+        Self {
+            step: 0,
+            epoch: 0,
+            batch_in_epoch: 0,
+            wall: 0.0,
+            best: None,
+            best_step: 0,
+            bad_validations: 0,
+            schedule,
+            loss_window: (0.0, 0),
+            finished: false,
+            skipped_batches: 0,
+        }
+    }
+}
+
 /// A file's length and CRC-32, as written (`files.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct FileCheck {

@@ -202,19 +202,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let metrics_path = job.run_dir.join("metrics.csv");
     let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
     let mut optim = optimizer(spec);
-    let mut st = TrainerState {
-        step: 0,
-        epoch: 0,
-        batch_in_epoch: 0,
-        wall: 0.0,
-        best: None,
-        best_step: 0,
-        bad_validations: 0,
-        schedule: spec.schedule.start(),
-        loss_window: (0.0, 0),
-        finished: false,
-        skipped_batches: 0,
-    };
+    let mut st = TrainerState::start(spec.schedule.start());
     if let Some(dir) = ckpts.pointed("last")? {
         st = Checkpoints::read_state(&dir)?;
         model = load_model(job.model, job.tokenizers, &dir, &ad)?;
