@@ -98,14 +98,16 @@ pub fn run_and_test(
     let test = match &prepared.test {
         Some(test) => {
             let mut dir = outcome.best_dir.clone();
-            let kept = Checkpoints::new(run_dir).recent(average_last)?.len();
-            if average_last > 1 && kept > 1 {
-                let (avg, record) = average_last_into(run_dir, &cfg.model, &prepared.tokenizers, kept)?;
-                let steps: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
-                log(&format!("testing the average of the checkpoints of steps {}", steps.join(", ")));
-                dir = avg;
-            } else if average_last > 1 {
-                log("one checkpoint kept: testing the best one, not an average");
+            if average_last > 1 {
+                let kept = Checkpoints::new(run_dir).recent(average_last)?.len();
+                if kept > 1 {
+                    let (avg, record) = average_last_into(run_dir, &cfg.model, &prepared.tokenizers, kept)?;
+                    let steps: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
+                    log(&format!("testing the average of the checkpoints of steps {}", steps.join(", ")));
+                    dir = avg;
+                } else {
+                    log("one checkpoint kept: testing the best one, not an average");
+                }
             }
             let model =
                 load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
