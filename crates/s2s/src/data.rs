@@ -52,15 +52,8 @@ pub struct SynthArgs {
 pub struct PrepareArgs {
     #[command(flatten)]
     corpus: CorpusArgs,
-    /// Tokenisation level: bpe, word or char.
-    #[arg(long, default_value = "bpe")]
-    level: Level,
-    /// Vocabulary size (BPE size, or cap for word/char; 0: no cap).
-    #[arg(long, default_value_t = 8000)]
-    vocab_size: usize,
-    /// Separate source and target vocabularies (default: joint).
-    #[arg(long)]
-    separate: bool,
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
     /// Pairs the tokenizer learns from: a larger corpus is sampled down to this many (0: all).
     #[arg(long, default_value_t = PrepareConfig::default().sample_pairs)]
     sample_pairs: usize,
@@ -97,6 +90,27 @@ pub struct PrepareArgs {
     json: bool,
 }
 
+/// How a tokenizer is learned (`s2s data prepare`, `s2s data stats`): the defaults of a run's
+/// `[tokenizer]` table.
+#[derive(Args, Debug)]
+pub struct TokenizerArgs {
+    /// Tokenisation level: bpe, word or char.
+    #[arg(long, default_value = "bpe")]
+    level: Level,
+    /// Vocabulary size (BPE size, or cap for word/char; 0: no cap).
+    #[arg(long, default_value_t = 8000)]
+    vocab_size: usize,
+    /// Separate source and target vocabularies (default: joint).
+    #[arg(long)]
+    separate: bool,
+}
+
+impl TokenizerArgs {
+    fn config(&self) -> TokenizerConfig {
+        TokenizerConfig { level: self.level, vocab_size: self.vocab_size, joint: !self.separate, min_freq: 1 }
+    }
+}
+
 /// `s2s data stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
@@ -109,15 +123,9 @@ pub struct StatsArgs {
     /// Use a run's saved tokenizers (RUN_DIR/tokenizer) instead of training new ones.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Tokenisation level when training: bpe, word or char.
-    #[arg(long, default_value = "bpe")]
-    level: Level,
-    /// Vocabulary size when training (BPE size, or cap for word/char; 0: no cap).
-    #[arg(long, default_value_t = 8000)]
-    vocab_size: usize,
-    /// Separate source and target vocabularies (default: joint).
-    #[arg(long)]
-    separate: bool,
+    // How to learn the tokenizer when no --tokenizer is given.
+    #[command(flatten)]
+    learn: TokenizerArgs,
     /// Token budget per batch (padded tokens).
     #[arg(long, default_value_t = 4096)]
     max_tokens: usize,
@@ -186,12 +194,7 @@ fn prepare(a: PrepareArgs) -> Result<()> {
     };
     let cfg = PrepareConfig {
         read: ReadOptions { max_words: a.max_words },
-        tokenizer: TokenizerConfig {
-            level: a.level,
-            vocab_size: a.vocab_size,
-            joint: !a.separate,
-            min_freq: 1,
-        },
+        tokenizer: a.tokenizer.config(),
         sample_pairs: a.sample_pairs,
         filter,
         ..PrepareConfig::default()
@@ -258,11 +261,7 @@ fn stats(a: StatsArgs) -> Result<()> {
     };
     let tok = match &a.tokenizer {
         Some(dir) => Tokenizers::load(&dir.join("tokenizer"))?,
-        None => {
-            let cfg =
-                TokenizerConfig { level: a.level, vocab_size: a.vocab_size, joint: !a.separate, min_freq: 1 };
-            Tokenizers::train(&cfg, &pairs)?
-        }
+        None => Tokenizers::train(&a.learn.config(), &pairs)?,
     };
     let ex = encode_pairs(&tok, &pairs);
     let batch = BatchConfig { max_tokens: a.max_tokens, budget_on: a.budget_on, ..BatchConfig::default() };
