@@ -1,8 +1,11 @@
 //! Ensembles and sampling over real (small, randomly initialised) models of every kind.
 
+mod common;
+
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_decode::{BeamConfig, Ensemble, Incremental, MaxLength, SampleConfig, beam_search, greedy, sample};
-use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
+use common::{LIMIT, source};
+use s2s_decode::{BeamConfig, Ensemble, Incremental, SampleConfig, beam_search, greedy, sample};
+use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, TransformerSpec};
 
 fn models(d: &Device) -> Vec<Model> {
     let rnn = AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.0, ..Default::default() };
@@ -35,16 +38,6 @@ fn models(d: &Device) -> Vec<Model> {
 fn sentences() -> Vec<Vec<u32>> {
     vec![vec![4, 5, 6, 3], vec![7, 3], vec![8, 9, 10, 11, 12, 13, 3], vec![14, 15, 4, 3], vec![5, 3]]
 }
-
-fn source(rows: &[Vec<u32>], d: &Device) -> Source {
-    let len = rows.iter().map(Vec::len).max().unwrap();
-    let ids: Vec<u32> =
-        rows.iter().flat_map(|r| r.iter().copied().chain(std::iter::repeat(0)).take(len)).collect();
-    let lens: Vec<usize> = rows.iter().map(Vec::len).collect();
-    Source::new(&ids, &lens, len, d)
-}
-
-const LIMIT: MaxLength = MaxLength { a: 1.0, b: 4 };
 
 fn host(t: Tensor<2>) -> Vec<f32> {
     t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()

@@ -2,7 +2,10 @@
 //! results do not depend on batch size or order, and the Transformer's cached decoding gives
 //! what recomputing the whole prefix gives.
 
+mod common;
+
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use common::{LIMIT, source};
 use s2s_decode::{
     BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_with, greedy, greedy_chunked,
 };
@@ -51,19 +54,9 @@ fn sentences() -> Vec<Vec<u32>> {
     ]
 }
 
-fn source(rows: &[Vec<u32>], d: &Device) -> Source {
-    let len = rows.iter().map(Vec::len).max().unwrap();
-    let ids: Vec<u32> =
-        rows.iter().flat_map(|r| r.iter().copied().chain(std::iter::repeat(0)).take(len)).collect();
-    let lens: Vec<usize> = rows.iter().map(Vec::len).collect();
-    Source::new(&ids, &lens, len, d)
-}
-
 fn tokens(h: &[Hypothesis]) -> Vec<u32> {
     h[0].tokens.clone()
 }
-
-const LIMIT: MaxLength = MaxLength { a: 1.0, b: 4 };
 
 #[test]
 fn beam_of_one_is_greedy() {
