@@ -164,7 +164,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut plan = b.epoch(1, 0);
     while let Some(ix) = plan.next() {
         most = most.max(plan.buffered());
-        let batch = data.collate(&ix);
+        let batch = data.collate(&ix)?;
         sentences += batch.size();
         batches += 1;
     }

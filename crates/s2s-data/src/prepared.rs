@@ -155,7 +155,11 @@ impl PreparedDataset {
         Ok(Self { dir: dir.to_path_buf(), manifest, stats, tokenizers, shards, starts, len })
     }
 
+    /// The directory was renamed to `dir` (the open files follow it; their names in errors too).
     pub(crate) fn moved_to(&mut self, dir: PathBuf) {
+        for (shard, info) in self.shards.iter_mut().zip(&self.manifest.shards) {
+            shard.moved_to(&dir, &info.file);
+        }
         self.dir = dir;
     }
 
@@ -227,12 +231,29 @@ impl PreparedDataset {
     }
 
     /// (source length, target length) of example `i` in ids without specials, from the length
-    /// index (panics past the end).
+    /// index (a positioned read; panics past the end, or if the shard cannot be read any more —
+    /// see [`PreparedDataset::read_lens`]).
     pub fn lens(&self, i: usize) -> (usize, usize) {
         assert!(i < self.len, "example {i} of a prepared dataset of {}", self.len);
-        let (k, j) = self.locate(i);
-        let l = self.shards[k].lens();
-        (l[2 * j] as usize, l[2 * j + 1] as usize)
+        let mut out = Vec::with_capacity(1);
+        self.read_lens(i, 1, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        (out[0].0 as usize, out[0].1 as usize)
+    }
+
+    /// Appends (source length, target length) of examples `first..first + count` to `out`,
+    /// with one positioned read per shard they lie in (nothing is mapped: see
+    /// [`mod@crate::shard`]). Panics past the end; an error only if a shard changed on disk
+    /// after it was checked.
+    pub fn read_lens(&self, first: usize, count: usize, out: &mut Vec<(u32, u32)>) -> Result<()> {
+        assert!(first + count <= self.len, "examples {first}..{} of a prepared dataset of {}", first + count, self.len);
+        let (mut i, end) = (first, first + count);
+        while i < end {
+            let (k, j) = self.locate(i);
+            let take = (end - i).min(self.shards[k].len() - j);
+            self.shards[k].read_lens(j, take, out)?;
+            i += take;
+        }
+        Ok(())
     }
 
     /// Calls `f(i, src_len, tgt_len)` for every example in order, shard by shard (a sequential
@@ -259,11 +280,23 @@ impl PreparedDataset {
     }
 
     /// The padded batch of examples `indices` (global indices; panics past the end), as
-    /// [`Batch::collate`] makes it from in-memory examples.
-    pub fn collate(&self, indices: &[usize]) -> Batch {
-        let batch = Batch::from_rows(indices, |i| self.pair(i));
-        self.release_pages();
-        batch
+    /// [`Batch::collate`] makes it from in-memory examples. The ids are copied with positioned
+    /// reads, so the resident set holds the batch and nothing of the shards (see
+    /// [`mod@crate::shard`]); an error only if a shard changed on disk after it was checked.
+    pub fn collate(&self, indices: &[usize]) -> Result<Batch> {
+        let (mut ids, mut buf) = (Vec::new(), Vec::new());
+        let mut spans = Vec::with_capacity(indices.len());
+        for &i in indices {
+            assert!(i < self.len, "example {i} of a prepared dataset of {}", self.len);
+            let (k, j) = self.locate(i);
+            let at = ids.len();
+            let (s, t) = self.shards[k].read_pair(j, &mut ids, &mut buf)?;
+            spans.push((at, s, t));
+        }
+        let rows: Vec<(&[u32], &[u32])> = spans.iter().map(|&(at, s, t)| ids[at..at + s + t].split_at(s)).collect();
+        let mut batch = Batch::from_rows(&(0..rows.len()).collect::<Vec<_>>(), |r| rows[r]);
+        batch.indices = indices.to_vec();
+        Ok(batch)
     }
 
     /// Gives every mapped page of every shard back (they stay in the page cache; the next read
@@ -288,21 +321,66 @@ mod tests {
         PreparedDataset::open(dir).expect_err("a damaged dataset must be refused")
     }
 
-    /// Pages given back are read again from the file: the same ids before and after.
+    /// Collating reads the same ids as the map holds, and maps none of the shard's pages: the
+    /// shard's resident pages (from /proc/self/smaps) stay at zero while batches are read.
     #[test]
-    fn released_pages_read_back_the_same_ids() {
-        let s = Scratch::new("release");
+    fn collating_reads_the_ids_and_maps_nothing() {
+        let s = Scratch::new("pread");
         let data = prepared(s.path(), 3000, 1000);
-        let all: Vec<usize> = (0..data.len()).collect();
-        let before = data.collate(&all);
-        data.release_pages();
-        let after = data.collate(&all);
-        assert_eq!((&before.src, &before.tgt_out), (&after.src, &after.tgt_out));
-        // Collating releases by itself, and keeps reading right.
-        let first = data.collate(&all[..100]);
-        for _ in 0..3 {
-            assert_eq!(data.collate(&all[..100]), first);
+        let all: Vec<usize> = (0..data.len()).rev().step_by(7).collect();
+        let batch = data.collate(&all).unwrap();
+        let rows: Vec<(&[u32], &[u32])> = all.iter().map(|&i| data.pair(i)).collect();
+        let expected = Batch::from_rows(&(0..rows.len()).collect::<Vec<_>>(), |r| rows[r]);
+        assert_eq!((&batch.src, &batch.tgt_in, &batch.tgt_out), (&expected.src, &expected.tgt_in, &expected.tgt_out));
+        assert_eq!(batch.indices, all);
+        let mut lens = Vec::new();
+        data.read_lens(990, 20, &mut lens).unwrap(); // across the first shard's end
+        let direct: Vec<(u32, u32)> = (990..1010).map(|i| (data.src(i).len() as u32, data.tgt(i).len() as u32)).collect();
+        assert_eq!(lens, direct);
+        #[cfg(target_os = "linux")]
+        {
+            // The measure sees pages read through the map…
+            let ids: u64 = (0..1000).map(|i| data.src(i).iter().map(|&x| x as u64).sum::<u64>()).sum();
+            assert!(ids > 0 && shard_resident_kb(&shard0(&data)) > 0, "the map's pages are not seen");
+            // …and none once they are given back and only positioned reads happen.
+            data.release_pages();
+            for _ in 0..3 {
+                data.collate(&all).unwrap();
+                data.read_lens(0, data.len(), &mut lens).unwrap();
+            }
+            let resident = shard_resident_kb(&shard0(&data));
+            assert_eq!(resident, 0, "collating mapped {resident} KB of the shard");
         }
+    }
+
+    /// Resident KB of the mappings of `file` in this process.
+    #[cfg(target_os = "linux")]
+    fn shard_resident_kb(file: &Path) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let name = file.to_string_lossy();
+        let (mut inside, mut kb) = (false, 0);
+        for line in smaps.lines() {
+            let header = line.split(' ').next().is_some_and(|r| r.contains('-') && r.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+            if header {
+                inside = line.ends_with(name.as_ref());
+            } else if inside && line.starts_with("Rss:") {
+                kb += line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap();
+            }
+        }
+        kb
+    }
+
+    /// A shard cut short after it was checked: collating says so and names the file.
+    #[test]
+    fn a_shard_changed_after_opening_is_an_error_naming_it() {
+        let s = Scratch::new("pread-cut");
+        let data = prepared(s.path(), 300, 100);
+        let path = shard0(&data);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(64).unwrap();
+        let e = data.collate(&[5, 150]).expect_err("a cut shard must not read");
+        assert!(matches!(e, DataError::Shard { .. }), "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        assert!(data.collate(&[150]).is_ok(), "the other shards still read");
     }
 
     #[test]

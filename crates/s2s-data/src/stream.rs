@@ -25,7 +25,8 @@
 //! The shuffled block order, 4 bytes per block (10M examples in blocks of 64: 625 KiB), and one
 //! pool: 24 bytes per pooled example for (index, lengths) plus 8 per index of its batches —
 //! with the default 100 batches of 4096 tokens and 30-token sentences, 13,600 examples, 435 KiB.
-//! Nothing else grows with the corpus; ids are read from the maps batch by batch.
+//! Nothing else grows with the corpus: lengths are read block by block and ids batch by batch
+//! with positioned reads, which map nothing (see [`mod@crate::shard`] for why not the map).
 
 use crate::batch::{Batch, BatchConfig, fill_batches};
 use crate::prepared::PreparedDataset;
@@ -51,7 +52,6 @@ impl<'a> StreamBatcher<'a> {
         let mut sum = 0usize;
         data.for_each_len(|_, s, t| sum += cfg.budget_on.pick(s + 1, t + 1));
         let mean = sum / data.len().max(1);
-        data.release_pages(); // the pass touched the whole length index
         let pool = (cfg.pool_batches * cfg.max_tokens / mean.max(1)).max(1);
         let mut b = Self { data, cfg, block: DEFAULT_BLOCK, pool };
         b.block = b.block_floor(DEFAULT_BLOCK);
@@ -106,6 +106,7 @@ impl<'a> StreamBatcher<'a> {
             next_block: 0,
             in_block: 0,
             pool: Vec::new(),
+            lens: Vec::new(),
             ready: Vec::new(),
             position: 0,
         }
@@ -123,12 +124,12 @@ impl<'a> StreamBatcher<'a> {
     pub fn epoch_len(&self, seed: u64, epoch: u64) -> usize {
         let mut plan = self.epoch(seed, epoch);
         plan.skip_batches(usize::MAX);
-        self.data.release_pages();
         plan.position()
     }
 
-    /// The padded batches of epoch `epoch` from batch `batch` on.
-    pub fn batches(&self, seed: u64, epoch: u64, batch: usize) -> impl Iterator<Item = Batch> + 'a {
+    /// The padded batches of epoch `epoch` from batch `batch` on (an error only if a shard
+    /// changed on disk after it was checked).
+    pub fn batches(&self, seed: u64, epoch: u64, batch: usize) -> impl Iterator<Item = crate::Result<Batch>> + 'a {
         let data = self.data;
         self.resume(seed, epoch, batch).map(move |ix| data.collate(&ix))
     }
@@ -165,6 +166,8 @@ pub struct EpochPlan<'a> {
     in_block: usize,
     /// (index, source length, target length) of the pooled examples.
     pool: Vec<(usize, u32, u32)>,
+    /// Lengths of the block being read.
+    lens: Vec<(u32, u32)>,
     /// The current pool's batches not yet handed out, last first.
     ready: Vec<Vec<usize>>,
     position: usize,
@@ -195,10 +198,11 @@ impl EpochPlan<'_> {
             let end = (start + self.block).min(n);
             let from = start + self.in_block;
             let take = (end - from).min(self.pool_size - self.pool.len());
-            for i in from..from + take {
-                let (s, t) = self.data.lens(i);
-                self.pool.push((i, s as u32, t as u32));
-            }
+            self.lens.clear();
+            // A shard that changed on disk after it was checked cannot be planned over (a map
+            // would have faulted there too): stop with the error, which names the file.
+            self.data.read_lens(from, take, &mut self.lens).unwrap_or_else(|e| panic!("{e}"));
+            self.pool.extend(self.lens.iter().zip(from..).map(|(&(s, t), i)| (i, s, t)));
             self.in_block += take;
             if from + take == end {
                 self.next_block += 1;
@@ -225,9 +229,6 @@ impl EpochPlan<'_> {
     fn skip_batches(&mut self, mut k: usize) {
         while k > 0 {
             if self.ready.is_empty() {
-                // Each pool's planning maps length-index pages all over the shards: give them
-                // back before the next, so a whole epoch planned ahead holds one pool's worth.
-                self.data.release_pages();
                 if !self.refill() {
                     return;
                 }
@@ -287,7 +288,7 @@ mod tests {
             seen.sort();
             assert_eq!(seen, (0..data.len()).collect::<Vec<_>>(), "epoch {epoch}");
             for ix in &batches {
-                let c = data.collate(ix);
+                let c = data.collate(ix).unwrap();
                 assert!(c.size() == 1 || c.size() * c.src_len.max(c.tgt_len) <= 300, "over budget");
             }
         }
@@ -320,9 +321,9 @@ mod tests {
             let rest: Vec<Vec<usize>> = plan.by_ref().collect();
             assert_eq!(rest, full[k.min(full.len())..].to_vec(), "resumed at {k}");
         }
-        let collated: Vec<Batch> = b.batches(11, 4, 3).take(2).collect();
-        assert_eq!(collated[0], data.collate(&full[3]));
-        assert_eq!(collated[1], data.collate(&full[4]));
+        let collated: Vec<Batch> = b.batches(11, 4, 3).take(2).map(Result::unwrap).collect();
+        assert_eq!(collated[0], data.collate(&full[3]).unwrap());
+        assert_eq!(collated[1], data.collate(&full[4]).unwrap());
     }
 
     #[test]

@@ -430,7 +430,7 @@ fn streaming_batches_over_a_prepared_dataset() {
     seen.sort();
     assert_eq!(seen, (0..2000).collect::<Vec<_>>(), "every example once");
     assert_eq!(epoch, StreamBatcher::new(&data, cfg).epoch(9, 2).collect::<Vec<_>>());
-    let batches: Vec<Batch> = b.batches(9, 2, 0).collect();
+    let batches: Vec<Batch> = b.batches(9, 2, 0).collect::<Result<_, _>>().unwrap();
     for (ix, batch) in epoch.iter().zip(&batches) {
         assert_eq!(batch, &Batch::collate(&mem, ix), "the same Batch as collating in memory");
     }

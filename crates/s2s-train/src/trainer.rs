@@ -278,7 +278,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
                 let seed = spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
                     ^ (st.step << 8)
                     ^ (micro as u64 * devices.len() as u64 + d as u64);
-                shards.push((job.data.train.collate(&indices), seed));
+                shards.push((job.data.train.collate(&indices)?, seed));
                 st.batch_in_epoch += 1;
             }
             for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {
