@@ -245,7 +245,12 @@ impl PreparedDataset {
     /// [`mod@crate::shard`]). Panics past the end; an error only if a shard changed on disk
     /// after it was checked.
     pub fn read_lens(&self, first: usize, count: usize, out: &mut Vec<(u32, u32)>) -> Result<()> {
-        assert!(first + count <= self.len, "examples {first}..{} of a prepared dataset of {}", first + count, self.len);
+        assert!(
+            first + count <= self.len,
+            "examples {first}..{} of a prepared dataset of {}",
+            first + count,
+            self.len
+        );
         let (mut i, end) = (first, first + count);
         while i < end {
             let (k, j) = self.locate(i);
@@ -293,7 +298,8 @@ impl PreparedDataset {
             let (s, t) = self.shards[k].read_pair(j, &mut ids, &mut buf)?;
             spans.push((at, s, t));
         }
-        let rows: Vec<(&[u32], &[u32])> = spans.iter().map(|&(at, s, t)| ids[at..at + s + t].split_at(s)).collect();
+        let rows: Vec<(&[u32], &[u32])> =
+            spans.iter().map(|&(at, s, t)| ids[at..at + s + t].split_at(s)).collect();
         let mut batch = Batch::from_rows(&(0..rows.len()).collect::<Vec<_>>(), |r| rows[r]);
         batch.indices = indices.to_vec();
         Ok(batch)
@@ -331,11 +337,15 @@ mod tests {
         let batch = data.collate(&all).unwrap();
         let rows: Vec<(&[u32], &[u32])> = all.iter().map(|&i| data.pair(i)).collect();
         let expected = Batch::from_rows(&(0..rows.len()).collect::<Vec<_>>(), |r| rows[r]);
-        assert_eq!((&batch.src, &batch.tgt_in, &batch.tgt_out), (&expected.src, &expected.tgt_in, &expected.tgt_out));
+        assert_eq!(
+            (&batch.src, &batch.tgt_in, &batch.tgt_out),
+            (&expected.src, &expected.tgt_in, &expected.tgt_out)
+        );
         assert_eq!(batch.indices, all);
         let mut lens = Vec::new();
         data.read_lens(990, 20, &mut lens).unwrap(); // across the first shard's end
-        let direct: Vec<(u32, u32)> = (990..1010).map(|i| (data.src(i).len() as u32, data.tgt(i).len() as u32)).collect();
+        let direct: Vec<(u32, u32)> =
+            (990..1010).map(|i| (data.src(i).len() as u32, data.tgt(i).len() as u32)).collect();
         assert_eq!(lens, direct);
         #[cfg(target_os = "linux")]
         {
@@ -360,7 +370,10 @@ mod tests {
         let name = file.to_string_lossy();
         let (mut inside, mut kb) = (false, 0);
         for line in smaps.lines() {
-            let header = line.split(' ').next().is_some_and(|r| r.contains('-') && r.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+            let header = line
+                .split(' ')
+                .next()
+                .is_some_and(|r| r.contains('-') && r.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
             if header {
                 inside = line.ends_with(name.as_ref());
             } else if inside && line.starts_with("Rss:") {

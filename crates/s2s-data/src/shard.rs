@@ -379,7 +379,12 @@ impl ShardView {
 
     /// Appends the ids of example `j` (source, then target) to `ids` and returns their
     /// lengths: positioned reads of its lengths, its offset and its ids.
-    pub(crate) fn read_pair(&self, j: usize, ids: &mut Vec<u32>, buf: &mut Vec<u8>) -> Result<(usize, usize)> {
+    pub(crate) fn read_pair(
+        &self,
+        j: usize,
+        ids: &mut Vec<u32>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(usize, usize)> {
         assert!(j < self.n, "example {j} of a shard of {}", self.n);
         self.read_bytes(self.lens_at.0 + 8 * j, 8, buf)?;
         let (s, t) = (le_u32(&buf[..4]) as usize, le_u32(&buf[4..]) as usize);

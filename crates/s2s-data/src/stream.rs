@@ -129,7 +129,12 @@ impl<'a> StreamBatcher<'a> {
 
     /// The padded batches of epoch `epoch` from batch `batch` on (an error only if a shard
     /// changed on disk after it was checked).
-    pub fn batches(&self, seed: u64, epoch: u64, batch: usize) -> impl Iterator<Item = crate::Result<Batch>> + 'a {
+    pub fn batches(
+        &self,
+        seed: u64,
+        epoch: u64,
+        batch: usize,
+    ) -> impl Iterator<Item = crate::Result<Batch>> + 'a {
         let data = self.data;
         self.resume(seed, epoch, batch).map(move |ix| data.collate(&ix))
     }
