@@ -24,7 +24,7 @@ use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
-use crate::fastmath::{LANES, block, block_mut, tanh, wide};
+use crate::fastmath::{LANES, block, block_mut, exp, tanh, wide};
 use crate::flex_data::{contiguous, f32s, is_flex};
 
 /// The decoding kernels as a burn backend extension (flex only).
@@ -42,6 +42,133 @@ pub trait AttentionStep: burn::backend::Backend {
 
     /// `c[b, :] = Σⱼ weights[b, j] values[b, j, :]`.
     fn weighted_sum(weights: FloatTensor<Self>, values: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// Multi-head attention of one query position per row (see [`heads_step`]): (output
+    /// `[rows, heads·d_k]`, weights `[rows, heads, len]`).
+    fn heads_step(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// Where head `h`'s `d_k` elements of position `j` of row `r` start in a keys or values
+/// tensor read in place: `start + r·rows + h·heads + j·positions`.
+#[derive(Clone, Copy)]
+struct Heads {
+    start: usize,
+    rows: usize,
+    heads: usize,
+    positions: usize,
+}
+
+impl Heads {
+    /// The strides of `t`: `[rows, heads, len, d_k]` (the self-attention cache, any room
+    /// beyond `len`) or `[rows, len, heads·d_k]` (a narrowed half of `[K | V]`), each head's
+    /// `d_k` elements contiguous; `None` for any other layout.
+    fn of(t: &FlexTensor, heads: usize, dk: usize) -> Option<(Self, usize)> {
+        let layout = t.layout();
+        let start = layout.start_offset();
+        let st: Vec<usize> = layout.strides().iter().map(|&x| x.max(0) as usize).collect();
+        match (layout.shape().as_slice(), st.as_slice()) {
+            (&[_, h, len, d], &[rs, hs, ps, 1]) if h == heads && d == dk => {
+                Some((Self { start, rows: rs, heads: hs, positions: ps }, len))
+            }
+            (&[_, len, w], &[rs, ps, 1]) if w == heads * dk => {
+                Some((Self { start, rows: rs, heads: dk, positions: ps }, len))
+            }
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, r: usize, h: usize, j: usize) -> usize {
+        self.start + r * self.rows + h * self.heads + j * self.positions
+    }
+}
+
+/// Scaled dot-product attention (Vaswani et al., 2017, eq. 1) of one query position per row,
+/// every head, for decoding: per row `r` and head `h`,
+/// `sⱼ = q_rh · k_rhj / √d_k + m_rj`, `pⱼ = softmax(s)ⱼ`, `o_rh = Σⱼ pⱼ v_rhj`.
+///
+/// Keys and values are read where they lie — the self-attention cache `[rows, heads, room,
+/// d_k]` narrowed to its `len` positions, or the halves of cross-attention's `[K | V]` — with
+/// no transposed copy of `K` (which the training kernel makes per sentence and head, worth it
+/// for many query positions, not for one), and the heads come out side by side. Per row the
+/// sums run over `d_k` in lanes, so results agree with the composed operations to rounding.
+///
+/// # Shapes
+/// - `q`: `[rows, heads·d_k]`; `keys`, `values`: `[rows, heads, len, d_k]` or
+///   `[rows, len, heads·d_k]`; `mask`: additive, `[rows or 1, len]`
+/// - returns the output `[rows, heads·d_k]` and the weights `[rows, heads, len]`
+fn heads_step_flex(
+    q: &FlexTensor,
+    keys: &FlexTensor,
+    values: &FlexTensor,
+    mask: &FlexTensor,
+    heads: usize,
+) -> (FlexTensor, FlexTensor) {
+    let [rows, width] = q.layout().shape().dims::<2>();
+    let dk = width / heads;
+    assert_eq!(dk * heads, width, "heads_step: {heads} heads do not divide {width}");
+    let keys = if Heads::of(keys, heads, dk).is_some() { keys.clone() } else { contiguous(keys) };
+    let values = if Heads::of(values, heads, dk).is_some() { values.clone() } else { contiguous(values) };
+    let (kh, len) = Heads::of(&keys, heads, dk).expect("a contiguous layout is one of the two");
+    let (vh, vlen) = Heads::of(&values, heads, dk).expect("a contiguous layout is one of the two");
+    assert_eq!(len, vlen, "heads_step: keys and values differ in length");
+    let [mr, ml] = mask.layout().shape().dims::<2>();
+    assert!(
+        (mr == rows || mr == 1) && ml == len,
+        "heads_step: mask is [{mr}, {ml}], not [{rows} or 1, {len}]"
+    );
+    let (q, m) = (f32s(q), f32s(mask));
+    let (kd, vd) = (keys.storage::<f32>(), values.storage::<f32>());
+    let mstride = if mr == 1 { 0 } else { len };
+    let scale = 1.0 / (dk as f32).sqrt();
+    let mut out = vec![0f32; rows * width];
+    let mut weights = vec![0f32; rows * heads * len];
+    if len > 0 {
+        out.par_chunks_mut(width)
+            .zip(weights.par_chunks_mut(heads * len))
+            .enumerate()
+            .with_min_len(ROWS_PER_TASK)
+            .for_each(|(r, (o, w))| {
+                wide(
+                    #[inline(always)]
+                    || {
+                        let m = &m[r * mstride..][..len];
+                        for h in 0..heads {
+                            let qh = &q[r * width + h * dk..][..dk];
+                            let w = &mut w[h * len..(h + 1) * len];
+                            let mut max = f32::NEG_INFINITY;
+                            for (j, (s, &mj)) in w.iter_mut().zip(m).enumerate() {
+                                *s = dot(qh, &kd[kh.at(r, h, j)..][..dk]) * scale + mj;
+                                max = max.max(*s);
+                            }
+                            let mut sum = 0.0;
+                            for s in w.iter_mut() {
+                                *s = exp(*s - max);
+                                sum += *s;
+                            }
+                            let inv = 1.0 / sum;
+                            let o = &mut o[h * dk..(h + 1) * dk];
+                            for (j, s) in w.iter_mut().enumerate() {
+                                *s *= inv;
+                                for (o, &x) in o.iter_mut().zip(&vd[vh.at(r, h, j)..][..dk]) {
+                                    *o += *s * x;
+                                }
+                            }
+                        }
+                    },
+                )
+            });
+    }
+    (
+        FlexTensor::from_data(TensorData::new(out, [rows, width])),
+        FlexTensor::from_data(TensorData::new(weights, [rows, heads, len])),
+    )
 }
 
 /// Sentences per rayon task (a sentence is ~12k multiply-adds on the benchmark shape).
@@ -84,6 +211,16 @@ impl AttentionStep for Flex {
                 }
             },
         )
+    }
+
+    fn heads_step(
+        q: FlexTensor,
+        keys: FlexTensor,
+        values: FlexTensor,
+        mask: FlexTensor,
+        heads: usize,
+    ) -> (FlexTensor, FlexTensor) {
+        heads_step_flex(&q, &keys, &values, &mask, heads)
     }
 
     fn weighted_sum(weights: FlexTensor, values: FlexTensor) -> FlexTensor {
@@ -224,6 +361,31 @@ pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2
     ))
 }
 
+/// Multi-head attention of one query position per row, for decoding ([`heads_step_flex`]'s
+/// equation): `q` `[rows, heads·d_k]`, `keys` and `values` `[rows, heads, len, d_k]` or
+/// `[rows, len, heads·d_k]`, additive `mask` `[rows or 1, len]` → (output `[rows, heads·d_k]`,
+/// weights `[rows, heads, len]`). The kernel on flex without autodiff, `None` elsewhere (the
+/// caller composes the operations).
+pub fn heads_step<const D: usize>(
+    q: Tensor<2>,
+    keys: Tensor<D>,
+    values: Tensor<D>,
+    mask: Tensor<2>,
+    heads: usize,
+) -> Option<(Tensor<2>, Tensor<3>)> {
+    if !fused(&q) {
+        return None;
+    }
+    let (out, weights) = <Dispatch as AttentionStep>::heads_step(
+        q.into_dispatch(),
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        mask.into_dispatch(),
+        heads,
+    );
+    Some((Tensor::from_dispatch(out), Tensor::from_dispatch(weights)))
+}
+
 /// `c[b, :] = Σⱼ weights[b, j] values[b, j, :]`.
 pub fn weighted_sum(weights: Tensor<2>, values: &Tensor<3>) -> Tensor<2> {
     if !fused(&weights) {
@@ -275,5 +437,75 @@ mod tests {
                 assert!(max_diff(fast, composed) < 1e-5, "kernel {i}, {b}x{s}x{k}");
             }
         }
+    }
+
+    /// The decoding step's multi-head attention equals `softmax(QKᵀ/√d_k + M) V` composed
+    /// from plain tensor operations ([`crate::reference::attention_with`]), on both layouts it
+    /// reads in place: a self-attention cache with room beyond its length, and the halves of a
+    /// `[K | V]` memory with a padding mask (−∞ on masked positions) per row.
+    #[test]
+    fn heads_step_equals_the_composed_attention() {
+        let d = Device::flex();
+        d.seed(23);
+        let normal = Distribution::Normal(0.0, 1.0);
+        for (rows, heads, dk, len, room) in [(5, 4, 8, 7, 16), (3, 2, 16, 1, 1), (6, 8, 4, 12, 12)] {
+            let q = Tensor::<2>::random([rows, heads * dk], normal, &d);
+            let q4 = q.clone().reshape([rows, 1, heads, dk]).swap_dims(1, 2); // [rows, heads, 1, dk]
+            let composed = |k: Tensor<4>, v: Tensor<4>, m: Option<Tensor<4>>| {
+                let (o, w) = crate::reference::attention_with(
+                    q4.clone(),
+                    k,
+                    v,
+                    m.as_ref(),
+                    |s| burn::tensor::activation::softmax(s, 3),
+                    |w| w,
+                );
+                (o.reshape([rows, heads * dk]), w.reshape([rows, heads, len]))
+            };
+            // The cache: [rows, heads, room, d_k], `len` positions in use.
+            let (k, v) = (
+                Tensor::<4>::random([rows, heads, room, dk], normal, &d),
+                Tensor::<4>::random([rows, heads, room, dk], normal, &d),
+            );
+            let (k, v) = (k.narrow(2, 0, len), v.narrow(2, 0, len));
+            let (out, w) = heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), heads)
+                .expect("flex runs the kernel");
+            let (o_ref, w_ref) = composed(k, v, None);
+            assert!(
+                max_diff(out, o_ref) < 1e-5 && max_diff(w, w_ref) < 1e-6,
+                "cache {rows}x{heads}x{dk}x{len}"
+            );
+            // `[K | V]` `[rows, len, 2·heads·d_k]`, its halves read in place, rows masked apart.
+            let kv = Tensor::<3>::random([rows, len, 2 * heads * dk], normal, &d);
+            // Row r keeps its first max(1, len − r mod 3) positions (padding at the end).
+            let kept = |r: usize| (len - (r % 3).min(len - 1)).max(1);
+            let mask: Vec<f32> = (0..rows * len)
+                .map(|e| if e % len < kept(e / len) { 0.0 } else { f32::NEG_INFINITY })
+                .collect();
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [rows, len]), &d);
+            let (kh, vh) =
+                (kv.clone().narrow(2, 0, heads * dk), kv.clone().narrow(2, heads * dk, heads * dk));
+            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), heads)
+                .expect("flex runs the kernel");
+            let split = |x: Tensor<3>| x.reshape([rows, len, heads, dk]).swap_dims(1, 2);
+            let (o_ref, w_ref) = composed(split(kh), split(vh), Some(mask.reshape([rows, 1, 1, len])));
+            assert!(
+                max_diff(out, o_ref) < 1e-5 && max_diff(w, w_ref) < 1e-6,
+                "memory {rows}x{heads}x{dk}x{len}"
+            );
+        }
+        // Under autodiff the caller composes the operations.
+        let ad = d.autodiff();
+        let q = Tensor::<2>::zeros([1, 4], &ad);
+        assert!(
+            heads_step(
+                q,
+                Tensor::<3>::zeros([1, 2, 4], &ad),
+                Tensor::<3>::zeros([1, 2, 4], &ad),
+                Tensor::zeros([1, 2], &ad),
+                2
+            )
+            .is_none()
+        );
     }
 }

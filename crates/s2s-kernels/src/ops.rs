@@ -307,6 +307,24 @@ pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropou
     crate::fused_attention::self_attention(qkv, mask, heads, drop).0
 }
 
+/// Attention of one query position per row while decoding: `q` `[rows, heads·d_k]` to
+/// `keys`/`values` (`[rows, heads, len, d_k]` or `[rows, len, heads·d_k]`, read in place)
+/// under the additive `mask` `[rows or 1, len]`: (output `[rows, heads·d_k]`, weights
+/// `[rows, heads, len]`) from one CPU kernel ([`crate::attention_step::heads_step`]); `None`
+/// where it does not run (a GPU, autodiff, `--kernels reference`): compose the operations.
+pub fn heads_step<const D: usize>(
+    q: Tensor<2>,
+    keys: Tensor<D>,
+    values: Tensor<D>,
+    mask: Tensor<2>,
+    heads: usize,
+) -> Option<(Tensor<2>, Tensor<3>)> {
+    if mode::reference() {
+        return None;
+    }
+    crate::attention_step::heads_step(q, keys, values, mask, heads)
+}
+
 /// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`
 /// (`[b, t_k, 2·d_model]`): (heads side by side `[b, t_q, d_model]`, weights
 /// `[b, heads, t_q, t_k]`) ([`reference::cross_attention`]). The kernels' weights carry no

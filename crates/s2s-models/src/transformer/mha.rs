@@ -245,6 +245,9 @@ impl MultiHeadAttention {
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
         let q = ops::linear(&self.query, query);
+        if let Some(step) = self.attend_step(&q, kv, mask) {
+            return step;
+        }
         match (&kv.packed, mask) {
             (Some(packed), Some(m)) => {
                 let (out, weights) = ops::cross_attention(q, packed.clone(), m, self.heads, &self.dropout);
@@ -252,6 +255,42 @@ impl MultiHeadAttention {
             }
             _ => self.attend_heads(self.split(q), kv, mask),
         }
+    }
+
+    /// Decoding's case: one query position per row (`q` `[rows, 1, d_model]`, projected) to
+    /// the keys and values where they lie — `[K | V]` of the memory, or the self-attention
+    /// cache — through one CPU kernel ([`ops::heads_step`]), then `W^O`. `None` for several
+    /// query positions, and where the kernel does not run.
+    fn attend_step(
+        &self,
+        q: &Tensor<3>,
+        kv: &KeyValue,
+        mask: Option<&Tensor<4>>,
+    ) -> Option<(Tensor<3>, Tensor<4>)> {
+        let [rows, tq, d] = q.dims();
+        if tq != 1 || !ops::is_cpu(&q.device()) || q.is_autodiff() {
+            return None;
+        }
+        let len = kv.len;
+        let mask = match mask {
+            Some(m) => {
+                let [mr, _, mq, mk] = m.dims();
+                if mq != 1 || mk != len {
+                    return None;
+                }
+                m.clone().reshape([mr, len])
+            }
+            None => Tensor::zeros([1, len], &q.device()),
+        };
+        let q = q.clone().reshape([rows, d]);
+        let (out, weights) = match &kv.packed {
+            Some(p) => {
+                ops::heads_step(q, p.clone().narrow(2, 0, d), p.clone().narrow(2, d, d), mask, self.heads)?
+            }
+            None => ops::heads_step(q, kv.keys(), kv.values(), mask, self.heads)?,
+        };
+        let out = ops::linear(&self.output, out.reshape([rows, 1, d]));
+        Some((out, weights.reshape([rows, self.heads, 1, len])))
     }
 
     /// [`MultiHeadAttention::attend`] from queries already projected and split into heads
@@ -262,6 +301,12 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
+        let [rows, heads, tq, dk] = q.dims();
+        if tq == 1 {
+            if let Some(step) = self.attend_step(&q.clone().reshape([rows, 1, heads * dk]), kv, mask) {
+                return step;
+            }
+        }
         // softmax(QKᵀ / √d_k + mask) V, heads side by side: [B, Tq, d_model], [B, h, Tq, Tk]
         let (out, weights) = ops::scaled_dot_product(q, kv.keys(), kv.values(), mask, &self.dropout);
         (ops::linear(&self.output, out), weights)
