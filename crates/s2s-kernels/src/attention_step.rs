@@ -44,12 +44,14 @@ pub trait AttentionStep: burn::backend::Backend {
     fn weighted_sum(weights: FloatTensor<Self>, values: FloatTensor<Self>) -> FloatTensor<Self>;
 
     /// Multi-head attention of one query position per row (see [`heads_step`]): (output
-    /// `[rows, heads·d_k]`, weights `[rows, heads, len]`).
+    /// `[rows, heads·d_k]`, weights `[rows, heads, len]`). `source` `[rows]` (or empty: row
+    /// `r` itself) is the row of `keys`, `values` and `mask` each row reads, as floats.
     fn heads_step(
         q: FloatTensor<Self>,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
         mask: FloatTensor<Self>,
+        source: FloatTensor<Self>,
         heads: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -99,15 +101,20 @@ impl Heads {
 /// for many query positions, not for one), and the heads come out side by side. Per row the
 /// sums run over `d_k` in lanes, so results agree with the composed operations to rounding.
 ///
+/// Row `r` reads row `source[r]` of the keys, values and mask (`source` empty: row `r`), so
+/// that the hypotheses of a beam read one copy of their sentence's memory instead of one copy
+/// each (a fifth of the memory traffic at beam 5: the copies no longer fit in the cache).
+///
 /// # Shapes
-/// - `q`: `[rows, heads·d_k]`; `keys`, `values`: `[rows, heads, len, d_k]` or
-///   `[rows, len, heads·d_k]`; `mask`: additive, `[rows or 1, len]`
+/// - `q`: `[rows, heads·d_k]`; `keys`, `values`: `[held, heads, len, d_k]` or
+///   `[held, len, heads·d_k]`; `mask`: additive, `[held or 1, len]`; `source`: `[rows]` or `[0]`
 /// - returns the output `[rows, heads·d_k]` and the weights `[rows, heads, len]`
 fn heads_step_flex(
     q: &FlexTensor,
     keys: &FlexTensor,
     values: &FlexTensor,
     mask: &FlexTensor,
+    source: &FlexTensor,
     heads: usize,
 ) -> (FlexTensor, FlexTensor) {
     let [rows, width] = q.layout().shape().dims::<2>();
@@ -118,10 +125,21 @@ fn heads_step_flex(
     let (kh, len) = Heads::of(&keys, heads, dk).expect("a contiguous layout is one of the two");
     let (vh, vlen) = Heads::of(&values, heads, dk).expect("a contiguous layout is one of the two");
     assert_eq!(len, vlen, "heads_step: keys and values differ in length");
+    let held = keys.layout().shape().as_slice()[0].min(values.layout().shape().as_slice()[0]);
+    let source: Vec<usize> = f32s(source).iter().map(|&i| i as usize).collect();
+    assert!(
+        source.is_empty() || source.len() == rows,
+        "heads_step: {} source rows for {rows} rows",
+        source.len()
+    );
+    assert!(
+        source.iter().all(|&i| i < held) && (!source.is_empty() || rows <= held),
+        "heads_step: rows past the {held} held"
+    );
     let [mr, ml] = mask.layout().shape().dims::<2>();
     assert!(
-        (mr == rows || mr == 1) && ml == len,
-        "heads_step: mask is [{mr}, {ml}], not [{rows} or 1, {len}]"
+        (mr == held || mr == 1) && ml == len,
+        "heads_step: mask is [{mr}, {ml}], not [{held} or 1, {len}]"
     );
     let (q, m) = (f32s(q), f32s(mask));
     let (kd, vd) = (keys.storage::<f32>(), values.storage::<f32>());
@@ -138,13 +156,14 @@ fn heads_step_flex(
                 wide(
                     #[inline(always)]
                     || {
-                        let m = &m[r * mstride..][..len];
+                        let r_in = if source.is_empty() { r } else { source[r] };
+                        let m = &m[r_in * mstride..][..len];
                         for h in 0..heads {
                             let qh = &q[r * width + h * dk..][..dk];
                             let w = &mut w[h * len..(h + 1) * len];
                             let mut max = f32::NEG_INFINITY;
                             for (j, (s, &mj)) in w.iter_mut().zip(m).enumerate() {
-                                *s = dot(qh, &kd[kh.at(r, h, j)..][..dk]) * scale + mj;
+                                *s = dot(qh, &kd[kh.at(r_in, h, j)..][..dk]) * scale + mj;
                                 max = max.max(*s);
                             }
                             let mut sum = 0.0;
@@ -156,7 +175,7 @@ fn heads_step_flex(
                             let o = &mut o[h * dk..(h + 1) * dk];
                             for (j, s) in w.iter_mut().enumerate() {
                                 *s *= inv;
-                                for (o, &x) in o.iter_mut().zip(&vd[vh.at(r, h, j)..][..dk]) {
+                                for (o, &x) in o.iter_mut().zip(&vd[vh.at(r_in, h, j)..][..dk]) {
                                     *o += *s * x;
                                 }
                             }
@@ -218,9 +237,10 @@ impl AttentionStep for Flex {
         keys: FlexTensor,
         values: FlexTensor,
         mask: FlexTensor,
+        source: FlexTensor,
         heads: usize,
     ) -> (FlexTensor, FlexTensor) {
-        heads_step_flex(&q, &keys, &values, &mask, heads)
+        heads_step_flex(&q, &keys, &values, &mask, &source, heads)
     }
 
     fn weighted_sum(weights: FlexTensor, values: FlexTensor) -> FlexTensor {
@@ -362,25 +382,29 @@ pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2
 }
 
 /// Multi-head attention of one query position per row, for decoding ([`heads_step_flex`]'s
-/// equation): `q` `[rows, heads·d_k]`, `keys` and `values` `[rows, heads, len, d_k]` or
-/// `[rows, len, heads·d_k]`, additive `mask` `[rows or 1, len]` → (output `[rows, heads·d_k]`,
-/// weights `[rows, heads, len]`). The kernel on flex without autodiff, `None` elsewhere (the
+/// equation): `q` `[rows, heads·d_k]`, `keys` and `values` `[held, heads, len, d_k]` or
+/// `[held, len, heads·d_k]`, additive `mask` `[held or 1, len]`, row `r` reading row
+/// `source[r]` of them (`None`: row `r`) → (output `[rows, heads·d_k]`, weights
+/// `[rows, heads, len]`). The kernel on flex without autodiff, `None` elsewhere (the
 /// caller composes the operations).
 pub fn heads_step<const D: usize>(
     q: Tensor<2>,
     keys: Tensor<D>,
     values: Tensor<D>,
     mask: Tensor<2>,
+    source: Option<Tensor<1>>,
     heads: usize,
 ) -> Option<(Tensor<2>, Tensor<3>)> {
     if !fused(&q) {
         return None;
     }
+    let source = source.unwrap_or_else(|| Tensor::zeros([0], &q.device()));
     let (out, weights) = <Dispatch as AttentionStep>::heads_step(
         q.into_dispatch(),
         keys.into_dispatch(),
         values.into_dispatch(),
         mask.into_dispatch(),
+        source.into_dispatch(),
         heads,
     );
     Some((Tensor::from_dispatch(out), Tensor::from_dispatch(weights)))
@@ -468,8 +492,9 @@ mod tests {
                 Tensor::<4>::random([rows, heads, room, dk], normal, &d),
             );
             let (k, v) = (k.narrow(2, 0, len), v.narrow(2, 0, len));
-            let (out, w) = heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), heads)
-                .expect("flex runs the kernel");
+            let (out, w) =
+                heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), None, heads)
+                    .expect("flex runs the kernel");
             let (o_ref, w_ref) = composed(k, v, None);
             assert!(
                 max_diff(out, o_ref) < 1e-5 && max_diff(w, w_ref) < 1e-6,
@@ -485,13 +510,38 @@ mod tests {
             let mask = Tensor::<2>::from_data(TensorData::new(mask, [rows, len]), &d);
             let (kh, vh) =
                 (kv.clone().narrow(2, 0, heads * dk), kv.clone().narrow(2, heads * dk, heads * dk));
-            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), heads)
+            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), None, heads)
                 .expect("flex runs the kernel");
             let split = |x: Tensor<3>| x.reshape([rows, len, heads, dk]).swap_dims(1, 2);
-            let (o_ref, w_ref) = composed(split(kh), split(vh), Some(mask.reshape([rows, 1, 1, len])));
+            let (o_ref, w_ref) =
+                composed(split(kh.clone()), split(vh.clone()), Some(mask.clone().reshape([rows, 1, 1, len])));
             assert!(
                 max_diff(out, o_ref) < 1e-5 && max_diff(w, w_ref) < 1e-6,
                 "memory {rows}x{heads}x{dk}x{len}"
+            );
+            // Rows reading other rows through `source` (repeats allowed, as beams share their
+            // sentence's row) get exactly what those rows picked out beforehand give.
+            let picked: Vec<i64> = (0..rows as i64).map(|r| (r * 2 + 1) % rows as i64).collect();
+            let source = Tensor::<1>::from_data(
+                TensorData::new(picked.iter().map(|&i| i as f32).collect::<Vec<_>>(), [rows]),
+                &d,
+            );
+            let picked = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(picked, [rows]), &d);
+            let (o_src, w_src) =
+                heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), Some(source), heads)
+                    .expect("flex");
+            let (o_sel, w_sel) = heads_step(
+                q.clone(),
+                kh.select(0, picked.clone()),
+                vh.select(0, picked.clone()),
+                mask.select(0, picked),
+                None,
+                heads,
+            )
+            .expect("flex");
+            assert!(
+                max_diff(o_src, o_sel) == 0.0 && max_diff(w_src, w_sel) == 0.0,
+                "source rows {rows}x{heads}"
             );
         }
         // Under autodiff the caller composes the operations.
@@ -503,6 +553,7 @@ mod tests {
                 Tensor::<3>::zeros([1, 2, 4], &ad),
                 Tensor::<3>::zeros([1, 2, 4], &ad),
                 Tensor::zeros([1, 2], &ad),
+                None,
                 2
             )
             .is_none()

@@ -308,8 +308,9 @@ pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropou
 }
 
 /// Attention of one query position per row while decoding: `q` `[rows, heads·d_k]` to
-/// `keys`/`values` (`[rows, heads, len, d_k]` or `[rows, len, heads·d_k]`, read in place)
-/// under the additive `mask` `[rows or 1, len]`: (output `[rows, heads·d_k]`, weights
+/// `keys`/`values` (`[held, heads, len, d_k]` or `[held, len, heads·d_k]`, read in place)
+/// under the additive `mask` `[held or 1, len]`, row `r` reading row `source[r]` of them
+/// (`None`: row `r`): (output `[rows, heads·d_k]`, weights
 /// `[rows, heads, len]`) from one CPU kernel ([`crate::attention_step::heads_step`]); `None`
 /// where it does not run (a GPU, autodiff, `--kernels reference`): compose the operations.
 pub fn heads_step<const D: usize>(
@@ -317,12 +318,18 @@ pub fn heads_step<const D: usize>(
     keys: Tensor<D>,
     values: Tensor<D>,
     mask: Tensor<2>,
+    source: Option<Tensor<1>>,
     heads: usize,
 ) -> Option<(Tensor<2>, Tensor<3>)> {
-    if mode::reference() {
+    if !heads_step_runs(&q.device()) {
         return None;
     }
-    crate::attention_step::heads_step(q, keys, values, mask, heads)
+    crate::attention_step::heads_step(q, keys, values, mask, source, heads)
+}
+
+/// True when [`heads_step`] runs its kernel on `device` (flex without autodiff, fast kernels).
+pub fn heads_step_runs(device: &Device) -> bool {
+    !mode::reference() && is_flex(device) && !device.is_autodiff()
 }
 
 /// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`

@@ -6,7 +6,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 use super::mha::{KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
 use ops::layer_norm;
@@ -178,7 +178,8 @@ pub struct DecoderLayer {
 impl DecoderLayer {
     /// Applies the layer to new positions `x`; `cache` holds the keys and values of the
     /// positions before them (none in a teacher-forced pass). `self_mask` is the causal mask
-    /// over the new positions (none for a single step, which may see its whole prefix).
+    /// over the new positions (none for a single step, which may see its whole prefix). Row `r`
+    /// attends to row `memory_rows[r]` of the memory and its mask (`None`: row `r`).
     pub fn forward(
         &self,
         x: Tensor<3>,
@@ -186,6 +187,7 @@ impl DecoderLayer {
         self_mask: Option<&Tensor<4>>,
         memory: &KeyValue,
         memory_mask: &Tensor<4>,
+        memory_rows: Option<&Tensor<1, Int>>,
     ) -> (Tensor<3>, KeyValue, Tensor<4>) {
         let h = self.self_residual.input(&x);
         let (a, kv) = match cache {
@@ -198,7 +200,7 @@ impl DecoderLayer {
         };
         let x = self.self_residual.output(x, a);
         let h = self.cross_residual.input(&x);
-        let (c, weights) = self.cross_attention.attend(h, memory, Some(memory_mask));
+        let (c, weights) = self.cross_attention.attend_rows(h, memory, Some(memory_mask), memory_rows);
         let x = self.cross_residual.output(x, c);
         let h = self.ffn_residual.input(&x);
         (self.ffn_residual.output(x, self.ffn.forward(h)), kv, weights)

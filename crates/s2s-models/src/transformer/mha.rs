@@ -244,10 +244,40 @@ impl MultiHeadAttention {
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
     ) -> (Tensor<3>, Tensor<4>) {
+        self.attend_rows(query, kv, mask, None)
+    }
+
+    /// [`MultiHeadAttention::attend`] where row `r` of `query` attends to row `source[r]` of
+    /// `kv` and `mask` (`None`: row `r`): the decoder's beams reading one copy of their
+    /// sentence's memory.
+    pub fn attend_rows(
+        &self,
+        query: Tensor<3>,
+        kv: &KeyValue,
+        mask: Option<&Tensor<4>>,
+        source: Option<&Tensor<1, Int>>,
+    ) -> (Tensor<3>, Tensor<4>) {
         let q = ops::linear(&self.query, query);
-        if let Some(step) = self.attend_step(&q, kv, mask) {
+        if let Some(step) = self.attend_step(&q, kv, mask, source) {
             return step;
         }
+        if let Some(rows) = source {
+            // Where the kernel does not run: the rows' copies, then the composed operations.
+            let kv = kv.clone().select(rows);
+            let mask = mask.map(|m| m.clone().select(0, rows.clone()));
+            return self.attend_composed(q, &kv, mask.as_ref());
+        }
+        self.attend_composed(q, kv, mask)
+    }
+
+    /// Attention of projected queries `q` through the fused cross-attention or the composed
+    /// operations.
+    fn attend_composed(
+        &self,
+        q: Tensor<3>,
+        kv: &KeyValue,
+        mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, Tensor<4>) {
         match (&kv.packed, mask) {
             (Some(packed), Some(m)) => {
                 let (out, weights) = ops::cross_attention(q, packed.clone(), m, self.heads, &self.dropout);
@@ -266,6 +296,7 @@ impl MultiHeadAttention {
         q: &Tensor<3>,
         kv: &KeyValue,
         mask: Option<&Tensor<4>>,
+        source: Option<&Tensor<1, Int>>,
     ) -> Option<(Tensor<3>, Tensor<4>)> {
         let [rows, tq, d] = q.dims();
         if tq != 1 || !ops::is_cpu(&q.device()) || q.is_autodiff() {
@@ -283,11 +314,17 @@ impl MultiHeadAttention {
             None => Tensor::zeros([1, len], &q.device()),
         };
         let q = q.clone().reshape([rows, d]);
+        let source = source.map(|s| s.clone().float());
         let (out, weights) = match &kv.packed {
-            Some(p) => {
-                ops::heads_step(q, p.clone().narrow(2, 0, d), p.clone().narrow(2, d, d), mask, self.heads)?
-            }
-            None => ops::heads_step(q, kv.keys(), kv.values(), mask, self.heads)?,
+            Some(p) => ops::heads_step(
+                q,
+                p.clone().narrow(2, 0, d),
+                p.clone().narrow(2, d, d),
+                mask,
+                source,
+                self.heads,
+            )?,
+            None => ops::heads_step(q, kv.keys(), kv.values(), mask, source, self.heads)?,
         };
         let out = ops::linear(&self.output, out.reshape([rows, 1, d]));
         Some((out, weights.reshape([rows, self.heads, 1, len])))
@@ -303,7 +340,7 @@ impl MultiHeadAttention {
     ) -> (Tensor<3>, Tensor<4>) {
         let [rows, heads, tq, dk] = q.dims();
         if tq == 1 {
-            if let Some(step) = self.attend_step(&q.clone().reshape([rows, 1, heads * dk]), kv, mask) {
+            if let Some(step) = self.attend_step(&q.clone().reshape([rows, 1, heads * dk]), kv, mask, None) {
                 return step;
             }
         }

@@ -106,16 +106,19 @@ pub struct TransformerState {
     pub memory_mask: Tensor<4>,
     /// Positions decoded so far (the next position's index).
     pub position: usize,
-    /// Per row, the encoded sentence whose memory it holds (row `r` of `memory` and
-    /// `memory_mask` is a function of `origin[r]` alone).
+    /// Per row, the encoded sentence whose memory it reads.
     pub origin: Vec<usize>,
+    /// True when `memory` and `memory_mask` keep one row per encoded sentence, read by row `r`
+    /// at `origin[r]` (on the CPU, where the decoding kernel reads rows through an index: the
+    /// beams of a sentence share one copy); false when they keep one row per state row.
+    pub by_sentence: bool,
 }
 
 impl TransformerState {
-    /// Keeps rows `indices` of every tensor. The memory and its mask are copied only when the
-    /// rows' sentences change: a beam-search step that reorders hypotheses within each
-    /// sentence leaves every row reading its own sentence's memory, and skips copying
-    /// `[rows, src, 2·d_model]` per layer (~47 MB a step on the bench shape at beam 5).
+    /// Keeps rows `indices` of every tensor. The memory and its mask are not copied when they
+    /// are kept by sentence, nor when the rows' sentences do not change (a beam-search step
+    /// reordering hypotheses within each sentence): copying `[rows, src, 2·d_model]` per
+    /// layer cost ~47 MB a step on the bench shape at beam 5.
     pub fn select(self, indices: &Tensor<1, Int>) -> Self {
         let picked: Vec<usize> = indices
             .to_data()
@@ -126,7 +129,7 @@ impl TransformerState {
             .map(|i| i as usize)
             .collect();
         let origin: Vec<usize> = picked.iter().map(|&i| self.origin[i]).collect();
-        let (memory, memory_mask) = if origin == self.origin {
+        let (memory, memory_mask) = if self.by_sentence || origin == self.origin {
             (self.memory, self.memory_mask)
         } else {
             (
@@ -140,12 +143,22 @@ impl TransformerState {
             memory_mask,
             position: self.position,
             origin,
+            by_sentence: self.by_sentence,
         }
     }
 
     /// Rows.
     pub fn rows(&self) -> usize {
-        self.memory_mask.dims()[0]
+        self.origin.len()
+    }
+
+    /// Row `r`'s sentence as an index tensor, when the memory is kept by sentence.
+    fn memory_rows(&self) -> Option<Tensor<1, Int>> {
+        let device = self.memory_mask.device();
+        self.by_sentence.then(|| {
+            let rows: Vec<i64> = self.origin.iter().map(|&o| o as i64).collect();
+            Tensor::from_data(TensorData::new(rows, [self.origin.len()]), &device)
+        })
     }
 }
 
@@ -257,7 +270,7 @@ impl Transformer {
         let mut weights = Vec::with_capacity(self.decoder.len());
         for layer in &self.decoder {
             let kv = layer.cross_attention.project_kv(memory.clone());
-            let (y, _, w) = layer.forward(x, None, Some(&causal), &kv, &memory_mask);
+            let (y, _, w) = layer.forward(x, None, Some(&causal), &kv, &memory_mask, None);
             x = y;
             weights.push(w);
         }
@@ -280,17 +293,19 @@ impl Transformer {
             memory_mask,
             position: 0,
             origin: (0..src.batch()).collect(),
+            by_sentence: ops::heads_step_runs(&src.ids.device()),
         }
     }
 
     /// One step: embeds `last` `[rows]` at the next position, extends every layer's cache.
     pub fn decode_step(&self, state: TransformerState, last: Tensor<1, Int>) -> (Step, TransformerState) {
-        let TransformerState { memory, cache, memory_mask, position, origin } = state;
+        let memory_rows = state.memory_rows();
+        let TransformerState { memory, cache, memory_mask, position, origin, by_sentence } = state;
         let mut x = self.embed(&self.tgt_embed, last.unsqueeze_dim::<2>(1), position); // [N, 1, D]
         let mut next = Vec::with_capacity(cache.len());
         let mut attention = None;
         for ((layer, kv), c) in self.decoder.iter().zip(&memory).zip(cache) {
-            let (y, grown, w) = layer.forward(x, c, None, kv, &memory_mask);
+            let (y, grown, w) = layer.forward(x, c, None, kv, &memory_mask, memory_rows.as_ref());
             x = y;
             next.push(Some(grown));
             attention = Some(w);
@@ -304,7 +319,14 @@ impl Transformer {
         });
         (
             Step { logits, attention },
-            TransformerState { memory, cache: next, memory_mask, position: position + 1, origin },
+            TransformerState {
+                memory,
+                cache: next,
+                memory_mask,
+                position: position + 1,
+                origin,
+                by_sentence,
+            },
         )
     }
 }
