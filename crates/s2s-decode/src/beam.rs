@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::greedy::{BOS, EOS, Hypothesis};
 use crate::incremental::Incremental;
 use crate::limits::MaxLength;
+use s2s_kernels::top_k::top;
 
 /// The length normalisation of finished hypotheses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -166,7 +167,7 @@ pub fn beam_search_with<M: Incremental>(
             model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &device));
         state = next;
         // Row r's best tokens: ids[r·w + j] with log-probability lp[r·w + j], best first.
-        let (w, lp, ids) = row_tops(step.log_probs(), 2 * k, top_on_device);
+        let (w, lp, ids) = row_tops(&step, 2 * k, top_on_device);
         let att: Option<Vec<f32>> = if cfg.attention {
             step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
         } else {
@@ -231,15 +232,25 @@ pub fn beam_search_with<M: Incremental>(
     done
 }
 
-/// The `n` best entries of each row of `log_probs` `[rows, vocab]`, best first: `(w, lp, ids)`
-/// with `w = min(n, vocab)` and row `r`'s `j`-th best at `r·w + j`.
+/// The `n` best entries of each row of the step's log-probabilities `[rows, vocab]`, best
+/// first: `(w, lp, ids)` with `w = min(n, vocab)` and row `r`'s `j`-th best at `r·w + j`.
 ///
 /// On the device: burn's `topk_with_indices` (cubecl's top-k reduction keeps ties in index
 /// order, like [`top`]), and the values and ids come back in one read, the ids as floats
-/// (exact below 2²⁴). Otherwise the whole tensor comes back and [`top`] picks on the host.
-fn row_tops(log_probs: Tensor<2>, n: usize, on_device: bool) -> (usize, Vec<f32>, Vec<u32>) {
-    let [rows, vocab] = log_probs.dims();
+/// (exact below 2²⁴). On the CPU: one kernel from the logits
+/// ([`s2s_kernels::top_k::top_log_probs`]). Otherwise the whole tensor comes back and [`top`]
+/// picks on the host.
+fn row_tops(step: &s2s_models::Step, n: usize, on_device: bool) -> (usize, Vec<f32>, Vec<u32>) {
+    let [rows, vocab] = step.logits.dims();
     let w = n.min(vocab);
+    if !on_device {
+        // On the CPU, one pass per row from the logits: no `[rows, vocab]` log-probabilities
+        // written and read back (`s2s_kernels::top_k`).
+        if let Some((lp, ids)) = s2s_kernels::top_k::top_log_probs(step.logits.clone(), n) {
+            return (w, lp, ids);
+        }
+    }
+    let log_probs = step.log_probs();
     let read = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
     if on_device {
         let (values, indices) = log_probs.topk_with_indices(w, 1);
@@ -263,89 +274,11 @@ fn row_tops(log_probs: Tensor<2>, n: usize, on_device: bool) -> (usize, Vec<f32>
     }
 }
 
-/// Indices of the `n` largest entries of `row` in `f32::total_cmp`'s order (ties: lower
-/// index first), best first.
-///
-/// One pass keeping the `n` best so far: a block of 64 entries whose largest does not beat
-/// the `n`-th best is skipped after one (vectorised) maximum, which is nearly every block once
-/// the first few have set the bar. A full partial sort (`select_nth_unstable` over an index
-/// vector) took ~20 µs for an 8000-word row, ~7 ms a beam-5 step of 64 sentences; this takes
-/// about a third of that.
-fn top(row: &[f32], n: usize) -> Vec<usize> {
-    /// `f32::total_cmp`'s order as an integer: `key(a) < key(b)` iff `a < b` in that order.
-    #[inline(always)]
-    fn key(v: f32) -> i32 {
-        let b = v.to_bits() as i32;
-        b ^ (((b >> 31) as u32) >> 1) as i32
-    }
-    const BLOCK: usize = 64;
-    let n = n.min(row.len());
-    if n == 0 {
-        return Vec::new();
-    }
-    // The best so far, best first: (key, index).
-    let mut best: Vec<(i32, usize)> = Vec::with_capacity(n + 1);
-    for (b, block) in row.chunks(BLOCK).enumerate() {
-        if best.len() == n && block.iter().fold(i32::MIN, |m, &v| m.max(key(v))) <= best[n - 1].0 {
-            continue;
-        }
-        for (j, &v) in block.iter().enumerate() {
-            let k = key(v);
-            // A tie with the n-th best loses: its index is higher.
-            if best.len() == n && k <= best[n - 1].0 {
-                continue;
-            }
-            // After every entry at least as large (so ties keep index order).
-            let at = best.partition_point(|&(kb, _)| kb >= k);
-            best.insert(at, (k, b * BLOCK + j));
-            best.truncate(n);
-        }
-    }
-    best.into_iter().map(|(_, i)| i).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use burn::tensor::Device;
     use s2s_models::Step;
-
-    /// `top` picks what a full sort picks (ties to the lower index), on rows with ties,
-    /// infinities and NaN, at the edges of its 64-entry blocks, and for `n` of 0, 1, 10 and
-    /// more than the row holds.
-    #[test]
-    fn top_equals_a_full_sort() {
-        let sorted = |row: &[f32], n: usize| {
-            let mut idx: Vec<usize> = (0..row.len()).collect();
-            idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-            idx.truncate(n);
-            idx
-        };
-        let mut state = 7u64;
-        let mut next = move || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 33) % 2000) as f32 / 100.0 - 10.0
-        };
-        let mut rows: Vec<Vec<f32>> =
-            (0..20).map(|len| (0..len * 37 + 1).map(|_| next()).collect()).collect();
-        rows.push(vec![1.0; 300]);
-        rows.push((0..300).map(|i| (i % 7) as f32).collect());
-        rows.push((0..300).map(|i| -(i as f32)).collect());
-        rows.push((0..300).map(|i| i as f32).collect());
-        let mut special: Vec<f32> = (0..200).map(|_| next()).collect();
-        special[3] = f32::NAN;
-        special[64] = f32::INFINITY;
-        special[65] = f32::NEG_INFINITY;
-        special[127] = f32::INFINITY;
-        special[128] = -0.0;
-        special[129] = 0.0;
-        rows.push(special);
-        for row in &rows {
-            for n in [0, 1, 10, row.len() + 3] {
-                assert_eq!(top(row, n), sorted(row, n), "n {n}, row of {}", row.len());
-            }
-        }
-    }
 
     /// A Markov chain over 7 tokens: the next token's probabilities depend on the last token
     /// only. From `<s>`: `a` 0.6, `b` 0.4; after `a`: `</s>` 0.4, `a`/`c` 0.3; after `b`:

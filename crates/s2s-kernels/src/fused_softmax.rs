@@ -260,6 +260,20 @@ impl<C: CheckpointStrategy> FastSoftmax for Autodiff<Flex, C> {
     }
 }
 
+/// `out = log_softmax(x)` for one row, with the bits of the fused `log_softmax` (for
+/// [`crate::top_k`]: the same `log Σ exp`, the same subtraction).
+pub fn log_softmax_row(x: &[f32], out: &mut [f32]) {
+    crate::fastmath::wide(
+        #[inline(always)]
+        || {
+            let (_, lse) = max_and_lse(x);
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = v - lse;
+            }
+        },
+    )
+}
+
 /// A row's maximum and `log Σ exp`, computed as `max + log Σ exp(x − max)`.
 #[inline(always)]
 fn max_and_lse(x: &[f32]) -> (f32, f32) {

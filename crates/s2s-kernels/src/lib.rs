@@ -52,6 +52,7 @@ pub(crate) mod second_output;
 pub mod small_matmul;
 #[doc(hidden)]
 pub mod testing;
+pub mod top_k;
 
 pub use mode::Kernels;
 
