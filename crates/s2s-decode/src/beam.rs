@@ -93,6 +93,57 @@ struct Search {
     limit: usize,
     live: Vec<Live>,
     finished: Vec<Hypothesis>,
+    /// Every step's beam and candidates, when the search is traced.
+    trace: Option<Vec<TraceStep>>,
+}
+
+/// One step of one sentence's beam search, as [`beam_search_traced`] records it: the beam
+/// that was extended and the `2·beam` best continuations that were ranked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceStep {
+    /// The live hypotheses extended at this step, in beam order.
+    pub live: Vec<TraceHypothesis>,
+    /// The best continuations over the whole beam, best first.
+    pub candidates: Vec<Candidate>,
+}
+
+/// A live hypothesis in a [`TraceStep`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceHypothesis {
+    /// Its tokens so far (no `<s>`).
+    pub tokens: Vec<u32>,
+    /// Summed log-probability of those tokens.
+    pub score: f64,
+}
+
+/// A continuation ranked at a step: hypothesis `parent` of the step's beam extended by
+/// `token`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    /// Index into the step's `live`.
+    pub parent: usize,
+    /// The token added.
+    pub token: u32,
+    /// Its log-probability given the parent.
+    pub log_prob: f32,
+    /// The parent's score plus `log_prob`.
+    pub score: f64,
+    /// `score / lp(len)`: the score a hypothesis finished here is ranked by.
+    pub normalized: f64,
+    /// What the search did with it.
+    pub fate: Fate,
+}
+
+/// What beam search did with a [`Candidate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fate {
+    /// It continues in the next step's beam.
+    Kept,
+    /// It ended (`</s>` among the first `beam`, or the length limit) and was set aside.
+    Finished,
+    /// The beam was full, or its `</s>` ranked below the first `beam`.
+    Pruned,
 }
 
 /// Beam search for every row of `src`: per sentence, up to `nbest` hypotheses, best first, each
@@ -115,6 +166,27 @@ pub fn beam_search_with<M: Incremental>(
     cfg: &BeamConfig,
     top_on_device: bool,
 ) -> Vec<Vec<Hypothesis>> {
+    search(model, src, cfg, top_on_device, false).0
+}
+
+/// [`beam_search`] that also records, per sentence, every step's beam and ranked candidates
+/// with their fates (the same search: the hypotheses are [`beam_search`]'s).
+pub fn beam_search_traced<M: Incremental>(
+    model: &M,
+    src: &Source,
+    cfg: &BeamConfig,
+) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
+    let on_device = !s2s_kernels::ops::is_cpu(&src.ids.device());
+    search(model, src, cfg, on_device, true)
+}
+
+fn search<M: Incremental>(
+    model: &M,
+    src: &Source,
+    cfg: &BeamConfig,
+    top_on_device: bool,
+    traced: bool,
+) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
     let k = cfg.beam.max(1);
     let device = src.ids.device();
     let src_len = src.len();
@@ -129,15 +201,20 @@ pub fn beam_search_with<M: Incremental>(
                 row: s,
             }],
             finished: Vec::new(),
+            trace: traced.then(Vec::new),
         })
         .collect();
     let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); src.batch()];
+    let mut traces: Vec<Vec<TraceStep>> = vec![Vec::new(); if traced { src.batch() } else { 0 }];
     let mut state = model.encode(src);
-    let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>| {
+    let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>, traces: &mut Vec<Vec<TraceStep>>| {
         let mut f = s.finished;
         f.sort_by(|a, b| b.score.total_cmp(&a.score));
         f.truncate(cfg.nbest.clamp(1, k));
         done[s.sentence] = f;
+        if let Some(t) = s.trace {
+            traces[s.sentence] = t;
+        }
     };
     // Sentences whose limit is 0 finish empty at once.
     let (zero, rest): (Vec<Search>, Vec<Search>) = active.into_iter().partition(|s| s.limit == 0);
@@ -147,7 +224,7 @@ pub fn beam_search_with<M: Incremental>(
             score: 0.0,
             attention: cfg.attention.then(Vec::new),
         });
-        finish(s, &mut done);
+        finish(s, &mut done, &mut traces);
     }
     active = rest;
     if active.len() < src.batch() && !active.is_empty() {
@@ -176,16 +253,19 @@ pub fn beam_search_with<M: Incremental>(
         let mut still = Vec::with_capacity(active.len());
         let mut origin: Vec<i64> = Vec::with_capacity(rows);
         for mut s in active {
-            // The 2K best (score, live index, token) over this sentence's rows.
-            let mut cands: Vec<(f64, usize, u32)> = Vec::with_capacity(s.live.len() * 2 * k);
+            // The 2K best (score, live index, token, log-probability) over this sentence's rows.
+            let mut cands: Vec<(f64, usize, u32, f32)> = Vec::with_capacity(s.live.len() * 2 * k);
             for (i, h) in s.live.iter().enumerate() {
                 let at = h.row * w..(h.row + 1) * w;
-                cands.extend(lp[at.clone()].iter().zip(&ids[at]).map(|(&l, &t)| (h.score + l as f64, i, t)));
+                cands.extend(
+                    lp[at.clone()].iter().zip(&ids[at]).map(|(&l, &t)| (h.score + l as f64, i, t, l)),
+                );
             }
             cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
             cands.truncate(2 * k);
+            let mut fates = vec![Fate::Pruned; if s.trace.is_some() { cands.len() } else { 0 }];
             let mut live = Vec::with_capacity(k);
-            for (rank, &(score, i, t)) in cands.iter().enumerate() {
+            for (rank, &(score, i, t, _)) in cands.iter().enumerate() {
                 if live.len() == k {
                     break;
                 }
@@ -200,21 +280,53 @@ pub fn beam_search_with<M: Incremental>(
                         let len = parent.tokens.len() + 1;
                         let norm = score / cfg.penalty.divisor(len, cfg.alpha);
                         s.finished.push(Hypothesis { tokens: parent.tokens.clone(), score: norm, attention });
+                        if let Some(f) = fates.get_mut(rank) {
+                            *f = Fate::Finished;
+                        }
                     }
                     continue;
                 }
                 let mut tokens = parent.tokens.clone();
                 tokens.push(t);
-                if tokens.len() >= s.limit {
+                let fate = if tokens.len() >= s.limit {
                     let norm = score / cfg.penalty.divisor(tokens.len(), cfg.alpha);
                     s.finished.push(Hypothesis { tokens, score: norm, attention });
+                    Fate::Finished
                 } else {
                     live.push(Live { tokens, score, attention, row: parent.row });
+                    Fate::Kept
+                };
+                if let Some(f) = fates.get_mut(rank) {
+                    *f = fate;
                 }
+            }
+            if let Some(trace) = s.trace.as_mut() {
+                trace.push(TraceStep {
+                    live: s
+                        .live
+                        .iter()
+                        .map(|h| TraceHypothesis { tokens: h.tokens.clone(), score: h.score })
+                        .collect(),
+                    candidates: cands
+                        .iter()
+                        .zip(&fates)
+                        .map(|(&(score, i, token, log_prob), &fate)| {
+                            let parent = &s.live[i];
+                            Candidate {
+                                parent: i,
+                                token,
+                                log_prob,
+                                score,
+                                normalized: score / cfg.penalty.divisor(parent.tokens.len() + 1, cfg.alpha),
+                                fate,
+                            }
+                        })
+                        .collect(),
+                });
             }
             s.live = live;
             if s.finished.len() >= k || s.live.is_empty() {
-                finish(s, &mut done);
+                finish(s, &mut done, &mut traces);
             } else {
                 for h in s.live.iter_mut() {
                     origin.push(h.row as i64);
@@ -229,7 +341,7 @@ pub fn beam_search_with<M: Incremental>(
             state = model.select(state, &Tensor::from_data(TensorData::new(origin, [n]), &device));
         }
     }
-    done
+    (done, traces)
 }
 
 /// The `n` best entries of each row of the step's log-probabilities `[rows, vocab]`, best
@@ -336,6 +448,38 @@ mod tests {
         assert_eq!(b[0][0].tokens, vec![B as u32]);
         assert!((b[0][0].score - 0.36f64.ln()).abs() < 1e-5);
         assert_eq!(b[0][1].tokens, vec![A as u32], "the runner-up is kept in the n-best list");
+    }
+
+    /// The trace of the chain's beam of 2: step 1 keeps `a` and `b` and prunes the rest; step
+    /// 2 finishes `b </s>` (0.36) and `a </s>` (0.24), keeps `a a` and `a c` (0.18 each), and
+    /// the search stops with two finished hypotheses, the same as the untraced search's.
+    #[test]
+    fn the_trace_records_each_step_and_fate() {
+        let d = Device::flex();
+        let chain = Chain::new(&d);
+        let cfg = BeamConfig { beam: 2, alpha: 0.0, nbest: 2, ..Default::default() };
+        let (hyps, traces) = beam_search_traced(&chain, &src(&d), &cfg);
+        assert_eq!(hyps, beam_search(&chain, &src(&d), &cfg));
+        let t = &traces[0];
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].live, vec![TraceHypothesis { tokens: vec![], score: 0.0 }]);
+        let fates = |s: &TraceStep| s.candidates.iter().map(|c| c.fate).collect::<Vec<_>>();
+        assert_eq!(fates(&t[0]), [Fate::Kept, Fate::Kept, Fate::Pruned, Fate::Pruned]);
+        assert_eq!(t[0].candidates[0].token, A as u32);
+        assert!((t[0].candidates[1].log_prob as f64 - 0.4f64.ln()).abs() < 1e-5);
+        assert_eq!(
+            t[1].live.iter().map(|h| h.tokens.clone()).collect::<Vec<_>>(),
+            [vec![A as u32], vec![B as u32]]
+        );
+        assert_eq!(fates(&t[1]), [Fate::Finished, Fate::Finished, Fate::Kept, Fate::Kept]);
+        let first = &t[1].candidates[0];
+        assert_eq!((first.parent, first.token), (1, EOS));
+        assert!((first.score - 0.36f64.ln()).abs() < 1e-5 && first.normalized == first.score);
+        // With a length penalty, `normalized` is the score over lp(len) of the extended hypothesis.
+        let lp = BeamConfig { alpha: 1.0, ..cfg };
+        let (_, traces) = beam_search_traced(&chain, &src(&d), &lp);
+        let c = &traces[0][1].candidates[0];
+        assert!((c.normalized - c.score / LengthPenalty::Gnmt.divisor(2, 1.0)).abs() < 1e-12);
     }
 
     #[test]

@@ -12,7 +12,10 @@ pub mod incremental;
 pub mod limits;
 pub mod sample;
 
-pub use beam::{BeamConfig, LengthPenalty, beam_search, beam_search_with};
+pub use beam::{
+    BeamConfig, Candidate, Fate, LengthPenalty, TraceHypothesis, TraceStep, beam_search, beam_search_traced,
+    beam_search_with,
+};
 pub use ensemble::Ensemble;
 pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;

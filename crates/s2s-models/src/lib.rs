@@ -34,4 +34,4 @@ pub(crate) mod test_support {
 pub use config::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 pub use error::ModelError;
 pub use interface::{Forward, RnnState, Source, Step};
-pub use model::{DecodeState, Model};
+pub use model::{AttentionKind, AttentionMap, DecodeState, Model};

@@ -30,6 +30,46 @@ impl Model {
         }
     }
 
+    /// Teacher-forced logits `[batch, tgt, vocab]` and every attention map the model has, for
+    /// showing (the same function as [`Model::forward`]): a recurrent model's cross-attention
+    /// as one map of one head; every layer and head of the Transformer's encoder
+    /// self-attention, decoder self-attention and cross-attention.
+    pub fn inspect(&self, src: &Source, tgt_in: Tensor<2, Int>) -> (Tensor<3>, Vec<AttentionMap>) {
+        match self {
+            Model::Transformer(m) => {
+                let (logits, att) = m.inspect(src, tgt_in);
+                let maps = [
+                    (AttentionKind::Cross, att.cross),
+                    (AttentionKind::DecoderSelf, att.decoder_self),
+                    (AttentionKind::EncoderSelf, att.encoder_self),
+                ]
+                .into_iter()
+                .flat_map(|(kind, layers)| {
+                    layers.into_iter().enumerate().map(move |(layer, weights)| AttentionMap {
+                        kind,
+                        layer,
+                        weights,
+                    })
+                })
+                .collect();
+                (logits, maps)
+            }
+            _ => {
+                let f = self.forward(src, tgt_in);
+                let maps = f
+                    .attention
+                    .map(|w| AttentionMap {
+                        kind: AttentionKind::Cross,
+                        layer: 0,
+                        weights: w.unsqueeze_dim::<4>(1),
+                    })
+                    .into_iter()
+                    .collect();
+                (f.logits, maps)
+            }
+        }
+    }
+
     /// Encodes the source into the decoder's initial state.
     pub fn encode(&self, src: &Source) -> DecodeState {
         match self {
@@ -60,6 +100,31 @@ impl Model {
             _ => panic!("decode_step: the state was made by another kind of model"),
         }
     }
+}
+
+/// Which attention an [`AttentionMap`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionKind {
+    /// Target positions over source positions.
+    Cross,
+    /// Target positions over the target prefix (causal).
+    DecoderSelf,
+    /// Source positions over source positions.
+    EncoderSelf,
+}
+
+/// One layer's attention weights from [`Model::inspect`].
+///
+/// # Shapes
+/// - `weights`: `[batch, heads, queries, keys]`
+#[derive(Debug, Clone)]
+pub struct AttentionMap {
+    /// Which attention.
+    pub kind: AttentionKind,
+    /// Layer, bottom first (0 for a recurrent model).
+    pub layer: usize,
+    /// The weights.
+    pub weights: Tensor<4>,
 }
 
 /// The decoder's state between incremental steps, for every model kind.

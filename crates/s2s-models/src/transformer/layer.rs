@@ -151,6 +151,17 @@ impl EncoderLayer {
         let h = self.ffn_residual.input(&x);
         self.ffn_residual.output(x, self.ffn.forward(h))
     }
+
+    /// [`EncoderLayer::forward`] through the composed attention, which keeps its weights:
+    /// the output and the self-attention weights `[batch, heads, src, src]`, for showing.
+    pub fn inspect(&self, x: Tensor<3>, mask: &Tensor<4>) -> (Tensor<3>, Tensor<4>) {
+        let h = self.attention_residual.input(&x);
+        let (q, kv) = self.self_attention.project_qkv(h);
+        let (a, weights) = self.self_attention.attend_heads(q, &kv, Some(mask));
+        let x = self.attention_residual.output(x, a);
+        let h = self.ffn_residual.input(&x);
+        (self.ffn_residual.output(x, self.ffn.forward(h)), weights)
+    }
 }
 
 /// Masked self-attention, cross-attention to the encoder memory, feed-forward.
@@ -204,5 +215,26 @@ impl DecoderLayer {
         let x = self.cross_residual.output(x, c);
         let h = self.ffn_residual.input(&x);
         (self.ffn_residual.output(x, self.ffn.forward(h)), kv, weights)
+    }
+
+    /// A teacher-forced [`DecoderLayer::forward`] (causal mask `self_mask`, no cache) through
+    /// the composed self-attention, which keeps its weights: the output, the self-attention
+    /// weights `[batch, heads, t, t]` and the cross-attention weights `[batch, heads, t, src]`.
+    pub fn inspect(
+        &self,
+        x: Tensor<3>,
+        self_mask: &Tensor<4>,
+        memory: &KeyValue,
+        memory_mask: &Tensor<4>,
+    ) -> (Tensor<3>, Tensor<4>, Tensor<4>) {
+        let h = self.self_residual.input(&x);
+        let (q, kv) = self.self_attention.project_qkv(h);
+        let (a, self_weights) = self.self_attention.attend_heads(q, &kv, Some(self_mask));
+        let x = self.self_residual.output(x, a);
+        let h = self.cross_residual.input(&x);
+        let (c, cross_weights) = self.cross_attention.attend(h, memory, Some(memory_mask));
+        let x = self.cross_residual.output(x, c);
+        let h = self.ffn_residual.input(&x);
+        (self.ffn_residual.output(x, self.ffn.forward(h)), self_weights, cross_weights)
     }
 }

@@ -209,6 +209,18 @@ impl TransformerConfig {
     }
 }
 
+/// Every attention weight of a teacher-forced pass ([`Transformer::inspect`]), per layer,
+/// bottom first.
+#[derive(Debug, Clone)]
+pub struct TransformerAttention {
+    /// Encoder self-attention `[batch, heads, src, src]`.
+    pub encoder_self: Vec<Tensor<4>>,
+    /// Decoder (causal) self-attention `[batch, heads, tgt, tgt]`.
+    pub decoder_self: Vec<Tensor<4>>,
+    /// Cross-attention `[batch, heads, tgt, src]`.
+    pub cross: Vec<Tensor<4>>,
+}
+
 /// The additive key mask `[batch, 1, 1, src]`: 0 on real tokens, −∞ on padding.
 fn key_mask(src: &Source) -> Tensor<4> {
     let [b, s] = src.key_mask.dims();
@@ -275,6 +287,35 @@ impl Transformer {
             weights.push(w);
         }
         (self.project(x), weights)
+    }
+
+    /// Teacher-forced logits `[batch, tgt, vocab]` and every attention weight of every layer
+    /// and head (`[batch, heads, queries, keys]` each), for showing what the model looks at.
+    /// The same function as [`Transformer::forward`], through the composed attention.
+    pub fn inspect(&self, src: &Source, tgt_in: Tensor<2, Int>) -> (Tensor<3>, TransformerAttention) {
+        let mask = key_mask(src);
+        let mut x = self.embed(self.src_embedding(), src.ids.clone(), 0);
+        let mut encoder_self = Vec::with_capacity(self.encoder.len());
+        for layer in &self.encoder {
+            let (y, w) = layer.inspect(x, &mask);
+            x = y;
+            encoder_self.push(w);
+        }
+        let memory = match &self.encoder_norm {
+            Some(n) => ops::layer_norm(n, x),
+            None => x,
+        };
+        let causal = causal_mask(tgt_in.dims()[1], &memory.device());
+        let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
+        let (mut decoder_self, mut cross) = (Vec::new(), Vec::new());
+        for layer in &self.decoder {
+            let kv = layer.cross_attention.project_kv(memory.clone());
+            let (y, s, c) = layer.inspect(x, &causal, &kv, &mask);
+            x = y;
+            decoder_self.push(s);
+            cross.push(c);
+        }
+        (self.project(x), TransformerAttention { encoder_self, decoder_self, cross })
     }
 
     /// Teacher-forced logits; attention = the last layer's cross-attention averaged over heads.
@@ -375,6 +416,51 @@ mod tests {
             assert_eq!(w.dims(), [2, 2, 2, 3]);
             let padded: Vec<f32> = w.narrow(0, 1, 1).narrow(3, 2, 1).into_data().try_to_vec::<f32>().unwrap();
             assert!(padded.iter().all(|&x| x == 0.0));
+        }
+    }
+
+    /// `inspect` is the same function as `forward_all` (logits and cross-attention equal,
+    /// post- and pre-norm), its self-attention rows are distributions that give padding and
+    /// later positions nothing.
+    #[test]
+    fn inspection_equals_the_forward_pass_and_keeps_every_weight() {
+        let d = Device::flex();
+        for pre_norm in [false, true] {
+            let m = TransformerConfig::new(12, 12)
+                .with_d_model(8)
+                .with_heads(2)
+                .with_d_ff(8)
+                .with_pre_norm(pre_norm)
+                .init(&d)
+                .unwrap();
+            let src = Source::new(&[4, 5, 3, 6, 3, 0], &[3, 2], 3, &d);
+            let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 4, 7, 2, 5, 8], [2, 3]), &d);
+            let (logits, cross) = m.forward_all(&src, tgt.clone());
+            let (l2, att) = m.inspect(&src, tgt);
+            assert!(crate::test_support::max_diff(logits, l2) < 1e-5, "logits");
+            assert_eq!((att.encoder_self.len(), att.decoder_self.len(), att.cross.len()), (3, 3, 3));
+            for (a, b) in cross.into_iter().zip(att.cross) {
+                assert!(crate::test_support::max_diff(a, b) < 1e-5, "cross-attention");
+            }
+            let rows = |w: Tensor<4>| w.into_data().try_to_vec::<f32>().unwrap();
+            for w in att.encoder_self {
+                assert_eq!(w.dims(), [2, 2, 3, 3]);
+                let v = rows(w);
+                for (r, row) in v.chunks(3).enumerate() {
+                    assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+                    if r >= 6 {
+                        assert_eq!(row[2], 0.0, "the second sentence's padding gets no weight");
+                    }
+                }
+            }
+            for w in att.decoder_self {
+                assert_eq!(w.dims(), [2, 2, 3, 3]);
+                for (r, row) in rows(w).chunks(3).enumerate() {
+                    let q = r % 3;
+                    assert!(row[q + 1..].iter().all(|&x| x == 0.0), "causal: {row:?}");
+                    assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+                }
+            }
         }
     }
 }
