@@ -9,6 +9,7 @@ mod data;
 mod experiment;
 mod score;
 mod signals;
+mod studio;
 mod train;
 mod translate;
 
@@ -46,6 +47,8 @@ enum Command {
     Report(experiment::ReportArgs),
     /// Score hypotheses against references with sacreBLEU-identical BLEU and chrF.
     Score(score::ScoreArgs),
+    /// Open a local web page that compares trained models live (attention, beam search, AER).
+    Studio(studio::StudioArgs),
     /// Train one model into a run directory (resumes if the directory has a checkpoint).
     Train(train::TrainArgs),
     /// Translate sentences from stdin with a trained run (greedy or beam search).
@@ -98,6 +101,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Experiment(c) => experiment::run(c),
         Command::Report(a) => experiment::report(a),
         Command::Score(a) => score::run(a),
+        Command::Studio(a) => studio::run(a),
         Command::Train(a) => train::run(a),
         Command::Translate(a) => translate::run(a),
     }

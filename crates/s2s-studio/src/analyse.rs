@@ -1,0 +1,561 @@
+//! What one request asks of one model, computed without HTTP: the translation by beam search
+//! (beam 1 is greedy search) with its recorded steps, each output token's probability, every
+//! attention map of the output and of the reference (teacher-forced through
+//! [`Model::inspect`](s2s_models::Model::inspect)), the reference's forced-decoding score
+//! beside the output's, and — where a gold word alignment is known — the alignment error
+//! rate of the model's attention.
+
+use std::time::Instant;
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_data::{Batch, Example, normalize};
+use s2s_decode::{BeamConfig, Fate, LengthPenalty, beam_search_traced};
+use s2s_models::{AttentionKind, Source};
+use serde::Serialize;
+
+use crate::load::{Loaded, Studio, word_level};
+
+/// Limits on one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest text, in characters.
+    pub max_chars: usize,
+    /// Longest source, in the model's tokens (`</s>` not counted).
+    pub max_src_tokens: usize,
+    /// Largest beam.
+    pub max_beam: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_chars: 1000, max_src_tokens: 100, max_beam: 16 }
+    }
+}
+
+/// A bad request, with its HTTP status and a message for the page.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct RequestError {
+    /// 400, 404, 413 …
+    pub status: u16,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl RequestError {
+    /// A 400.
+    pub fn bad(message: impl Into<String>) -> Self {
+        Self { status: 400, message: message.into() }
+    }
+}
+
+/// What to translate and how.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// Source text.
+    pub text: String,
+    /// A reference translation: scored by forced decoding beside the output.
+    #[serde(default)]
+    pub reference: Option<String>,
+    /// Models to run (all when absent).
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+    /// Beam size (1: greedy search).
+    #[serde(default = "default_beam")]
+    pub beam: usize,
+    /// Length-penalty exponent α of GNMT's `((5 + len) / 6)^α`.
+    #[serde(default = "default_alpha")]
+    pub alpha: f64,
+}
+
+fn default_beam() -> usize {
+    5
+}
+fn default_alpha() -> f64 {
+    0.6
+}
+
+impl Request {
+    /// Checks the request against `limits` and the loaded models; returns the indices of the
+    /// models to run.
+    pub fn check(&self, studio: &Studio, limits: &Limits) -> Result<Vec<usize>, RequestError> {
+        let chars = self.text.chars().count();
+        if self.text.trim().is_empty() {
+            return Err(RequestError::bad("the text is empty: type a sentence or pick one"));
+        }
+        if chars > limits.max_chars {
+            return Err(RequestError {
+                status: 413,
+                message: format!(
+                    "the text has {chars} characters; the limit is {} (--max-chars)",
+                    limits.max_chars
+                ),
+            });
+        }
+        if let Some(r) = &self.reference {
+            if r.chars().count() > limits.max_chars {
+                return Err(RequestError {
+                    status: 413,
+                    message: format!(
+                        "the reference is longer than {} characters (--max-chars)",
+                        limits.max_chars
+                    ),
+                });
+            }
+        }
+        if self.beam == 0 || self.beam > limits.max_beam {
+            return Err(RequestError::bad(format!(
+                "beam {} is out of range: use 1 (greedy) to {}",
+                self.beam, limits.max_beam
+            )));
+        }
+        if !(self.alpha.is_finite() && (0.0..=5.0).contains(&self.alpha)) {
+            return Err(RequestError::bad(format!("alpha {} is out of range: use 0 to 5", self.alpha)));
+        }
+        match &self.models {
+            None => Ok((0..studio.models.len()).collect()),
+            Some(names) if names.is_empty() => Err(RequestError::bad("no model asked for")),
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    studio.models.iter().position(|m| &m.name == n).ok_or_else(|| RequestError {
+                        status: 404,
+                        message: format!(
+                            "no model named `{n}`: the studio has {}",
+                            studio.models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One attention layer of a teacher-forced pass, for the page.
+#[derive(Debug, Clone, Serialize)]
+pub struct Map {
+    /// `cross`, `decoder-self` or `encoder-self`.
+    pub kind: &'static str,
+    /// Layer, bottom first.
+    pub layer: usize,
+    /// `[head][query][key]`, trimmed to real positions.
+    pub heads: Vec<Vec<Vec<f32>>>,
+}
+
+/// A teacher-forced pass over one target sentence.
+#[derive(Debug, Clone, Serialize)]
+pub struct Forced {
+    /// Target tokens, `</s>` last.
+    pub tokens: Vec<String>,
+    /// Each token's probability given the source and the tokens before it.
+    pub probs: Vec<f32>,
+    /// Summed log-probability.
+    pub score: f64,
+    /// `score / lp(len)` with the request's α: what beam search ranks by.
+    pub normalized: f64,
+    /// Every attention map.
+    pub maps: Vec<Map>,
+}
+
+/// The gold alignment of a sentence and how the model's attention matches it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Alignment {
+    /// Gold links `[target word, source word]`.
+    pub gold: Vec<[usize; 2]>,
+    /// Alignment error rate of the model's attention while forced to decode the reference
+    /// (a recurrent model's attention; the Transformer's last cross-attention layer, its
+    /// heads averaged).
+    pub aer: f64,
+    /// The same, per cross-attention layer and head (the Transformer).
+    pub heads: Vec<HeadAer>,
+}
+
+/// AER of one head.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeadAer {
+    /// Layer.
+    pub layer: usize,
+    /// Head.
+    pub head: usize,
+    /// Its AER.
+    pub aer: f64,
+}
+
+/// A step of the beam search, tokens spelled out.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    /// The beam extended at this step.
+    pub live: Vec<Live>,
+    /// The best continuations, best first.
+    pub candidates: Vec<Candidate>,
+}
+
+/// A hypothesis of a [`Step`]'s beam.
+#[derive(Debug, Clone, Serialize)]
+pub struct Live {
+    /// Its tokens.
+    pub tokens: Vec<String>,
+    /// Summed log-probability.
+    pub score: f64,
+}
+
+/// A ranked continuation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// Index into the step's `live`.
+    pub parent: usize,
+    /// The token.
+    pub token: String,
+    /// Its log-probability.
+    pub log_prob: f32,
+    /// Parent's score plus `log_prob`.
+    pub score: f64,
+    /// Length-normalised score.
+    pub normalized: f64,
+    /// `kept`, `finished` or `pruned`.
+    pub fate: Fate,
+}
+
+/// A finished hypothesis.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finished {
+    /// The detokenised text.
+    pub text: String,
+    /// Length-normalised score.
+    pub normalized: f64,
+}
+
+/// One model's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelResult {
+    /// The model's name.
+    pub model: String,
+    /// Its kind.
+    pub kind: &'static str,
+    /// Source tokens, `</s>` last.
+    pub source_tokens: Vec<String>,
+    /// The translation, detokenised.
+    pub output: String,
+    /// The translation teacher-forced: tokens, probabilities, scores, attention maps.
+    pub translation: Forced,
+    /// The reference teacher-forced, when one was given.
+    pub reference: Option<Forced>,
+    /// `correct`, `search error` (the model scores the reference higher than what the search
+    /// found) or `model error` (the model scores its own output higher), when a reference was
+    /// given.
+    pub verdict: Option<&'static str>,
+    /// Gold alignment and AER, when the reference has one (built-in pair, word-level tokens,
+    /// a model with attention).
+    pub alignment: Option<Alignment>,
+    /// The beam search's steps.
+    pub steps: Vec<Step>,
+    /// Every finished hypothesis, best first.
+    pub finished: Vec<Finished>,
+    /// Wall time of this model's part, milliseconds.
+    pub ms: f64,
+}
+
+/// Runs `req` on model `m` of `studio`.
+pub fn run_model(
+    studio: &Studio,
+    m: &Loaded,
+    req: &Request,
+    limits: &Limits,
+) -> Result<ModelResult, RequestError> {
+    let started = Instant::now();
+    let device = &studio.device;
+    let src = m.tok.src.encode(&normalize(&req.text));
+    if src.is_empty() {
+        return Err(RequestError::bad(format!("{}: the text has no token this model knows", m.name)));
+    }
+    if src.len() > limits.max_src_tokens {
+        return Err(RequestError {
+            status: 413,
+            message: format!(
+                "{}: the text is {} tokens long; the limit is {} (--max-src-tokens)",
+                m.name,
+                src.len(),
+                limits.max_src_tokens
+            ),
+        });
+    }
+    let cfg = BeamConfig {
+        beam: req.beam,
+        alpha: req.alpha,
+        penalty: LengthPenalty::Gnmt,
+        nbest: req.beam,
+        max_length: m.limit,
+        attention: false,
+    };
+    let batch = Batch::collate(&[Example { src: src.clone(), tgt: Vec::new() }], &[0]);
+    let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
+    let (hyps, traces) = beam_search_traced(&m.model, &source, &cfg);
+    let hyps = hyps.into_iter().next().unwrap_or_default();
+    let best = hyps.first().map(|h| h.tokens.clone()).unwrap_or_default();
+    let translation = forced(m, &src, &best, req.alpha, device);
+    let reference_ids = req.reference.as_ref().map(|r| m.tok.tgt.encode(&normalize(r)));
+    let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, req.alpha, device));
+    let verdict = reference_ids.as_ref().zip(reference.as_ref()).map(|(ids, r)| {
+        if *ids == best {
+            "correct"
+        } else if r.normalized > translation.normalized {
+            "search error"
+        } else {
+            "model error"
+        }
+    });
+    let alignment = match (&reference, &req.reference) {
+        (Some(r), Some(text)) => {
+            gold_alignment(studio, m, &req.text, text).and_then(|g| score_alignment(r, &g))
+        }
+        _ => None,
+    };
+    let piece = |t: u32| m.tok.tgt.token(t);
+    let steps = traces
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| Step {
+            live: s
+                .live
+                .into_iter()
+                .map(|h| Live { tokens: h.tokens.into_iter().map(piece).collect(), score: h.score })
+                .collect(),
+            candidates: s
+                .candidates
+                .into_iter()
+                .map(|c| Candidate {
+                    parent: c.parent,
+                    token: piece(c.token),
+                    log_prob: c.log_prob,
+                    score: c.score,
+                    normalized: c.normalized,
+                    fate: c.fate,
+                })
+                .collect(),
+        })
+        .collect();
+    let finished =
+        hyps.iter().map(|h| Finished { text: m.tok.tgt.decode(&h.tokens), normalized: h.score }).collect();
+    let mut source_tokens: Vec<String> = src.iter().map(|&t| m.tok.src.token(t)).collect();
+    source_tokens.push("</s>".into());
+    Ok(ModelResult {
+        model: m.name.clone(),
+        kind: m.kind,
+        source_tokens,
+        output: m.tok.tgt.decode(&best),
+        translation,
+        reference,
+        verdict,
+        alignment,
+        steps,
+        finished,
+        ms: started.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Teacher-forces `tgt` (`</s>` appended) from `src`: each token's probability and every
+/// attention map, trimmed to the sentence.
+pub fn forced(m: &Loaded, src: &[u32], tgt: &[u32], alpha: f64, device: &Device) -> Forced {
+    let batch = Batch::collate(&[Example { src: src.to_vec(), tgt: tgt.to_vec() }], &[0]);
+    let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
+    let t = batch.tgt_len;
+    let tgt_in: Vec<i64> = batch.tgt_in.iter().map(|&i| i as i64).collect();
+    let tgt_in = Tensor::<2, Int>::from_data(TensorData::new(tgt_in, [1, t]), device);
+    let (logits, maps) = m.model.inspect(&source, tgt_in);
+    let vocab = logits.dims()[2];
+    let lp = floats(log_softmax(logits, 2));
+    let log_probs: Vec<f64> = (0..t).map(|j| lp[j * vocab + batch.tgt_out[j] as usize] as f64).collect();
+    let score: f64 = log_probs.iter().sum();
+    let mut tokens: Vec<String> = tgt.iter().map(|&i| m.tok.tgt.token(i)).collect();
+    tokens.push("</s>".into());
+    let (s, inputs) = (batch.src_len, t);
+    let maps = maps
+        .into_iter()
+        .map(|map| {
+            let [_, heads, q, k] = map.weights.dims();
+            let w = floats(map.weights);
+            let (rows, cols) = match map.kind {
+                AttentionKind::Cross => (inputs, s),
+                AttentionKind::DecoderSelf => (inputs, inputs),
+                AttentionKind::EncoderSelf => (s, s),
+            };
+            let heads = (0..heads)
+                .map(|h| {
+                    (0..rows.min(q))
+                        .map(|i| w[(h * q + i) * k..(h * q + i) * k + cols.min(k)].to_vec())
+                        .collect()
+                })
+                .collect();
+            let kind = match map.kind {
+                AttentionKind::Cross => "cross",
+                AttentionKind::DecoderSelf => "decoder-self",
+                AttentionKind::EncoderSelf => "encoder-self",
+            };
+            Map { kind, layer: map.layer, heads }
+        })
+        .collect();
+    Forced {
+        tokens,
+        probs: log_probs.iter().map(|&l| l.exp() as f32).collect(),
+        score,
+        normalized: score / LengthPenalty::Gnmt.divisor(t, alpha),
+        maps,
+    }
+}
+
+fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default()
+}
+
+/// The gold alignment of `source` → `reference` when the studio knows it (the built-in
+/// pair's generator made this exact pair) and the model's tokens are words.
+pub fn gold_alignment(studio: &Studio, m: &Loaded, source: &str, reference: &str) -> Option<Vec<[usize; 2]>> {
+    let (tgt, alignment) = studio.gold.get(normalize(source).trim())?;
+    if tgt.trim() != normalize(reference).trim() || !word_level(&m.tok) {
+        return None;
+    }
+    Some(alignment.iter().enumerate().map(|(j, &i)| [j, i]).collect())
+}
+
+/// Links, agreeing links and gold links summed over sentences, for an AER over a corpus.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AlignCounts {
+    /// Predicted links that are gold.
+    pub hits: usize,
+    /// Predicted links.
+    pub predicted: usize,
+    /// Gold links.
+    pub gold: usize,
+}
+
+impl AlignCounts {
+    /// Compares the attention `weights` `[target positions][source positions]` (`</s>` last on
+    /// both sides) with `gold`: each target word is linked to the source position it attends
+    /// to most, and a link to `</s>` is no link (Och and Ney, 2003; with sure = possible links,
+    /// as a permutation gold has).
+    pub fn of(weights: &[Vec<f32>], gold: &[[usize; 2]]) -> Self {
+        let words = weights.len().saturating_sub(1);
+        let mut c = AlignCounts { gold: gold.len(), ..Default::default() };
+        for (j, row) in weights.iter().take(words).enumerate() {
+            let Some(i) = argmax(row) else { continue };
+            if i + 1 == row.len() {
+                continue; // attends most to </s>: no link
+            }
+            c.predicted += 1;
+            c.hits += gold.contains(&[j, i]) as usize;
+        }
+        c
+    }
+
+    /// Adds another sentence's counts.
+    pub fn add(&mut self, o: AlignCounts) {
+        self.hits += o.hits;
+        self.predicted += o.predicted;
+        self.gold += o.gold;
+    }
+
+    /// `AER = 1 − 2·|A ∩ G| / (|A| + |G|)` (1 when there is nothing to compare).
+    pub fn aer(&self) -> f64 {
+        let n = self.predicted + self.gold;
+        if n == 0 { 1.0 } else { 1.0 - 2.0 * self.hits as f64 / n as f64 }
+    }
+}
+
+/// Index of the largest value (the first of ties), `None` for an empty row.
+fn argmax(row: &[f32]) -> Option<usize> {
+    row.iter()
+        .enumerate()
+        .fold(None, |best: Option<(usize, f32)>, (i, &v)| match best {
+            Some((_, b)) if b >= v => best,
+            _ => Some((i, v)),
+        })
+        .map(|(i, _)| i)
+}
+
+/// The map AER is measured on: a recurrent model's cross-attention, or the mean over heads
+/// of the Transformer's last cross-attention layer.
+pub fn alignment_map(f: &Forced) -> Option<Vec<Vec<f32>>> {
+    let last = f.maps.iter().filter(|m| m.kind == "cross").max_by_key(|m| m.layer)?;
+    let h = last.heads.len() as f32;
+    let rows = last.heads.first()?.len();
+    Some(
+        (0..rows)
+            .map(|i| {
+                let cols = last.heads[0][i].len();
+                (0..cols).map(|j| last.heads.iter().map(|head| head[i][j]).sum::<f32>() / h).collect()
+            })
+            .collect(),
+    )
+}
+
+/// Scores the reference's forced attention against `gold` (`None` when the model has no
+/// attention).
+fn score_alignment(r: &Forced, gold: &[[usize; 2]]) -> Option<Alignment> {
+    let map = alignment_map(r)?;
+    let heads = r
+        .maps
+        .iter()
+        .filter(|m| m.kind == "cross" && m.heads.len() > 1)
+        .flat_map(|m| {
+            m.heads.iter().enumerate().map(move |(h, w)| HeadAer {
+                layer: m.layer,
+                head: h,
+                aer: AlignCounts::of(w, gold).aer(),
+            })
+        })
+        .collect();
+    Some(Alignment { gold: gold.to_vec(), aer: AlignCounts::of(&map, gold).aer(), heads })
+}
+
+/// AER of each model's attention over the first `limit` examples with a gold alignment,
+/// teacher-forcing the reference (models without attention, or not word-level, get `None`).
+pub fn corpus_aer(studio: &Studio, m: &Loaded, limit: usize) -> Option<f64> {
+    if studio.gold.is_empty() || m.kind == "lstm" || !word_level(&m.tok) {
+        return None;
+    }
+    let mut total = AlignCounts::default();
+    let mut seen = 0;
+    for e in studio.examples.iter().take(limit) {
+        let Some(gold) = gold_alignment(studio, m, &e.source, &e.reference) else { continue };
+        let src = m.tok.src.encode(&normalize(&e.source));
+        let tgt = m.tok.tgt.encode(&normalize(&e.reference));
+        let f = forced(m, &src, &tgt, 0.0, &studio.device);
+        total.add(AlignCounts::of(&alignment_map(&f)?, &gold));
+        seen += 1;
+    }
+    (seen > 0).then(|| total.aer())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aer_counts_argmax_links_and_ignores_eos() {
+        // Two target words and </s> over two source words and </s>.
+        let w = vec![vec![0.1, 0.8, 0.1], vec![0.2, 0.1, 0.7], vec![0.0, 0.0, 1.0]];
+        let gold = [[0, 1], [1, 0]];
+        let c = AlignCounts::of(&w, &gold);
+        // Word 0 → source 1 (gold); word 1 attends most to </s>: no link.
+        assert_eq!(c, AlignCounts { hits: 1, predicted: 1, gold: 2 });
+        assert!((c.aer() - (1.0 - 2.0 / 3.0)).abs() < 1e-12);
+        let perfect = vec![vec![0.0, 1.0, 0.0], vec![1.0, 0.0, 0.0], vec![0.0, 0.0, 1.0]];
+        assert_eq!(AlignCounts::of(&perfect, &gold).aer(), 0.0);
+        let wrong = vec![vec![1.0, 0.0, 0.0], vec![0.0, 1.0, 0.0], vec![0.0, 0.0, 1.0]];
+        assert_eq!(AlignCounts::of(&wrong, &gold).aer(), 1.0);
+        let mut sum = AlignCounts::default();
+        sum.add(c);
+        sum.add(AlignCounts::of(&perfect, &gold));
+        assert!((sum.aer() - (1.0 - 2.0 * 3.0 / 7.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_ties() {
+        assert_eq!(argmax(&[0.5, 0.5]), Some(0));
+        assert_eq!(argmax(&[]), None);
+    }
+}

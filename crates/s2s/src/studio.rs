@@ -1,0 +1,70 @@
+//! `s2s studio`: serve a local page that compares trained models live.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use s2s_studio::{Limits, Options};
+use s2s_train::device::{DeviceChoice, select};
+
+/// Open a local web page that compares trained models live: translations with token
+/// probabilities, attention heatmaps, beam search step by step, forced-decoding scores, AER.
+#[derive(Args, Debug)]
+pub struct StudioArgs {
+    /// An experiment directory (runs/NAME: every model in it) or run directories.
+    #[arg(value_name = "PATH", required = true)]
+    paths: Vec<PathBuf>,
+    /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0 exposes the studio to the network).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0: any free one).
+    #[arg(long, default_value_t = 8340)]
+    port: u16,
+    /// Which checkpoint of each run: best, last, or a name under RUN/checkpoints.
+    #[arg(long, default_value = "best")]
+    checkpoint: String,
+    /// Requests decoded at once.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Requests waiting for a worker at most; more are refused with 503 until one finishes.
+    #[arg(long, default_value_t = 32)]
+    queue: usize,
+    /// Longest text accepted, in characters.
+    #[arg(long, default_value_t = Limits::default().max_chars)]
+    max_chars: usize,
+    /// Longest source accepted, in the model's tokens.
+    #[arg(long, default_value_t = Limits::default().max_src_tokens)]
+    max_src_tokens: usize,
+    /// Largest beam the page may ask for.
+    #[arg(long, default_value_t = Limits::default().max_beam)]
+    max_beam: usize,
+    /// Device: cpu (default: one sentence at a time decodes fastest there), wgpu or auto.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceChoice,
+}
+
+/// Loads the models and serves until Ctrl-C.
+pub fn run(a: StudioArgs) -> Result<()> {
+    let (device, name) = select(a.device);
+    eprintln!("device: {name}");
+    let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
+    let opts = Options {
+        host: a.host,
+        port: a.port,
+        workers: a.workers.max(1),
+        queue: a.queue,
+        limits: Limits {
+            max_chars: a.max_chars,
+            max_src_tokens: a.max_src_tokens,
+            max_beam: a.max_beam.max(1),
+        },
+    };
+    s2s_studio::serve(studio, &opts, |addr| {
+        // stdout, one line, flushed: scripts and tests read the address from it.
+        println!("studio: http://{addr}/  (Ctrl-C stops it)");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    })?;
+    eprintln!("stopped");
+    Ok(())
+}
