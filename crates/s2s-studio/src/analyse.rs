@@ -238,6 +238,8 @@ pub struct ModelResult {
     pub source_tokens: Vec<String>,
     /// The translation, detokenised.
     pub output: String,
+    /// True when the search stopped the translation at the length limit (no `</s>`).
+    pub cut: bool,
     /// The translation teacher-forced: tokens, probabilities, scores, attention maps.
     pub translation: Forced,
     /// The reference teacher-forced, when one was given.
@@ -294,7 +296,13 @@ pub fn run_model(
     let (hyps, traces) = beam_search_traced(&m.model, &source, &cfg);
     let hyps = hyps.into_iter().next().unwrap_or_default();
     let best = hyps.first().map(|h| h.tokens.clone()).unwrap_or_default();
-    let translation = forced(m, &src, &best, req.alpha, device);
+    // A hypothesis that reached the length limit ended without `</s>`, and its score has no
+    // `</s>` term: teacher-force it the same way.
+    let cut = best.len() >= m.limit.for_source(batch.src_lens[0]);
+    let mut translation = forced(m, &src, &best, req.alpha, device);
+    if cut {
+        translation.drop_eos(req.alpha);
+    }
     let reference_ids = req.reference.as_ref().map(|r| m.tok.tgt.encode(&normalize(r)));
     let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, req.alpha, device));
     let verdict = reference_ids.as_ref().zip(reference.as_ref()).map(|(ids, r)| {
@@ -347,6 +355,7 @@ pub fn run_model(
         kind: m.kind,
         source_tokens,
         output: m.tok.tgt.decode(&best),
+        cut,
         translation,
         reference,
         verdict,
@@ -404,6 +413,26 @@ pub fn forced(m: &Loaded, src: &[u32], tgt: &[u32], alpha: f64, device: &Device)
         score,
         normalized: score / LengthPenalty::Gnmt.divisor(t, alpha),
         maps,
+    }
+}
+
+impl Forced {
+    /// Leaves out the final `</s>`: its token, probability, score term and attention rows
+    /// (for a hypothesis the search cut at the length limit).
+    fn drop_eos(&mut self, alpha: f64) {
+        let Some(p) = self.probs.pop() else { return };
+        self.tokens.pop();
+        self.score -= (p as f64).ln();
+        let n = self.tokens.len();
+        self.normalized = self.score / LengthPenalty::Gnmt.divisor(n, alpha);
+        for map in self.maps.iter_mut().filter(|m| m.kind != "encoder-self") {
+            for head in map.heads.iter_mut() {
+                head.truncate(n);
+                if map.kind == "decoder-self" {
+                    head.iter_mut().for_each(|row| row.truncate(n));
+                }
+            }
+        }
     }
 }
 
@@ -511,15 +540,17 @@ fn score_alignment(r: &Forced, gold: &[[usize; 2]]) -> Option<Alignment> {
     Some(Alignment { gold: gold.to_vec(), aer: AlignCounts::of(&map, gold).aer(), heads })
 }
 
-/// AER of each model's attention over the first `limit` examples with a gold alignment,
-/// teacher-forcing the reference (models without attention, or not word-level, get `None`).
+/// AER of a model's attention over `limit` examples spread evenly over all lengths (the
+/// examples are sorted by length), teacher-forcing their references; `None` for a model
+/// without attention, tokens that are not words, or a corpus without gold alignments.
 pub fn corpus_aer(studio: &Studio, m: &Loaded, limit: usize) -> Option<f64> {
     if studio.gold.is_empty() || m.kind == "lstm" || !word_level(&m.tok) {
         return None;
     }
     let mut total = AlignCounts::default();
     let mut seen = 0;
-    for e in studio.examples.iter().take(limit) {
+    let step = studio.examples.len().div_ceil(limit.max(1)).max(1);
+    for e in studio.examples.iter().step_by(step) {
         let Some(gold) = gold_alignment(studio, m, &e.source, &e.reference) else { continue };
         let src = m.tok.src.encode(&normalize(&e.source));
         let tgt = m.tok.tgt.encode(&normalize(&e.reference));

@@ -1,35 +1,12 @@
 //! End-to-end tests of the `s2s` binary: real behaviour, bad input, exit codes.
 
+mod common;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-fn s2s(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_s2s")).args(args).output().expect("s2s runs")
-}
-
-fn s2s_stdin(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("s2s runs");
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("s2s-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn text(o: &[u8]) -> String {
-    String::from_utf8_lossy(o).into_owned()
-}
+use common::*;
 
 /// `$S2S_SHARED/<rel>` (by default `../shared` beside the project root), or `None` when it is
 /// missing: the test skips, saying what is missing (fails under `CI=true`).
@@ -229,42 +206,6 @@ fn unknown_config_key_is_named() {
     assert!(err.contains("hiden") && err.contains("run.toml"), "{err}");
 }
 
-/// Trains a tiny model of `kind` on 300 built-in pairs into a fresh run directory.
-fn tiny_run(name: &str, kind: &str, seed: &str) -> PathBuf {
-    let run = tmp(name).join("run");
-    let mut args = vec!["train", "--model", kind, "--emb", "16", "--steps", "4", "--valid-every", "2"];
-    if kind == "transformer" {
-        args.extend(["--heads", "2", "--ffn", "32", "--layers", "1"]);
-    } else {
-        args.extend(["--hidden", "16"]);
-    }
-    let cfg = tmp(&format!("{name}-cfg")).join("run.toml");
-    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n").unwrap();
-    let config = cfg.to_str().unwrap().to_string();
-    let run_s = run.to_str().unwrap().to_string();
-    args.extend([
-        "--config",
-        &config,
-        "--max-tokens",
-        "512",
-        "--level",
-        "word",
-        "--quiet",
-        "--device",
-        "cpu",
-    ]);
-    args.extend(["--seed", seed, "--run", &run_s]);
-    args.retain(|a| *a != "--model" && *a != kind);
-    std::fs::write(
-        &cfg,
-        format!("[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"{kind}\"\n"),
-    )
-    .unwrap();
-    let o = s2s(&args);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    run
-}
-
 /// Same seed and config on CPU: bit-identical metrics (wall time and speed aside) and weights.
 #[test]
 fn training_is_bit_identical_for_a_seed() {
@@ -434,17 +375,7 @@ fn experiment_trains_reports_and_skips_finished_models() {
 /// Opens the report in headless Chromium and checks the rendered DOM has the results table
 /// and drawn plots. Chromium is required under CI=true (.ci/run installs it).
 fn chromium_renders(html: &std::path::Path) {
-    let browser = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()));
-    let Some(browser) = browser else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI must provide chromium (apt-get install chromium)"
-        );
-        eprintln!("skipped the browser check: no chromium");
-        return;
-    };
+    let Some(browser) = browser() else { return };
     let profile = tmp("chromium-profile");
     let o = Command::new(browser)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
@@ -723,14 +654,6 @@ fn translate_survives_random_bytes_and_very_long_lines() {
     assert!(!text(&o.stderr).contains("panicked"));
     assert_eq!(o.stdout.iter().filter(|&&b| b == b'\n').count(), lines);
     assert!(text(&o.stderr).contains("truncated"));
-}
-
-/// This crate's directory: cargo's run-time `CARGO_MANIFEST_DIR` (a target directory shared by
-/// clones at other paths may hold a test binary built elsewhere), else the compile-time one.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// A missing file is named with the operating system's reason, once.
