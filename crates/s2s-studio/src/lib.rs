@@ -63,6 +63,11 @@ pub fn open(
     for (name, dir) in &runs {
         let m = load::load_run(name, dir, checkpoint, &device)?;
         progress(&format!("loaded {name} ({}, {} parameters) from {}", m.kind, m.params, dir.display()));
+        if !s2s_train::experiment::finished(dir) {
+            progress(&format!(
+                "note: {name} has not finished training: the page shows its {checkpoint} checkpoint so far"
+            ));
+        }
         models.push(m);
     }
     // Without its test split (a corpus moved since training) the page still translates typed
