@@ -18,7 +18,7 @@ use burn::tensor::Device;
 
 pub use analyse::{Limits, ModelResult, Request, RequestError};
 pub use load::{Loaded, Studio};
-pub use server::{Options, router, serve};
+pub use server::{Options, bind, router, serve};
 
 /// Test sentences with a gold alignment scored at start-up for each model's AER.
 pub const AER_SENTENCES: usize = 200;

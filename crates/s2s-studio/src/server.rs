@@ -80,10 +80,27 @@ struct Answer {
     results: Vec<ModelResult>,
 }
 
-/// Serves `studio` until Ctrl-C (SIGINT) or SIGTERM, then stops accepting, lets requests in
-/// flight finish, and returns. `ready` is called with the bound address before the first
-/// request is accepted.
-pub fn serve(studio: Studio, opts: &Options, ready: impl FnOnce(SocketAddr)) -> Result<(), StudioError> {
+/// Binds `opts.host:opts.port` (before the models load, so that a taken port fails at once).
+pub fn bind(opts: &Options) -> Result<std::net::TcpListener, StudioError> {
+    let addr = format!("{}:{}", opts.host, opts.port);
+    let listener = std::net::TcpListener::bind(&addr).map_err(|e| {
+        StudioError::Serve(format!(
+            "cannot listen on {addr}: {e} (choose another --port, or --port 0 for any free one)"
+        ))
+    })?;
+    listener.set_nonblocking(true).map_err(|e| StudioError::Serve(format!("{addr}: {e}")))?;
+    Ok(listener)
+}
+
+/// Serves `studio` on `listener` ([`bind`]) until Ctrl-C (SIGINT) or SIGTERM, then stops
+/// accepting, lets requests in flight finish, and returns. `ready` is called with the bound
+/// address before the first request is accepted.
+pub fn serve(
+    studio: Studio,
+    listener: std::net::TcpListener,
+    opts: &Options,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), StudioError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(opts.workers.max(1) + 2)
@@ -91,12 +108,8 @@ pub fn serve(studio: Studio, opts: &Options, ready: impl FnOnce(SocketAddr)) -> 
         .build()
         .map_err(|e| StudioError::Serve(format!("starting the server's runtime: {e}")))?;
     runtime.block_on(async {
-        let addr = format!("{}:{}", opts.host, opts.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
-            StudioError::Serve(format!(
-                "cannot listen on {addr}: {e} (choose another --port, or --port 0 for any free one)"
-            ))
-        })?;
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|e| StudioError::Serve(e.to_string()))?;
         let bound = listener.local_addr().map_err(|e| StudioError::Serve(e.to_string()))?;
         ready(bound);
         axum::serve(listener, router(studio, opts))

@@ -45,9 +45,6 @@ pub struct StudioArgs {
 
 /// Loads the models and serves until Ctrl-C.
 pub fn run(a: StudioArgs) -> Result<()> {
-    let (device, name) = select(a.device);
-    eprintln!("device: {name}");
-    let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
     let opts = Options {
         host: a.host,
         port: a.port,
@@ -59,7 +56,12 @@ pub fn run(a: StudioArgs) -> Result<()> {
             max_beam: a.max_beam.max(1),
         },
     };
-    s2s_studio::serve(studio, &opts, |addr| {
+    // Bound before the models load, so that a taken port fails at once.
+    let listener = s2s_studio::bind(&opts)?;
+    let (device, name) = select(a.device);
+    eprintln!("device: {name}");
+    let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
+    s2s_studio::serve(studio, listener, &opts, |addr| {
         // stdout, one line, flushed: scripts and tests read the address from it.
         println!("studio: http://{addr}/  (Ctrl-C stops it)");
         use std::io::Write;
