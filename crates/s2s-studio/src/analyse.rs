@@ -94,16 +94,16 @@ impl Request {
                 ),
             });
         }
-        if let Some(r) = &self.reference {
-            if r.chars().count() > limits.max_chars {
-                return Err(RequestError {
-                    status: 413,
-                    message: format!(
-                        "the reference is longer than {} characters (--max-chars)",
-                        limits.max_chars
-                    ),
-                });
-            }
+        if let Some(r) = &self.reference
+            && r.chars().count() > limits.max_chars
+        {
+            return Err(RequestError {
+                status: 413,
+                message: format!(
+                    "the reference is longer than {} characters (--max-chars)",
+                    limits.max_chars
+                ),
+            });
         }
         if self.beam == 0 || self.beam > limits.max_beam {
             return Err(RequestError::bad(format!(
