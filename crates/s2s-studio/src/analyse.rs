@@ -21,7 +21,7 @@ use crate::load::{Loaded, Studio, word_level};
 pub struct Limits {
     /// Longest text, in characters.
     pub max_chars: usize,
-    /// Longest source, in the model's tokens (`</s>` not counted).
+    /// Longest source, and longest reference, in the model's tokens (`</s>` not counted).
     pub max_src_tokens: usize,
     /// Largest beam.
     pub max_beam: usize,
@@ -304,6 +304,17 @@ pub fn run_model(
         translation.drop_eos(req.alpha);
     }
     let reference_ids = req.reference.as_ref().map(|r| m.tok.tgt.encode(&normalize(r)));
+    if let Some(ids) = reference_ids.as_ref().filter(|ids| ids.len() > limits.max_src_tokens) {
+        return Err(RequestError {
+            status: 413,
+            message: format!(
+                "{}: the reference is {} tokens long; the limit is {} (--max-src-tokens)",
+                m.name,
+                ids.len(),
+                limits.max_src_tokens
+            ),
+        });
+    }
     let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, req.alpha, device));
     let verdict = reference_ids.as_ref().zip(reference.as_ref()).map(|(ids, r)| {
         if *ids == best {

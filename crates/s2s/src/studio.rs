@@ -32,7 +32,7 @@ pub struct StudioArgs {
     /// Longest text accepted, in characters.
     #[arg(long, default_value_t = Limits::default().max_chars)]
     max_chars: usize,
-    /// Longest source accepted, in the model's tokens.
+    /// Longest source (and reference) accepted, in the model's tokens.
     #[arg(long, default_value_t = Limits::default().max_src_tokens)]
     max_src_tokens: usize,
     /// Largest beam the page may ask for.

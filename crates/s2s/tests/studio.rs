@@ -261,6 +261,11 @@ fn bad_requests_get_a_4xx_and_the_server_keeps_serving() {
         (json!({ "text": "   " }).to_string().into_bytes(), 400, "empty"),
         (json!({ "text": "x".repeat(201) }).to_string().into_bytes(), 413, "--max-chars"),
         (json!({ "text": "dogs ".repeat(35) }).to_string().into_bytes(), 413, "--max-src-tokens"),
+        (
+            json!({ "text": "dogs sleep .", "reference": "dogs ".repeat(35) }).to_string().into_bytes(),
+            413,
+            "the reference is 35 tokens long",
+        ),
         (json!({ "text": "dogs sleep .", "beam": 0 }).to_string().into_bytes(), 400, "beam 0"),
         (json!({ "text": "dogs sleep .", "beam": 9 }).to_string().into_bytes(), 400, "1 (greedy) to 8"),
         (json!({ "text": "dogs sleep .", "alpha": -1 }).to_string().into_bytes(), 400, "alpha"),
