@@ -185,7 +185,11 @@ impl ModelSpec {
         Ok(model)
     }
 
-    fn init_lazy(
+    /// The model with every parameter still undrawn (burn draws a parameter at its first
+    /// use): for loading a checkpoint, which replaces every parameter, so drawing them first
+    /// would be wasted (up to half of a short `s2s translate`). Use [`ModelSpec::init_for`]
+    /// for weights to train.
+    pub fn init_lazy(
         &self,
         src_vocab: usize,
         tgt_vocab: usize,

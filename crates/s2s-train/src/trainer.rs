@@ -116,7 +116,9 @@ pub fn load_model(
     dir: &Path,
     device: &Device,
 ) -> Result<Model, TrainError> {
-    let model = build_model(spec, tok, 0, device)?;
+    // Every parameter comes from the checkpoint (a missing one is a validation error), so
+    // none is drawn first.
+    let model = spec.init_lazy(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device)?;
     Checkpoints::verify(dir, "model.bpk")?;
     let path = dir.join("model.bpk");
     model.try_load_file(&path).map_err(|e| checkpoint_error(dir, path, e))
