@@ -60,6 +60,16 @@ enum Command {
 static GLOBAL: allocator::LargeBlocks = allocator::LargeBlocks::new();
 
 fn main() -> ExitCode {
+    // burn builds some tensors on its default device, which is wgpu when wgpu is compiled in:
+    // resuming training loads the optimizer's state there (then moves it to the parameters'
+    // device at the next step), so a CPU run started Vulkan — lavapipe on a machine without a
+    // GPU, with its warnings — to hold state for a moment. Every tensor of ours names its
+    // device, so the CPU is the default unless BURN_DEVICE says otherwise.
+    if std::env::var_os("BURN_DEVICE").is_none() {
+        // SAFETY: the first statement of `main`: no other thread exists yet to read the
+        // environment.
+        unsafe { std::env::set_var("BURN_DEVICE", "flex") };
+    }
     allocator::tune(&GLOBAL);
     let cli = Cli::parse();
     if let Some(k) = cli.kernels {

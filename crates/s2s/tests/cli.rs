@@ -521,6 +521,26 @@ fn sigint_checkpoints_and_exits_cleanly() {
     assert!(text(&o.stdout).contains("test: BLEU"));
 }
 
+/// Resuming a CPU run loads its optimizer state without starting a GPU backend: no Vulkan
+/// loader warnings (lavapipe prints one per probe when XDG_RUNTIME_DIR is unset), and the same
+/// result.
+#[test]
+fn resuming_on_the_cpu_starts_no_gpu_backend() {
+    let run = tmp("resume-cpu").join("run");
+    let first = run_env(&crash_args(&run, "2"), &[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let o = Command::new(env!("CARGO_BIN_EXE_s2s"))
+        .args(crash_args(&run, "4"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("BURN_DEVICE")
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("resuming from"), "{err}");
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "a GPU backend was started: {err}");
+}
+
 /// A non-finite loss stops training naming the step, keeping the last good checkpoint; with
 /// `skip_nonfinite` the batch is skipped and counted.
 #[test]
