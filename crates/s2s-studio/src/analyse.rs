@@ -299,10 +299,7 @@ pub fn run_model(
     // A hypothesis that reached the length limit ended without `</s>`, and its score has no
     // `</s>` term: teacher-force it the same way.
     let cut = best.len() >= m.limit.for_source(batch.src_lens[0]);
-    let mut translation = forced(m, &src, &best, req.alpha, device);
-    if cut {
-        translation.drop_eos(req.alpha);
-    }
+    let translation = forced(m, &src, &best, !cut, req.alpha, device);
     let reference_ids = req.reference.as_ref().map(|r| m.tok.tgt.encode(&normalize(r)));
     if let Some(ids) = reference_ids.as_ref().filter(|ids| ids.len() > limits.max_src_tokens) {
         return Err(RequestError {
@@ -315,7 +312,7 @@ pub fn run_model(
             ),
         });
     }
-    let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, req.alpha, device));
+    let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, true, req.alpha, device));
     let verdict = reference_ids.as_ref().zip(reference.as_ref()).map(|(ids, r)| {
         if *ids == best {
             "correct"
@@ -377,9 +374,10 @@ pub fn run_model(
     })
 }
 
-/// Teacher-forces `tgt` (`</s>` appended) from `src`: each token's probability and every
-/// attention map, trimmed to the sentence.
-pub fn forced(m: &Loaded, src: &[u32], tgt: &[u32], alpha: f64, device: &Device) -> Forced {
+/// Teacher-forces `tgt` from `src`: each token's probability and every attention map,
+/// trimmed to the sentence. With `ends`, the sentence's `</s>` is scored too; without it (a
+/// hypothesis the search cut at the length limit) it is left out, as the search scored it.
+pub fn forced(m: &Loaded, src: &[u32], tgt: &[u32], ends: bool, alpha: f64, device: &Device) -> Forced {
     let batch = Batch::collate(&[Example { src: src.to_vec(), tgt: tgt.to_vec() }], &[0]);
     let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
     let t = batch.tgt_len;
@@ -388,11 +386,15 @@ pub fn forced(m: &Loaded, src: &[u32], tgt: &[u32], alpha: f64, device: &Device)
     let (logits, maps) = m.model.inspect(&source, tgt_in);
     let vocab = logits.dims()[2];
     let lp = floats(log_softmax(logits, 2));
-    let log_probs: Vec<f64> = (0..t).map(|j| lp[j * vocab + batch.tgt_out[j] as usize] as f64).collect();
+    // Target positions shown and scored: the tokens, and `</s>` when the sentence ends.
+    let n = if ends { t } else { t - 1 };
+    let log_probs: Vec<f64> = (0..n).map(|j| lp[j * vocab + batch.tgt_out[j] as usize] as f64).collect();
     let score: f64 = log_probs.iter().sum();
     let mut tokens: Vec<String> = tgt.iter().map(|&i| m.tok.tgt.token(i)).collect();
-    tokens.push("</s>".into());
-    let (s, inputs) = (batch.src_len, t);
+    if ends {
+        tokens.push("</s>".into());
+    }
+    let (s, inputs) = (batch.src_len, n);
     let maps = maps
         .into_iter()
         .map(|map| {
@@ -422,28 +424,8 @@ pub fn forced(m: &Loaded, src: &[u32], tgt: &[u32], alpha: f64, device: &Device)
         tokens,
         probs: log_probs.iter().map(|&l| l.exp() as f32).collect(),
         score,
-        normalized: score / LengthPenalty::Gnmt.divisor(t, alpha),
+        normalized: score / LengthPenalty::Gnmt.divisor(n, alpha),
         maps,
-    }
-}
-
-impl Forced {
-    /// Leaves out the final `</s>`: its token, probability, score term and attention rows
-    /// (for a hypothesis the search cut at the length limit).
-    fn drop_eos(&mut self, alpha: f64) {
-        let Some(p) = self.probs.pop() else { return };
-        self.tokens.pop();
-        self.score -= (p as f64).ln();
-        let n = self.tokens.len();
-        self.normalized = self.score / LengthPenalty::Gnmt.divisor(n, alpha);
-        for map in self.maps.iter_mut().filter(|m| m.kind != "encoder-self") {
-            for head in map.heads.iter_mut() {
-                head.truncate(n);
-                if map.kind == "decoder-self" {
-                    head.iter_mut().for_each(|row| row.truncate(n));
-                }
-            }
-        }
     }
 }
 
@@ -553,8 +535,9 @@ fn score_alignment(r: &Forced, gold: &[[usize; 2]]) -> Option<Alignment> {
 
 /// AER of a model's attention over `limit` examples spread evenly over all lengths (the
 /// examples are sorted by length), teacher-forcing their references; `None` for a model
-/// without attention, tokens that are not words, or a corpus without gold alignments.
-pub fn corpus_aer(studio: &Studio, m: &Loaded, limit: usize) -> Option<f64> {
+/// without attention, tokens that are not words, or a corpus without gold alignments. Returns
+/// the AER and the number of sentences scored.
+pub fn corpus_aer(studio: &Studio, m: &Loaded, limit: usize) -> Option<(f64, usize)> {
     if studio.gold.is_empty() || m.kind == "lstm" || !word_level(&m.tok) {
         return None;
     }
@@ -565,11 +548,11 @@ pub fn corpus_aer(studio: &Studio, m: &Loaded, limit: usize) -> Option<f64> {
         let Some(gold) = gold_alignment(studio, m, &e.source, &e.reference) else { continue };
         let src = m.tok.src.encode(&normalize(&e.source));
         let tgt = m.tok.tgt.encode(&normalize(&e.reference));
-        let f = forced(m, &src, &tgt, 0.0, &studio.device);
+        let f = forced(m, &src, &tgt, true, 0.0, &studio.device);
         total.add(AlignCounts::of(&alignment_map(&f)?, &gold));
         seen += 1;
     }
-    (seen > 0).then(|| total.aer())
+    (seen > 0).then(|| (total.aer(), seen))
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ pub use analyse::{Limits, ModelResult, Request, RequestError};
 pub use load::{Loaded, Studio};
 pub use server::{Options, bind, router, serve};
 
-/// Test sentences with a gold alignment scored at start-up for each model's AER.
+/// Test sentences with a gold alignment scored at start-up for each model's AER, at most
+/// (spread over all lengths).
 pub const AER_SENTENCES: usize = 200;
 
 /// What can stop the studio from starting.
@@ -78,13 +79,12 @@ pub fn open(
     });
     let mut studio = Studio { models: Vec::new(), examples, gold, device, device_name };
     for mut m in models {
-        m.aer = analyse::corpus_aer(&studio, &m, AER_SENTENCES);
-        if let Some(a) = m.aer {
+        if let Some((aer, sentences)) = analyse::corpus_aer(&studio, &m, AER_SENTENCES) {
+            m.aer = Some(aer);
             progress(&format!(
-                "{}: AER {:.1} % on the gold alignments of {} test sentences",
+                "{}: AER {:.1} % on the gold alignments of {sentences} test sentences",
                 m.name,
-                100.0 * a,
-                AER_SENTENCES.min(studio.examples.len())
+                100.0 * aer
             ));
         }
         studio.models.push(m);
