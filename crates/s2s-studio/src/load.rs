@@ -11,6 +11,7 @@ use s2s_data::synth::{SynthConfig, generate_aligned, split_indices};
 use s2s_data::{Level, ReadOptions, Tokenizers, read_corpus};
 use s2s_decode::MaxLength;
 use s2s_models::Model;
+use s2s_report::ExperimentIndex;
 use s2s_train::checkpoint::Checkpoints;
 use s2s_train::run::{DataSpec, RunConfig, read_manifest};
 
@@ -89,17 +90,13 @@ pub fn find_runs(paths: &[PathBuf]) -> Result<Vec<(String, PathBuf)>, StudioErro
         let mut found = Vec::new();
         let index = path.join("experiment.json");
         if let Ok(text) = std::fs::read_to_string(&index) {
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            let v: ExperimentIndex = serde_json::from_str(&text).map_err(|e| {
                 StudioError::NoRuns(format!(
-                    "{}: not valid JSON ({e}): run the experiment again",
+                    "{}: not an experiment index ({e}): run the experiment again",
                     index.display()
                 ))
             })?;
-            for e in v["entries"].as_array().into_iter().flatten() {
-                if let (Some(name), Some(dir)) = (e["name"].as_str(), e["dir"].as_str()) {
-                    found.push((name.to_string(), path.join(dir)));
-                }
-            }
+            found.extend(v.entries.into_iter().map(|e| (e.name, path.join(e.dir))));
         } else {
             let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
                 .map_err(|e| StudioError::Io { path: path.clone(), source: e })?
