@@ -17,11 +17,15 @@ pub fn empty(like: &CubeTensor, shape: impl Into<Shape>) -> CubeTensor {
     empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), shape.into(), DType::F32)
 }
 
-/// `t` contiguous in a buffer of its own (itself when it already is, else a copy), so a
-/// kernel may write it in place.
+/// `t` contiguous and held alone (itself when it already is, else a copy), so a kernel may
+/// write it in place.
 pub fn exclusive(t: CubeTensor) -> CubeTensor {
     let t = burn_cubecl::kernel::into_contiguous(t);
-    if t.can_mut() && t.is_contiguous_buffer() { t } else { t.copy() }
+    // Contiguous is enough: a kernel's buffer argument covers the tensor's elements, whatever
+    // padding the allocator gave its handle (a 12-float parameter sits in a larger slot, which
+    // `is_contiguous_buffer` refuses: it was copied at every step, and a captured step would
+    // have kept updating the first copy).
+    if t.can_mut() && t.is_contiguous() { t } else { t.copy() }
 }
 
 /// The cube count and size that give `n` threads (at least) on `t`'s device.
