@@ -58,13 +58,42 @@ pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f
     module.visit(&mut Scale { grads, factor });
 }
 
-/// Clips to `max_norm` (≤ 0: no clipping); returns the norm before clipping.
-pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
+/// The global norm before clipping, as [`clip_global_norm`] left it: known on the CPU, still on
+/// the device on a GPU (read only when asked: reading is a synchronisation, which a step that
+/// ignores it, or one replayed from a graph, should not pay).
+#[derive(Debug, Clone)]
+pub enum Norm {
+    /// Computed on the host.
+    Host(f64),
+    /// `[1]` on the device.
+    Device(Tensor<1>),
+}
+
+impl Norm {
+    /// The norm's value (on a GPU, read back).
+    pub fn value(&self) -> f64 {
+        match self {
+            Norm::Host(v) => *v,
+            Norm::Device(t) => t.clone().into_scalar::<f32>() as f64,
+        }
+    }
+}
+
+/// Clips to `max_norm` (≤ 0: no clipping); returns the norm before clipping. On a GPU the norm,
+/// the factor `min(1, max_norm / ‖g‖)` and the scaling stay on the device: nothing is read
+/// back, so the step can be captured ([`crate::graph`]) and the factor is computed in f32.
+pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> Norm {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if !crate::mode::reference()
+        && let Some(norm) = gpu::clip(module, grads, max_norm as f32)
+    {
+        return Norm::Device(norm);
+    }
     let norm = global_norm(module, grads);
     if max_norm > 0.0 && norm > max_norm {
         scale_grads(module, grads, max_norm / norm);
     }
-    norm
+    Norm::Host(norm)
 }
 
 /// The norm on a GPU: composed from tensor operations it is three launches a parameter
@@ -158,11 +187,13 @@ mod gpu {
         BurnTensor::<1>::from_dispatch(partials).sum().into_scalar::<f32>() as f64
     }
 
-    /// Thread `i` scales elements `i`, `i + stride`, … of each gradient in place.
+    /// Thread `i` scales elements `i`, `i + stride`, … of each gradient in place by
+    /// `factor[0]`.
     #[cube(launch)]
-    fn scale_in_place(gs: &mut Sequence<Box<[f32]>>, factor: f32, stride: u32) {
+    fn scale_in_place(gs: &mut Sequence<Box<[f32]>>, factor: &[f32], stride: u32) {
         let i = ABSOLUTE_POS;
         let stride = stride as usize;
+        let factor = factor[0];
         if i < stride {
             #[unroll]
             for s in 0..gs.len() {
@@ -201,9 +232,62 @@ mod gpu {
         }
     }
 
+    /// One thread: `norm[0] = √sum[0]`, `factor[0] = max_norm / norm` where the norm exceeds
+    /// `max_norm > 0`, else 1.
+    #[cube(launch)]
+    fn clip_factor(sum: &[f32], norm: &mut [f32], factor: &mut [f32], max_norm: f32) {
+        if ABSOLUTE_POS == 0 {
+            let n = f32::sqrt(sum[0]);
+            norm[0] = n;
+            factor[0] = select(max_norm > 0.0f32 && n > max_norm, max_norm / n, 1.0f32);
+        }
+    }
+
+    /// Clips on the device (see [`super::clip_global_norm`]): the norm `[1]`, or `None` on the
+    /// CPU (flex) or without gradients.
+    pub(super) fn clip<M: Module>(
+        module: &M,
+        grads: &mut GradientsParams,
+        max_norm: f32,
+    ) -> Option<BurnTensor<1>> {
+        let all = collect(module, grads)?;
+        let partials = dispatch_of(sums_of_squares(all, usize::MAX));
+        let sum = cube_of(BurnTensor::<1>::from_dispatch(partials).sum().into_dispatch()).ok()?;
+        let (norm, factor) = (cube_launch::empty(&sum, [1]), cube_launch::empty(&sum, [1]));
+        let (count, dim) = cube_launch::launch_dims(&sum, 1);
+        clip_factor::launch(
+            &sum.client.clone(),
+            count,
+            dim,
+            sum.into_buffer_arg(),
+            norm.clone().into_buffer_arg(),
+            factor.clone().into_buffer_arg(),
+            max_norm,
+        );
+        if max_norm > 0.0 {
+            scale_by(module, grads, &factor);
+        }
+        Some(BurnTensor::<1>::from_dispatch(dispatch_of(norm)))
+    }
+
     /// Scales every gradient by `factor` in place, 64 a launch; `false` (nothing scaled) on the
     /// CPU (flex).
     pub(super) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f32) -> bool {
+        let Some(first) = collect(module, grads).and_then(|all| all.into_iter().next()) else { return false };
+        let f = BurnTensor::<1>::from_data(
+            burn::tensor::TensorData::new(vec![factor], [1]),
+            &first_device(&first),
+        );
+        let f = cube_of(f.into_dispatch()).ok().expect("a cubecl device's tensor");
+        scale_by(module, grads, &f)
+    }
+
+    fn first_device(t: &CubeTensor) -> burn::tensor::Device {
+        BurnTensor::<1>::from_dispatch(dispatch_of(t.clone())).device()
+    }
+
+    /// Scales every gradient in place by `factor[0]` (on the device), 64 a launch.
+    fn scale_by<M: Module>(module: &M, grads: &mut GradientsParams, factor: &CubeTensor) -> bool {
         let mut e = Exclusive { grads, all: Vec::new() };
         module.visit(&mut e);
         let Some(first) = e.all.first() else { return false };
@@ -216,7 +300,7 @@ mod gpu {
                 count,
                 dim,
                 cube_launch::buffers(chunk),
-                factor,
+                factor.clone().into_buffer_arg(),
                 stride,
             );
         }
@@ -287,7 +371,7 @@ mod tests {
         let before = global_norm(&lin, &grads);
         assert!(before > 1.0);
         let w_before = grads.get::<2>(lin.weight.id).unwrap();
-        let returned = clip_global_norm(&lin, &mut grads, 1.0);
+        let returned = clip_global_norm(&lin, &mut grads, 1.0).value();
         assert!((returned - before).abs() < 1e-3 * before);
         let after = global_norm(&lin, &grads);
         assert!((after - 1.0).abs() < 1e-4, "{after}");

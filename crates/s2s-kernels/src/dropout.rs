@@ -112,16 +112,31 @@ pub fn reseed(seed: u64) {
     STREAM.with(|s| s.set(splitmix64(seed)));
 }
 
+/// The next seed of this thread's host stream.
+fn next_host_seed() -> u64 {
+    STREAM.with(|s| {
+        let n = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        s.set(n);
+        splitmix64(n)
+    })
+}
+
+/// The first `n` seeds [`draw_seed`] gives on a GPU after [`reseed`]`(seed)`: what a replayed
+/// step writes into its seed slots ([`crate::step_scalars`]) so that its masks are the eager
+/// step's. Leaves this thread's stream where `n` draws leave it.
+pub fn host_seeds(seed: u64, n: usize) -> Vec<u64> {
+    reseed(seed);
+    (0..n).map(|_| next_host_seed()).collect()
+}
+
 /// A mask's seed: on flex from the device's own generator (reseeded by the trainer every
 /// step); elsewhere from this thread's host stream ([`reseed`]), not read back from the
 /// device.
 pub fn draw_seed(device: &burn::tensor::Device) -> u64 {
     if !crate::flex_data::is_flex(device) {
-        return STREAM.with(|s| {
-            let n = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-            s.set(n);
-            splitmix64(n)
-        });
+        let seed = next_host_seed();
+        crate::step_scalars::drawn(seed);
+        return seed;
     }
     let bits =
         Tensor::<1>::random([2], Distribution::Default, device).into_data().try_to_vec::<f32>().expect("f32");

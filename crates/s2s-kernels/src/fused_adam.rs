@@ -97,7 +97,8 @@ mod cube_adam {
 
     /// Adam over a sequence of parameters in one launch (as many as the device binds to a
     /// kernel): thread `i` updates elements `i`, `i + stride`, … of each, in burn's
-    /// operation order, as the flex kernel does.
+    /// operation order, as the flex kernel does. The coefficients are the arguments, or with
+    /// `from_buffer` the six of `coeffs` (a captured step's, [`crate::step_scalars`]).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     fn adam_many(
@@ -105,6 +106,8 @@ mod cube_adam {
         ms: &mut Sequence<Box<[f32]>>,
         vs: &mut Sequence<Box<[f32]>>,
         gs: &Sequence<Box<[f32]>>,
+        coeffs: &[f32],
+        from_buffer: u32,
         beta_1: f32,
         beta_2: f32,
         eps: f32,
@@ -115,6 +118,20 @@ mod cube_adam {
     ) {
         let i = ABSOLUTE_POS;
         let stride = stride as usize;
+        let mut b1 = beta_1;
+        let mut b2 = beta_2;
+        let mut ep = eps;
+        let mut cc = c;
+        let mut rate = lr;
+        let mut wd = decay;
+        if from_buffer != 0 {
+            b1 = coeffs[0];
+            b2 = coeffs[1];
+            ep = coeffs[2];
+            cc = coeffs[3];
+            rate = coeffs[4];
+            wd = coeffs[5];
+        }
         if i < stride {
             #[unroll]
             for s in 0..gs.len() {
@@ -127,14 +144,14 @@ mod cube_adam {
                     let e = i + j * stride;
                     if e < n {
                         let mut gi = g[e];
-                        if decay != 0.0 {
-                            gi = p[e] * decay + gi;
+                        if wd != 0.0 {
+                            gi = p[e] * wd + gi;
                         }
-                        let mi = m[e] * beta_1 + gi * (1.0 - beta_1);
-                        let vi = v[e] * beta_2 + gi * gi * (1.0 - beta_2);
+                        let mi = m[e] * b1 + gi * (1.0 - b1);
+                        let vi = v[e] * b2 + gi * gi * (1.0 - b2);
                         m[e] = mi;
                         v[e] = vi;
-                        p[e] -= (mi * c / (f32::sqrt(vi) + eps)) * lr;
+                        p[e] -= (mi * cc / (f32::sqrt(vi) + ep)) * rate;
                     }
                 }
             }
@@ -153,6 +170,14 @@ mod cube_adam {
     /// contiguous.
     fn prepare(param: CubeTensor, grad: CubeTensor, m: CubeTensor, v: CubeTensor, k: [f32; 6]) -> Update {
         assert!([&param, &grad, &m, &v].iter().all(|t| t.dtype == DType::F32), "adam_step computes in f32");
+        // A captured step replays against the buffers it recorded: a parameter or moment copied
+        // here would be updated in the copy, and every replay would start from the original.
+        assert!(
+            !crate::step_scalars::recording()
+                || [&param, &m, &v].iter().all(|t| t.can_mut() && t.is_contiguous()),
+            "adam_step while recording a step: a parameter or moment is shared or strided, so the \
+             replayed step would not update it in place"
+        );
         let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
         let n = param.meta.num_elements();
         assert!([&grad, &m, &v].iter().all(|t| t.meta.num_elements() == n), "adam_step: shapes disagree");
@@ -165,6 +190,7 @@ mod cube_adam {
         let (count, dim, stride) = cube_launch::strided(&group[0].0, largest);
         let arg = |f: fn(&Update) -> &CubeTensor| cube_launch::buffers(group.iter().map(f));
         let [beta_1, beta_2, eps, c, lr, decay] = k;
+        let recording = crate::step_scalars::recording();
         adam_many::launch(
             &group[0].0.client.clone(),
             count,
@@ -173,6 +199,8 @@ mod cube_adam {
             arg(|t| &t.1),
             arg(|t| &t.2),
             arg(|t| &t.3),
+            crate::step_scalars::adam(&group[0].0).into_buffer_arg(),
+            recording as u32,
             beta_1,
             beta_2,
             eps,
@@ -268,6 +296,15 @@ impl FusedAdam {
         Self { beta_1, beta_2, epsilon, weight_decay, burn, batched: false }
     }
 
+    /// The kernel's coefficients at step `time` (from 1) with rate `lr`:
+    /// `[β₁, β₂, ε·√(1 − β₂ᵗ), √(1 − β₂ᵗ)/(1 − β₁ᵗ), lr, λ]`, what a captured step writes
+    /// before each replay ([`crate::step_scalars::write_adam`]).
+    pub fn coefficients(&self, time: usize, lr: LearningRate) -> [f32; 6] {
+        let bias_correction2_sqrt = (1.0 - self.beta_2.powi(time as i32)).sqrt();
+        let c = bias_correction2_sqrt / (1.0 - self.beta_1.powi(time as i32));
+        [self.beta_1, self.beta_2, self.epsilon * bias_correction2_sqrt, c, lr as f32, self.weight_decay]
+    }
+
     /// This Adam with its GPU updates queued and run as one launch over many parameters
     /// (cubecl without fusion; elsewhere nothing changes). A module optimizer built from it
     /// must be stepped through [`step`], which runs the queue: until then the parameters it
@@ -324,10 +361,7 @@ impl Optimizer for FusedAdam {
             Some(s) => (s.momentum.time + 1, s.momentum.moment_1, s.momentum.moment_2),
             None => (1, tensor.zeros_like(), tensor.zeros_like()),
         };
-        let bias_correction2_sqrt = (1.0 - self.beta_2.powi(time as i32)).sqrt();
-        let c = bias_correction2_sqrt / (1.0 - self.beta_1.powi(time as i32));
-        let k =
-            [self.beta_1, self.beta_2, self.epsilon * bias_correction2_sqrt, c, lr as f32, self.weight_decay];
+        let k = self.coefficients(time, lr);
         #[cfg(not(feature = "gpu-tuned"))]
         if self.batched && !is_flex(&tensor.device()) {
             use crate::cube_launch::{cube_of, dispatch_of};

@@ -38,7 +38,7 @@ use cubecl::prelude::*;
 
 use crate::cube_launch::{empty, launch_dims};
 use crate::fused_attention::FusedAttention;
-use crate::gpu_dropout::mask_at;
+use crate::gpu_dropout::mask_in;
 
 /// The sizes and layout of one call, on the host and as the kernels take them.
 #[derive(CubeLaunch, CubeType, Clone, Copy, Debug)]
@@ -66,6 +66,8 @@ struct Geometry {
     seed_hi: u32,
     threshold: u32,
     drop_scale: f32,
+    /// The seed's slot in a captured step (`crate::step_scalars`), else `NO_SLOT`.
+    slot: u32,
 }
 
 impl Geometry {
@@ -88,16 +90,17 @@ impl Geometry {
             self.seed_hi,
             self.threshold,
             self.drop_scale,
+            self.slot,
         )
     }
 }
 
-/// `D` at element `e` of `[batch, heads, t_q, t_k]`.
+/// `D` at element `e` of `[batch, heads, t_q, t_k]` (the seed from `seeds` in a captured step).
 #[cube]
-fn dropped(g: &Geometry, e: u32) -> f32 {
+fn dropped(g: &Geometry, seeds: &[u32], e: u32) -> f32 {
     let mut d = 1.0f32;
     if g.drop_on != 0 {
-        d = mask_at(e, g.seed_lo, g.seed_hi, g.threshold, g.drop_scale);
+        d = mask_in(e, seeds, g.slot, g.seed_lo, g.seed_hi, g.threshold, g.drop_scale);
     }
     d
 }
@@ -138,7 +141,7 @@ fn weights_kernel(q: &[f32], kv: &[f32], mask: &[f32], w: &mut [f32], g: Geometr
 
 /// One thread per output element `(b, i, c)`: `O = (P ⊙ D) V`, merged over heads.
 #[cube(launch)]
-fn output_kernel(kv: &[f32], w: &[f32], out: &mut [f32], g: Geometry) {
+fn output_kernel(kv: &[f32], w: &[f32], out: &mut [f32], seeds: &[u32], g: Geometry) {
     let n = ABSOLUTE_POS as u32;
     let dm = g.heads * g.dk;
     if n < g.batch * g.tq * dm {
@@ -149,7 +152,9 @@ fn output_kernel(kv: &[f32], w: &[f32], out: &mut [f32], g: Geometry) {
         let mut o = 0.0f32;
         for j in 0..g.tk {
             let e = r * g.tk + j;
-            o += w[e as usize] * dropped(&g, e) * kv[((b * g.tk + j) * g.wkv + g.ov + h * g.dk + d) as usize];
+            o += w[e as usize]
+                * dropped(&g, seeds, e)
+                * kv[((b * g.tk + j) * g.wkv + g.ov + h * g.dk + d) as usize];
         }
         out[n as usize] = o;
     }
@@ -158,7 +163,8 @@ fn output_kernel(kv: &[f32], w: &[f32], out: &mut [f32], g: Geometry) {
 /// One thread per row: `∂S/√d_k` (the scale of the products that follow folded in) from
 /// `∂O` (`grad`, `[batch, t_q, d_model]`).
 #[cube(launch)]
-fn scores_grad_kernel(kv: &[f32], w: &[f32], grad: &[f32], ds: &mut [f32], g: Geometry) {
+#[allow(clippy::too_many_arguments)]
+fn scores_grad_kernel(kv: &[f32], w: &[f32], grad: &[f32], ds: &mut [f32], seeds: &[u32], g: Geometry) {
     let r = ABSOLUTE_POS as u32;
     if r < g.batch * g.heads * g.tq {
         let (bh, i) = (r / g.tq, r % g.tq);
@@ -173,7 +179,7 @@ fn scores_grad_kernel(kv: &[f32], w: &[f32], grad: &[f32], ds: &mut [f32], g: Ge
                 dp += grad[grow + d] * kv[vrow + d];
             }
             let e = at + j;
-            let dp = dp * dropped(&g, e);
+            let dp = dp * dropped(&g, seeds, e);
             ds[e as usize] = dp;
             rsum += w[e as usize] * dp;
         }
@@ -212,6 +218,7 @@ fn key_value_grad_kernel(
     ds: &[f32],
     grad: &[f32],
     dkv: &mut [f32],
+    seeds: &[u32],
     g: Geometry,
     wkv: u32,
     ok: u32,
@@ -234,7 +241,7 @@ fn key_value_grad_kernel(
         } else {
             for i in 0..g.tq {
                 let e = ((b * g.heads + h) * g.tq + i) * g.tk + j;
-                s += w[e as usize] * dropped(&g, e) * grad[((b * g.tq + i) * dm + c) as usize];
+                s += w[e as usize] * dropped(&g, seeds, e) * grad[((b * g.tq + i) * dm + c) as usize];
             }
             dkv[(bj * wkv + ov + c) as usize] = s;
         }
@@ -293,6 +300,7 @@ impl Call {
             seed_hi: (seed >> 32) as u32,
             threshold: crate::dropout_mask::threshold(keep),
             drop_scale: 1.0 / keep,
+            slot: if keep < 1.0 { crate::step_scalars::slot_of(seed) } else { crate::step_scalars::NO_SLOT },
         };
         Self { q: into_contiguous(q), kv: kv.map(into_contiguous), mask: into_contiguous(mask), geo }
     }
@@ -336,6 +344,7 @@ impl Call {
             self.kv().clone().into_buffer_arg(),
             w.clone().into_buffer_arg(),
             out.clone().into_buffer_arg(),
+            crate::step_scalars::seeds(&self.q).into_buffer_arg(),
             g.arg(),
         );
         (out, w)
@@ -357,6 +366,7 @@ impl Call {
             w.clone().into_buffer_arg(),
             grad.clone().into_buffer_arg(),
             ds.clone().into_buffer_arg(),
+            crate::step_scalars::seeds(&self.q).into_buffer_arg(),
             g.arg(),
         );
         let dq = empty(&self.q, self.q.meta.shape().clone());
@@ -384,6 +394,7 @@ impl Call {
             ds.into_buffer_arg(),
             grad.into_buffer_arg(),
             target.into_buffer_arg(),
+            crate::step_scalars::seeds(&self.q).into_buffer_arg(),
             g.arg(),
             g.wkv,
             g.ok,

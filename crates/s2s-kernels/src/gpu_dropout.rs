@@ -49,6 +49,28 @@ pub(crate) fn mask_at(e: u32, seed_lo: u32, seed_hi: u32, threshold: u32, scale:
     select(r < threshold, scale, 0.0f32)
 }
 
+/// [`mask_at`] with the seed from `seeds[2·slot..]` unless `slot` is
+/// [`crate::step_scalars::NO_SLOT`] (a captured step's seed, written before each replay).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mask_in(
+    e: u32,
+    seeds: &[u32],
+    slot: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    threshold: u32,
+    scale: f32,
+) -> f32 {
+    let mut lo = seed_lo;
+    let mut hi = seed_hi;
+    if slot != 0xFFFF_FFFFu32 {
+        lo = seeds[(2 * slot) as usize];
+        hi = seeds[(2 * slot + 1) as usize];
+    }
+    mask_at(e, lo, hi, threshold, scale)
+}
+
 /// The mask [`mask_at`] gives for `(seed, keep)` over `n` elements, computed on the host
 /// (what the tests compare the kernels with, and the references multiply by).
 pub(crate) fn dropout_mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
@@ -66,20 +88,41 @@ pub(crate) fn dropout_mask(seed: u64, n: usize, keep: f32) -> Vec<f32> {
 
 /// `out[e] = x[e] · D[e]`, one element per thread.
 #[cube(launch)]
-fn dropout_kernel(x: &[f32], out: &mut [f32], seed_lo: u32, seed_hi: u32, threshold: u32, scale: f32) {
+#[allow(clippy::too_many_arguments)]
+fn dropout_kernel(
+    x: &[f32],
+    out: &mut [f32],
+    seeds: &[u32],
+    slot: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    threshold: u32,
+    scale: f32,
+) {
     let e = ABSOLUTE_POS;
     if e < x.len() {
-        out[e] = x[e] * mask_at(e as u32, seed_lo, seed_hi, threshold, scale);
+        out[e] = x[e] * mask_in(e as u32, seeds, slot, seed_lo, seed_hi, threshold, scale);
     }
 }
 
 /// `out[e] = max(x[e], 0) · D[e]`, one element per thread.
 #[cube(launch)]
-fn relu_dropout_kernel(x: &[f32], out: &mut [f32], seed_lo: u32, seed_hi: u32, threshold: u32, scale: f32) {
+#[allow(clippy::too_many_arguments)]
+fn relu_dropout_kernel(
+    x: &[f32],
+    out: &mut [f32],
+    seeds: &[u32],
+    slot: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    threshold: u32,
+    scale: f32,
+) {
     let e = ABSOLUTE_POS;
     if e < x.len() {
         let v = x[e];
-        out[e] = select(v > 0.0f32, v, 0.0f32) * mask_at(e as u32, seed_lo, seed_hi, threshold, scale);
+        out[e] = select(v > 0.0f32, v, 0.0f32)
+            * mask_in(e as u32, seeds, slot, seed_lo, seed_hi, threshold, scale);
     }
 }
 
@@ -89,6 +132,8 @@ fn add_dropout_kernel(
     x: &[f32],
     y: &[f32],
     out: &mut [f32],
+    seeds: &[u32],
+    slot: u32,
     seed_lo: u32,
     seed_hi: u32,
     threshold: u32,
@@ -96,7 +141,7 @@ fn add_dropout_kernel(
 ) {
     let e = ABSOLUTE_POS;
     if e < out.len() {
-        out[e] = x[e] + y[e] * mask_at(e as u32, seed_lo, seed_hi, threshold, scale);
+        out[e] = x[e] + y[e] * mask_in(e as u32, seeds, slot, seed_lo, seed_hi, threshold, scale);
     }
 }
 
@@ -127,10 +172,12 @@ pub trait GpuDropout: burn::backend::Backend {
     -> FloatTensor<Self>;
 }
 
-/// The mask's kernel arguments from its seed and keep share: the seed's two halves, the
-/// hash threshold below which an element is kept, and the kept elements' scale `1 / keep`.
-fn mask_args(seed: u64, keep: f32) -> (u32, u32, u32, f32) {
-    (seed as u32, (seed >> 32) as u32, crate::dropout_mask::threshold(keep), 1.0 / keep)
+/// The mask's kernel arguments from its seed and keep share: the seed's slot
+/// ([`crate::step_scalars::slot_of`]), its two halves, the hash threshold below which an
+/// element is kept, and the kept elements' scale `1 / keep`.
+fn mask_args(seed: u64, keep: f32) -> (u32, u32, u32, u32, f32) {
+    let slot = crate::step_scalars::slot_of(seed);
+    (slot, seed as u32, (seed >> 32) as u32, crate::dropout_mask::threshold(keep), 1.0 / keep)
 }
 
 /// `x` made contiguous, an output buffer of its shape and the launch size for its elements.
@@ -149,22 +196,26 @@ fn add_apply(x: CubeTensor, y: CubeTensor, seed: u64, keep: f32) -> CubeTensor {
     assert!(y.dtype == DType::F32, "the dropout kernel computes in f32");
     assert_eq!(x.meta.shape(), y.meta.shape(), "a residual adds tensors of one shape");
     let (x, out, count, dim) = elementwise(x);
-    let (lo, hi, threshold, scale) = mask_args(seed, keep);
+    let (slot, lo, hi, threshold, scale) = mask_args(seed, keep);
+    let seeds = crate::step_scalars::seeds(&x).into_buffer_arg();
     let (client, y) = (x.client.clone(), into_contiguous(y));
     let (x, y, o) = (x.into_buffer_arg(), y.into_buffer_arg(), out.clone().into_buffer_arg());
-    add_dropout_kernel::launch(&client, count, dim, x, y, o, lo, hi, threshold, scale);
+    add_dropout_kernel::launch(&client, count, dim, x, y, o, seeds, slot, lo, hi, threshold, scale);
     out
 }
 
 /// `x ⊙ D` (with `relu`, `relu(x) ⊙ D`), contiguous, in `x`'s shape.
 fn apply_with(x: CubeTensor, seed: u64, keep: f32, relu: bool) -> CubeTensor {
     let (x, out, count, dim) = elementwise(x);
-    let (lo, hi, threshold, scale) = mask_args(seed, keep);
+    let (slot, lo, hi, threshold, scale) = mask_args(seed, keep);
+    let seeds = crate::step_scalars::seeds(&x).into_buffer_arg();
     let (client, x_arg, out_arg) = (x.client.clone(), x.into_buffer_arg(), out.clone().into_buffer_arg());
     if relu {
-        relu_dropout_kernel::launch(&client, count, dim, x_arg, out_arg, lo, hi, threshold, scale);
+        relu_dropout_kernel::launch(
+            &client, count, dim, x_arg, out_arg, seeds, slot, lo, hi, threshold, scale,
+        );
     } else {
-        dropout_kernel::launch(&client, count, dim, x_arg, out_arg, lo, hi, threshold, scale);
+        dropout_kernel::launch(&client, count, dim, x_arg, out_arg, seeds, slot, lo, hi, threshold, scale);
     }
     out
 }

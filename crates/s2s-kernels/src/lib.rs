@@ -45,11 +45,16 @@ pub mod gpu_layer_norm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu_lstm_cell;
 pub mod gpu_steps;
+pub mod graph;
+pub mod host_clock;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod launch_probe;
 pub mod lockstep;
 pub mod packed_gemm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod second_output;
 pub mod small_matmul;
+pub mod step_scalars;
 #[doc(hidden)]
 pub mod testing;
 pub mod top_k;

@@ -413,3 +413,43 @@ pub fn label_smoothed_xent(
 
 pub use crate::clip::{clip_global_norm, global_norm, scale_grads};
 pub use crate::fused_adam::{FusedAdam, step as adam_step};
+
+thread_local! {
+    /// [`constant`]'s tensors, by key, shape and device.
+    static CONSTANTS: std::cell::RefCell<std::collections::HashMap<String, Box<dyn std::any::Any>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The most tensors [`constant`] keeps a thread (past it the cache starts afresh).
+const MAX_CONSTANTS: usize = 4096;
+
+/// A tensor that depends only on `key` and `dims` (positions, a causal mask), built by `build`
+/// once per thread and GPU device and shared after; on the CPU (flex) built every time, as
+/// cheap as a copy there. On a GPU building it is a host → device write, which a captured
+/// step (replayed from a graph, [`crate::graph`]) may not do, and which costs a transfer a
+/// step otherwise.
+pub fn constant<const D: usize>(
+    key: &str,
+    dims: &[usize],
+    device: &Device,
+    build: impl FnOnce() -> Tensor<D>,
+) -> Tensor<D> {
+    if is_flex(device) {
+        return build();
+    }
+    let k = format!("{key}{dims:?}@{device:?}");
+    if let Some(t) =
+        CONSTANTS.with(|c| c.borrow().get(&k).and_then(|t| t.downcast_ref::<Tensor<D>>().cloned()))
+    {
+        return t;
+    }
+    let t = build();
+    CONSTANTS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= MAX_CONSTANTS {
+            c.clear();
+        }
+        c.insert(k, Box::new(t.clone()));
+    });
+    t
+}

@@ -8,16 +8,16 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::Device;
 use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::loss::label_smoothed_loss;
+use crate::captured::{FixedBatch, FixedBatchTrainer};
+use s2s_kernels::flex_data::is_flex;
+use s2s_kernels::host_clock::Snapshot;
 use s2s_kernels::ops::FusedAdam;
-use s2s_kernels::ops::clip_global_norm;
 
 /// The benchmark configuration shipped with the project.
 pub const MODELS_JSON: &str = include_str!("../../../experiments/bench/models.json");
@@ -133,6 +133,9 @@ pub enum BenchError {
     /// An attention or family name the bench does not know.
     #[error("unknown {0} `{1}`")]
     Unknown(&'static str, String),
+    /// The captured step could not be recorded or replayed.
+    #[error(transparent)]
+    Graph(s2s_kernels::graph::GraphError),
     /// The model cannot be built.
     #[error(transparent)]
     Model(#[from] s2s_models::ModelError),
@@ -212,9 +215,15 @@ pub struct BenchResult {
     /// reading the loss back), `backward`, `clip` (global norm), `adam`. Exact on the CPU; on a
     /// GPU work queued in one phase may finish in the next.
     pub train_phase_ms: BTreeMap<String, f64>,
+    /// Host CPU milliseconds per timed training step spent launching it: the calling thread
+    /// plus cubecl's device-service threads ([`s2s_kernels::host_clock`]). On a GPU a
+    /// launch-bound step costs this much whatever the GPU does; on lavapipe it excludes the
+    /// driver's execution of the dispatches. `None` on the CPU backend, which launches nothing.
+    pub train_host_ms: Option<f64>,
 }
 
-fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
+/// `n` token ids in `4..vocab` (past the special tokens), reproducible from `seed`.
+pub(crate) fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
     let mut rng = s2s_data::rng::SplitMix64::new(seed);
     (0..n).map(|_| 4 + (rng.next_u64() % (vocab as u64 - 4)) as i64).collect()
 }
@@ -231,8 +240,9 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps), then
-/// `max(1, steps / 4)` greedy and beam-5 passes over the batch.
+/// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps; with `capture`,
+/// replayed from a graph captured after them, [`crate::captured`]), then `max(1, steps / 4)`
+/// greedy and beam-5 passes over the batch (each after one untimed pass).
 pub fn bench(
     name: &str,
     spec: &ModelSpec,
@@ -240,58 +250,42 @@ pub fn bench(
     steps: usize,
     device: &Device,
     device_name: &str,
+    capture: bool,
 ) -> Result<BenchResult, BenchError> {
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
     let ad = device.clone().autodiff();
     ad.seed(0);
-    let mut model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
+    let model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
     let params = model.num_params();
-    let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
-    let y = random_ids(n * (t + 1), b.tgt_vocab, 2);
-    let tgt_in: Vec<i64> = (0..n).flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
-    let tgt_out: Vec<i64> = (0..n).flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
-    let lens = vec![s; n];
-    let src = Source::new(&src_ids, &lens, s, &ad);
-    let tgt_in = Tensor::<2, Int>::from_data(TensorData::new(tgt_in, [n, t]), &ad);
-    let tgt_out = Tensor::<2, Int>::from_data(TensorData::new(tgt_out, [n, t]), &ad);
-    let keep = Tensor::<2>::ones([n, t], &ad);
-    // burn's `AdamConfig` defaults, through the trainer's Adam.
-    let mut optim = ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0).batched());
+    let batch = FixedBatch::random(b, &ad);
+    // burn's `AdamConfig` defaults, through the trainer's Adam; clipped at 1 like torch_ref.py.
+    let adam = FusedAdam::new(0.9, 0.999, 1e-5, 0.0);
+    let mut trainer = FixedBatchTrainer::new(model, &ad, batch, adam, 1e-4, 1.0, 0);
     let phases = ["forward", "backward", "clip", "adam"];
     let mut phase_s = [0f64; 4];
-    let mut step = |model: s2s_models::Model, phase_s: &mut [f64; 4]| {
-        let mut lap = Instant::now();
-        let mut done = |i: usize| {
-            phase_s[i] += lap.elapsed().as_secs_f64();
-            lap = Instant::now();
-        };
-        let out = model.forward(&src, tgt_in.clone());
-        let loss =
-            label_smoothed_loss(out.logits, tgt_out.clone(), &keep, 0.1).smoothed.div_scalar((n * t) as f64);
-        let _ = loss.clone().into_scalar::<f32>();
-        done(0);
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-        done(1);
-        clip_global_norm(&model, &mut grads, 1.0);
-        done(2);
-        let model = s2s_kernels::ops::adam_step(&mut optim, 1e-4, model, grads);
-        done(3);
-        model
-    };
+    // Eager steps read the loss at every step, as the trainer's logging does; replayed ones
+    // only at the end.
     for _ in 0..3 {
-        model = step(model, &mut [0f64; 4]);
+        trainer.step(true, None).map_err(BenchError::Graph)?;
     }
-    let t0 = Instant::now();
+    if capture {
+        trainer.capture().map_err(BenchError::Graph)?;
+    }
+    let (host0, t0) = (Snapshot::now(), Instant::now());
     for _ in 0..steps {
-        model = step(model, &mut phase_s);
+        trainer.step(!capture, Some(&mut phase_s)).map_err(BenchError::Graph)?;
     }
-    let _ = model.num_params();
+    trainer.sync();
     let train_tokens_per_s = (steps * n * t) as f64 / t0.elapsed().as_secs_f64();
+    let host = Snapshot::now().since(&host0);
+    let train_host_ms =
+        (host.measured && !is_flex(device)).then(|| 1e3 * host.launch_s() / steps.max(1) as f64);
     let train_phase_ms =
         phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), 1e3 * s / steps.max(1) as f64)).collect();
 
-    let model = model.valid();
-    let src = Source::new(&src_ids, &lens, s, device);
+    let model = trainer.into_model().valid();
+    let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
+    let src = Source::new(&src_ids, &vec![s; n], s, device);
     let limit = MaxLength { a: 0.0, b: t };
     let passes = (steps / 4).max(1);
     let _ = greedy(&model, &src, limit, false);
@@ -301,6 +295,8 @@ pub fn bench(
     }
     let decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
     let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
+    // Warmed up like greedy: the first pass compiles the search's kernels on a GPU.
+    let _ = beam_search(&model, &src, &cfg);
     let t0 = Instant::now();
     for _ in 0..passes {
         let _ = beam_search(&model, &src, &cfg);
@@ -315,6 +311,7 @@ pub fn bench(
         beam5_sentences_per_s,
         peak_rss_mib: peak_rss_mib(),
         train_phase_ms,
+        train_host_ms,
     })
 }
 

@@ -7,6 +7,7 @@
 
 pub mod average;
 pub mod bench;
+pub mod captured;
 pub mod checkpoint;
 pub mod config;
 pub mod device;

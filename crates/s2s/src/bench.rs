@@ -32,6 +32,27 @@ pub struct BenchArgs {
     /// that a step's time is mostly the cost of launching its operations.
     #[arg(long)]
     shapes: Option<std::path::PathBuf>,
+    /// Instead of the models: the host cost of one kernel launch, eager against replayed from
+    /// a captured graph, on a chain of small dependent kernels (GPU devices; docs/benchmarks.md).
+    #[arg(long)]
+    launch_probe: bool,
+    /// With --launch-probe: dependent launches a pass (even).
+    #[arg(long, default_value_t = 200)]
+    probe_kernels: usize,
+    /// With --launch-probe: f32 elements each launch touches.
+    #[arg(long, default_value_t = 64)]
+    probe_elems: usize,
+    /// Training steps after the warm-up are one captured graph, replayed (GPU devices; `on`
+    /// or `off`).
+    #[arg(long, default_value = "off")]
+    capture: Capture,
+}
+
+/// `--capture`: replay the training step from a captured graph, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Capture {
+    On,
+    Off,
 }
 
 /// Runs `s2s bench`.
@@ -60,21 +81,24 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let (device, device_name) = select(a.device);
     eprintln!("device: {device_name}");
+    if a.launch_probe {
+        return launch_probe(&device, &device_name, &a);
+    }
     if !a.json {
         println!(
-            "| model | params | train tok/s | step ms: forward / backward / clip / adam | greedy sent/s | beam-5 sent/s | peak RSS MiB |"
+            "| model | params | train tok/s | step ms: forward / backward / clip / adam | host ms/step | greedy sent/s | beam-5 sent/s | peak RSS MiB |"
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|");
     }
     for n in names {
         let spec = cfg.models[&n].spec()?;
-        let r = bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name)?;
+        let r = bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name, a.capture == Capture::On)?;
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
             let ms = |p: &str| r.train_phase_ms.get(p).copied().unwrap_or(0.0);
             println!(
-                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.1} | {:.1} | {:.0} |",
+                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {} | {:.1} | {:.1} | {:.0} |",
                 r.model,
                 r.params,
                 r.train_tokens_per_s,
@@ -82,12 +106,50 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 ms("backward"),
                 ms("clip"),
                 ms("adam"),
+                r.train_host_ms.map_or("–".to_string(), |h| format!("{h:.1}")),
                 r.decode_sentences_per_s,
                 r.beam5_sentences_per_s,
                 r.peak_rss_mib
             );
         }
     }
+    Ok(())
+}
+
+/// `--launch-probe` launches our own cubecl kernel, which burn's fusion (`gpu-tuned`) does not take.
+#[cfg(feature = "gpu-tuned")]
+fn launch_probe(_: &burn::tensor::Device, _: &str, _: &BenchArgs) -> Result<()> {
+    bail!("--launch-probe needs the default build (without --features gpu-tuned)")
+}
+
+/// `s2s bench --launch-probe`: host µs a launch, eager and replayed, with `--steps` rounds.
+#[cfg(not(feature = "gpu-tuned"))]
+fn launch_probe(device: &burn::tensor::Device, device_name: &str, a: &BenchArgs) -> Result<()> {
+    use s2s_kernels::launch_probe::{ProbeConfig, launch_probe};
+    let cfg = ProbeConfig { kernels: a.probe_kernels, elems: a.probe_elems, rounds: a.steps.max(1) };
+    let r = launch_probe(device, cfg)?;
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["device"] = device_name.into();
+        println!("{v}");
+        return Ok(());
+    }
+    if !r.host_measured {
+        eprintln!("note: per-thread CPU clocks are not readable here (Linux only): host figures are 0");
+    }
+    println!(
+        "{} dependent launches of {} elements, {} rounds a path (host: calling thread + cubecl's device-service threads)",
+        r.kernels, r.elems, r.rounds
+    );
+    println!("| path | host µs/launch | calling thread | device service | other threads | wall µs/launch |");
+    println!("|---|---|---|---|---|---|");
+    for (name, c) in [("eager", r.eager), ("replayed", r.replay)] {
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            c.host_us, c.caller_us, c.device_service_us, c.other_us, c.wall_us
+        );
+    }
+    println!("host time eager / replayed: {:.2}×; capture took {:.1} ms", r.host_ratio, r.capture_ms);
     Ok(())
 }
 

@@ -229,9 +229,11 @@ fn key_mask(src: &Source) -> Tensor<4> {
 
 /// The additive causal mask `[1, 1, t, t]`: −∞ where the key lies after the query.
 fn causal_mask(t: usize, device: &Device) -> Tensor<4> {
-    let v: Vec<f32> =
-        (0..t).flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
-    Tensor::from_data(TensorData::new(v, [1, 1, t, t]), device)
+    ops::constant("causal_mask", &[t], device, || {
+        let v: Vec<f32> =
+            (0..t).flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        Tensor::from_data(TensorData::new(v, [1, 1, t, t]), device)
+    })
 }
 
 impl Transformer {

@@ -3,6 +3,7 @@
 //!
 //! burn's `PositionalEncoding` precomputes a table and panics past its maximum length; this
 //! computes exactly the rows asked for, so a decoder can run as long as its length limit says.
+//! On a GPU each window is uploaded once and kept (`s2s_kernels::ops::constant`).
 
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -11,6 +12,10 @@ use burn::tensor::{Device, Tensor, TensorData};
 /// # Shapes
 /// - returns `[len, d]`
 pub fn sinusoids(start: usize, len: usize, d: usize, device: &Device) -> Tensor<2> {
+    s2s_kernels::ops::constant("sinusoids", &[start, len, d], device, || table(start, len, d, device))
+}
+
+fn table(start: usize, len: usize, d: usize, device: &Device) -> Tensor<2> {
     let mut table = Vec::with_capacity(len * d);
     for pos in start..start + len {
         for j in 0..d {
