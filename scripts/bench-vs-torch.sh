@@ -2,17 +2,22 @@
 # Side-by-side throughput: `s2s bench --json` and ../shared/bench/torch_ref.py on the same
 # machine, then the ratio per model (ours / PyTorch).
 #   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer] [--rounds R] [--ct2]
+#                             [--shapes FILE] [--capture]
 # Each round runs every model once with ours, then once with PyTorch, model by model, so the
 # two meet the same machine state; with R > 1 the table shows the median of each figure and
 # the range of the per-round ratios (shared VMs drift 10-30 % between runs).
 # PyTorch runs on the CPU with 2 threads unless TORCH_DEVICE=cuda.
 # --ct2 also runs ../shared/bench/ct2_ref.py (the same Transformer in CTranslate2, the decoding
 # anchor) in every round and prints our Transformer's greedy and beam-5 ratios to it.
+# --shapes FILE: other shapes in models.json's format (experiments/bench/multi30k-4k.json, …) for
+# both sides: PyTorch's references run from a temporary copy whose models.json is FILE.
+# --capture also runs ours with `--capture on` (the training step replayed from a captured graph,
+# GPU only) in every round and prints its table too.
 # S2S_BIN_BASE=PATH also runs a second build of ours in every round, just before the first,
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0
+device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
@@ -20,37 +25,55 @@ while [ $# -gt 0 ]; do
     --models) models=$2; shift 2;;
     --rounds) rounds=$2; shift 2;;
     --ct2) ct2=1; shift;;
+    --shapes) shapes=$(realpath "$2"); shift 2;;
+    --capture) capture=1; shift;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
 shared=${S2S_SHARED:-../shared}
 bin=${S2S_BIN:-target/release/s2s}
 [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
-ours=$(mktemp); theirs=$(mktemp); based=$(mktemp); anchor=$(mktemp)
-trap 'rm -f "$ours" "$theirs" "$based" "$anchor"' EXIT
+# KEEP_JSON=DIR keeps the raw JSON lines there as they are produced (ours.jsonl, torch.jsonl,
+# ours-captured.jsonl, ct2.jsonl) and PyTorch's stderr (torch.stderr), so that a run cut short
+# keeps what it measured. DEADLINE=S skips the runs that would start after S seconds of this
+# script (bash's $SECONDS) and prints the table of what was measured.
+tmp=$(mktemp -d); refs=$(mktemp -d)
+trap 'rm -rf "$tmp" "$refs"' EXIT
+keep=${KEEP_JSON:-$tmp}; mkdir -p "$keep"
+ours=$keep/ours.jsonl; theirs=$keep/torch.jsonl; replayed=$keep/ours-captured.jsonl; anchor=$keep/ct2.jsonl
+based=$tmp/base.jsonl; errs=$keep/torch.stderr
+: > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"
+late() { [ -n "${DEADLINE:-}" ] && [ "$SECONDS" -ge "$DEADLINE" ]; }
+cp "$shared/bench/"*.py "$shared/bench/models.json" "$refs/"
+ours_shapes=()
+if [ -n "$shapes" ]; then cp "$shapes" "$refs/models.json"; ours_shapes=(--shapes "$shapes"); fi
 for _ in $(seq "$rounds"); do
   for m in ${models//,/ }; do
+    if late; then echo "DEADLINE reached: $m and what follows skipped" >&2; break 2; fi
     if [ -n "${S2S_BIN_BASE:-}" ]; then
-      "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" --json >> "$based"
+      "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$based"
     fi
-    "$bin" bench --device "$device" --steps "$steps" --models "$m" --json >> "$ours"
-    python3 "$shared/bench/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
-      --steps "$steps" --models "$m" 2>/dev/null >> "$theirs"
+    "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$ours" \
+      || echo "s2s bench failed on $m" >&2
+    if [ "$capture" = 1 ]; then
+      "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --capture on --json \
+        >> "$replayed" || echo "s2s bench --capture on failed on $m" >&2
+    fi
+    python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
+      --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs" || echo "torch_ref.py failed on $m: see $errs" >&2
     if [ "$ct2" = 1 ] && [ "$m" = transformer ]; then
-      python3 "$shared/bench/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>/dev/null >> "$anchor"
+      python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>> "$errs" >> "$anchor" || echo "ct2_ref.py failed: see $errs" >&2
     fi
   done
 done
-# KEEP_JSON=DIR keeps the raw JSON lines of both sides there (ours.jsonl, torch.jsonl).
-if [ -n "${KEEP_JSON:-}" ]; then cp "$ours" "$KEEP_JSON/ours.jsonl"; cp "$theirs" "$KEEP_JSON/torch.jsonl"; fi
-python3 - "$ours" "$theirs" "$based" "$anchor" <<'PY'
+python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" <<'PY'
 import json, statistics, sys
 def load(path):
     runs = {}
     for d in map(json.loads, open(path)):
         runs.setdefault(d["model"], []).append(d)
     return runs
-ours, torch, base = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+ours, torch, base, replayed = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3]), load(sys.argv[5])
 med = lambda runs, key: statistics.median(r.get(key, 0) for r in runs) if runs else 0
 def ratio(o, t, key):
     a, b = med(o, key), med(t, key)
@@ -73,6 +96,13 @@ def table(ours, title):
 table(ours, "")
 if base:
   table(base, "The base build (S2S_BIN_BASE), same rounds:")
+if replayed:
+  table(replayed, "Ours with the training step replayed from a captured graph (--capture on), same rounds:")
+  host = lambda runs: statistics.median(r.get("train_host_ms") or 0 for r in runs) if runs else 0
+  print("\n| model | host ms a training step, eager | replayed | eager / replayed |\n|---|---|---|---|")
+  for m, r in replayed.items():
+    e = ours.get(m, [])
+    print(f"| {m} | {host(e):.2f} | {host(r):.2f} | {host(e) / host(r) if host(r) else 0:.2f}× |")
 ct2 = load(sys.argv[4]).get("transformer", [])
 if ct2:
   print(f"\nCTranslate2 ({ct2[0]['engine']}), the same Transformer, same rounds:\n")

@@ -1,51 +1,104 @@
 #!/usr/bin/env bash
-# The GPU measurements (speed beside PyTorch on the same GPU) in as few device calls as
-# possible, for a session that is lent a GPU machine. That machine
-# reaches nothing outside, has PyTorch but no Vulkan loader and no Rust, so the binary is built
-# here and carried with the loader's packages.
+# The GPU measurements (speed beside PyTorch on the same GPU) in one device call, for a session
+# that is lent a GPU machine. That machine reaches nothing outside, has PyTorch but no Vulkan
+# loader and no Rust, so the binary is built here and carried with the loader's packages.
 #
 #   here:   scripts/gpu-session.sh pack
 #           builds `s2s` (release, default features), writes .devbin/ (the stripped binary,
-#           xz-packed, and ../shared/bench) and .gl/ (Debian's Vulkan loader packages), and
-#           lists both in .git/info/exclude so they are never committed.
+#           xz-packed, ../shared/bench and ../shared/datasets/multi30k, the bench shapes) and
+#           .gl/ (Debian's Vulkan loader and GL dispatch packages), lists both in
+#           .git/info/exclude so they are never committed, and prints what travels.
 #   there:  device run, carry [".gl", ".devbin"], command `scripts/gpu-session.sh run [WHAT]`
-#           WHAT, any of (default `bench tasks`):
-#             bench  scripts/bench-vs-torch.sh --device wgpu --steps 20 --rounds 2 against
-#                    PyTorch on CUDA: $OUT/bench-vs-torch.md and the raw JSON lines
-#             tasks  `s2s bench --device wgpu` with cubecl-wgpu's CUBECL_WGPU_MAX_TASKS at
-#                    32 (its default), 128 and 512: $OUT/max-tasks.jsonl
-#             auto   what `--device auto` picks: $OUT/auto.txt
+#           WHAT, any of (default `driver auto probe bench`), run in that order of the words:
+#             driver  nvidia-smi, the Vulkan ICD file and `ldd` of its library, the loader:
+#                     $OUT/driver.txt; says what is missing and stops if no adapter answers
+#             auto    what `--device auto` picks: $OUT/auto.txt
+#             probe   `s2s bench --launch-probe` (host µs a launch, eager and replayed):
+#                     $OUT/probe.jsonl
+#             bench   scripts/bench-vs-torch.sh --device wgpu --capture against PyTorch on CUDA,
+#                     at the reference shape and at ~4,096 target tokens
+#                     (experiments/bench/multi30k-4k.json): $OUT/bench-*.md and raw JSON lines
+#             tasks   `s2s bench --device wgpu` with CUBECL_WGPU_MAX_TASKS at 32, 128, 512:
+#                     $OUT/max-tasks.jsonl
 #           Every step's output also goes to $OUT/log.txt; the machine's description to env.txt.
+#           JSON lines are written as they are produced, so a timeout keeps what was measured;
+#           the run stops starting new work after BUDGET seconds (default 480: 8 minutes).
 # Steps and models can be narrowed for a try-out: STEPS=2 MODELS=lstm scripts/gpu-session.sh run
 # runs on any machine with a Vulkan driver (lavapipe too) and python3 with torch; TORCH_DEVICE
 # (default cuda) names PyTorch's device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian's packages of the Vulkan loader and the GL dispatch libraries NVIDIA's ICD links to.
+LOADER="libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2"
+
 pack() {
   local target=${CARGO_TARGET_DIR:-target}
   cargo build --release -p s2s
-  mkdir -p .devbin/shared .gl .git/info
+  mkdir -p .devbin/shared/datasets .gl .git/info
   for d in /.devbin/ /.gl/; do
     grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
   done
   strip -o .devbin/s2s "$target/release/s2s"
   xz -f -T2 .devbin/s2s
-  rm -rf .devbin/shared/bench
-  cp -r "${S2S_SHARED:-../shared}/bench" .devbin/shared/bench
+  local shared=${S2S_SHARED:-../shared}
+  rm -rf .devbin/shared/bench .devbin/shared/datasets/multi30k
+  cp -r "$shared/bench" .devbin/shared/bench
+  cp -r "$shared/datasets/multi30k" .devbin/shared/datasets/multi30k
   git rev-parse HEAD > .devbin/commit
-  if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
+  local missing=()
+  for p in $LOADER; do ls .gl/"${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
     local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
     mkdir -p /tmp/amd64/partial
     # shellcheck disable=SC2086
-    apt-get $o update -qq && (cd .gl && apt-get $o download libvulkan1)
+    apt-get $o update -qq && (cd .gl && apt-get $o download "${missing[@]}")
   fi
   du -sh .devbin .gl
+  du -cb .devbin .gl | tail -1 | awk '{printf "travels: %.1f MiB (the limit is 64)\n", $1 / 1048576}'
+}
+
+# The driver: what answers, and what is missing. Returns non-zero when no Vulkan adapter answers.
+driver() {
+  local out=$1 bin=$2 ok=0
+  {
+    echo "== nvidia-smi"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "MISSING: nvidia-smi"
+    echo "== Vulkan ICD"
+    local icds
+    icds=$(ls /usr/local/nvidia/share/vulkan/icd.d/*.json /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null || true)
+    [ -n "$icds" ] || echo "MISSING: no Vulkan ICD file (nvidia_icd.json, or lavapipe's lvp_icd.*.json)"
+    for f in $icds; do
+      echo "$f"
+      local lib
+      lib=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ICD"]["library_path"])' "$f" 2>/dev/null || true)
+      echo "  library: ${lib:-?}"
+      if [ -n "$lib" ]; then
+        local path=$lib
+        [ -e "$path" ] || path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+        if [ -n "$path" ] && [ -e "$path" ]; then
+          ldd "$path" | grep -i 'not found' | sed 's/^/  MISSING: /' || echo "  every library it links is found"
+        else
+          echo "  MISSING: $lib not found"
+        fi
+      fi
+    done
+    echo "== loader"
+    ldconfig -p | grep -E 'libvulkan.so.1|libGLX.so.0|libEGL.so.1' || echo "MISSING: the Vulkan loader"
+    echo "== adapter"
+    if "$bin" bench --device wgpu --launch-probe --probe-kernels 2 --steps 1 --json > /dev/null 2> "$out/adapter.txt"; then
+      grep -i device "$out/adapter.txt" || true
+    else
+      echo "MISSING: no wgpu adapter answers:"; tail -5 "$out/adapter.txt"; ok=1
+    fi
+  } | tee "$out/driver.txt"
+  return $ok
 }
 
 run() {
   local out=${OUT:?run this on the device machine, where OUT names the folder that comes back}
-  local what=${*:-bench tasks} steps=${STEPS:-20} models=${MODELS:-lstm,bahdanau,luong,transformer}
+  local what=${*:-driver auto probe bench} steps=${STEPS:-20} models=${MODELS:-lstm,bahdanau,luong,transformer}
+  local budget=${BUDGET:-480}
   exec > >(tee -a "$out/log.txt") 2>&1
   # The Vulkan loader, where the machine lacks one (the GPU machines do); never over one it has.
   if ! ldconfig -p | grep -q 'libvulkan.so.1'; then
@@ -60,32 +113,46 @@ run() {
   {
     echo "commit $(cat .devbin/commit 2>/dev/null || echo unknown), $(date -u +%FT%TZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>/dev/null || echo "no torch"
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 || echo "no torch"
     nproc
   } | tee "$out/env.txt"
   for w in $what; do
-    echo "== $w"
+    if [ "$SECONDS" -ge "$budget" ]; then echo "budget of ${budget}s spent: $w and what follows skipped"; break; fi
+    echo "== $w (at ${SECONDS}s)"
     case $w in
+      driver)
+        driver "$out" "$bin" || { echo "no GPU adapter: stopping"; return 1; };;
       auto)
         "$bin" bench --device auto --steps 1 --models lstm --json 2>&1 >/dev/null | grep -i device | tee "$out/auto.txt";;
+      probe)
+        for k in 200 1000; do
+          "$bin" bench --device wgpu --launch-probe --probe-kernels "$k" --steps 20 --json | tee -a "$out/probe.jsonl"
+        done;;
       bench)
-        S2S_SHARED=.devbin/shared S2S_BIN=$bin TORCH_DEVICE=${TORCH_DEVICE:-cuda} KEEP_JSON=$out \
-          scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 2 --models "$models" \
-          | tee "$out/bench-vs-torch.md";;
+        for shape in models multi30k-4k; do
+          local file=experiments/bench/$shape.json keep=$out/bench-$shape
+          mkdir -p "$keep"
+          S2S_SHARED=.devbin/shared S2S_BIN=$bin TORCH_DEVICE=${TORCH_DEVICE:-cuda} KEEP_JSON=$keep \
+            DEADLINE=$((budget - SECONDS)) \
+            scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
+              --shapes "$file" --capture | tee "$out/bench-$shape.md"
+        done;;
       tasks)
         for tasks in 32 128 512; do
           for m in ${models//,/ }; do
+            [ "$SECONDS" -ge "$budget" ] && break 2
             CUBECL_WGPU_MAX_TASKS=$tasks "$bin" bench --device wgpu --steps "$steps" --models "$m" --json \
               | sed "s/^{/{\"max_tasks\":$tasks,/" | tee -a "$out/max-tasks.jsonl"
           done
         done;;
-      *) echo "unknown step $w (bench, tasks, auto)" >&2; exit 2;;
+      *) echo "unknown step $w (driver, auto, probe, bench, tasks)" >&2; exit 2;;
     esac
   done
+  echo "done at ${SECONDS}s"
 }
 
 case "${1:-}" in
   pack) pack;;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run [bench] [tasks] [auto]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run [driver] [auto] [probe] [bench] [tasks]" >&2; exit 2;;
 esac
