@@ -220,6 +220,11 @@ pub struct BenchResult {
     /// launch-bound step costs this much whatever the GPU does; on lavapipe it excludes the
     /// driver's execution of the dispatches. `None` on the CPU backend, which launches nothing.
     pub train_host_ms: Option<f64>,
+    /// [`train_host_ms`](Self::train_host_ms) split: the calling thread's share (building the
+    /// step, or writing its values and replaying it) and the device-service threads' (encoding
+    /// and submitting; on lavapipe also the driver's execution of the dispatches, which runs on
+    /// the submitting thread).
+    pub train_host_split_ms: Option<BTreeMap<String, f64>>,
 }
 
 /// `n` token ids in `4..vocab` (past the special tokens), reproducible from `seed`.
@@ -242,7 +247,8 @@ pub fn peak_rss_mib() -> f64 {
 
 /// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps; with `capture`,
 /// replayed from a graph captured after them, [`crate::captured`]), then `max(1, steps / 4)`
-/// greedy and beam-5 passes over the batch (each after one untimed pass).
+/// greedy and beam-5 passes over the batch (each after one untimed pass) unless not `decode`
+/// (their figures 0).
 pub fn bench(
     name: &str,
     spec: &ModelSpec,
@@ -251,6 +257,7 @@ pub fn bench(
     device: &Device,
     device_name: &str,
     capture: bool,
+    decode: bool,
 ) -> Result<BenchResult, BenchError> {
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
     let ad = device.clone().autodiff();
@@ -278,11 +285,32 @@ pub fn bench(
     trainer.sync();
     let train_tokens_per_s = (steps * n * t) as f64 / t0.elapsed().as_secs_f64();
     let host = Snapshot::now().since(&host0);
-    let train_host_ms =
-        (host.measured && !is_flex(device)).then(|| 1e3 * host.launch_s() / steps.max(1) as f64);
+    let gpu_host = host.measured && !is_flex(device);
+    let per_step = |s: f64| 1e3 * s / steps.max(1) as f64;
+    let train_host_ms = gpu_host.then(|| per_step(host.launch_s()));
+    let train_host_split_ms = gpu_host.then(|| {
+        BTreeMap::from([
+            ("caller".to_string(), per_step(host.caller_s)),
+            ("device_service".to_string(), per_step(host.device_service_s)),
+        ])
+    });
     let train_phase_ms =
         phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), 1e3 * s / steps.max(1) as f64)).collect();
 
+    if !decode {
+        return Ok(BenchResult {
+            model: name.to_string(),
+            device: device_name.to_string(),
+            params,
+            train_tokens_per_s,
+            decode_sentences_per_s: 0.0,
+            beam5_sentences_per_s: 0.0,
+            peak_rss_mib: peak_rss_mib(),
+            train_phase_ms,
+            train_host_ms,
+            train_host_split_ms,
+        });
+    }
     let model = trainer.into_model().valid();
     let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
     let src = Source::new(&src_ids, &vec![s; n], s, device);
@@ -312,6 +340,7 @@ pub fn bench(
         peak_rss_mib: peak_rss_mib(),
         train_phase_ms,
         train_host_ms,
+        train_host_split_ms,
     })
 }
 

@@ -46,6 +46,9 @@ pub struct BenchArgs {
     /// or `off`).
     #[arg(long, default_value = "off")]
     capture: Capture,
+    /// Training only: no decoding passes (their figures 0), e.g. to profile the training step.
+    #[arg(long)]
+    no_decode: bool,
 }
 
 /// `--capture`: replay the training step from a captured graph, or not.
@@ -92,7 +95,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     for n in names {
         let spec = cfg.models[&n].spec()?;
-        let r = bench(&n, &spec, cfg.batch, a.steps.max(1), &device, &device_name, a.capture == Capture::On)?;
+        let r = bench(
+            &n,
+            &spec,
+            cfg.batch,
+            a.steps.max(1),
+            &device,
+            &device_name,
+            a.capture == Capture::On,
+            !a.no_decode,
+        )?;
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {

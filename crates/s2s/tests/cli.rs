@@ -722,6 +722,57 @@ fn bench_lstm_step_refuses_wgpu() {
     assert!(text(&o.stderr).contains("drop --device wgpu"), "{}", text(&o.stderr));
 }
 
+/// `s2s bench --capture on --no-decode` trains the launch-bound LSTM replayed from a captured
+/// graph on wgpu (lavapipe where there is no GPU) and reports the host time a step, split by
+/// thread, and no decoding; the launch probe reports both paths; the CPU refuses both, saying why.
+#[test]
+fn bench_captures_the_gpu_step_and_probes_launches() {
+    let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let shapes = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/bench/launch-bound.json");
+    let args = ["bench", "--device", "wgpu", "--shapes", shapes, "--models", "lstm", "--steps", "2"];
+    let o = s2s(&[&args[..], &["--capture", "on", "--no-decode", "--json"]].concat());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["train_tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["decode_sentences_per_s"].as_f64(), Some(0.0), "{v}");
+    let split = &v["train_host_split_ms"];
+    let host = v["train_host_ms"].as_f64().unwrap();
+    let sum = split["caller"].as_f64().unwrap() + split["device_service"].as_f64().unwrap();
+    assert!(host > 0.0 && (host - sum).abs() < 1e-9, "{v}");
+
+    let o = s2s(&[
+        "bench",
+        "--device",
+        "wgpu",
+        "--launch-probe",
+        "--probe-kernels",
+        "20",
+        "--steps",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kernels"].as_u64(), Some(20));
+    assert!(
+        v["eager"]["host_us"].as_f64().unwrap() > 0.0 && v["replay"]["wall_us"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+
+    let o = s2s(&["bench", "--device", "cpu", "--launch-probe"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("needs a GPU device"), "{}", text(&o.stderr));
+    let o = s2s(&[
+        &["bench", "--device", "cpu", "--shapes", shapes, "--models", "lstm"][..],
+        &["--capture", "on"],
+    ]
+    .concat());
+    assert!(
+        !o.status.success() && text(&o.stderr).contains("capture needs a GPU device"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// `s2s data prepare` prepares once, reuses on the second call, and a training run on the same
 /// files and settings finds the same prepared dataset; `data stats --prepared` reads it.
 #[test]
