@@ -48,7 +48,8 @@ pub fn tanh(x: f32) -> f32 {
 }
 
 /// Runs `f` compiled for the widest vector unit this CPU has: AVX-512 (x86-64-v4), else AVX2
-/// and FMA (x86-64-v3), else the baseline (SSE2 on x86-64), checked at run time.
+/// and FMA (x86-64-v3), else the baseline (SSE2 on x86-64), checked at run time and capped by
+/// `S2S_CPU_ISA` ([`isa`]).
 ///
 /// The crate is built for the baseline, so a loop over [`exp`] or [`lane_fold`] becomes 4-lane
 /// SSE code. Called inside a `target_feature` function, `f` (a closure with one caller) is
@@ -61,6 +62,52 @@ pub fn tanh(x: f32) -> f32 {
 #[inline(always)]
 pub fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
+    match isa() {
+        // SAFETY: `isa` answers at most what the CPU has (every feature the function is
+        // compiled for).
+        Isa::Avx512 => return unsafe { x86::v4(f) },
+        // SAFETY: as above.
+        Isa::Avx2 => return unsafe { x86::v3(f) },
+        Isa::Baseline => {}
+    }
+    f()
+}
+
+/// The instruction sets the CPU kernels choose between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    /// The build's baseline (SSE2 on x86-64).
+    Baseline,
+    /// AVX2 and FMA (x86-64-v3).
+    Avx2,
+    /// AVX-512 F, BW, DQ, VL (x86-64-v4).
+    Avx512,
+}
+
+impl Isa {
+    /// `avx512`, `avx2` or `baseline` (what `S2S_CPU_ISA` takes).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "avx512" | "avx-512" | "x86-64-v4" => Some(Self::Avx512),
+            "avx2" | "x86-64-v3" => Some(Self::Avx2),
+            "baseline" | "sse2" | "none" => Some(Self::Baseline),
+            _ => None,
+        }
+    }
+
+    /// Its name, as `S2S_CPU_ISA` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avx512 => "avx512",
+            Self::Avx2 => "avx2",
+            Self::Baseline => "baseline",
+        }
+    }
+}
+
+/// What this CPU has.
+pub fn detected_isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
@@ -68,15 +115,34 @@ pub fn wide<R>(f: impl FnOnce() -> R) -> R {
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("fma")
         {
-            // SAFETY: the CPU has every feature the function is compiled for.
-            return unsafe { x86::v4(f) };
+            return Isa::Avx512;
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            return unsafe { x86::v3(f) };
+            return Isa::Avx2;
         }
     }
-    f()
+    Isa::Baseline
+}
+
+/// The instruction set our CPU kernels use: what the CPU has, capped by `S2S_CPU_ISA`
+/// (`avx2`, `avx512`, `baseline`; read once), so that an AVX-512 machine can run what an AVX2
+/// laptop runs. An unknown value is reported once on stderr and ignored. burn's products
+/// (`gemm`) choose their own: AVX-512 only in a build with burn's `x86-v4` feature.
+pub fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let have = detected_isa();
+        match std::env::var("S2S_CPU_ISA") {
+            Ok(v) => match Isa::parse(&v) {
+                Some(cap) => cap.min(have),
+                None => {
+                    eprintln!("warning: S2S_CPU_ISA={v} is not avx512, avx2 or baseline: ignored");
+                    have
+                }
+            },
+            Err(_) => have,
+        }
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -152,6 +218,20 @@ pub fn lane_fold_map(x: &[f32], init: f32, f: impl Fn(f32) -> f32, op: impl Fn(f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `S2S_CPU_ISA`'s spellings, the order of the sets, and the cap never above the CPU.
+    #[test]
+    fn isa_caps_parse_and_never_exceed_the_cpu() {
+        assert_eq!(Isa::parse("AVX2"), Some(Isa::Avx2));
+        assert_eq!(Isa::parse(" avx512 "), Some(Isa::Avx512));
+        assert_eq!(Isa::parse("baseline"), Some(Isa::Baseline));
+        assert_eq!(Isa::parse("avx"), None);
+        assert!(Isa::Baseline < Isa::Avx2 && Isa::Avx2 < Isa::Avx512);
+        assert!(isa() <= detected_isa());
+        for i in [Isa::Baseline, Isa::Avx2, Isa::Avx512] {
+            assert_eq!(Isa::parse(i.name()), Some(i));
+        }
+    }
 
     /// The widest path [`wide`] picks on this CPU computes the same bits as the baseline
     /// build, over the whole clamp range, its edges, infinities and NaN.

@@ -393,16 +393,13 @@ unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
 /// The register blocks this CPU runs: AVX-512 where available, else AVX2/FMA, else portable
-/// code.
+/// code, capped by `S2S_CPU_ISA` ([`crate::fastmath::isa`]).
 fn kernel() -> Kernel {
-    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return avx512::KERNEL;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return avx2::KERNEL;
-        }
+    #[cfg(target_arch = "x86_64")]
+    match crate::fastmath::isa() {
+        crate::fastmath::Isa::Avx512 => return avx512::KERNEL,
+        crate::fastmath::Isa::Avx2 => return avx2::KERNEL,
+        crate::fastmath::Isa::Baseline => {}
     }
     PORTABLE
 }
