@@ -143,10 +143,13 @@ mod tests {
         ds.join().unwrap();
         other.join().unwrap();
         assert!(t.measured, "Linux exposes /proc/self/task");
-        // At least most of the 60 ms spun (a busy machine may preempt), and not the sleeps.
+        // At least most of the 60 ms spun (a busy machine may preempt), and not the sleeps. Other
+        // tests of this process run beside this one (cubecl's threads among them), so the
+        // device-service and other buckets may hold more than our threads spent; the calling
+        // thread is ours alone.
         assert!((0.04..0.2).contains(&t.caller_s), "{t:?}");
-        assert!((0.04..0.2).contains(&t.device_service_s), "{t:?}");
-        assert!((0.04..0.2).contains(&t.other_s), "{t:?}");
+        assert!(t.device_service_s >= 0.04, "{t:?}");
+        assert!(t.other_s >= 0.04, "{t:?}");
         assert_eq!(t.launch_s(), t.caller_s + t.device_service_s);
         assert!(is_device_service("DSD-2-0") && !is_device_service("DSP") && !is_device_service("rayon-1"));
     }
