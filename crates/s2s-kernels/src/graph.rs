@@ -41,6 +41,19 @@ fn refused(what: &'static str) -> impl Fn(cubecl::server::ServerError) -> GraphE
     move |e| GraphError::Refused { what, reason: e.to_string() }
 }
 
+/// The compiler `device`'s kernels go through (cubecl's runtime name: `wgpu<spirv>` on a
+/// Vulkan adapter that supports cubecl's SPIR-V compiler, `wgpu<wgsl>` otherwise), or `None`
+/// on the CPU backend.
+pub fn compiler(device: &Device) -> Option<&'static str> {
+    #[cfg(feature = "gpu-tuned")]
+    {
+        let _ = device;
+        None
+    }
+    #[cfg(not(feature = "gpu-tuned"))]
+    crate::cube_launch::cube_of(Tensor::<1>::zeros([1], device).into_dispatch()).ok().map(|t| t.client.name())
+}
+
 /// A capture under way on the calling thread's stream: prepared, waiting for its warm-up
 /// step, then [`Recorder::record`].
 pub struct Recorder {

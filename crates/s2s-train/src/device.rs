@@ -34,17 +34,35 @@ impl std::str::FromStr for DeviceChoice {
 /// The chosen device and a description for messages and `run.json`.
 pub fn select(choice: DeviceChoice) -> (Device, String) {
     match choice {
-        DeviceChoice::Cpu => (Device::flex(), "cpu (burn flex)".into()),
+        DeviceChoice::Cpu => (Device::flex(), format!("cpu (burn flex; {} kernels)", cpu_isa())),
         DeviceChoice::Wgpu => {
             let d = Device::wgpu(DeviceKind::DefaultDevice);
             let name = d.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
-            (d, format!("wgpu ({name})"))
+            let compiler = compiler_of(&d);
+            (d, format!("wgpu ({name}; {compiler})"))
         }
         DeviceChoice::Auto => match Device::enumerate_physical().into_iter().next() {
-            Some(gpu) => (Device::wgpu(DeviceKind::DefaultDevice), format!("wgpu ({})", gpu.name)),
-            None => (Device::flex(), "cpu (burn flex; no physical GPU found)".into()),
+            Some(gpu) => {
+                let d = Device::wgpu(DeviceKind::DefaultDevice);
+                let compiler = compiler_of(&d);
+                (d, format!("wgpu ({}; {compiler})", gpu.name))
+            }
+            None => {
+                (Device::flex(), format!("cpu (burn flex; {} kernels; no physical GPU found)", cpu_isa()))
+            }
         },
     }
+}
+
+/// The instruction set of our CPU kernels (`S2S_CPU_ISA` caps it).
+fn cpu_isa() -> &'static str {
+    s2s_kernels::fastmath::isa().name()
+}
+
+/// Which compiler a GPU device's kernels go through: `wgpu<spirv>` (cubecl's SPIR-V compiler,
+/// on a Vulkan adapter that supports it) or `wgpu<wgsl>`.
+fn compiler_of(device: &Device) -> &'static str {
+    s2s_kernels::graph::compiler(device).unwrap_or("unknown compiler")
 }
 
 /// `n` devices of `choice` for data-parallel training (`devices = n`): the first `n` physical
