@@ -20,6 +20,9 @@
 #                     (experiments/bench/multi30k-4k.json): $OUT/bench-*.md and raw JSON lines
 #             tasks   `s2s bench --device wgpu` with CUBECL_WGPU_MAX_TASKS at 32, 128, 512:
 #                     $OUT/max-tasks.jsonl
+#             multi30k  experiments/multi30k-gpu.toml (the Transformer 3 minutes, Luong 2) on
+#                     the GPU: $OUT/multi30k/<model>/ with test2016 hypotheses, scores and the
+#                     metrics (not the checkpoints)
 #           Every step's output also goes to $OUT/log.txt; the machine's description to env.txt.
 #           JSON lines are written as they are produced, so a timeout keeps what was measured;
 #           the run stops starting new work after BUDGET seconds (default 480: 8 minutes).
@@ -145,7 +148,19 @@ run() {
               | sed "s/^{/{\"max_tasks\":$tasks,/" | tee -a "$out/max-tasks.jsonl"
           done
         done;;
-      *) echo "unknown step $w (driver, auto, probe, bench, tasks)" >&2; exit 2;;
+      multi30k)
+        # The experiment reads ../shared, which the device machine lacks: the packed copy instead.
+        sed 's#\.\./shared/#.devbin/shared/#g' experiments/multi30k-gpu.toml > /tmp/multi30k-gpu.toml
+        "$bin" experiment run /tmp/multi30k-gpu.toml --device auto --out /tmp/multi30k-gpu --quiet || true
+        for run in /tmp/multi30k-gpu/*/; do
+          [ -d "$run/test" ] || continue
+          local name; name=$(basename "$run")
+          mkdir -p "$out/multi30k/$name"
+          cp "$run"/run.json "$run"/metrics.csv "$out/multi30k/$name/" 2>/dev/null || true
+          cp "$run"/test/hypotheses.txt "$run"/test/scores.json "$out/multi30k/$name/" 2>/dev/null || true
+        done
+        cp /tmp/multi30k-gpu/report.md "$out/multi30k/" 2>/dev/null || true;;
+      *) echo "unknown step $w (driver, auto, probe, bench, tasks, multi30k)" >&2; exit 2;;
     esac
   done
   echo "done at ${SECONDS}s"
@@ -154,5 +169,5 @@ run() {
 case "${1:-}" in
   pack) pack;;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run [driver] [auto] [probe] [bench] [tasks]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run [driver] [auto] [probe] [bench] [tasks] [multi30k]" >&2; exit 2;;
 esac
