@@ -36,7 +36,8 @@ bin=${S2S_BIN:-target/release/s2s}
 # KEEP_JSON=DIR keeps the raw JSON lines there as they are produced (ours.jsonl, torch.jsonl,
 # ours-captured.jsonl, ct2.jsonl) and PyTorch's stderr (torch.stderr), so that a run cut short
 # keeps what it measured. DEADLINE=S skips the runs that would start after S seconds of this
-# script (bash's $SECONDS) and prints the table of what was measured.
+# script (bash's $SECONDS), cuts the one under way there, and prints the table of what was
+# measured.
 tmp=$(mktemp -d); refs=$(mktemp -d)
 trap 'rm -rf "$tmp" "$refs"' EXIT
 keep=${KEEP_JSON:-$tmp}; mkdir -p "$keep"
@@ -44,6 +45,15 @@ ours=$keep/ours.jsonl; theirs=$keep/torch.jsonl; replayed=$keep/ours-captured.js
 based=$tmp/base.jsonl; errs=$keep/torch.stderr
 : > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"
 late() { [ -n "${DEADLINE:-}" ] && [ "$SECONDS" -ge "$DEADLINE" ]; }
+# Each run is cut at the deadline too (what it printed before stays).
+bounded() {
+  if [ -n "${DEADLINE:-}" ]; then
+    local left=$((DEADLINE - SECONDS)); [ "$left" -gt 0 ] || left=1
+    timeout "$left" "$@"
+  else
+    "$@"
+  fi
+}
 cp "$shared/bench/"*.py "$shared/bench/models.json" "$refs/"
 ours_shapes=()
 if [ -n "$shapes" ]; then cp "$shapes" "$refs/models.json"; ours_shapes=(--shapes "$shapes"); fi
@@ -51,18 +61,18 @@ for _ in $(seq "$rounds"); do
   for m in ${models//,/ }; do
     if late; then echo "DEADLINE reached: $m and what follows skipped" >&2; break 2; fi
     if [ -n "${S2S_BIN_BASE:-}" ]; then
-      "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$based"
+      bounded "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$based"
     fi
-    "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$ours" \
+    bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$ours" \
       || echo "s2s bench failed on $m" >&2
     if [ "$capture" = 1 ]; then
-      "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --capture on --json \
+      bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --capture on --json \
         >> "$replayed" || echo "s2s bench --capture on failed on $m" >&2
     fi
-    python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
+    bounded python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
       --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs" || echo "torch_ref.py failed on $m: see $errs" >&2
     if [ "$ct2" = 1 ] && [ "$m" = transformer ]; then
-      python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>> "$errs" >> "$anchor" || echo "ct2_ref.py failed: see $errs" >&2
+      bounded python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>> "$errs" >> "$anchor" || echo "ct2_ref.py failed: see $errs" >&2
     fi
   done
 done

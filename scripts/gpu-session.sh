@@ -144,14 +144,15 @@ run() {
         for tasks in 32 128 512; do
           for m in ${models//,/ }; do
             [ "$SECONDS" -ge "$budget" ] && break 2
-            CUBECL_WGPU_MAX_TASKS=$tasks "$bin" bench --device wgpu --steps "$steps" --models "$m" --json \
+            CUBECL_WGPU_MAX_TASKS=$tasks timeout $((budget - SECONDS)) "$bin" bench --device wgpu --steps "$steps" --models "$m" --json \
               | sed "s/^{/{\"max_tasks\":$tasks,/" | tee -a "$out/max-tasks.jsonl"
           done
         done;;
       multi30k)
         # The experiment reads ../shared, which the device machine lacks: the packed copy instead.
         sed 's#\.\./shared/#.devbin/shared/#g' experiments/multi30k-gpu.toml > /tmp/multi30k-gpu.toml
-        "$bin" experiment run /tmp/multi30k-gpu.toml --device auto --out /tmp/multi30k-gpu --quiet || true
+        timeout $((budget - SECONDS)) "$bin" experiment run /tmp/multi30k-gpu.toml --device auto \
+          --out /tmp/multi30k-gpu --quiet || true
         for run in /tmp/multi30k-gpu/*/; do
           [ -d "$run/test" ] || continue
           local name; name=$(basename "$run")
