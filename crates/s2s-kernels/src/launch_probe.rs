@@ -109,13 +109,8 @@ pub enum ProbeError {
     #[error("--probe-kernels must be even and at least 2 (got {0})")]
     Kernels(usize),
     /// cubecl refused a step of the capture or replay.
-    #[error("graph {what}: {reason}")]
-    Graph {
-        /// What was being done.
-        what: &'static str,
-        /// cubecl's words.
-        reason: String,
-    },
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
     /// A path computed something other than `rounds × kernels` more.
     #[error("{path} pass computed {got}, expected {want}")]
     Wrong {
@@ -126,10 +121,6 @@ pub enum ProbeError {
         /// What it should be.
         want: f32,
     },
-}
-
-fn graph_err(what: &'static str) -> impl Fn(cubecl::server::ServerError) -> ProbeError {
-    move |e| ProbeError::Graph { what, reason: e.to_string() }
 }
 
 /// Runs the probe on `device` (see the module doc).
@@ -161,13 +152,11 @@ pub fn launch_probe(device: &Device, cfg: ProbeConfig) -> Result<ProbeResult, Pr
     // Warm the kernel cache and the pools, then capture: prepare, warm up, record.
     pass(&a, &b);
     let _ = first();
-    client.graph_prepare().map_err(graph_err("prepare"))?;
+    let recorder = crate::graph::Recorder::prepare(device)?;
     pass(&a, &b);
     let _ = first();
     let t0 = Instant::now();
-    client.start_capture().map_err(graph_err("start"))?;
-    pass(&a, &b);
-    let graph = client.stop_capture().map_err(graph_err("stop"))?;
+    let (graph, ()) = recorder.record(|| pass(&a, &b))?;
     let capture_ms = 1e3 * t0.elapsed().as_secs_f64();
     let start_value = first();
 
@@ -188,7 +177,7 @@ pub fn launch_probe(device: &Device, cfg: ProbeConfig) -> Result<ProbeResult, Pr
         let (s, t0) = (Snapshot::now(), Instant::now());
         // SAFETY: `a` and `b`, the only buffers the pass touches, live until the end of this
         // function, and nothing else uses them meanwhile; every replay is followed by a read.
-        unsafe { graph.replay() }.map_err(graph_err("replay"))?;
+        unsafe { graph.replay() }?;
         let _ = first();
         add(&mut replay, Snapshot::now().since(&s), t0.elapsed().as_secs_f64());
     }
