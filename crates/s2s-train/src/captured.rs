@@ -1,5 +1,6 @@
 //! Training on one fixed batch shape, step by step eagerly or replayed from a captured graph
-//! (GPU): what `s2s bench --capture` times and what the tests hold equal, to the bit.
+//! (GPU): what `s2s bench --capture` times and what the tests hold equal (to the rounding
+//! of a kernel choice: `tests/captured.rs`).
 //!
 //! A captured step ([`s2s_kernels::graph`]) is recorded once, after a warm-up step, and each
 //! later step writes only what changes — its dropout seeds and Adam's coefficients
