@@ -125,6 +125,44 @@ impl Batch {
         Self { indices: indices.to_vec(), src, src_lens, src_len, tgt_in, tgt_out, tgt_lens, tgt_len }
     }
 
+    /// This batch padded to `rows` rows of `src_len` and `tgt_len` positions (each at least
+    /// the batch's own), the shape a captured training step was recorded for. A filler row
+    /// (index `usize::MAX`) is a source of one `</s>` and a target of no tokens: it attends
+    /// to something, and adds nothing to the loss.
+    pub fn padded_to(&self, rows: usize, src_len: usize, tgt_len: usize) -> Self {
+        assert!(rows >= self.size() && src_len >= self.src_len && tgt_len >= self.tgt_len, "padding shrinks");
+        let widen = |v: &[u32], from: usize, to: usize, fill: &dyn Fn(usize) -> Vec<u32>| -> Vec<u32> {
+            let mut out: Vec<u32> = v
+                .chunks(from.max(1))
+                .take(self.size())
+                .flat_map(|r| r.iter().copied().chain(std::iter::repeat_n(PAD, to - from)))
+                .collect();
+            for _ in self.size()..rows {
+                let mut row = fill(to);
+                row.resize(to, PAD);
+                out.extend(row);
+            }
+            out
+        };
+        let (s, t) = (self.src_len, self.tgt_len);
+        let mut indices = self.indices.clone();
+        indices.resize(rows, usize::MAX);
+        let mut src_lens = self.src_lens.clone();
+        src_lens.resize(rows, 1);
+        let mut tgt_lens = self.tgt_lens.clone();
+        tgt_lens.resize(rows, 0);
+        Self {
+            indices,
+            src: widen(&self.src, s, src_len, &|_| vec![EOS]),
+            src_lens,
+            src_len,
+            tgt_in: widen(&self.tgt_in, t, tgt_len, &|_| vec![BOS]),
+            tgt_out: widen(&self.tgt_out, t, tgt_len, &|_| vec![]),
+            tgt_lens,
+            tgt_len,
+        }
+    }
+
     /// Sentences in the batch.
     pub fn size(&self) -> usize {
         self.indices.len()
@@ -151,6 +189,25 @@ impl Batch {
         let slots = self.size() * (self.src_len + self.tgt_len);
         (real, slots)
     }
+}
+
+/// The shape `(rows, src_len, tgt_len)` a batch is padded to for a captured step: lengths
+/// up to a multiple of 8, rows up to the next of 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, …
+/// (2ᵏ, and 1.5·2ᵏ from 16 on), so a run meets few shapes and pads at most half of its rows
+/// (a third from 16 on).
+pub fn bucket(rows: usize, src_len: usize, tgt_len: usize) -> (usize, usize, usize) {
+    let len = |n: usize| n.max(1).div_ceil(8) * 8;
+    let mut r = 1;
+    while r < rows {
+        r = if r < 16 {
+            2 * r
+        } else if r.is_power_of_two() {
+            r / 2 * 3
+        } else {
+            r / 3 * 4
+        };
+    }
+    (r, len(src_len), len(tgt_len))
 }
 
 fn mask(lens: &[usize], len: usize) -> Vec<bool> {
@@ -257,6 +314,41 @@ pub fn padding_ratio(examples: &[Example], batches: &[Vec<usize>]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_round_rows_geometrically_and_lengths_to_eight() {
+        let rows: Vec<usize> =
+            [1, 8, 9, 16, 17, 24, 25, 33, 49, 65, 100].iter().map(|&r| bucket(r, 1, 1).0).collect();
+        assert_eq!(rows, [1, 8, 16, 16, 24, 24, 32, 48, 64, 96, 128]);
+        assert_eq!(bucket(3, 8, 9), (4, 8, 16));
+        assert_eq!(bucket(5, 0, 17), (8, 8, 24));
+    }
+
+    #[test]
+    fn padding_to_a_bucket_keeps_rows_and_adds_fillers_without_target_tokens() {
+        let ex = vec![
+            Example { src: vec![10, 11], tgt: vec![20] },
+            Example { src: vec![12], tgt: vec![21, 22, 23] },
+        ];
+        let b = Batch::collate(&ex, &[0, 1]);
+        let p = b.padded_to(3, 5, 6);
+        assert_eq!(p.size(), 3);
+        assert_eq!(p.indices, [0, 1, usize::MAX]);
+        assert_eq!(p.src, [10, 11, EOS, PAD, PAD, 12, EOS, PAD, PAD, PAD, EOS, PAD, PAD, PAD, PAD]);
+        assert_eq!(p.src_lens, [3, 2, 1]);
+        assert_eq!(p.tgt_in[..6], [BOS, 20, PAD, PAD, PAD, PAD]);
+        assert_eq!(p.tgt_in[12..], [BOS, PAD, PAD, PAD, PAD, PAD]);
+        assert_eq!(p.tgt_out[6..12], [21, 22, 23, EOS, PAD, PAD]);
+        assert_eq!(p.tgt_out[12..], [PAD; 6]);
+        assert_eq!(p.tgt_tokens(), b.tgt_tokens(), "fillers add no target tokens");
+        assert_eq!(p.tgt_mask().iter().filter(|&&k| k).count(), b.tgt_tokens());
+        // Padding to the batch's own shape changes nothing.
+        let same = b.padded_to(2, b.src_len, b.tgt_len);
+        assert_eq!(
+            (same.src, same.tgt_in, same.tgt_out),
+            (b.src.clone(), b.tgt_in.clone(), b.tgt_out.clone())
+        );
+    }
 
     fn examples(n: usize) -> Vec<Example> {
         let mut rng = SplitMix64::new(3);

@@ -30,7 +30,7 @@ mod testutil;
 pub mod tokenizer;
 pub mod vocab;
 
-pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example};
+pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example, bucket};
 pub use corpus::{
     Corpus, CorpusFiles, Pair, PairReader, ReadOptions, ReadReport, ReadSkip, SplitFiles, read_corpus,
     read_verdict,

@@ -25,6 +25,8 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{Adam, AdamConfig, AdamState, AdaptiveMomentumState, LearningRate, Optimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use rayon::prelude::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The Adam update as a burn backend extension (flex, and cubecl without fusion; see the
 /// module doc).
@@ -173,10 +175,10 @@ mod cube_adam {
         // A captured step replays against the buffers it recorded: a parameter or moment copied
         // here would be updated in the copy, and every replay would start from the original.
         assert!(
-            !crate::step_scalars::recording()
+            !crate::step_scalars::in_place_required()
                 || [&param, &m, &v].iter().all(|t| t.can_mut() && t.is_contiguous()),
-            "adam_step while recording a step: a parameter or moment is shared or strided, so the \
-             replayed step would not update it in place"
+            "adam_step while a step is recorded or replayed: a parameter or moment is shared or \
+             strided, so a replayed step would not update it in place"
         );
         let (param, m, v, grad) = (exclusive(param), exclusive(m), exclusive(v), into_contiguous(grad));
         let n = param.meta.num_elements();
@@ -281,6 +283,9 @@ pub struct FusedAdam {
     /// On a GPU, queue each parameter's update for one launch over many ([`step`]).
     #[cfg_attr(feature = "gpu-tuned", allow(dead_code))]
     batched: bool,
+    /// The step count the owner keeps ([`with_clock`](Self::with_clock)), read instead of each
+    /// parameter state's own.
+    clock: Option<Arc<AtomicUsize>>,
 }
 
 impl FusedAdam {
@@ -293,7 +298,7 @@ impl FusedAdam {
             .with_epsilon(epsilon)
             .with_weight_decay((weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay)))
             .build();
-        Self { beta_1, beta_2, epsilon, weight_decay, burn, batched: false }
+        Self { beta_1, beta_2, epsilon, weight_decay, burn, batched: false, clock: None }
     }
 
     /// The kernel's coefficients at step `time` (from 1) with rate `lr`:
@@ -311,6 +316,17 @@ impl FusedAdam {
     /// returned are not yet updated.
     pub fn batched(self) -> Self {
         Self { batched: true, ..self }
+    }
+
+    /// This Adam with its step count `t` read from `clock` (set by the owner before each step)
+    /// instead of counted in each parameter's state. A captured step replayed updates the
+    /// moments in place but leaves the host-side states as they were recorded, so the trainer
+    /// — whose step count a checkpoint saves — is the one clock: eager steps between replays
+    /// and a resumed run use the right bias corrections. The states still record the time they
+    /// were last stepped eagerly with (the fused kernels' path; burn's own path, taken for
+    /// the reference kernels, counts as before).
+    pub fn with_clock(self, clock: Arc<AtomicUsize>) -> Self {
+        Self { clock: Some(clock), ..self }
     }
 }
 
@@ -361,6 +377,7 @@ impl Optimizer for FusedAdam {
             Some(s) => (s.momentum.time + 1, s.momentum.moment_1, s.momentum.moment_2),
             None => (1, tensor.zeros_like(), tensor.zeros_like()),
         };
+        let time = self.clock.as_ref().map_or(time, |c| c.load(Ordering::Relaxed));
         let k = self.coefficients(time, lr);
         #[cfg(not(feature = "gpu-tuned"))]
         if self.batched && !is_flex(&tensor.device()) {

@@ -116,40 +116,56 @@ impl Snapshot {
 mod tests {
     use super::*;
 
+    /// This thread's time on a CPU, in ns (the first field of its schedstat).
+    fn thread_cpu_ns() -> u64 {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("Linux schedstat");
+        s.split_whitespace().next().and_then(|f| f.parse().ok()).expect("a number of ns")
+    }
+
     /// Spinning on the calling thread shows up as the caller's time, and a named spinning
     /// thread as the device service's or the others' by its name; sleeping costs nothing.
     #[test]
     fn time_lands_on_the_thread_that_spent_it() {
+        // Spins until the thread has run `ms` on a CPU (not `ms` of wall time: on a busy
+        // machine a thread spinning 60 ms of wall time may run for half of it).
         let spin = |ms: u64| {
-            let t0 = std::time::Instant::now();
+            let t0 = thread_cpu_ns();
             let mut x = 0u64;
-            while t0.elapsed().as_millis() < ms as u128 {
+            while thread_cpu_ns() - t0 < ms * 1_000_000 {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         };
         let a = Snapshot::now();
         spin(60);
+        // The workers spin, then stay alive (an ended thread's time is lost) until the
+        // snapshot is taken.
+        let (spun, snapped) = (
+            std::sync::Arc::new(std::sync::Barrier::new(3)),
+            std::sync::Arc::new(std::sync::Barrier::new(3)),
+        );
         let worker = |name: &str| {
+            let (spun, snapped) = (spun.clone(), snapped.clone());
             std::thread::Builder::new().name(name.into()).spawn(move || {
                 spin(60);
-                // Stay alive until the snapshot is taken: an ended thread's time is lost.
-                std::thread::sleep(std::time::Duration::from_millis(300));
+                spun.wait();
+                snapped.wait();
             })
         };
         let (ds, other) = (worker("DSU-2-0").unwrap(), worker("lavapipe").unwrap());
-        std::thread::sleep(std::time::Duration::from_millis(150));
+        spun.wait();
         let b = Snapshot::now();
+        snapped.wait();
         let t = b.since(&a);
         ds.join().unwrap();
         other.join().unwrap();
         assert!(t.measured, "Linux exposes /proc/self/task");
-        // At least most of the 60 ms spun (a busy machine may preempt), and not the sleeps. Other
+        // The 60 ms spun (schedstat's ns, as the clock reads them), not the sleeps. Other
         // tests of this process run beside this one (cubecl's threads among them), so the
         // device-service and other buckets may hold more than our threads spent; the calling
         // thread is ours alone.
-        assert!((0.04..0.2).contains(&t.caller_s), "{t:?}");
-        assert!(t.device_service_s >= 0.04, "{t:?}");
-        assert!(t.other_s >= 0.04, "{t:?}");
+        assert!((0.06..0.2).contains(&t.caller_s), "{t:?}");
+        assert!(t.device_service_s >= 0.06, "{t:?}");
+        assert!(t.other_s >= 0.06, "{t:?}");
         assert_eq!(t.launch_s(), t.caller_s + t.device_service_s);
         assert!(is_device_service("DSD-2-0") && !is_device_service("DSP") && !is_device_service("rayon-1"));
     }

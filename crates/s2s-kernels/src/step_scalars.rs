@@ -85,6 +85,22 @@ pub fn recording() -> bool {
     RECORDING.with(|r| r.borrow().is_some())
 }
 
+thread_local! {
+    static IN_PLACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While captured graphs are alive on this thread (`on`), eager Adam steps must update in
+/// place too: a graph replays against the parameters and moments it recorded, so an eager
+/// step that copied one would leave every graph updating the old buffer.
+pub fn require_in_place(on: bool) {
+    IN_PLACE.with(|c| c.set(on));
+}
+
+/// Whether Adam must update in place: while recording, or while graphs are alive.
+pub fn in_place_required() -> bool {
+    recording() || IN_PLACE.with(|c| c.get())
+}
+
 /// Gives a seed just drawn for a GPU mask the next slot, while recording.
 pub(crate) fn drawn(seed: u64) {
     RECORDING.with(|r| {
@@ -97,6 +113,7 @@ pub(crate) fn drawn(seed: u64) {
 
 /// The slot of a seed drawn while recording (forward and backward of one site share it),
 /// else [`NO_SLOT`].
+#[cfg_attr(feature = "gpu-tuned", allow(dead_code))]
 pub(crate) fn slot_of(seed: u64) -> u32 {
     RECORDING.with(|r| {
         r.borrow().as_ref().and_then(|v| v.iter().position(|&s| s == seed)).map_or(NO_SLOT, |i| i as u32)

@@ -28,6 +28,11 @@ pub struct Source {
     pub key_mask: Tensor<2>,
     /// Real length of each row.
     pub lens: Vec<usize>,
+    /// The batch's buffers are a captured step's inputs (`s2s_train::captured`): the rows
+    /// written into them change after recording, so what the host knows of this batch
+    /// (`lens`) must not shape the computation — [`dense`](Self::dense) is 0 and
+    /// [`reversed`](Self::reversed) derives its index from `keep` on the device.
+    pub graph_input: bool,
 }
 
 impl Source {
@@ -44,7 +49,13 @@ impl Source {
             keep: Tensor::from_data(TensorData::new(keep, [batch, len]), device),
             key_mask: Tensor::from_data(TensorData::new(key_mask, [batch, len]), device),
             lens: lens.to_vec(),
+            graph_input: false,
         }
+    }
+
+    /// This batch as a captured step's input (see [`graph_input`](Self::graph_input)).
+    pub fn as_graph_input(self) -> Self {
+        Self { graph_input: true, ..self }
     }
 
     /// Rows in the batch.
@@ -59,6 +70,9 @@ impl Source {
 
     /// Leading positions that are real in every row (the shortest length).
     pub fn dense(&self) -> usize {
+        if self.graph_input {
+            return 0;
+        }
         self.lens.iter().copied().min().unwrap_or(0).min(self.len())
     }
 
@@ -70,13 +84,25 @@ impl Source {
     /// Each row's real tokens reversed in place (padding stays at the end), as in
     /// Sutskever et al. (2014): `a b c </s> <pad>` → `</s> c b a <pad>`.
     pub fn reversed(&self) -> Self {
-        let len = self.len();
-        let idx: Vec<i64> = self
-            .lens
-            .iter()
-            .flat_map(|&l| (0..len).map(move |j| if j < l { (l - 1 - j) as i64 } else { j as i64 }))
-            .collect();
-        let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [self.batch(), len]), &self.ids.device());
+        let (batch, len) = (self.batch(), self.len());
+        let device = self.ids.device();
+        let idx = if self.graph_input {
+            // Position j of a row of length l reads l − 1 − j where j < l, else j.
+            let j: Tensor<2> = ops::constant("positions", &[1, len], &device, || {
+                Tensor::<1, Int>::arange(0..len as i64, &device).float().reshape([1, len])
+            })
+            .expand([batch, len]);
+            let l = self.keep.clone().sum_dim(1).expand([batch, len]);
+            let back = l.clone().sub_scalar(1.0) - j.clone();
+            j.clone().mask_where(j.lower(l), back).int()
+        } else {
+            let idx: Vec<i64> = self
+                .lens
+                .iter()
+                .flat_map(|&l| (0..len).map(move |j| if j < l { (l - 1 - j) as i64 } else { j as i64 }))
+                .collect();
+            Tensor::<2, Int>::from_data(TensorData::new(idx, [batch, len]), &device)
+        };
         Self { ids: self.ids.clone().gather(1, idx), ..self.clone() }
     }
 }
@@ -146,4 +172,26 @@ impl RnnState {
 /// vector is never used and never trained.
 pub fn embed_masked(embedding: &burn::nn::Embedding, ids: Tensor<2, Int>, keep: &Tensor<2>) -> Tensor<3> {
     embedding.forward(ids) * keep.clone().unsqueeze_dim::<3>(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A captured step's source reverses its rows from `keep` on the device, as the host does
+    /// from `lens`, and claims no dense prefix (its rows change after recording).
+    #[test]
+    fn a_graph_input_reverses_on_the_device_as_the_host_does() {
+        let d = Device::flex();
+        let ids: Vec<u32> = (1..=15).collect();
+        let src = Source::new(&ids, &[5, 2, 0], 5, &d);
+        let on_host = src.reversed().ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        assert_eq!(on_host, [5, 4, 3, 2, 1, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15]);
+        let graph = src.clone().as_graph_input();
+        assert_eq!((src.dense(), graph.dense()), (0, 0));
+        let on_device = graph.reversed().ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        assert_eq!(on_device, on_host);
+        let full = Source::new(&ids, &[5, 5, 4], 5, &d);
+        assert_eq!((full.dense(), full.as_graph_input().dense()), (4, 0));
+    }
 }

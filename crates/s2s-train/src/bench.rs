@@ -14,7 +14,7 @@ use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::captured::{FixedBatch, FixedBatchTrainer};
+use crate::captured::{FixedBatchTrainer, StepInputs};
 use s2s_kernels::flex_data::is_flex;
 use s2s_kernels::host_clock::Snapshot;
 use s2s_kernels::ops::FusedAdam;
@@ -264,7 +264,7 @@ pub fn bench(
     ad.seed(0);
     let model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
     let params = model.num_params();
-    let batch = FixedBatch::random(b, &ad);
+    let batch = StepInputs::random(b, &ad);
     // burn's `AdamConfig` defaults, through the trainer's Adam; clipped at 1 like torch_ref.py.
     let adam = FusedAdam::new(0.9, 0.999, 1e-5, 0.0);
     let mut trainer = FixedBatchTrainer::new(model, &ad, batch, adam, 1e-4, 1.0, 0);

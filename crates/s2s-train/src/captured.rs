@@ -1,27 +1,38 @@
-//! Training on one fixed batch shape, step by step eagerly or replayed from a captured graph
-//! (GPU): what `s2s bench --capture` times and what the tests hold equal (to the rounding
-//! of a kernel choice: `tests/captured.rs`).
+//! Training steps captured as graphs and replayed (GPU): the trainer's `capture` mode
+//! ([`CapturedSteps`]) and the fixed-batch trainer `s2s bench --capture` times
+//! ([`FixedBatchTrainer`]); `tests/captured.rs` holds both equal to eager training.
 //!
-//! A captured step ([`s2s_kernels::graph`]) is recorded once, after a warm-up step, and each
-//! later step writes only what changes — its dropout seeds and Adam's coefficients
-//! ([`s2s_kernels::step_scalars`]) — then replays the launches: forward, label-smoothed loss,
-//! backward, global-norm clip and Adam, the parameters and moments updated in place. The
-//! batch's buffers are the graph's inputs: a new batch of the same shape is written into them
-//! (not done here: the batch is fixed). Nothing is read back inside a step; the loss of the
-//! last step is read when asked.
+//! A captured step ([`s2s_kernels::graph`]) is recorded once per batch shape, after a warm-up
+//! step, and each later step of that shape writes only what changes — the batch's token ids
+//! and masks into the graph's input buffers ([`StepInputs::write`]), its dropout seeds and
+//! Adam's coefficients ([`s2s_kernels::step_scalars`]) — then replays the launches: forward,
+//! label-smoothed loss, backward, global-norm clip and Adam, the parameters and moments
+//! updated in place. The loss is divided by the token count the device sums from the target
+//! mask (a host scalar would be frozen at capture). The trainer pads each batch to a bucket
+//! shape ([`s2s_data::bucket`]) so that a run meets few shapes; at most `capture_graphs`
+//! graphs stay alive, the least recently used dropped past it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_data::Batch;
+use s2s_kernels::graph::{GraphError, Recorder, StepGraph};
 use s2s_kernels::ops::{FusedAdam, clip_global_norm};
 use s2s_models::{Model, Source};
+use serde::Serialize;
 
 use crate::bench::{BatchShape, random_ids};
 use crate::loss::label_smoothed_loss;
 
-/// One batch on the device, fixed for every step.
-pub struct FixedBatch {
+/// One batch on the device: a step's inputs. In a captured step these buffers are the
+/// graph's inputs, rewritten in place for every batch of their shape.
+///
+/// # Shapes
+/// - `src`: `[rows, src_len]`; `tgt_in`, `tgt_out`, `keep`: `[rows, tgt_len]`
+pub struct StepInputs {
     src: Source,
     tgt_in: Tensor<2, Int>,
     tgt_out: Tensor<2, Int>,
@@ -29,7 +40,7 @@ pub struct FixedBatch {
     tokens: usize,
 }
 
-impl FixedBatch {
+impl StepInputs {
     /// Random token ids of shape `b` (the benchmark's batch: full rows, no padding) on `device`.
     pub fn random(b: BatchShape, device: &Device) -> Self {
         let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
@@ -46,10 +57,88 @@ impl FixedBatch {
         }
     }
 
+    /// `b` on `device`, as a captured step's inputs (its source marked so: see
+    /// [`Source::graph_input`]).
+    pub fn graph_input(b: &Batch, device: &Device) -> Self {
+        let d = crate::evaluate::DeviceBatch::new(b, device);
+        Self {
+            src: d.src.as_graph_input(),
+            tgt_in: d.tgt_in,
+            tgt_out: d.tgt_out,
+            keep: d.tgt_keep,
+            tokens: d.tokens,
+        }
+    }
+
+    /// Writes `b` (of this shape) into these buffers, for the next replay.
+    pub fn write(&mut self, b: &Batch) {
+        use s2s_kernels::graph::{write_floats, write_ids};
+        let [rows, s] = self.src.ids.dims();
+        assert_eq!(
+            (b.size(), b.src_len, b.tgt_len),
+            (rows, s, self.keep.dims()[1]),
+            "a batch of another shape"
+        );
+        let ones = |m: Vec<bool>| m.into_iter().map(|k| if k { 1.0 } else { 0.0 }).collect::<Vec<f32>>();
+        let src_keep = ones(b.src_mask());
+        let key_mask: Vec<f32> =
+            src_keep.iter().map(|&k| if k == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        write_ids(&self.src.ids, &b.src);
+        write_floats(&self.src.keep, &src_keep);
+        write_floats(&self.src.key_mask, &key_mask);
+        write_ids(&self.tgt_in, &b.tgt_in);
+        write_ids(&self.tgt_out, &b.tgt_out);
+        write_floats(&self.keep, &ones(b.tgt_mask()));
+        self.src.lens = b.src_lens.clone();
+        self.tokens = b.tgt_tokens();
+    }
+
     /// Target tokens a step.
     pub fn tokens(&self) -> usize {
         self.tokens
     }
+}
+
+/// The operations of one training step on `inputs` — forward, label-smoothed loss (`ε`) over
+/// the real target tokens, backward, global-norm clip at `clip`, Adam at `lr` — what eager
+/// steps run and a capture records. Returns the model and the per-token loss (on the device).
+/// `spent`, when given, adds each phase's seconds: forward (with the loss), backward, clip, Adam.
+#[allow(clippy::too_many_arguments)]
+fn step_ops(
+    model: Model,
+    inputs: &StepInputs,
+    optim: &mut ModuleOptimizer,
+    lr: f64,
+    clip: f64,
+    epsilon: f64,
+    read: bool,
+    spent: Option<&mut Phases>,
+) -> (Model, Tensor<1>) {
+    let mut laps = [0f64; 4];
+    let mut lap = Instant::now();
+    let mut done = |i: usize| {
+        laps[i] += lap.elapsed().as_secs_f64();
+        lap = Instant::now();
+    };
+    let out = model.forward(&inputs.src, inputs.tgt_in.clone());
+    let tokens = inputs.keep.clone().sum();
+    let loss =
+        label_smoothed_loss(out.logits, inputs.tgt_out.clone(), &inputs.keep, epsilon).smoothed.div(tokens);
+    let value = loss.clone().inner();
+    if read {
+        let _ = value.clone().into_scalar::<f32>();
+    }
+    done(0);
+    let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+    done(1);
+    let _ = clip_global_norm(&model, &mut grads, clip);
+    done(2);
+    let model = s2s_kernels::ops::adam_step(optim, lr, model, grads);
+    done(3);
+    if let Some(p) = spent {
+        p.iter_mut().zip(laps).for_each(|(a, b)| *a += b);
+    }
+    (model, value)
 }
 
 /// Seconds spent in each phase of eager steps: forward (with the loss), backward, clip, Adam.
@@ -61,7 +150,7 @@ pub struct FixedBatchTrainer {
     model: Option<Model>,
     /// The model's (autodiff) device.
     device: Device,
-    batch: FixedBatch,
+    batch: StepInputs,
     adam: FusedAdam,
     optim: ModuleOptimizer,
     lr: f64,
@@ -71,26 +160,26 @@ pub struct FixedBatchTrainer {
     time: usize,
     /// The loss of the last step, on the device.
     loss: Option<Tensor<1>>,
-    graph: Option<s2s_kernels::graph::StepGraph>,
+    graph: Option<StepGraph>,
 }
 
 impl FixedBatchTrainer {
     /// `model` (on an autodiff device) trained on `batch` by `adam` at rate `lr`, clipped at
-    /// `clip`; step `k`'s dropout masks are drawn after reseeding with `seed + k`.
+    /// `clip`, label smoothing 0.1; step `k`'s dropout masks are drawn after reseeding with
+    /// `seed + k`.
     pub fn new(
         model: Model,
         device: &Device,
-        batch: FixedBatch,
+        batch: StepInputs,
         adam: FusedAdam,
         lr: f64,
         clip: f64,
         seed: u64,
     ) -> Self {
         let optim = ModuleOptimizer::from(adam.clone().batched());
-        let device = device.clone();
         Self {
             model: Some(model),
-            device,
+            device: device.clone(),
             batch,
             adam,
             optim,
@@ -107,60 +196,25 @@ impl FixedBatchTrainer {
         self.seed.wrapping_add(self.time as u64 + 1)
     }
 
-    /// One eager step (see the module doc); `read` reads the loss back (a synchronisation, as
-    /// the trainer's logging does), `phases` adds each phase's seconds.
-    fn eager(
-        &mut self,
-        read: bool,
-        phases: Option<&mut Phases>,
-    ) -> Result<(), s2s_kernels::graph::GraphError> {
+    /// One eager step; `read` reads the loss back (a synchronisation, as the trainer's
+    /// logging does), `phases` adds each phase's seconds.
+    fn eager(&mut self, read: bool, phases: Option<&mut Phases>) {
         let model = self.model.take().expect("a model between steps");
         self.device.seed(self.step_seed());
         s2s_kernels::ops::reseed(self.step_seed());
-        let (model, loss) = self.run(model, read, phases);
+        let (model, loss) =
+            step_ops(model, &self.batch, &mut self.optim, self.lr, self.clip, 0.1, read, phases);
         self.model = Some(model);
         self.loss = Some(loss);
         self.time += 1;
-        Ok(())
-    }
-
-    /// The step's operations on `model` (what eager steps run and a capture records).
-    fn run(&mut self, model: Model, read: bool, phases: Option<&mut Phases>) -> (Model, Tensor<1>) {
-        let mut spent = [0f64; 4];
-        let mut lap = Instant::now();
-        let mut done = |i: usize| {
-            spent[i] += lap.elapsed().as_secs_f64();
-            lap = Instant::now();
-        };
-        let b = &self.batch;
-        let out = model.forward(&b.src, b.tgt_in.clone());
-        let loss = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.keep, 0.1)
-            .smoothed
-            .div_scalar(b.tokens as f64);
-        let value = loss.clone().inner();
-        if read {
-            let _ = value.clone().into_scalar::<f32>();
-        }
-        done(0);
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-        done(1);
-        let _ = clip_global_norm(&model, &mut grads, self.clip);
-        done(2);
-        let model = s2s_kernels::ops::adam_step(&mut self.optim, self.lr, model, grads);
-        done(3);
-        if let Some(p) = phases {
-            p.iter_mut().zip(spent).for_each(|(a, b)| *a += b);
-        }
-        (model, value)
     }
 
     /// One step: replayed once [`capture`](Self::capture)d, else eager.
-    pub fn step(
-        &mut self,
-        read: bool,
-        phases: Option<&mut Phases>,
-    ) -> Result<(), s2s_kernels::graph::GraphError> {
-        let Some(graph) = &self.graph else { return self.eager(read, phases) };
+    pub fn step(&mut self, read: bool, phases: Option<&mut Phases>) -> Result<(), GraphError> {
+        let Some(graph) = &self.graph else {
+            self.eager(read, phases);
+            return Ok(());
+        };
         graph.set_step(self.step_seed(), self.adam.coefficients(self.time + 1, self.lr));
         // SAFETY: the recorded step's buffers are the batch's and the loss's (held by `self`),
         // the parameters and moments (updated in place, held by the model and the optimizer
@@ -175,12 +229,14 @@ impl FixedBatchTrainer {
 
     /// Captures the step: one eager warm-up step (a real step; its loss is returned), then the
     /// step recorded. From then on [`step`](Self::step) replays it.
-    pub fn capture(&mut self) -> Result<f32, s2s_kernels::graph::GraphError> {
-        let recorder = s2s_kernels::graph::Recorder::prepare(&self.device.clone().inner())?;
-        self.eager(true, None)?;
+    pub fn capture(&mut self) -> Result<f32, GraphError> {
+        let recorder = Recorder::prepare(&self.device.clone().inner())?;
+        self.eager(true, None);
         let warm = self.loss();
         let model = self.model.take().expect("a model between steps");
-        let (graph, (model, loss)) = recorder.record(|| self.run(model, false, None))?;
+        let (batch, optim) = (&self.batch, &mut self.optim);
+        let (graph, (model, loss)) =
+            recorder.record(|| step_ops(model, batch, optim, self.lr, self.clip, 0.1, false, None))?;
         self.model = Some(model);
         self.loss = Some(loss);
         self.graph = Some(graph);
@@ -210,5 +266,163 @@ impl FixedBatchTrainer {
     /// The model, ending the training.
     pub fn into_model(self) -> Model {
         self.model.expect("a model between steps")
+    }
+}
+
+/// What captured training did: how often it replayed, and what the padding to bucket shapes
+/// cost (in `run.json` and the end-of-training line).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CaptureStats {
+    /// Steps replayed from a graph.
+    pub replayed: u64,
+    /// Steps run eagerly (each capture's warm-up, and every step with `capture_graphs = 0`).
+    pub eager: u64,
+    /// Graphs recorded.
+    pub captures: u64,
+    /// Graphs dropped to stay within `capture_graphs`.
+    pub evictions: u64,
+    /// Captures put off to the shape's next step because the warm-up grew the memory pools.
+    pub deferred: u64,
+    /// Bytes the device's memory held at the end (graphs pin the pages they recorded on).
+    pub device_bytes: u64,
+    /// Most graphs alive at once.
+    pub graphs_alive: usize,
+    /// Real source and target tokens.
+    pub real_tokens: u64,
+    /// Positions of the batches as the batcher made them (rows × (source + target length)).
+    pub batch_slots: u64,
+    /// Positions after padding to bucket shapes.
+    pub bucket_slots: u64,
+}
+
+impl CaptureStats {
+    /// Positions computed per real token: the batcher's and the buckets'.
+    pub fn padding(&self) -> (f64, f64) {
+        let r = self.real_tokens.max(1) as f64;
+        (self.batch_slots as f64 / r, self.bucket_slots as f64 / r)
+    }
+}
+
+/// One bucket shape's inputs and graph.
+struct Entry {
+    shape: (usize, usize, usize),
+    inputs: StepInputs,
+    graph: StepGraph,
+    loss: Tensor<1>,
+    last_used: u64,
+}
+
+/// The trainer's captured steps: one graph per bucket shape, at most `max_graphs` alive.
+pub struct CapturedSteps {
+    /// The model's (autodiff) device.
+    device: Device,
+    adam: FusedAdam,
+    /// The Adam step count every step reads (see [`FusedAdam::with_clock`]).
+    clock: Arc<AtomicUsize>,
+    epsilon: f64,
+    max_graphs: usize,
+    entries: Vec<Entry>,
+    uses: u64,
+    /// What it did so far.
+    pub stats: CaptureStats,
+}
+
+impl CapturedSteps {
+    /// Steps on `device` (autodiff) with `adam` (the optimizer's, sharing `clock`), label
+    /// smoothing `epsilon`, at most `max_graphs` graphs alive (0: padded eager steps).
+    pub fn new(
+        device: &Device,
+        adam: FusedAdam,
+        clock: Arc<AtomicUsize>,
+        epsilon: f64,
+        max_graphs: usize,
+    ) -> Self {
+        Self {
+            device: device.clone(),
+            adam,
+            clock,
+            epsilon,
+            max_graphs,
+            entries: Vec::new(),
+            uses: 0,
+            stats: CaptureStats::default(),
+        }
+    }
+
+    /// Adam step `time` (from 1) on `batch` at rate `lr`, clipped at `clip`, dropout drawn
+    /// after reseeding with `seed` (as the eager trainer does): replayed if a graph of the
+    /// batch's bucket shape exists, else eager and recorded for the next batch of that shape.
+    /// Returns the model and the per-token loss, read back.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &mut self,
+        model: Model,
+        optim: &mut ModuleOptimizer,
+        batch: &Batch,
+        seed: u64,
+        time: usize,
+        lr: f64,
+        clip: f64,
+    ) -> Result<(Model, f32), GraphError> {
+        let (rows, s, t) = s2s_data::bucket(batch.size(), batch.src_len, batch.tgt_len);
+        let padded = batch.padded_to(rows, s, t);
+        let (real, slots) = batch.padding();
+        self.stats.real_tokens += real as u64;
+        self.stats.batch_slots += slots as u64;
+        self.stats.bucket_slots += (rows * (s + t)) as u64;
+        self.uses += 1;
+        self.clock.store(time, Ordering::Relaxed);
+        if let Some(e) = self.entries.iter_mut().find(|e| e.shape == (rows, s, t)) {
+            e.inputs.write(&padded);
+            e.last_used = self.uses;
+            e.graph.set_step(seed, self.adam.coefficients(time, lr));
+            // SAFETY: the recorded step's buffers are the inputs' and the loss's (held by the
+            // entry), the parameters and moments (updated in place — eager steps too, asserted
+            // by Adam while graphs live — held by the model and the optimizer the caller
+            // passes every step) and intermediates the graph pins itself.
+            unsafe { e.graph.replay() }?;
+            self.stats.replayed += 1;
+            return Ok((model, e.loss.clone().into_scalar::<f32>()));
+        }
+        let inputs = StepInputs::graph_input(&padded, &self.device);
+        self.stats.eager += 1;
+        let (device, eps) = (self.device.clone(), self.epsilon);
+        let eager = |model, optim: &mut ModuleOptimizer| {
+            device.seed(seed);
+            s2s_kernels::ops::reseed(seed);
+            step_ops(model, &inputs, optim, lr, clip, eps, true, None)
+        };
+        if self.max_graphs == 0 {
+            let (model, loss) = eager(model, optim);
+            return Ok((model, loss.into_scalar::<f32>()));
+        }
+        let recorder = Recorder::prepare(&device.clone().inner())?;
+        let (model, warm) = eager(model, optim);
+        let warm = warm.into_scalar::<f32>();
+        if recorder.warm_up_grew_pools() {
+            // Recording now would run out of room: capture at this shape's next step.
+            recorder.cancel();
+            self.stats.deferred += 1;
+            return Ok((model, warm));
+        }
+        if self.entries.len() >= self.max_graphs {
+            let lru = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used).expect("an entry");
+            self.entries.swap_remove(lru);
+            self.stats.evictions += 1;
+        }
+        let (graph, (model, loss)) =
+            recorder.record(|| step_ops(model, &inputs, optim, lr, clip, eps, false, None))?;
+        self.entries.push(Entry { shape: (rows, s, t), inputs, graph, loss, last_used: self.uses });
+        self.stats.captures += 1;
+        self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());
+        self.stats.device_bytes = s2s_kernels::graph::device_bytes_reserved(&device.inner()).unwrap_or(0);
+        s2s_kernels::step_scalars::require_in_place(true);
+        Ok((model, warm))
+    }
+}
+
+impl Drop for CapturedSteps {
+    fn drop(&mut self) {
+        s2s_kernels::step_scalars::require_in_place(false);
     }
 }

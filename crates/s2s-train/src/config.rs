@@ -26,6 +26,32 @@ pub enum StopMetric {
     Ppl,
 }
 
+/// Whether GPU training steps are captured as graphs and replayed (`s2s_train::captured`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capture {
+    /// On where it pays: one physical GPU, one batch a step, Adam; off on the CPU and on
+    /// software adapters (lavapipe executes the padding it adds on the CPU).
+    #[default]
+    Auto,
+    /// On wherever it can run (one wgpu device, `accumulate = 1`, Adam); an error elsewhere.
+    On,
+    /// Every step eager.
+    Off,
+}
+
+impl std::str::FromStr for Capture {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "on" => Ok(Self::On),
+            "off" => Ok(Self::Off),
+            _ => Err(format!("unknown capture mode `{s}`: use auto, on or off")),
+        }
+    }
+}
+
 /// How long to train: whichever limit is reached first (at least one must be set).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +111,11 @@ pub struct TrainSpec {
     pub skip_nonfinite: bool,
     /// Step checkpoints kept besides the best: the last N (at least 1), for `s2s average`.
     pub keep_last: u32,
+    /// GPU steps captured as graphs and replayed ([`Capture`]).
+    pub capture: Capture,
+    /// Most captured graphs alive (one per batch shape; the least recently used is dropped
+    /// past it). 0 pads batches as captured training does but runs every step eagerly.
+    pub capture_graphs: usize,
 }
 
 impl Default for TrainSpec {
@@ -111,6 +142,8 @@ impl Default for TrainSpec {
             patience: 5,
             skip_nonfinite: false,
             keep_last: 1,
+            capture: Capture::Auto,
+            capture_graphs: 8,
         }
     }
 }

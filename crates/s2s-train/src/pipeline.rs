@@ -88,6 +88,23 @@ pub fn run_and_test(
     if outcome.skipped_batches > 0 {
         log(&format!("skipped {} batches with a non-finite loss", outcome.skipped_batches));
     }
+    if let Some(c) = &outcome.capture {
+        let (batches, buckets) = c.padding();
+        log(&format!(
+            "captured steps: {} replayed, {} eager ({} graphs recorded, {} put off, {} dropped, at most {} \
+             alive; device memory {:.0} MiB); positions per real token {:.2} as batched, {:.2} padded \
+             to bucket shapes",
+            c.replayed,
+            c.eager,
+            c.captures,
+            c.deferred,
+            c.evictions,
+            c.graphs_alive,
+            c.device_bytes as f64 / (1u64 << 20) as f64,
+            batches,
+            buckets
+        ));
+    }
     log(&format!(
         "trained {} steps in {:.0} s{}; best checkpoint: step {}",
         outcome.steps,

@@ -7,6 +7,8 @@
 //! same steps as an uninterrupted one.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use burn::module::Module;
@@ -16,8 +18,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use s2s_data::{Batch, Example, PreparedDataset, StreamBatcher, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
+use crate::captured::{CaptureStats, CapturedSteps};
 use crate::checkpoint::{Checkpoints, TrainerState};
-use crate::config::{OptimizerKind, StopMetric, TrainSpec};
+use crate::config::{Capture, OptimizerKind, StopMetric, TrainSpec};
 use crate::error::TrainError;
 use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
 use crate::loss::label_smoothed_loss;
@@ -56,6 +59,8 @@ pub struct TrainOutcome {
     pub interrupted: bool,
     /// Batches skipped for a non-finite loss (`skip_nonfinite`).
     pub skipped_batches: u64,
+    /// What captured steps did, when steps were captured (this process's share of the run).
+    pub capture: Option<CaptureStats>,
 }
 
 /// Everything `train` needs.
@@ -78,17 +83,16 @@ pub struct TrainJob<'a> {
     pub progress: bool,
 }
 
-fn optimizer(spec: &TrainSpec) -> ModuleOptimizer {
+/// The run's Adam, its step count read from `clock` (the trainer's; see
+/// [`FusedAdam::with_clock`]).
+fn adam(spec: &TrainSpec, clock: &Arc<AtomicUsize>) -> FusedAdam {
+    FusedAdam::new(spec.beta1 as f32, spec.beta2 as f32, spec.epsilon as f32, spec.weight_decay as f32)
+        .with_clock(clock.clone())
+}
+
+fn optimizer(spec: &TrainSpec, clock: &Arc<AtomicUsize>) -> ModuleOptimizer {
     match spec.optimizer {
-        OptimizerKind::Adam => ModuleOptimizer::from(
-            FusedAdam::new(
-                spec.beta1 as f32,
-                spec.beta2 as f32,
-                spec.epsilon as f32,
-                spec.weight_decay as f32,
-            )
-            .batched(),
-        ),
+        OptimizerKind::Adam => ModuleOptimizer::from(adam(spec, clock).batched()),
         OptimizerKind::AdamW => AdamWConfig::new()
             .with_beta_1(spec.beta1 as f32)
             .with_beta_2(spec.beta2 as f32)
@@ -187,6 +191,53 @@ fn shard_gradients(
     })
 }
 
+/// The dropout seed of micro-batch `shard` of the step after `step`.
+fn step_seed(seed: u64, step: u64, shard: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (step << 8) ^ shard
+}
+
+/// Captured steps, when `spec.capture` asks for them and the run allows them: one GPU device,
+/// one batch a step, Adam (ours: it updates in place), a non-finite loss an error (a replayed
+/// step has updated the weights by the time its loss is read, so it cannot be skipped).
+/// `auto` turns them on for a physical GPU only: on a software adapter (lavapipe) the device
+/// is the CPU, which pays for the padding and gains little from fewer host launches.
+fn captured_steps(
+    spec: &TrainSpec,
+    devices: &[Device],
+    clock: &Arc<AtomicUsize>,
+) -> Result<Option<CapturedSteps>, TrainError> {
+    if spec.capture == Capture::Off {
+        return Ok(None);
+    }
+    let on_gpu = !s2s_kernels::flex_data::is_flex(&devices[0]) && !cfg!(feature = "gpu-tuned");
+    let blockers: Vec<&str> = [
+        (!on_gpu, "a GPU device (--device wgpu; the CPU backend launches no kernels)"),
+        (devices.len() > 1, "devices = 1"),
+        (spec.accumulate > 1, "accumulate = 1"),
+        (spec.optimizer != OptimizerKind::Adam, "optimizer = \"adam\""),
+        (spec.skip_nonfinite, "skip_nonfinite = false"),
+    ]
+    .into_iter()
+    .filter_map(|(blocked, need)| blocked.then_some(need))
+    .collect();
+    if spec.capture == Capture::On && !blockers.is_empty() {
+        return Err(TrainError::Config(format!(
+            "capture = \"on\" needs {}; set capture = \"off\" (or \"auto\")",
+            blockers.join(", ")
+        )));
+    }
+    if !blockers.is_empty() || (spec.capture == Capture::Auto && Device::enumerate_physical().is_empty()) {
+        return Ok(None);
+    }
+    Ok(Some(CapturedSteps::new(
+        &devices[0],
+        adam(spec, clock),
+        clock.clone(),
+        spec.label_smoothing,
+        spec.capture_graphs,
+    )))
+}
+
 /// Trains (or resumes) one model in `job.run_dir`.
 pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let spec = job.spec;
@@ -203,7 +254,11 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let ckpts = Checkpoints::new(job.run_dir).keeping(spec.keep_last as usize);
     let metrics_path = job.run_dir.join("metrics.csv");
     let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
-    let mut optim = optimizer(spec);
+    // Adam's step count: the trainer's, which a checkpoint saves (a replayed step leaves the
+    // optimizer's per-parameter counts where the capture left them).
+    let clock = Arc::new(AtomicUsize::new(0));
+    let mut optim = optimizer(spec, &clock);
+    let mut captured = captured_steps(spec, &devices, &clock)?;
     let mut st = TrainerState::start(spec.schedule.start());
     if let Some(dir) = ckpts.pointed("last")? {
         st = Checkpoints::read_state(&dir)?;
@@ -227,6 +282,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             stopped_early: false,
             interrupted: false,
             skipped_batches: st.skipped_batches,
+            capture: None,
         });
     }
 
@@ -261,59 +317,95 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         if st.step >= max_steps || out_of_time {
             break;
         }
-        // One optimizer step over `accumulate` micro-steps of one batch per device.
-        let mut acc = GradientsAccumulator::<Model>::new();
-        let mut step_tokens = 0u64;
-        let mut step_loss = 0.0;
-        for micro in 0..spec.accumulate {
-            let mut shards = Vec::with_capacity(devices.len());
-            for d in 0..devices.len() {
-                let indices = match batches.next() {
-                    Some(ix) => ix,
-                    None => {
-                        st.epoch += 1;
-                        st.batch_in_epoch = 0;
-                        batches = batcher.epoch(spec.seed, st.epoch);
-                        batches.next().expect("a non-empty dataset has a batch in every epoch")
-                    }
-                };
-                let seed = spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    ^ (st.step << 8)
-                    ^ (micro as u64 * devices.len() as u64 + d as u64);
-                shards.push((job.data.train.collate(&indices)?, seed));
-                st.batch_in_epoch += 1;
+        if let Some(cap) = captured.as_mut() {
+            let indices = match batches.next() {
+                Some(ix) => ix,
+                None => {
+                    st.epoch += 1;
+                    st.batch_in_epoch = 0;
+                    batches = batcher.epoch(spec.seed, st.epoch);
+                    batches.next().expect("a non-empty dataset has a batch in every epoch")
+                }
+            };
+            let batch = job.data.train.collate(&indices)?;
+            st.batch_in_epoch += 1;
+            let step = st.step + 1;
+            let seed = step_seed(spec.seed, st.step, 0);
+            let lr = spec.schedule.lr(spec.lr, step, &st.schedule);
+            let (m, loss) = cap
+                .step(model, &mut optim, &batch, seed, step as usize, lr, spec.clip_norm)
+                .map_err(|e| TrainError::Config(format!("captured step: {e}; train with --capture off")))?;
+            model = m;
+            let mut step_loss = loss as f64 * batch.tgt_tokens() as f64;
+            if crate::interrupt::nan_at(step) {
+                step_loss = f64::NAN;
             }
-            for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {
-                step_loss += loss;
-                step_tokens += tokens;
-                acc.accumulate(&model, grads);
+            // The step is taken when its loss is read: nothing to skip, stop with the last
+            // checkpoint intact.
+            if !step_loss.is_finite() {
+                return Err(TrainError::NonFinite { step, value: step_loss });
             }
+            st.step = step;
+            last_lr = lr;
+            st.loss_window.0 += step_loss;
+            st.loss_window.1 += batch.tgt_tokens() as u64;
+        } else {
+            // One optimizer step over `accumulate` micro-steps of one batch per device.
+            let mut acc = GradientsAccumulator::<Model>::new();
+            let mut step_tokens = 0u64;
+            let mut step_loss = 0.0;
+            for micro in 0..spec.accumulate {
+                let mut shards = Vec::with_capacity(devices.len());
+                for d in 0..devices.len() {
+                    let indices = match batches.next() {
+                        Some(ix) => ix,
+                        None => {
+                            st.epoch += 1;
+                            st.batch_in_epoch = 0;
+                            batches = batcher.epoch(spec.seed, st.epoch);
+                            batches.next().expect("a non-empty dataset has a batch in every epoch")
+                        }
+                    };
+                    let seed = step_seed(spec.seed, st.step, micro as u64 * devices.len() as u64 + d as u64);
+                    shards.push((job.data.train.collate(&indices)?, seed));
+                    st.batch_in_epoch += 1;
+                }
+                for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {
+                    step_loss += loss;
+                    step_tokens += tokens;
+                    acc.accumulate(&model, grads);
+                }
+            }
+            if crate::interrupt::nan_at(st.step + 1) {
+                step_loss = f64::NAN;
+            }
+            if !step_loss.is_finite() {
+                if !spec.skip_nonfinite {
+                    return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
+                }
+                st.skipped_batches += 1;
+                consecutive_skips += 1;
+                if consecutive_skips > 100 {
+                    return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
+                }
+                if let Some(bar) = &bar {
+                    bar.println(format!(
+                        "skipped a batch with a {step_loss} loss before step {}",
+                        st.step + 1
+                    ));
+                }
+                continue;
+            }
+            consecutive_skips = 0;
+            let mut grads = acc.grads();
+            clip_global_norm(&model, &mut grads, spec.clip_norm);
+            st.step += 1;
+            last_lr = spec.schedule.lr(spec.lr, st.step, &st.schedule);
+            clock.store(st.step as usize, Ordering::Relaxed);
+            model = s2s_kernels::ops::adam_step(&mut optim, last_lr, model, grads);
+            st.loss_window.0 += step_loss;
+            st.loss_window.1 += step_tokens;
         }
-        if crate::interrupt::nan_at(st.step + 1) {
-            step_loss = f64::NAN;
-        }
-        if !step_loss.is_finite() {
-            if !spec.skip_nonfinite {
-                return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
-            }
-            st.skipped_batches += 1;
-            consecutive_skips += 1;
-            if consecutive_skips > 100 {
-                return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
-            }
-            if let Some(bar) = &bar {
-                bar.println(format!("skipped a batch with a {step_loss} loss before step {}", st.step + 1));
-            }
-            continue;
-        }
-        consecutive_skips = 0;
-        let mut grads = acc.grads();
-        clip_global_norm(&model, &mut grads, spec.clip_norm);
-        st.step += 1;
-        last_lr = spec.schedule.lr(spec.lr, st.step, &st.schedule);
-        model = s2s_kernels::ops::adam_step(&mut optim, last_lr, model, grads);
-        st.loss_window.0 += step_loss;
-        st.loss_window.1 += step_tokens;
         if let Some(bar) = &bar {
             bar.set_position(st.step);
             let secs = window_start.0.elapsed().as_secs_f64().max(1e-9);
@@ -386,6 +478,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         stopped_early,
         interrupted,
         skipped_batches: st.skipped_batches,
+        capture: captured.map(|c| c.stats.clone()),
     })
 }
 

@@ -7,7 +7,7 @@ use s2s_kernels::ops::FusedAdam;
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 use s2s_train::bench::BatchShape;
-use s2s_train::captured::{FixedBatch, FixedBatchTrainer};
+use s2s_train::captured::{FixedBatchTrainer, StepInputs};
 
 /// Tiny models of the four kinds, every dropout site on.
 fn specs() -> Vec<(&'static str, ModelSpec)> {
@@ -51,7 +51,7 @@ fn losses(
     let ad = gpu.clone().autodiff();
     ad.seed(3);
     let model = spec.init(SHAPE.src_vocab, SHAPE.tgt_vocab, &ad).unwrap();
-    let batch = FixedBatch::random(SHAPE, &ad);
+    let batch = StepInputs::random(SHAPE, &ad);
     let mut t =
         FixedBatchTrainer::new(model, &ad, batch, FusedAdam::new(0.9, 0.999, 1e-8, 0.0), 3e-3, 1.0, 77);
     let mut out = Vec::new();
@@ -96,8 +96,13 @@ fn worst(a: &[f32], b: &[f32]) -> f32 {
 /// the seeds, or Adam's coefficients, at their captured values fails the lstm's first losses.
 const TOLERANCE: f32 = 1e-5;
 
+/// The tests of this file one at a time: a device's random stream (`Device::seed`) is shared by
+/// every thread using it.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn replayed_training_equals_eager_training() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
     for (name, spec) in specs() {
         let (eager, eager_model) = losses(&spec, &gpu, STEPS, None);
@@ -110,4 +115,102 @@ fn replayed_training_equals_eager_training() {
         // The steps learn (the same batch each step): the replay is not stuck on one step.
         assert!(eager[STEPS - 1] < eager[3], "{name}: {eager:?}");
     }
+}
+
+/// A training run of `model` on the built-in pair (batches of many shapes) with captured
+/// steps and at most `graphs` graphs alive (0: the same padded batches, every step eager):
+/// its metrics (train loss, validation perplexity and BLEU a row) and what capture did.
+fn captured_run(
+    model: ModelSpec,
+    gpu: &burn::tensor::Device,
+    graphs: usize,
+    dir: &std::path::Path,
+) -> (Vec<[f64; 3]>, s2s_train::captured::CaptureStats) {
+    use s2s_train::config::Capture;
+    use s2s_train::run::{DataSpec, RunConfig};
+    let cfg = RunConfig {
+        data: DataSpec::Builtin { pairs: 300, seed: 3, max_tokens: 12 },
+        tokenizer: s2s_data::TokenizerConfig {
+            level: s2s_data::Level::Word,
+            vocab_size: 0,
+            joint: false,
+            min_freq: 1,
+        },
+        model,
+        train: s2s_train::TrainSpec {
+            budget: s2s_train::Budget { steps: Some(STEPS as u64), epochs: None, minutes: None },
+            valid_every: 25,
+            valid_bleu_sentences: 8,
+            batch: s2s_data::BatchConfig { max_tokens: 96, ..Default::default() },
+            capture: Capture::On,
+            capture_graphs: graphs,
+            seed: 5,
+            ..Default::default()
+        },
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    let search = s2s_train::testset::greedy(cfg.train.max_output);
+    let out = s2s_train::pipeline::run_and_test(
+        &cfg,
+        dir,
+        std::slice::from_ref(gpu),
+        "wgpu",
+        false,
+        &search,
+        1,
+        &|_| {},
+    )
+    .expect("training runs");
+    let rows = csv::Reader::from_path(dir.join("metrics.csv"))
+        .expect("metrics.csv")
+        .deserialize::<std::collections::HashMap<String, String>>()
+        .map(|r| {
+            let r = r.expect("a row");
+            ["train_loss", "val_ppl", "val_bleu"].map(|k| r[k].parse::<f64>().expect("a number"))
+        })
+        .collect();
+    (rows, out.train.capture.expect("captured steps were on"))
+}
+
+/// The trainer's captured steps — batches of many shapes padded to buckets, a graph per
+/// bucket, inputs rewritten in place — train as the same padded batches do eagerly: the LSTM
+/// with its source reversed on the device, and the Transformer, dropout on.
+#[test]
+fn captured_training_in_buckets_equals_eager_training_of_the_same_batches() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let models = [
+        ModelSpec::Lstm(LstmSpec {
+            emb: 8,
+            hidden: 12,
+            layers: 2,
+            dropout: 0.2,
+            reverse_source: true,
+            ..Default::default()
+        }),
+        ModelSpec::Transformer(TransformerSpec {
+            d_model: 8,
+            heads: 2,
+            ffn: 16,
+            enc_layers: 1,
+            dec_layers: 1,
+            dropout: 0.2,
+            attention_dropout: 0.2,
+            ..Default::default()
+        }),
+    ];
+    let base = std::env::temp_dir().join(format!("s2s-captured-training-{}", std::process::id()));
+    for (i, model) in models.into_iter().enumerate() {
+        let (replayed, stats) = captured_run(model.clone(), &gpu, 4, &base.join(format!("{i}-replayed")));
+        let (eager, none) = captured_run(model, &gpu, 0, &base.join(format!("{i}-eager")));
+        assert!(stats.replayed >= 10 && stats.captures >= 2, "{i}: replays across shapes: {stats:?}");
+        assert!(stats.graphs_alive <= 4, "{i}: {stats:?}");
+        assert_eq!((none.replayed, none.eager), (0, STEPS as u64), "{i}");
+        assert_eq!(replayed.len(), eager.len());
+        for (r, e) in replayed.iter().zip(&eager) {
+            let worst = r.iter().zip(e).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0, f64::max);
+            assert!(worst <= TOLERANCE as f64, "{i}: replayed {replayed:?}\neager {eager:?}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
 }

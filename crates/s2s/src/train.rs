@@ -107,6 +107,12 @@ pub struct TrainArgs {
     /// Skip (and count) batches whose loss is NaN or infinite instead of stopping.
     #[arg(long)]
     skip_nonfinite: bool,
+    /// GPU steps captured as graphs and replayed: auto (on a physical GPU), on, off.
+    #[arg(long)]
+    capture: Option<s2s_train::config::Capture>,
+    /// Most captured graphs alive (one per batch shape; 0: padded eager steps).
+    #[arg(long)]
+    capture_graphs: Option<usize>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -203,6 +209,8 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     set(&mut t.valid_every, a.valid_every);
     set(&mut t.seed, a.seed);
     set(&mut t.devices, a.devices);
+    set(&mut t.capture, a.capture);
+    set(&mut t.capture_graphs, a.capture_graphs);
     if a.skip_nonfinite {
         t.skip_nonfinite = true;
     }

@@ -487,6 +487,55 @@ fn killed_runs_resume_to_the_uninterrupted_result() {
     assert!(leftovers.is_empty(), "half-written checkpoints are cleaned up: {leftovers:?}");
 }
 
+/// Captured GPU steps (wgpu; lavapipe where there is no GPU) through a crash: killed inside
+/// the checkpoint of step 8, resumed — the graphs are recorded afresh and Adam's step count
+/// is the trainer's, so the run ends as an uninterrupted one does: the same metrics and
+/// weights, to the rounding of burn's timing-tuned kernel choice (a few ulps).
+#[test]
+fn killed_captured_gpu_runs_resume_to_the_uninterrupted_result() {
+    let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let base = tmp("crash-captured");
+    let gpu = |run: &std::path::Path| {
+        let mut a = crash_args(run, "12");
+        let d = a.iter().position(|x| x == "cpu").unwrap();
+        a[d] = "wgpu".into();
+        let m = a.iter().position(|x| x == "--max-tokens").unwrap();
+        a[m + 1] = "128".into();
+        a.extend(["--capture", "on"].map(String::from));
+        a
+    };
+    let reference = base.join("reference");
+    let o = run_env(&gpu(&reference), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("replayed"), "the run says what capture did: {}", text(&o.stderr));
+    let run = base.join("crashed");
+    let o = run_env(&gpu(&run), &[("S2S_FAULT_ABORT_IN_CHECKPOINT", "8")]);
+    assert!(!o.status.success() && text(&o.stderr).contains("fault injection"), "{}", text(&o.stderr));
+    let o = run_env(&gpu(&run), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("resuming from"), "{}", text(&o.stderr));
+    let ((rows, w), (ref_rows, ref_w)) = (outcome(&run), outcome(&reference));
+    let numbers = |rows: &[String]| -> Vec<f64> {
+        rows.iter()
+            .skip(1)
+            .flat_map(|r| r.split(',').map(|f| f.parse::<f64>().unwrap()).collect::<Vec<_>>())
+            .collect()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1.0);
+    assert_eq!(rows[0], ref_rows[0]);
+    assert!(
+        numbers(&rows).iter().zip(numbers(&ref_rows)).all(|(a, b)| close(*a, b)),
+        "{rows:?}\n{ref_rows:?}"
+    );
+    assert_eq!(w.len(), ref_w.len());
+    let f32s =
+        |w: &[u8]| w.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>();
+    // The bytes after the header are read as f32 words, metadata among them (NaN equals NaN).
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || close(a as f64, b as f64);
+    let differ = f32s(&w).iter().zip(f32s(&ref_w)).filter(|(a, b)| !same(**a, *b)).count();
+    assert!(differ == 0, "{differ} weights differ");
+}
+
 /// SIGINT: the step finishes, a checkpoint is written, exit 0 with how to resume.
 #[test]
 fn sigint_checkpoints_and_exits_cleanly() {
