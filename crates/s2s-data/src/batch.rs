@@ -311,6 +311,21 @@ pub fn padding_ratio(examples: &[Example], batches: &[Vec<usize>]) -> f64 {
     if slots == 0 { 0.0 } else { 1.0 - real as f64 / slots as f64 }
 }
 
+/// What padding `batches` to [`bucket`] shapes (as captured training steps do) costs: the
+/// share of padded slots, both sides, and the distinct shapes met.
+pub fn bucket_padding(examples: &[Example], batches: &[Vec<usize>]) -> (f64, usize) {
+    let (mut real, mut slots) = (0usize, 0usize);
+    let mut shapes = std::collections::BTreeSet::new();
+    for b in batches {
+        let batch = Batch::collate(examples, b);
+        let shape = bucket(batch.size(), batch.src_len, batch.tgt_len);
+        real += batch.padding().0;
+        slots += shape.0 * (shape.1 + shape.2);
+        shapes.insert(shape);
+    }
+    (if slots == 0 { 0.0 } else { 1.0 - real as f64 / slots as f64 }, shapes.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

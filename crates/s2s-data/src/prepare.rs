@@ -394,7 +394,9 @@ impl<'a> Preparer<'a> {
         write_json(&tmp.join("manifest.json"), &manifest)?;
         let mut dataset = PreparedDataset::open_unmarked(tmp, manifest, None)?;
         let name = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        let (batches, padding_ratio) = StreamBatcher::new(&dataset, BatchConfig::default()).summary(1, 0);
+        let batcher = StreamBatcher::new(&dataset, BatchConfig::default());
+        let (batches, padding_ratio) = batcher.summary(1, 0);
+        let (bucket_padding_ratio, bucket_shapes) = batcher.bucket_summary(1, 0);
         let stats = CorpusStats {
             split: name,
             pairs: dataset.len(),
@@ -403,6 +405,8 @@ impl<'a> Preparer<'a> {
             batches,
             mean_batch_sentences: dataset.len() as f64 / batches.max(1) as f64,
             padding_ratio,
+            bucket_padding_ratio,
+            bucket_shapes,
         };
         write_json(&tmp.join("stats.json"), &stats)?;
         dataset.set_stats(stats);

@@ -150,6 +150,8 @@ impl PreparedDataset {
                 batches: 0,
                 mean_batch_sentences: 0.0,
                 padding_ratio: 0.0,
+                bucket_padding_ratio: 0.0,
+                bucket_shapes: 0,
             }
         });
         Ok(Self { dir: dir.to_path_buf(), manifest, stats, tokenizers, shards, starts, len })

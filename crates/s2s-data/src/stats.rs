@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Example;
-use crate::batch::{BatchConfig, Batcher, padding_ratio};
+use crate::batch::{BatchConfig, Batcher, bucket_padding, padding_ratio};
 use crate::vocab::UNK;
 
 /// Counts of lengths in fixed-width buckets; the last bucket is open-ended.
@@ -88,6 +88,13 @@ pub struct CorpusStats {
     pub mean_batch_sentences: f64,
     /// Share of padded slots (both sides) in those batches.
     pub padding_ratio: f64,
+    /// The same share once the batches are padded to the bucket shapes of captured GPU
+    /// steps ([`crate::bucket`]); 0 in statistics stored before it was measured.
+    #[serde(default)]
+    pub bucket_padding_ratio: f64,
+    /// Distinct bucket shapes among those batches (graphs a captured run records).
+    #[serde(default)]
+    pub bucket_shapes: usize,
 }
 
 fn side(seqs: impl Iterator<Item = usize> + Clone, unks: usize, vocab_size: usize) -> SideStats {
@@ -159,6 +166,8 @@ pub fn corpus_stats(
         batches: batches.len(),
         mean_batch_sentences: examples.len() as f64 / batches.len().max(1) as f64,
         padding_ratio: padding_ratio(examples, &batches),
+        bucket_padding_ratio: bucket_padding(examples, &batches).0,
+        bucket_shapes: bucket_padding(examples, &batches).1,
     }
 }
 
@@ -180,10 +189,13 @@ impl std::fmt::Display for CorpusStats {
         }
         writeln!(
             f,
-            "  batches: {} ({:.1} sentences each), padding {:.2}%",
+            "  batches: {} ({:.1} sentences each), padding {:.2}%; padded to captured-step buckets \
+             {:.2}% in {} shapes",
             self.batches,
             self.mean_batch_sentences,
-            100.0 * self.padding_ratio
+            100.0 * self.padding_ratio,
+            100.0 * self.bucket_padding_ratio,
+            self.bucket_shapes
         )
     }
 }
@@ -206,5 +218,7 @@ mod tests {
         assert_eq!(s.tgt.coverage, 1.0);
         assert_eq!(s.batches, 1);
         assert_eq!(s.padding_ratio, 0.0);
+        // One row of 5 + 2 positions in a bucket of 1 × (8 + 8): 9 of 16 slots padded.
+        assert_eq!((s.bucket_padding_ratio, s.bucket_shapes), (9.0 / 16.0, 1));
     }
 }

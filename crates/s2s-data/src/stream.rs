@@ -155,6 +155,26 @@ impl<'a> StreamBatcher<'a> {
         }
         (batches, if slots == 0 { 0.0 } else { 1.0 - real as f64 / slots as f64 })
     }
+
+    /// Epoch `epoch`'s batches padded to the bucket shapes of captured GPU steps
+    /// ([`crate::bucket`]): the share of padded slots, both sides, and the distinct shapes.
+    pub fn bucket_summary(&self, seed: u64, epoch: u64) -> (f64, usize) {
+        let (mut real, mut slots) = (0usize, 0usize);
+        let mut shapes = std::collections::BTreeSet::new();
+        for b in self.epoch(seed, epoch) {
+            let (mut ms, mut mt) = (0, 0);
+            for &i in &b {
+                let (s, t) = self.data.lens(i);
+                real += s + t + 2;
+                ms = ms.max(s + 1);
+                mt = mt.max(t + 1);
+            }
+            let shape = crate::bucket(b.len(), ms, mt);
+            slots += shape.0 * (shape.1 + shape.2);
+            shapes.insert(shape);
+        }
+        (if slots == 0 { 0.0 } else { 1.0 - real as f64 / slots as f64 }, shapes.len())
+    }
 }
 
 /// One epoch's batches as index lists (global example indices), pool by pool; collate them
@@ -262,11 +282,15 @@ impl PreparedDataset {
     /// The statistics with batches made by `cfg` (epoch 0 of `seed`): the stored token
     /// statistics plus a batching pass over the length index.
     pub fn stats_for(&self, cfg: BatchConfig, seed: u64) -> CorpusStats {
-        let (batches, padding_ratio) = StreamBatcher::new(self, cfg).summary(seed, 0);
+        let batcher = StreamBatcher::new(self, cfg);
+        let (batches, padding_ratio) = batcher.summary(seed, 0);
+        let (bucket_padding_ratio, bucket_shapes) = batcher.bucket_summary(seed, 0);
         CorpusStats {
             batches,
             mean_batch_sentences: self.len() as f64 / batches.max(1) as f64,
             padding_ratio,
+            bucket_padding_ratio,
+            bucket_shapes,
             ..self.stats().clone()
         }
     }
@@ -359,5 +383,9 @@ mod tests {
             StreamBatcher::new(&data, BatchConfig { max_tokens: 400, ..Default::default() }).summary(1, 0);
         assert!(batches > 10);
         assert!(padding < 0.10, "padding {padding}");
+        let (bucketed, shapes) =
+            StreamBatcher::new(&data, BatchConfig { max_tokens: 400, ..Default::default() })
+                .bucket_summary(1, 0);
+        assert!(bucketed > padding && bucketed < 0.6 && shapes >= 2, "bucketed {bucketed}, {shapes} shapes");
     }
 }

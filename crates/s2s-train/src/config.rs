@@ -143,7 +143,7 @@ impl Default for TrainSpec {
             skip_nonfinite: false,
             keep_last: 1,
             capture: Capture::Auto,
-            capture_graphs: 8,
+            capture_graphs: 16,
         }
     }
 }
