@@ -127,6 +127,9 @@ pub struct TransformerSpec {
     pub tie_output: bool,
     /// Share source and target embeddings when the vocabulary is joint.
     pub share_embeddings: bool,
+    /// Sinusoidal positions added to the embeddings (off: a teaching ablation, the model
+    /// cannot see word order).
+    pub positions: bool,
 }
 
 impl Default for TransformerSpec {
@@ -142,6 +145,7 @@ impl Default for TransformerSpec {
             pre_norm: true,
             tie_output: true,
             share_embeddings: true,
+            positions: true,
         }
     }
 }
@@ -220,6 +224,7 @@ impl ModelSpec {
                 .with_pre_norm(s.pre_norm)
                 .with_tie_output(s.tie_output)
                 .with_share_embeddings(s.share_embeddings && joint && src_vocab == tgt_vocab)
+                .with_positions(s.positions)
                 .init(device)
                 .map(Model::Transformer),
         }

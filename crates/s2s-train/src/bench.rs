@@ -188,6 +188,7 @@ impl Shape {
                 pre_norm: true,
                 tie_output: false,
                 share_embeddings: false,
+                positions: true,
             }),
             (f, _) => return Err(BenchError::Unknown("family", f.to_string())),
         })

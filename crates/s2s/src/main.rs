@@ -5,6 +5,7 @@ mod allocator;
 mod args;
 mod average;
 mod bench;
+mod course;
 mod data;
 mod experiment;
 mod score;
@@ -37,6 +38,9 @@ enum Command {
     Average(average::AverageArgs),
     /// Training and decoding throughput on the reference shapes (compare with torch_ref.py).
     Bench(bench::BenchArgs),
+    /// The lecture notes' claims as experiments: list them, run them, judge each.
+    #[command(subcommand)]
+    Course(course::CourseCommand),
     /// Corpus tools: generate the built-in language pair, describe a corpus.
     #[command(subcommand)]
     Data(data::DataCommand),
@@ -107,6 +111,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Average(a) => average::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Course(c) => course::run(c),
         Command::Data(c) => data::run(c),
         Command::Experiment(c) => experiment::run(c),
         Command::Report(a) => experiment::report(a),

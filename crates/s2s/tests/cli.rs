@@ -1096,3 +1096,21 @@ fn experiment_tests_the_average_of_the_last_checkpoints() {
         s2s(&["experiment", "run", bad.to_str().unwrap(), "--out", out.to_str().unwrap(), "--device", "cpu"]);
     assert!(!o.status.success() && text(&o.stderr).contains("average_last"), "{}", text(&o.stderr));
 }
+
+/// `s2s course list` names the claims; `run NAME --quick` writes the page with the verdict;
+/// an unknown name is refused with the remedy.
+#[test]
+fn course_lists_runs_and_judges_a_claim() {
+    let o = s2s(&["course", "list"]);
+    assert!(o.status.success());
+    let list = text(&o.stdout);
+    assert!(list.contains("permutation") && list.contains("vanishing-gradient"), "{list}");
+    let out = tmp("course");
+    let o = s2s(&["course", "run", "permutation", "--quick", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("1 of 1 claims hold"), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(out.join("course.md")).unwrap();
+    assert!(page.contains("§ Invarianze e Simmetrie") && page.contains("**holds**"), "{page}");
+    let o = s2s(&["course", "run", "nothing-of-the-sort", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o.stderr).contains("s2s course list"), "{}", text(&o.stderr));
+}

@@ -65,6 +65,10 @@ pub struct TransformerConfig {
     /// One embedding for source and target (needs equal, i.e. joint, vocabularies).
     #[config(default = false)]
     pub share_embeddings: bool,
+    /// Add sinusoidal positions to the embeddings. Off is a teaching ablation: without them
+    /// self-attention cannot tell word order (the encoder is permutation-equivariant).
+    #[config(default = true)]
+    pub positions: bool,
 }
 
 /// The Transformer encoder-decoder.
@@ -93,6 +97,9 @@ pub struct Transformer {
     /// `d_model`.
     #[module(skip)]
     pub d_model: usize,
+    /// Whether positions are added to the embeddings ([`TransformerConfig::positions`]).
+    #[module(skip)]
+    pub positions: bool,
 }
 
 /// The Transformer's incremental decoding state.
@@ -205,6 +212,7 @@ impl TransformerConfig {
             }),
             dropout: DropoutConfig::new(self.dropout).init(),
             d_model: self.d_model,
+            positions: self.positions,
         })
     }
 }
@@ -241,16 +249,20 @@ impl Transformer {
         self.src_embed.as_ref().unwrap_or(&self.tgt_embed)
     }
 
-    /// `Dropout(√d · E[ids] + PE(start..))`, `[batch, t, d_model]`.
+    /// `Dropout(√d · E[ids] + PE(start..))`, `[batch, t, d_model]` (without `PE` when
+    /// positions are off).
     fn embed(&self, embedding: &Embedding, ids: Tensor<2, Int>, start: usize) -> Tensor<3> {
         let [_, t] = ids.dims();
         let device = ids.device();
         let x = embedding.forward(ids) * (self.d_model as f32).sqrt();
+        if !self.positions {
+            return ops::dropout(&self.dropout, x);
+        }
         ops::dropout(&self.dropout, x + sinusoids(start, t, self.d_model, &device).unsqueeze_dim::<3>(0))
     }
 
     /// The encoder memory `[batch, src, d_model]` and its key mask.
-    fn memory(&self, src: &Source) -> (Tensor<3>, Tensor<4>) {
+    pub fn memory(&self, src: &Source) -> (Tensor<3>, Tensor<4>) {
         let mask = key_mask(src);
         let mut x = self.embed(self.src_embedding(), src.ids.clone(), 0);
         for layer in &self.encoder {

@@ -1,0 +1,106 @@
+//! Complexity: self-attention's time grows with n², a recurrent encoder's with n.
+
+use burn::tensor::{Device, Distribution, Tensor};
+use s2s_models::cell::CellKind;
+use s2s_models::rnn::StackedRnnConfig;
+use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
+
+use super::{figure, median_ms, series};
+use crate::probes::slope;
+use crate::{Budget, Claim, Finding, Table, Verdict, num};
+
+pub const CLAIM: Claim = Claim {
+    name: "complexity",
+    statement: "Self-attention's cost grows with n², a recurrent encoder's with n",
+    lecture: "self-attention-guide.md § Analisi della Complessità; § Confronto con le RNN",
+    criterion: "holds when, over the longest lengths measured, the encode time grows as nᵏ with k ≥ 1.5 for \
+                self-attention and k ≤ 1.3 for the LSTM (log-log slope of the last three lengths)",
+    method: "one encoder layer of width 64 of each kind (self-attention with 4 heads and its feed-forward \
+             layer; an LSTM) encodes one sentence of n tokens, n = 16 … 1,024; median CPU time; the attention \
+             map's size n² × heads × 4 bytes beside it",
+    run,
+};
+
+fn run(budget: Budget) -> Finding {
+    let (max, runs) = budget.pick((1024, 5), (512, 3));
+    let lengths: Vec<usize> = (4..=10).map(|k| 1usize << k).filter(|&n| n <= max).collect();
+    let d = Device::flex();
+    d.seed(2);
+    let spec = ModelSpec::Transformer(TransformerSpec {
+        d_model: 64,
+        heads: 4,
+        ffn: 128,
+        enc_layers: 1,
+        dec_layers: 1,
+        dropout: 0.0,
+        attention_dropout: 0.0,
+        ..Default::default()
+    });
+    let Model::Transformer(t) = spec.init(100, 100, &d).expect("a valid spec") else { unreachable!() };
+    let lstm =
+        StackedRnnConfig::encoder(CellKind::Lstm, 64, 64, 1, false, 0.0).expect("a valid size").init(&d);
+    let mut rows = Vec::new();
+    for &n in &lengths {
+        let ids: Vec<u32> = (0..n).map(|i| (i * 13 % 96 + 4) as u32).collect();
+        let src = Source::new(&ids, &[n], n, &d);
+        let attn = median_ms(runs, || {
+            let _ = t.memory(&src).0.into_data();
+        });
+        let x: Tensor<3> = Tensor::random([1, n, 64], Distribution::Normal(0.0, 1.0), &d);
+        let keep = Tensor::ones([1, n], &d);
+        let rnn = median_ms(runs, || {
+            let _ = lstm.forward(x.clone(), &keep, n, None).0.into_data();
+        });
+        rows.push((n, attn, rnn));
+    }
+    let last: Vec<&(usize, f64, f64)> = rows.iter().rev().take(3).collect();
+    let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
+    let xs = ln(&last.iter().map(|r| r.0 as f64).collect::<Vec<_>>());
+    let k_attn = slope(&xs, &ln(&last.iter().map(|r| r.1).collect::<Vec<_>>()));
+    let k_rnn = slope(&xs, &ln(&last.iter().map(|r| r.2).collect::<Vec<_>>()));
+    let holds = k_attn >= 1.5 && k_rnn <= 1.3;
+    let crossover = rows.iter().find(|r| r.1 > r.2).map(|r| r.0);
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: format!(
+            "over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM; {}",
+            last[2].0,
+            last[0].0,
+            num(k_attn),
+            num(k_rnn),
+            match crossover {
+                Some(n) => format!("self-attention is the slower from n = {n} on (on this machine)"),
+                None => "self-attention stays the faster at every length measured (on this machine)".into(),
+            }
+        ),
+        not_measured: "peak memory measured (the attention map's size is computed); the crossover length \
+                       depends on the machine"
+            .into(),
+        table: Table {
+            header: ["n", "self-attention ms", "LSTM ms", "attention map (4 heads, f32)"]
+                .map(String::from)
+                .to_vec(),
+            rows: rows
+                .iter()
+                .map(|(n, a, r)| {
+                    vec![
+                        n.to_string(),
+                        num(*a),
+                        num(*r),
+                        format!("{} KiB", num((n * n * 4 * 4) as f64 / 1024.0)),
+                    ]
+                })
+                .collect(),
+        },
+        figures: vec![figure(
+            "complexity.svg",
+            "Encode time by sentence length (log2 n; CPU)",
+            "log2 n",
+            "log2 ms",
+            vec![
+                series("self-attention", rows.iter().map(|r| ((r.0 as f64).log2(), r.1.log2())).collect()),
+                series("LSTM", rows.iter().map(|r| ((r.0 as f64).log2(), r.2.log2())).collect()),
+            ],
+        )],
+    }
+}

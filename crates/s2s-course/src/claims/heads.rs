@@ -1,0 +1,86 @@
+//! Multi-head attention's dimension trade-off: h heads of d_model/h cost about what one head of
+//! d_model costs.
+
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_models::{ModelSpec, Source, TransformerSpec};
+
+use super::{figure, median_ms, series};
+use crate::{Budget, Claim, Finding, Table, Verdict, num};
+
+pub const CLAIM: Claim = Claim {
+    name: "heads-cost",
+    statement: "h heads of size d_model/h cost about what one head of size d_model costs",
+    lecture: "multi-head-attention.md § La Scelta delle Dimensioni: Un Compromesso Cruciale",
+    criterion: "holds when every h has exactly the parameters of h = 1 and a training step takes at most 1.5× \
+                the time of h = 1",
+    method: "Transformers (d_model 64, 2 + 2 layers, vocabulary 500) with h ∈ {1, 2, 4, 8, 16}: parameters, and \
+             the median time of a forward and backward pass on 16 sentences of 24 tokens (CPU)",
+    run,
+};
+
+fn run(budget: Budget) -> Finding {
+    let runs = budget.pick(7, 3);
+    let d = Device::flex().autodiff();
+    let (rows, len, vocab) = (16, 24, 500);
+    let ids: Vec<u32> = (0..rows * len).map(|i| (i * 7 % (vocab - 4) + 4) as u32).collect();
+    let src = Source::new(&ids, &vec![len; rows], len, &d);
+    let tgt = Tensor::<2, Int>::from_data(
+        TensorData::new(ids.iter().map(|&i| i as i64).collect(), [rows, len]),
+        &d,
+    );
+    let mut results = Vec::new();
+    for h in [1usize, 2, 4, 8, 16] {
+        d.seed(1);
+        let spec = ModelSpec::Transformer(TransformerSpec {
+            d_model: 64,
+            heads: h,
+            ffn: 128,
+            enc_layers: 2,
+            dec_layers: 2,
+            dropout: 0.0,
+            attention_dropout: 0.0,
+            ..Default::default()
+        });
+        let model = spec.init(vocab, vocab, &d).expect("a valid spec");
+        let params = model.num_params();
+        let ms = median_ms(runs, || {
+            let out = model.forward(&src, tgt.clone());
+            let _ = out.logits.sum().backward();
+        });
+        results.push((h, params, ms));
+    }
+    let (p1, t1) = (results[0].1, results[0].2);
+    let same_params = results.iter().all(|r| r.1 == p1);
+    let worst = results.iter().map(|r| r.2 / t1).fold(0.0, f64::max);
+    let holds = same_params && worst <= 1.5;
+    let table = Table {
+        header: ["heads h", "head size d_model/h", "parameters", "step ms", "÷ h = 1"]
+            .map(String::from)
+            .to_vec(),
+        rows: results
+            .iter()
+            .map(|(h, p, ms)| {
+                vec![h.to_string(), (64 / h).to_string(), p.to_string(), num(*ms), num(ms / t1)]
+            })
+            .collect(),
+    };
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: format!(
+            "{} for every h; the slowest step takes {}× the time of one head",
+            if same_params { format!("{p1} parameters") } else { "parameters differ".into() },
+            num(worst)
+        ),
+        not_measured: "BLEU by h, and whether heads specialise (each head's attention distance and entropy)"
+            .into(),
+        table,
+        figures: vec![figure(
+            "heads-cost.svg",
+            "Training step time by number of heads (d_model 64)",
+            "heads h",
+            "ms per forward + backward",
+            vec![series("step", results.iter().map(|r| (r.0 as f64, r.2)).collect())],
+        )],
+    }
+}

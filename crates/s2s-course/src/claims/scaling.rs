@@ -1,0 +1,126 @@
+//! The √d_k scaling: unscaled dot products of unit-variance vectors have variance d_k, so the
+//! softmax saturates and passes on little gradient; divided by √d_k the variance stays 1.
+
+use burn::tensor::Device;
+
+use super::{figure, series};
+use crate::probes::{ScoreStats, score_stats};
+use crate::{Budget, Claim, Finding, Table, Verdict, num};
+
+pub const CLAIM: Claim = Claim {
+    name: "scaling-factor",
+    statement: "Unscaled dot products have variance ≈ d_k and saturate the softmax; dividing by √d_k keeps it ≈ 1",
+    lecture: "self-attention-guide.md § Il Problema dello Scaling e la Sua Soluzione; § Analisi Teorica dello Scaling Factor",
+    criterion: "holds when, for every d_k, the unscaled variance is within 15 % of d_k and the scaled one within \
+                15 % of 1, and the unscaled softmax's entropy and Jacobian fall as d_k grows while the scaled ones \
+                stay within 10 % of their value at the smallest d_k",
+    method: "queries and 32 keys drawn from N(0, 1)^d_k; the scores' variance, each query's softmax entropy, \
+             its largest weight and the Frobenius norm of the softmax's Jacobian diag(p) − ppᵀ (the gradient a \
+             score can pass on), unscaled and divided by √d_k",
+    run,
+};
+
+fn run(budget: Budget) -> Finding {
+    let queries = budget.pick(2048, 512);
+    let dks = [16usize, 32, 64, 128, 256];
+    let d = Device::flex();
+    d.seed(4);
+    let stats: Vec<(usize, ScoreStats, ScoreStats)> = dks
+        .iter()
+        .map(|&dk| {
+            (dk, score_stats(dk, queries, 32, 1.0, &d), score_stats(dk, queries, 32, (dk as f64).sqrt(), &d))
+        })
+        .collect();
+    let table = Table {
+        header: [
+            "d_k",
+            "variance unscaled",
+            "÷ d_k",
+            "variance scaled",
+            "entropy unscaled / scaled (nats; ln 32 = 3.47)",
+            "largest weight unscaled / scaled",
+            "‖Jacobian‖ unscaled / scaled",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: stats
+            .iter()
+            .map(|(dk, raw, sc)| {
+                vec![
+                    dk.to_string(),
+                    num(raw.variance),
+                    num(raw.variance / *dk as f64),
+                    num(sc.variance),
+                    format!("{} / {}", num(raw.entropy), num(sc.entropy)),
+                    format!("{} / {}", num(raw.max_weight), num(sc.max_weight)),
+                    format!("{} / {}", num(raw.jacobian), num(sc.jacobian)),
+                ]
+            })
+            .collect(),
+    };
+    let within = |x: f64, target: f64, tol: f64| (x / target - 1.0).abs() <= tol;
+    let variances = stats
+        .iter()
+        .all(|(dk, raw, sc)| within(raw.variance, *dk as f64, 0.15) && within(sc.variance, 1.0, 0.15));
+    let falls = |f: fn(&ScoreStats) -> f64| stats.windows(2).all(|w| f(&w[1].1) < f(&w[0].1));
+    let flat = |f: fn(&ScoreStats) -> f64| stats.iter().all(|s| within(f(&s.2), f(&stats[0].2), 0.10));
+    let holds = variances
+        && falls(|s| s.entropy)
+        && falls(|s| s.jacobian)
+        && flat(|s| s.entropy)
+        && flat(|s| s.jacobian);
+    let (first, last) = (&stats[0], &stats[stats.len() - 1]);
+    let because = format!(
+        "variance/d_k runs {}–{} unscaled, the scaled variance {}–{}; from d_k = {} to {} the unscaled entropy falls \
+         {} → {} nats and the Jacobian {} → {}, the scaled ones stay {} → {} and {} → {}",
+        num(stats.iter().map(|s| s.1.variance / s.0 as f64).fold(f64::INFINITY, f64::min)),
+        num(stats.iter().map(|s| s.1.variance / s.0 as f64).fold(0.0, f64::max)),
+        num(stats.iter().map(|s| s.2.variance).fold(f64::INFINITY, f64::min)),
+        num(stats.iter().map(|s| s.2.variance).fold(0.0, f64::max)),
+        first.0,
+        last.0,
+        num(first.1.entropy),
+        num(last.1.entropy),
+        num(first.1.jacobian),
+        num(last.1.jacobian),
+        num(first.2.entropy),
+        num(last.2.entropy),
+        num(first.2.jacobian),
+        num(last.2.jacobian),
+    );
+    let pts = |f: &dyn Fn(&(usize, ScoreStats, ScoreStats)) -> f64| {
+        stats.iter().map(|s| (s.0 as f64, f(s))).collect()
+    };
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because,
+        not_measured:
+            "a model trained with and without the scaling (validation perplexity and BLEU after equal steps)"
+                .into(),
+        table,
+        figures: vec![
+            figure(
+                "scaling-variance.svg",
+                "Variance of attention scores by d_k",
+                "d_k",
+                "variance",
+                vec![
+                    series("unscaled", pts(&|s| s.1.variance)),
+                    series("scaled by 1/√d_k", pts(&|s| s.2.variance)),
+                ],
+            ),
+            figure(
+                "scaling-entropy.svg",
+                "Softmax entropy and Jacobian norm by d_k",
+                "d_k",
+                "nats / Frobenius norm",
+                vec![
+                    series("entropy, unscaled", pts(&|s| s.1.entropy)),
+                    series("entropy, scaled", pts(&|s| s.2.entropy)),
+                    series("‖J‖, unscaled", pts(&|s| s.1.jacobian)),
+                    series("‖J‖, scaled", pts(&|s| s.2.jacobian)),
+                ],
+            ),
+        ],
+    }
+}

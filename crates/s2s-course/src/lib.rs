@@ -1,0 +1,176 @@
+//! The lecture notes (`../shared/course-notes/`) as experiments: each claim a function that
+//! measures it on the CPU with a budget in steps and sizes (so its figures do not depend on
+//! the machine's speed, except where the claim is about time), and judges it by a criterion
+//! stated beside the verdict. `s2s course list | run [NAME…] [--quick]` runs them and writes
+//! one page (`course.md`, `course.html`, `plots/*.svg`).
+//!
+//! A claim that does not reproduce is reported as such, with its figures: a finding, not a
+//! failure.
+
+pub mod claims;
+pub mod probes;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+pub use report::write_report;
+
+/// How much each experiment measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// The full course (≤ 90 minutes on 2 CPU cores).
+    Full,
+    /// Fewer sizes and seeds: one claim shown in a lecture.
+    Quick,
+}
+
+impl Budget {
+    /// `full` or `quick`.
+    pub fn pick<T>(self, full: T, quick: T) -> T {
+        match self {
+            Budget::Full => full,
+            Budget::Quick => quick,
+        }
+    }
+}
+
+/// Whether the measurement supports the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// The criterion is met.
+    Holds,
+    /// The criterion is not met: reported with its figures.
+    DoesNotHold,
+}
+
+/// A table of a finding: a header and rows of cells.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Table {
+    /// Column names.
+    pub header: Vec<String>,
+    /// Rows, each as long as the header.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// A figure: a file name under `plots/` and its SVG.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Figure {
+    /// `NAME.svg`.
+    pub file: String,
+    /// What it shows (alt text and caption).
+    pub caption: String,
+    /// The SVG document.
+    #[serde(skip)]
+    pub svg: String,
+}
+
+/// What an experiment measured and concluded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Finding {
+    /// The verdict, computed from the figures.
+    pub verdict: Verdict,
+    /// The figures behind it, in a sentence ("the RNN's gradient shrinks 8× per 10 steps…").
+    pub because: String,
+    /// What part of the claim is not measured here, said plainly (empty when none).
+    pub not_measured: String,
+    /// The numbers.
+    pub table: Table,
+    /// The plots.
+    pub figures: Vec<Figure>,
+}
+
+/// One claim of the lecture notes and the experiment that tests it.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    /// Short name (`s2s course run NAME`).
+    pub name: &'static str,
+    /// The claim in a sentence, in our words.
+    pub statement: &'static str,
+    /// Where the notes make it: `file § section`.
+    pub lecture: &'static str,
+    /// The rule the verdict follows.
+    pub criterion: &'static str,
+    /// What the experiment does, in a sentence.
+    pub method: &'static str,
+    /// Runs it.
+    pub run: fn(Budget) -> Finding,
+}
+
+/// Every claim with an experiment, in lecture order.
+pub fn claims() -> Vec<Claim> {
+    vec![
+        claims::vanishing::CLAIM,
+        claims::scaling::CLAIM,
+        claims::heads::CLAIM,
+        claims::permutation::CLAIM,
+        claims::complexity::CLAIM,
+    ]
+}
+
+/// What went wrong running the course.
+#[derive(Debug, thiserror::Error)]
+pub enum CourseError {
+    /// A name that is no claim's.
+    #[error("no claim named `{0}`; `s2s course list` shows them")]
+    Unknown(String),
+    /// Writing the report.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Runs the claims named (all when `names` is empty) and writes the page into `out`;
+/// `progress` hears each claim as it starts and ends. Returns the findings and the page's path.
+pub fn run(
+    names: &[String],
+    budget: Budget,
+    out: &Path,
+    progress: &dyn Fn(&str),
+) -> Result<(Vec<(Claim, Finding)>, PathBuf), CourseError> {
+    let all = claims();
+    let picked: Vec<Claim> = if names.is_empty() {
+        all
+    } else {
+        names
+            .iter()
+            .map(|n| all.iter().find(|c| c.name == n).copied().ok_or_else(|| CourseError::Unknown(n.clone())))
+            .collect::<Result<_, _>>()?
+    };
+    let mut done = Vec::new();
+    for (i, claim) in picked.iter().enumerate() {
+        progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));
+        let t0 = std::time::Instant::now();
+        let finding = (claim.run)(budget);
+        progress(&format!(
+            "  {} in {:.0} s: {}",
+            match finding.verdict {
+                Verdict::Holds => "holds",
+                Verdict::DoesNotHold => "does not hold here",
+            },
+            t0.elapsed().as_secs_f64(),
+            finding.because
+        ));
+        done.push((*claim, finding));
+    }
+    let page = write_report(out, &done, budget)?;
+    Ok((done, page))
+}
+
+/// `x` with 3 significant digits, for tables.
+pub fn num(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let mag = x.abs().log10().floor() as i32;
+    if (-3..5).contains(&mag) {
+        let decimals = (2 - mag).max(0) as usize;
+        format!("{x:.decimals$}")
+    } else {
+        format!("{x:.2e}")
+    }
+}
