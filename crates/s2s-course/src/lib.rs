@@ -94,13 +94,25 @@ pub struct Claim {
     /// What the experiment does, in a sentence.
     pub method: &'static str,
     /// Runs it.
-    pub run: fn(Budget) -> Finding,
+    pub run: fn(&Context) -> Finding,
+}
+
+/// What an experiment gets: its budget, and a directory for what claims share (the course's
+/// trained model, `runs/`).
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// How much to measure.
+    pub budget: Budget,
+    /// Where shared runs go (kept: a user can translate with them).
+    pub work: PathBuf,
 }
 
 /// Every claim with an experiment, in lecture order.
 pub fn claims() -> Vec<Claim> {
     vec![
         claims::vanishing::CLAIM,
+        claims::ppl_bleu::CLAIM,
+        claims::beam::CLAIM,
         claims::scaling::CLAIM,
         claims::heads::CLAIM,
         claims::permutation::CLAIM,
@@ -145,7 +157,7 @@ pub fn run(
     for (i, claim) in picked.iter().enumerate() {
         progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));
         let t0 = std::time::Instant::now();
-        let finding = (claim.run)(budget);
+        let finding = (claim.run)(&Context { budget, work: out.join("runs") });
         progress(&format!(
             "  {} in {:.0} s: {}",
             match finding.verdict {

@@ -7,7 +7,7 @@ use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
 
 use super::{figure, median_ms, series};
 use crate::probes::slope;
-use crate::{Budget, Claim, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "complexity",
@@ -21,7 +21,8 @@ pub const CLAIM: Claim = Claim {
     run,
 };
 
-fn run(budget: Budget) -> Finding {
+fn run(ctx: &Context) -> Finding {
+    let budget = ctx.budget;
     let (max, runs) = budget.pick((1024, 5), (512, 3));
     let lengths: Vec<usize> = (4..=10).map(|k| 1usize << k).filter(|&n| n <= max).collect();
     let d = Device::flex();

@@ -6,7 +6,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_models::{ModelSpec, Source, TransformerSpec};
 
 use super::{figure, median_ms, series};
-use crate::{Budget, Claim, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "heads-cost",
@@ -19,7 +19,8 @@ pub const CLAIM: Claim = Claim {
     run,
 };
 
-fn run(budget: Budget) -> Finding {
+fn run(ctx: &Context) -> Finding {
+    let budget = ctx.budget;
     let runs = budget.pick(7, 3);
     let d = Device::flex().autodiff();
     let (rows, len, vocab) = (16, 24, 500);

@@ -1,9 +1,12 @@
 //! One module per claim: its statement, lecture section, criterion and experiment.
 
+pub mod beam;
 pub mod complexity;
 pub mod heads;
 pub mod permutation;
+pub mod ppl_bleu;
 pub mod scaling;
+pub mod trained;
 pub mod vanishing;
 
 use s2s_report::plot::{Chart, Series, line_chart};

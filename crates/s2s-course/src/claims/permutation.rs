@@ -5,7 +5,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
 
 use crate::probes::permutation_gap;
-use crate::{Budget, Claim, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "permutation",
@@ -45,7 +45,8 @@ pub fn gap(positions: bool, sentences: usize) -> (f64, f64) {
     })
 }
 
-fn run(budget: Budget) -> Finding {
+fn run(ctx: &Context) -> Finding {
+    let budget = ctx.budget;
     let sentences = budget.pick(32, 8);
     let (off, off_mean) = gap(false, sentences);
     let (on, on_mean) = gap(true, sentences);

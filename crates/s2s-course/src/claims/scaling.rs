@@ -5,7 +5,7 @@ use burn::tensor::Device;
 
 use super::{figure, series};
 use crate::probes::{ScoreStats, score_stats};
-use crate::{Budget, Claim, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "scaling-factor",
@@ -20,7 +20,8 @@ pub const CLAIM: Claim = Claim {
     run,
 };
 
-fn run(budget: Budget) -> Finding {
+fn run(ctx: &Context) -> Finding {
+    let budget = ctx.budget;
     let queries = budget.pick(2048, 512);
     let dks = [16usize, 32, 64, 128, 256];
     let d = Device::flex();

@@ -7,7 +7,7 @@ use s2s_models::rnn::StackedRnnConfig;
 
 use super::{figure, series};
 use crate::probes::{gradient_by_distance, slope};
-use crate::{Budget, Claim, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "vanishing-gradient",
@@ -42,7 +42,8 @@ fn log_norms(cell: CellKind, len: usize, seeds: u64) -> Vec<f64> {
     sum
 }
 
-fn run(budget: Budget) -> Finding {
+fn run(ctx: &Context) -> Finding {
+    let budget = ctx.budget;
     let (len, seeds) = budget.pick((60, 3), (40, 1));
     let cells = [("rnn", CellKind::Rnn), ("gru", CellKind::Gru), ("lstm", CellKind::Lstm)];
     let curves: Vec<(&str, Vec<f64>)> = cells.iter().map(|&(n, c)| (n, log_norms(c, len, seeds))).collect();
