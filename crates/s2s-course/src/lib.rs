@@ -113,6 +113,7 @@ pub fn claims() -> Vec<Claim> {
         claims::vanishing::CLAIM,
         claims::ppl_bleu::CLAIM,
         claims::beam::CLAIM,
+        claims::causal::CLAIM,
         claims::scaling::CLAIM,
         claims::heads::CLAIM,
         claims::permutation::CLAIM,

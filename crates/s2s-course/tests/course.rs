@@ -73,3 +73,45 @@ fn the_positions_switch_changes_only_the_positions() {
     let (without, _) = s2s_course::claims::permutation::gap(false, 2);
     assert!(with > 1e-2 && without <= 1e-5, "{with} {without}");
 }
+
+/// `causal` at its default (also when omitted) masks the future; off, a teacher-forced pass
+/// reads it — position 0's logits change with the token at position 1 — and the parameters
+/// stay the same. The pipeline warns about either ablation.
+#[test]
+fn the_causal_switch_changes_only_the_mask() {
+    use burn::module::Module;
+    use burn::tensor::{Device, Int, Tensor, TensorData};
+    use s2s_models::{ModelSpec, Source, TransformerSpec};
+    let parsed: TransformerSpec = toml::from_str("d_model = 16\nheads = 2").unwrap();
+    assert!(parsed.causal, "omitted, the mask is on");
+    let d = Device::flex();
+    let first_logits = |causal: bool, second: i64| {
+        d.seed(3);
+        let spec = ModelSpec::Transformer(TransformerSpec {
+            d_model: 16,
+            heads: 2,
+            ffn: 32,
+            dropout: 0.0,
+            attention_dropout: 0.0,
+            causal,
+            ..Default::default()
+        });
+        let m = spec.init(40, 40, &d).unwrap();
+        let src = Source::new(&[5, 6, 7], &[3], 3, &d);
+        let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, second, 9], [1, 3]), &d);
+        let l = m
+            .forward(&src, tgt)
+            .logits
+            .narrow(1, 0, 1)
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap();
+        (m.num_params(), l, spec.ablations().len())
+    };
+    let (on_a, on_b) = (first_logits(true, 10), first_logits(true, 11));
+    assert_eq!(on_a.1, on_b.1, "masked: position 0 cannot see position 1");
+    let (off_a, off_b) = (first_logits(false, 10), first_logits(false, 11));
+    assert_ne!(off_a.1, off_b.1, "unmasked: it reads the future");
+    assert_eq!((on_a.0, on_a.2, off_a.2), (off_a.0, 0, 1));
+}

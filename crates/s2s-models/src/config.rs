@@ -130,6 +130,9 @@ pub struct TransformerSpec {
     /// Sinusoidal positions added to the embeddings (off: a teaching ablation, the model
     /// cannot see word order).
     pub positions: bool,
+    /// Causal self-attention in the decoder (off: a teaching ablation — training reads the
+    /// future, decoding cannot).
+    pub causal: bool,
 }
 
 impl Default for TransformerSpec {
@@ -146,11 +149,27 @@ impl Default for TransformerSpec {
             tie_output: true,
             share_embeddings: true,
             positions: true,
+            causal: true,
         }
     }
 }
 
 impl ModelSpec {
+    /// The teaching ablations this model turns on (switches that are off by default and break
+    /// what the model is for), each said as a warning.
+    pub fn ablations(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if let ModelSpec::Transformer(t) = self {
+            if !t.positions {
+                v.push("positions = false: the Transformer cannot see word order");
+            }
+            if !t.causal {
+                v.push("causal = false: training reads the token it must predict; decoding cannot");
+            }
+        }
+        v
+    }
+
     /// The kind's name (`lstm`, `bahdanau`, `luong`).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -225,6 +244,7 @@ impl ModelSpec {
                 .with_tie_output(s.tie_output)
                 .with_share_embeddings(s.share_embeddings && joint && src_vocab == tgt_vocab)
                 .with_positions(s.positions)
+                .with_causal(s.causal)
                 .init(device)
                 .map(Model::Transformer),
         }

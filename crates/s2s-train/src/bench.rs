@@ -189,6 +189,7 @@ impl Shape {
                 tie_output: false,
                 share_embeddings: false,
                 positions: true,
+                causal: true,
             }),
             (f, _) => return Err(BenchError::Unknown("family", f.to_string())),
         })

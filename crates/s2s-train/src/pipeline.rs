@@ -42,6 +42,9 @@ pub fn run_and_test(
 ) -> Result<RunOutcome, TrainError> {
     check_resume_config(cfg, run_dir)?;
     let device = devices.first().ok_or_else(|| TrainError::Config("no device selected".into()))?;
+    for ablation in cfg.model.ablations() {
+        log(&format!("warning: a teaching ablation: {ablation}"));
+    }
     let prepared = prepare(cfg, run_dir)?;
     for (split, r) in &prepared.reports {
         log(&format!("{split}: {r}"));

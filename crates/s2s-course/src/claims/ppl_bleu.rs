@@ -50,20 +50,7 @@ fn run(ctx: &Context) -> Finding {
     let _ = budget;
     let trained = super::trained::bahdanau(ctx);
     let dir = trained.clone().unwrap_or_default();
-    let rows: Vec<(f64, f64, f64)> = trained
-        .as_ref()
-        .ok()
-        .and_then(|_| csv::Reader::from_path(dir.join("metrics.csv")).ok())
-        .map(|mut r| {
-            r.deserialize::<std::collections::HashMap<String, String>>()
-                .filter_map(|row| {
-                    let row = row.ok()?;
-                    let f = |k: &str| row.get(k)?.parse::<f64>().ok();
-                    Some((f("step")?, f("val_ppl")?, f("val_bleu")?))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let rows = if trained.is_ok() { super::trained::metrics(&dir) } else { Vec::new() };
     let ppl: Vec<f64> = rows.iter().map(|r| r.1).collect();
     let bleu: Vec<f64> = rows.iter().map(|r| r.2).collect();
     let rho = if rows.len() >= 3 { spearman(&ppl, &bleu) } else { f64::NAN };
@@ -85,7 +72,7 @@ fn run(ctx: &Context) -> Finding {
         },
         table: Table {
             header: ["step", "validation perplexity", "validation BLEU (greedy)"].map(String::from).to_vec(),
-            rows: rows.iter().map(|r| vec![num(r.0), num(r.1), num(r.2)]).collect(),
+            rows: rows.iter().map(|r| vec![format!("{}", r.0 as u64), num(r.1), num(r.2)]).collect(),
         },
         figures: vec![figure(
             "ppl-bleu.svg",

@@ -69,6 +69,11 @@ pub struct TransformerConfig {
     /// self-attention cannot tell word order (the encoder is permutation-equivariant).
     #[config(default = true)]
     pub positions: bool,
+    /// Mask the decoder's self-attention to earlier positions. Off is a teaching ablation:
+    /// teacher-forced training then reads the very token it must predict, which decoding never
+    /// can.
+    #[config(default = true)]
+    pub causal: bool,
 }
 
 /// The Transformer encoder-decoder.
@@ -100,6 +105,9 @@ pub struct Transformer {
     /// Whether positions are added to the embeddings ([`TransformerConfig::positions`]).
     #[module(skip)]
     pub positions: bool,
+    /// Whether teacher-forced self-attention is causal ([`TransformerConfig::causal`]).
+    #[module(skip)]
+    pub causal: bool,
 }
 
 /// The Transformer's incremental decoding state.
@@ -213,6 +221,7 @@ impl TransformerConfig {
             dropout: DropoutConfig::new(self.dropout).init(),
             d_model: self.d_model,
             positions: self.positions,
+            causal: self.causal,
         })
     }
 }
@@ -291,12 +300,12 @@ impl Transformer {
     pub fn forward_all(&self, src: &Source, tgt_in: Tensor<2, Int>) -> (Tensor<3>, Vec<Tensor<4>>) {
         let (memory, memory_mask) = self.memory(src);
         let t = tgt_in.dims()[1];
-        let causal = causal_mask(t, &memory.device());
+        let causal = self.causal.then(|| causal_mask(t, &memory.device()));
         let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
         let mut weights = Vec::with_capacity(self.decoder.len());
         for layer in &self.decoder {
             let kv = layer.cross_attention.project_kv(memory.clone());
-            let (y, _, w) = layer.forward(x, None, Some(&causal), &kv, &memory_mask, None);
+            let (y, _, w) = layer.forward(x, None, causal.as_ref(), &kv, &memory_mask, None);
             x = y;
             weights.push(w);
         }
@@ -319,7 +328,11 @@ impl Transformer {
             Some(n) => ops::layer_norm(n, x),
             None => x,
         };
-        let causal = causal_mask(tgt_in.dims()[1], &memory.device());
+        let t = tgt_in.dims()[1];
+        let causal = match self.causal {
+            true => causal_mask(t, &memory.device()),
+            false => Tensor::zeros([1, 1, t, t], &memory.device()),
+        };
         let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
         let (mut decoder_self, mut cross) = (Vec::new(), Vec::new());
         for layer in &self.decoder {
