@@ -111,6 +111,8 @@ pub struct Context {
 pub fn claims() -> Vec<Claim> {
     vec![
         claims::vanishing::CLAIM,
+        claims::bottleneck::CLAIM,
+        claims::exploding::CLAIM,
         claims::ppl_bleu::CLAIM,
         claims::beam::CLAIM,
         claims::causal::CLAIM,
@@ -118,6 +120,7 @@ pub fn claims() -> Vec<Claim> {
         claims::heads::CLAIM,
         claims::permutation::CLAIM,
         claims::complexity::CLAIM,
+        claims::parallel::CLAIM,
     ]
 }
 

@@ -50,6 +50,7 @@ pub mod host_clock;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod launch_probe;
 pub mod lockstep;
+pub mod loss_sum;
 pub mod packed_gemm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod second_output;

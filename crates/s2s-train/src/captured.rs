@@ -20,6 +20,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::Batch;
 use s2s_kernels::graph::{GraphError, Recorder, StepGraph};
+use s2s_kernels::loss_sum::LossSum;
 use s2s_kernels::ops::{FusedAdam, clip_global_norm};
 use s2s_models::{Model, Source};
 use serde::Serialize;
@@ -113,6 +114,7 @@ fn step_ops(
     epsilon: f64,
     read: bool,
     spent: Option<&mut Phases>,
+    sum: Option<&LossSum>,
 ) -> (Model, Tensor<1>) {
     let mut laps = [0f64; 4];
     let mut lap = Instant::now();
@@ -122,9 +124,13 @@ fn step_ops(
     };
     let out = model.forward(&inputs.src, inputs.tgt_in.clone());
     let tokens = inputs.keep.clone().sum();
-    let loss =
-        label_smoothed_loss(out.logits, inputs.tgt_out.clone(), &inputs.keep, epsilon).smoothed.div(tokens);
+    let loss = label_smoothed_loss(out.logits, inputs.tgt_out.clone(), &inputs.keep, epsilon)
+        .smoothed
+        .div(tokens.clone());
     let value = loss.clone().inner();
+    if let Some(sum) = sum {
+        sum.add(value.clone(), tokens.inner());
+    }
     if read {
         let _ = value.clone().into_scalar::<f32>();
     }
@@ -203,7 +209,7 @@ impl FixedBatchTrainer {
         self.device.seed(self.step_seed());
         s2s_kernels::ops::reseed(self.step_seed());
         let (model, loss) =
-            step_ops(model, &self.batch, &mut self.optim, self.lr, self.clip, 0.1, read, phases);
+            step_ops(model, &self.batch, &mut self.optim, self.lr, self.clip, 0.1, read, phases, None);
         self.model = Some(model);
         self.loss = Some(loss);
         self.time += 1;
@@ -236,7 +242,7 @@ impl FixedBatchTrainer {
         let model = self.model.take().expect("a model between steps");
         let (batch, optim) = (&self.batch, &mut self.optim);
         let (graph, (model, loss)) =
-            recorder.record(|| step_ops(model, batch, optim, self.lr, self.clip, 0.1, false, None))?;
+            recorder.record(|| step_ops(model, batch, optim, self.lr, self.clip, 0.1, false, None, None))?;
         self.model = Some(model);
         self.loss = Some(loss);
         self.graph = Some(graph);
@@ -308,7 +314,8 @@ struct Entry {
     shape: (usize, usize, usize),
     inputs: StepInputs,
     graph: StepGraph,
-    loss: Tensor<1>,
+    /// The recorded step's loss (its buffer, which the graph writes).
+    _loss: Tensor<1>,
     last_used: u64,
 }
 
@@ -323,6 +330,8 @@ pub struct CapturedSteps {
     max_graphs: usize,
     entries: Vec<Entry>,
     uses: u64,
+    /// The losses of the steps since the last [`take_loss`](Self::take_loss), on the device.
+    sum: Option<LossSum>,
     /// What it did so far.
     pub stats: CaptureStats,
 }
@@ -345,6 +354,7 @@ impl CapturedSteps {
             max_graphs,
             entries: Vec::new(),
             uses: 0,
+            sum: None,
             stats: CaptureStats::default(),
         }
     }
@@ -352,7 +362,8 @@ impl CapturedSteps {
     /// Adam step `time` (from 1) on `batch` at rate `lr`, clipped at `clip`, dropout drawn
     /// after reseeding with `seed` (as the eager trainer does): replayed if a graph of the
     /// batch's bucket shape exists, else eager and recorded for the next batch of that shape.
-    /// Returns the model and the per-token loss, read back.
+    /// Returns the model; the loss is added on the device ([`take_loss`](Self::take_loss)),
+    /// nothing is read back.
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
@@ -363,7 +374,10 @@ impl CapturedSteps {
         time: usize,
         lr: f64,
         clip: f64,
-    ) -> Result<(Model, f32), GraphError> {
+    ) -> Result<Model, GraphError> {
+        if self.sum.is_none() {
+            self.sum = LossSum::new(&Tensor::zeros([1], &self.device.clone().inner()));
+        }
         let (rows, s, t) = s2s_data::bucket(batch.size(), batch.src_len, batch.tgt_len);
         let padded = batch.padded_to(rows, s, t);
         let (real, slots) = batch.padding();
@@ -382,28 +396,26 @@ impl CapturedSteps {
             // passes every step) and intermediates the graph pins itself.
             unsafe { e.graph.replay() }?;
             self.stats.replayed += 1;
-            return Ok((model, e.loss.clone().into_scalar::<f32>()));
+            return Ok(model);
         }
         let inputs = StepInputs::graph_input(&padded, &self.device);
         self.stats.eager += 1;
-        let (device, eps) = (self.device.clone(), self.epsilon);
+        let (device, eps, sum) = (self.device.clone(), self.epsilon, self.sum.as_ref());
         let eager = |model, optim: &mut ModuleOptimizer| {
             device.seed(seed);
             s2s_kernels::ops::reseed(seed);
-            step_ops(model, &inputs, optim, lr, clip, eps, true, None)
+            step_ops(model, &inputs, optim, lr, clip, eps, false, None, sum).0
         };
         if self.max_graphs == 0 {
-            let (model, loss) = eager(model, optim);
-            return Ok((model, loss.into_scalar::<f32>()));
+            return Ok(eager(model, optim));
         }
         let recorder = Recorder::prepare(&device.clone().inner())?;
-        let (model, warm) = eager(model, optim);
-        let warm = warm.into_scalar::<f32>();
+        let model = eager(model, optim);
         if recorder.warm_up_grew_pools() {
             // Recording now would run out of room: capture at this shape's next step.
             recorder.cancel();
             self.stats.deferred += 1;
-            return Ok((model, warm));
+            return Ok(model);
         }
         if self.entries.len() >= self.max_graphs {
             let lru = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used).expect("an entry");
@@ -411,13 +423,19 @@ impl CapturedSteps {
             self.stats.evictions += 1;
         }
         let (graph, (model, loss)) =
-            recorder.record(|| step_ops(model, &inputs, optim, lr, clip, eps, false, None))?;
-        self.entries.push(Entry { shape: (rows, s, t), inputs, graph, loss, last_used: self.uses });
+            recorder.record(|| step_ops(model, &inputs, optim, lr, clip, eps, false, None, sum))?;
+        self.entries.push(Entry { shape: (rows, s, t), inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());
         self.stats.device_bytes = s2s_kernels::graph::device_bytes_reserved(&device.inner()).unwrap_or(0);
         s2s_kernels::step_scalars::require_in_place(true);
-        Ok((model, warm))
+        Ok(model)
+    }
+
+    /// `(Σ loss·tokens, Σ tokens)` of the steps since the last call, read back (a
+    /// synchronisation: the trainer calls it when it logs or validates).
+    pub fn take_loss(&self) -> (f64, f64) {
+        self.sum.as_ref().map_or((0.0, 0.0), LossSum::take)
     }
 }
 

@@ -191,6 +191,23 @@ fn shard_gradients(
     })
 }
 
+/// Captured steps leave their losses on the device; the trainer reads their sum this often
+/// (and before validating), for the progress bar.
+const LOSS_READ_EVERY: u64 = 25;
+
+/// Adds the captured steps' device loss sum to the window (a synchronisation). A replayed
+/// step has updated the weights by the time its loss is read, so a non-finite sum is an error
+/// naming the steps it covers: the last checkpoint is intact.
+fn fold_captured_loss(cap: &CapturedSteps, st: &mut TrainerState) -> Result<(), TrainError> {
+    let (sum, tokens) = cap.take_loss();
+    if !sum.is_finite() {
+        return Err(TrainError::NonFinite { step: st.step, value: sum });
+    }
+    st.loss_window.0 += sum;
+    st.loss_window.1 += tokens.round() as u64;
+    Ok(())
+}
+
 /// The dropout seed of micro-batch `shard` of the step after `step`.
 fn step_seed(seed: u64, step: u64, shard: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (step << 8) ^ shard
@@ -332,23 +349,18 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             let step = st.step + 1;
             let seed = step_seed(spec.seed, st.step, 0);
             let lr = spec.schedule.lr(spec.lr, step, &st.schedule);
-            let (m, loss) = cap
+            model = cap
                 .step(model, &mut optim, &batch, seed, step as usize, lr, spec.clip_norm)
                 .map_err(|e| TrainError::Config(format!("captured step: {e}; train with --capture off")))?;
-            model = m;
-            let mut step_loss = loss as f64 * batch.tgt_tokens() as f64;
             if crate::interrupt::nan_at(step) {
-                step_loss = f64::NAN;
-            }
-            // The step is taken when its loss is read: nothing to skip, stop with the last
-            // checkpoint intact.
-            if !step_loss.is_finite() {
-                return Err(TrainError::NonFinite { step, value: step_loss });
+                return Err(TrainError::NonFinite { step, value: f64::NAN });
             }
             st.step = step;
             last_lr = lr;
-            st.loss_window.0 += step_loss;
-            st.loss_window.1 += batch.tgt_tokens() as u64;
+            // The losses stay on the device until the trainer logs or validates.
+            if step % LOSS_READ_EVERY == 0 || step % spec.valid_every == 0 || step >= max_steps {
+                fold_captured_loss(cap, &mut st)?;
+            }
         } else {
             // One optimizer step over `accumulate` micro-steps of one batch per device.
             let mut acc = GradientsAccumulator::<Model>::new();
@@ -443,6 +455,9 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
                 break;
             }
         }
+    }
+    if let Some(cap) = &captured {
+        fold_captured_loss(cap, &mut st)?;
     }
     st.wall = wall0 + started.elapsed().as_secs_f64();
     // An interrupted run only checkpoints where it stands; a finished one validates its last

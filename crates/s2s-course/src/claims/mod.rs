@@ -1,9 +1,12 @@
 //! One module per claim: its statement, lecture section, criterion and experiment.
 
 pub mod beam;
+pub mod bottleneck;
 pub mod causal;
 pub mod complexity;
+pub mod exploding;
 pub mod heads;
+pub mod parallel;
 pub mod permutation;
 pub mod ppl_bleu;
 pub mod scaling;

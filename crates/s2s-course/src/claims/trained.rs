@@ -30,6 +30,14 @@ pub fn config(ctx: &Context) -> RunConfig {
 pub fn run_config(model: ModelSpec, steps: u64, valid_every: u64) -> RunConfig {
     RunConfig {
         data: DataSpec::Builtin { pairs: 4000, seed: 1, max_tokens: 24 },
+        ..long_config(model, steps, valid_every)
+    }
+}
+
+/// [`run_config`] on the built-in pair's long sentences (8,000 pairs, sources up to 48 tokens).
+pub fn long_config(model: ModelSpec, steps: u64, valid_every: u64) -> RunConfig {
+    RunConfig {
+        data: DataSpec::Builtin { pairs: 8000, seed: 1, max_tokens: 48 },
         tokenizer: s2s_data::TokenizerConfig {
             level: s2s_data::Level::Word,
             vocab_size: 0,
