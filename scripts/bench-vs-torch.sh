@@ -2,7 +2,7 @@
 # Side-by-side throughput: `s2s bench --json` and ../shared/bench/torch_ref.py on the same
 # machine, then the ratio per model (ours / PyTorch).
 #   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer] [--rounds R] [--ct2]
-#                             [--shapes FILE] [--capture]
+#                             [--shapes FILE] [--capture] [--isa avx2|avx512]
 # Each round runs every model once with ours, then once with PyTorch, model by model, so the
 # two meet the same machine state; with R > 1 the table shows the median of each figure and
 # the range of the per-round ratios (shared VMs drift 10-30 % between runs).
@@ -13,11 +13,16 @@
 # both sides: PyTorch's references run from a temporary copy whose models.json is FILE.
 # --capture also runs ours with `--capture on` (the training step replayed from a captured graph,
 # GPU only) in every round and prints its table too.
+# --isa avx2 caps every side's CPU instruction set, to see on an AVX-512 machine what an AVX2
+# laptop or VM runs: ours through S2S_CPU_ISA, PyTorch through ATEN_CPU_CAPABILITY and
+# ONEDNN_MAX_CPU_ISA, CTranslate2 through CT2_FORCE_CPU_ISA (and MKL_ENABLE_INSTRUCTIONS).
+# burn's own products (gemm) pick AVX-512 at run time in a build with burn's `x86-v4`
+# feature, which no variable caps: the script says so unless S2S_BIN names a build without it.
 # S2S_BIN_BASE=PATH also runs a second build of ours in every round, just before the first,
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0
+device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
@@ -27,9 +32,21 @@ while [ $# -gt 0 ]; do
     --ct2) ct2=1; shift;;
     --shapes) shapes=$(realpath "$2"); shift 2;;
     --capture) capture=1; shift;;
+    --isa) isa=$2; shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
+case "$isa" in
+  '') ;;
+  avx2|avx512)
+    upper=$(echo "$isa" | tr a-z A-Z)
+    export S2S_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$isa ONEDNN_MAX_CPU_ISA=$upper CT2_FORCE_CPU_ISA=$upper
+    [ "$isa" = avx2 ] && export MKL_ENABLE_INSTRUCTIONS=AVX2
+    if [ "$isa" = avx2 ] && [ -z "${S2S_BIN:-}" ] && grep -q avx512f /proc/cpuinfo; then
+      echo "note: burn's products (gemm) still use AVX-512 in this build; set S2S_BIN to a build without burn's x86-v4 feature for a full AVX2 picture" >&2
+    fi;;
+  *) echo "--isa takes avx2 or avx512" >&2; exit 2;;
+esac
 shared=${S2S_SHARED:-../shared}
 bin=${S2S_BIN:-target/release/s2s}
 [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
