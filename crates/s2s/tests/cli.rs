@@ -533,11 +533,17 @@ fn killed_captured_gpu_runs_resume_to_the_uninterrupted_result() {
         |w: &[u8]| w.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>();
     // The bytes after the header are read as f32 words, metadata among them (NaN equals NaN).
     let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || close(a as f64, b as f64);
-    // All but 1 %: Adam turns rounding in a (nearly) zero gradient into full-size steps (see
-    // s2s-train's tests/captured.rs); a wrong resume moves nearly every weight.
+    // As a whole (relative L2 distance ≤ 1e-2), not weight by weight: Adam turns rounding in a
+    // (nearly) zero gradient into full-size steps, so a few weights the loss hardly depends on
+    // can drift (s2s-train's tests/captured.rs); the metrics above are the sharp check.
     let (w, ref_w) = (f32s(&w), f32s(&ref_w));
+    let finite = |(a, b): (&f32, &f32)| a.is_finite() && b.is_finite() && a.abs() < 1e6 && b.abs() < 1e6;
+    let pairs: Vec<(f64, f64)> =
+        w.iter().zip(&ref_w).filter(|p| finite(*p)).map(|(a, b)| (*a as f64, *b as f64)).collect();
+    let diff: f64 = pairs.iter().map(|(a, b)| (a - b).powi(2)).sum::<f64>().sqrt();
+    let norm: f64 = pairs.iter().map(|(_, b)| b * b).sum::<f64>().sqrt();
     let differ = w.iter().zip(&ref_w).filter(|(a, b)| !same(**a, **b)).count();
-    assert!(differ * 100 <= w.len(), "{differ} of {} weights differ", w.len());
+    assert!(diff <= 1e-2 * norm, "{differ} of {} weights differ; relative distance {}", w.len(), diff / norm);
 }
 
 /// SIGINT: the step finishes, a checkpoint is written, exit 0 with how to resume.
