@@ -80,6 +80,19 @@ pub struct Finding {
     pub figures: Vec<Figure>,
 }
 
+impl Finding {
+    /// The finding of an experiment that could not measure (`because`, the cause in `why`).
+    pub fn not_run(because: &str, why: String) -> Self {
+        Self {
+            verdict: Verdict::DoesNotHold,
+            because: because.into(),
+            not_measured: why,
+            table: Table::default(),
+            figures: vec![],
+        }
+    }
+}
+
 /// One claim of the lecture notes and the experiment that tests it.
 #[derive(Debug, Clone, Copy)]
 pub struct Claim {

@@ -40,10 +40,7 @@ impl Source {
     pub fn new(ids: &[u32], lens: &[usize], len: usize, device: &Device) -> Self {
         let batch = lens.len();
         let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
-        let keep: Vec<f32> =
-            lens.iter().flat_map(|&l| (0..len).map(move |j| if j < l { 1.0 } else { 0.0 })).collect();
-        let key_mask: Vec<f32> =
-            keep.iter().map(|&k| if k == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let (keep, key_mask) = Self::masks(lens, len);
         Self {
             ids: Tensor::from_data(TensorData::new(ids, [batch, len]), device),
             keep: Tensor::from_data(TensorData::new(keep, [batch, len]), device),
@@ -51,6 +48,14 @@ impl Source {
             lens: lens.to_vec(),
             graph_input: false,
         }
+    }
+
+    /// `keep` and `key_mask` (row-major `[batch, len]`) of rows of real lengths `lens`.
+    pub fn masks(lens: &[usize], len: usize) -> (Vec<f32>, Vec<f32>) {
+        let keep: Vec<f32> =
+            lens.iter().flat_map(|&l| (0..len).map(move |j| if j < l { 1.0 } else { 0.0 })).collect();
+        let key_mask = keep.iter().map(|&k| if k == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        (keep, key_mask)
     }
 
     /// This batch as a captured step's input (see [`graph_input`](Self::graph_input)).

@@ -80,16 +80,14 @@ impl StepInputs {
             (rows, s, self.keep.dims()[1]),
             "a batch of another shape"
         );
-        let ones = |m: Vec<bool>| m.into_iter().map(|k| if k { 1.0 } else { 0.0 }).collect::<Vec<f32>>();
-        let src_keep = ones(b.src_mask());
-        let key_mask: Vec<f32> =
-            src_keep.iter().map(|&k| if k == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let (src_keep, key_mask) = Source::masks(&b.src_lens, b.src_len);
+        let (tgt_keep, _) = Source::masks(&b.tgt_lens, b.tgt_len);
         write_ids(&self.src.ids, &b.src);
         write_floats(&self.src.keep, &src_keep);
         write_floats(&self.src.key_mask, &key_mask);
         write_ids(&self.tgt_in, &b.tgt_in);
         write_ids(&self.tgt_out, &b.tgt_out);
-        write_floats(&self.keep, &ones(b.tgt_mask()));
+        write_floats(&self.keep, &tgt_keep);
         self.src.lens = b.src_lens.clone();
         self.tokens = b.tgt_tokens();
     }

@@ -15,7 +15,7 @@ use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use s2s_data::{Batch, Example, PreparedDataset, StreamBatcher, Tokenizers};
+use s2s_data::{Batch, EpochPlan, Example, PreparedDataset, StreamBatcher, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
 use crate::captured::{CaptureStats, CapturedSteps};
@@ -208,6 +208,24 @@ fn fold_captured_loss(cap: &CapturedSteps, st: &mut TrainerState) -> Result<(), 
     Ok(())
 }
 
+/// The next batch's example indices, starting the next epoch when this one is done; counts it
+/// in `st` (where a resumed run picks up).
+fn next_batch<'a>(
+    batches: &mut EpochPlan<'a>,
+    batcher: &StreamBatcher<'a>,
+    seed: u64,
+    st: &mut TrainerState,
+) -> Vec<usize> {
+    let indices = batches.next().unwrap_or_else(|| {
+        st.epoch += 1;
+        st.batch_in_epoch = 0;
+        *batches = batcher.epoch(seed, st.epoch);
+        batches.next().expect("a non-empty dataset has a batch in every epoch")
+    });
+    st.batch_in_epoch += 1;
+    indices
+}
+
 /// The dropout seed of micro-batch `shard` of the step after `step`.
 fn step_seed(seed: u64, step: u64, shard: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (step << 8) ^ shard
@@ -335,17 +353,8 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             break;
         }
         if let Some(cap) = captured.as_mut() {
-            let indices = match batches.next() {
-                Some(ix) => ix,
-                None => {
-                    st.epoch += 1;
-                    st.batch_in_epoch = 0;
-                    batches = batcher.epoch(spec.seed, st.epoch);
-                    batches.next().expect("a non-empty dataset has a batch in every epoch")
-                }
-            };
+            let indices = next_batch(&mut batches, &batcher, spec.seed, &mut st);
             let batch = job.data.train.collate(&indices)?;
-            st.batch_in_epoch += 1;
             let step = st.step + 1;
             let seed = step_seed(spec.seed, st.step, 0);
             let lr = spec.schedule.lr(spec.lr, step, &st.schedule);
@@ -358,7 +367,10 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             st.step = step;
             last_lr = lr;
             // The losses stay on the device until the trainer logs or validates.
-            if step % LOSS_READ_EVERY == 0 || step % spec.valid_every == 0 || step >= max_steps {
+            if step.is_multiple_of(LOSS_READ_EVERY)
+                || step.is_multiple_of(spec.valid_every)
+                || step >= max_steps
+            {
                 fold_captured_loss(cap, &mut st)?;
             }
         } else {
@@ -369,18 +381,9 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             for micro in 0..spec.accumulate {
                 let mut shards = Vec::with_capacity(devices.len());
                 for d in 0..devices.len() {
-                    let indices = match batches.next() {
-                        Some(ix) => ix,
-                        None => {
-                            st.epoch += 1;
-                            st.batch_in_epoch = 0;
-                            batches = batcher.epoch(spec.seed, st.epoch);
-                            batches.next().expect("a non-empty dataset has a batch in every epoch")
-                        }
-                    };
+                    let indices = next_batch(&mut batches, &batcher, spec.seed, &mut st);
                     let seed = step_seed(spec.seed, st.step, micro as u64 * devices.len() as u64 + d as u64);
                     shards.push((job.data.train.collate(&indices)?, seed));
-                    st.batch_in_epoch += 1;
                 }
                 for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {
                     step_loss += loss;

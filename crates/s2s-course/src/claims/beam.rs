@@ -29,13 +29,7 @@ struct Decoded {
 }
 
 fn run(ctx: &Context) -> Finding {
-    let failed = |e: String| Finding {
-        verdict: Verdict::DoesNotHold,
-        because: "no trained model to decode with".into(),
-        not_measured: e,
-        table: Table::default(),
-        figures: vec![],
-    };
+    let failed = |e: String| Finding::not_run("no trained model to decode with", e);
     let dir = match super::trained::bahdanau(ctx) {
         Ok(d) => d,
         Err(e) => return failed(e),

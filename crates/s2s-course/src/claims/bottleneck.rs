@@ -46,15 +46,7 @@ fn run(ctx: &Context) -> Finding {
         });
         match scores {
             Ok(s) => curves.push((label, s)),
-            Err(e) => {
-                return Finding {
-                    verdict: Verdict::DoesNotHold,
-                    because: "the runs did not train".into(),
-                    not_measured: e,
-                    table: Table::default(),
-                    figures: vec![],
-                };
-            }
+            Err(e) => return Finding::not_run("the runs did not train", e),
         }
     }
     // Buckets with at least 5 sentences.

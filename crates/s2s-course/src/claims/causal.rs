@@ -34,7 +34,7 @@ fn run(ctx: &Context) -> Finding {
             ..Default::default()
         })
     };
-    let runs: Vec<(bool, Result<Vec<(f64, f64, f64)>, String>)> = [true, false]
+    let runs: Vec<(bool, Result<Vec<trained::Row>, String>)> = [true, false]
         .into_iter()
         .map(|causal| {
             let name = if causal { "transformer-causal" } else { "transformer-unmasked" };
@@ -49,13 +49,7 @@ fn run(ctx: &Context) -> Finding {
         (Ok(m), Ok(u)) if !m.is_empty() && !u.is_empty() => (m, u),
         _ => {
             let e = runs.iter().filter_map(|r| r.1.as_ref().err().cloned()).collect::<Vec<_>>().join("; ");
-            return Finding {
-                verdict: Verdict::DoesNotHold,
-                because: "the runs did not train".into(),
-                not_measured: e,
-                table: Table::default(),
-                figures: vec![],
-            };
+            return Finding::not_run("the runs did not train", e);
         }
     };
     let (m, u) = (masked.last().expect("rows"), unmasked.last().expect("rows"));

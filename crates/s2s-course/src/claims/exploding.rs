@@ -79,15 +79,7 @@ fn run(ctx: &Context) -> Finding {
     let dir = ctx.work.join("exploding-gradient-data");
     let prepared = match s2s_train::run::prepare(&cfg, &dir) {
         Ok(p) => p,
-        Err(e) => {
-            return Finding {
-                verdict: Verdict::DoesNotHold,
-                because: "the data could not be prepared".into(),
-                not_measured: e.to_string(),
-                table: Table::default(),
-                figures: vec![],
-            };
-        }
+        Err(e) => return Finding::not_run("the data could not be prepared", e.to_string()),
     };
     let runs = [
         ("unclipped", train(&prepared, &spec, 0.0, steps)),
@@ -97,7 +89,7 @@ fn run(ctx: &Context) -> Finding {
         let mut norms: Vec<f64> = r.iter().map(|x| x.1).filter(|n| n.is_finite()).collect();
         norms.sort_by(f64::total_cmp);
         let median = norms.get(norms.len() / 2).copied().unwrap_or(f64::NAN);
-        let spikes = r.iter().filter(|x| !(x.1 <= 100.0 * median)).count();
+        let spikes = r.iter().filter(|x| x.1.is_nan() || x.1 > 100.0 * median).count();
         let non_finite = r.iter().filter(|x| !x.0.is_finite()).count();
         // The last 20 losses' mean, a non-finite one counting as infinite.
         let tail: Vec<f64> =

@@ -71,8 +71,11 @@ pub fn train(ctx: &Context, name: &str, cfg: &RunConfig) -> Result<PathBuf, Stri
     Ok(dir)
 }
 
-/// A run's validation rows: (step, perplexity, BLEU).
-pub fn metrics(dir: &std::path::Path) -> Vec<(f64, f64, f64)> {
+/// A validation row: (step, perplexity, BLEU).
+pub type Row = (f64, f64, f64);
+
+/// A run's validation rows.
+pub fn metrics(dir: &std::path::Path) -> Vec<Row> {
     let Ok(mut r) = csv::Reader::from_path(dir.join("metrics.csv")) else { return Vec::new() };
     r.deserialize::<std::collections::HashMap<String, String>>()
         .filter_map(|row| {
