@@ -187,13 +187,82 @@ fn search<M: Incremental>(
     top_on_device: bool,
     traced: bool,
 ) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
+    let mut steps = Eager {
+        model,
+        state: Some(model.encode(src)),
+        device: src.ids.device(),
+        top_on_device,
+        attention: cfg.attention,
+    };
+    run(&mut steps, &src.lens, src.len(), cfg, traced)
+}
+
+/// What one step of a beam search runs, whichever way the steps are run: keep (and reorder)
+/// the rows `select` of the decoder state (`None`: keep them as they are), feed each row its
+/// last token, and give back each row's best `w` tokens, `(w, lp, ids)` as [`row_tops`] does,
+/// with the rows' cross-attention `[rows, src_len]` when asked for. Row `r` of the step
+/// extends a hypothesis of sentence `sentences[r]`; rows are grouped by sentence.
+pub(crate) trait BeamSteps {
+    fn step(
+        &mut self,
+        select: Option<Vec<i64>>,
+        sentences: &[usize],
+        last: Vec<i64>,
+        w: usize,
+    ) -> (usize, Vec<f32>, Vec<u32>, Option<Vec<f32>>);
+}
+
+/// Steps run as they come: the state holds the live rows only.
+struct Eager<'m, M: Incremental> {
+    model: &'m M,
+    state: Option<M::State>,
+    device: burn::tensor::Device,
+    top_on_device: bool,
+    attention: bool,
+}
+
+impl<M: Incremental> BeamSteps for Eager<'_, M> {
+    fn step(
+        &mut self,
+        select: Option<Vec<i64>>,
+        _sentences: &[usize],
+        last: Vec<i64>,
+        w: usize,
+    ) -> (usize, Vec<f32>, Vec<u32>, Option<Vec<f32>>) {
+        let mut state = self.state.take().expect("a state between steps");
+        if let Some(idx) = select {
+            let n = idx.len();
+            state = self.model.select(state, &Tensor::from_data(TensorData::new(idx, [n]), &self.device));
+        }
+        let rows = last.len();
+        let (step, next) =
+            self.model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &self.device));
+        self.state = Some(next);
+        let (w, lp, ids) = row_tops(&step, w, self.top_on_device);
+        let att = if self.attention {
+            step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
+        } else {
+            None
+        };
+        (w, lp, ids, att)
+    }
+}
+
+/// The search over sentences of real lengths `lens` (padded to `src_len`), its steps run by
+/// `steps`.
+pub(crate) fn run(
+    steps: &mut impl BeamSteps,
+    lens: &[usize],
+    src_len: usize,
+    cfg: &BeamConfig,
+    traced: bool,
+) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
     let k = cfg.beam.max(1);
-    let device = src.ids.device();
-    let src_len = src.len();
-    let mut active: Vec<Search> = (0..src.batch())
+    let batch = lens.len();
+    let mut active: Vec<Search> = (0..batch)
         .map(|s| Search {
             sentence: s,
-            limit: cfg.max_length.for_source(src.lens[s]),
+            limit: cfg.max_length.for_source(lens[s]),
             live: vec![Live {
                 tokens: Vec::new(),
                 score: 0.0,
@@ -204,9 +273,8 @@ fn search<M: Incremental>(
             trace: traced.then(Vec::new),
         })
         .collect();
-    let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); src.batch()];
-    let mut traces: Vec<Vec<TraceStep>> = vec![Vec::new(); if traced { src.batch() } else { 0 }];
-    let mut state = model.encode(src);
+    let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); batch];
+    let mut traces: Vec<Vec<TraceStep>> = vec![Vec::new(); if traced { batch } else { 0 }];
     let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>, traces: &mut Vec<Vec<TraceStep>>| {
         let mut f = s.finished;
         f.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -227,9 +295,10 @@ fn search<M: Incremental>(
         finish(s, &mut done, &mut traces);
     }
     active = rest;
-    if active.len() < src.batch() && !active.is_empty() {
-        let idx: Vec<i64> = active.iter().map(|s| s.sentence as i64).collect();
-        state = model.select(state, &Tensor::from_data(TensorData::new(idx, [active.len()]), &device));
+    // The first step keeps the encoded rows of the sentences left, when some finished at once.
+    let mut select: Option<Vec<i64>> = None;
+    if active.len() < batch && !active.is_empty() {
+        select = Some(active.iter().map(|s| s.sentence as i64).collect());
         for (r, s) in active.iter_mut().enumerate() {
             s.live[0].row = r;
         }
@@ -240,16 +309,9 @@ fn search<M: Incremental>(
             .flat_map(|s| s.live.iter().map(|h| *h.tokens.last().unwrap_or(&BOS) as i64))
             .collect();
         let rows = last.len();
-        let (step, next) =
-            model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &device));
-        state = next;
+        let sentences: Vec<usize> = active.iter().flat_map(|s| s.live.iter().map(|_| s.sentence)).collect();
         // Row r's best tokens: ids[r·w + j] with log-probability lp[r·w + j], best first.
-        let (w, lp, ids) = row_tops(&step, 2 * k, top_on_device);
-        let att: Option<Vec<f32>> = if cfg.attention {
-            step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
-        } else {
-            None
-        };
+        let (w, lp, ids, att) = steps.step(select.take(), &sentences, last, 2 * k);
         let mut still = Vec::with_capacity(active.len());
         let mut origin: Vec<i64> = Vec::with_capacity(rows);
         for mut s in active {
@@ -273,7 +335,7 @@ fn search<M: Incremental>(
                 let mut attention = parent.attention.clone();
                 if let (Some(a), Some(store)) = (&att, attention.as_mut()) {
                     let r = parent.row;
-                    store.push(a[r * src_len..r * src_len + src.lens[s.sentence]].to_vec());
+                    store.push(a[r * src_len..r * src_len + lens[s.sentence]].to_vec());
                 }
                 if t == EOS {
                     if rank < k {
@@ -336,10 +398,7 @@ fn search<M: Incremental>(
             }
         }
         active = still;
-        if !active.is_empty() {
-            let n = origin.len();
-            state = model.select(state, &Tensor::from_data(TensorData::new(origin, [n]), &device));
-        }
+        select = Some(origin);
     }
     (done, traces)
 }

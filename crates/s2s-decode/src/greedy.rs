@@ -113,31 +113,8 @@ pub fn greedy_chunked<M: Incremental>(
             .collect::<Option<Vec<Tensor<2>>>>()
             .filter(|a| !a.is_empty())
             .and_then(|a| Tensor::cat(a, 1).into_data().convert::<f32>().try_to_vec::<f32>().ok());
-        let mut keep = Vec::with_capacity(n);
-        let mut next_last = Vec::with_capacity(n);
-        for (r, &sent) in rows.iter().enumerate() {
-            let h = &mut out[sent];
-            let mut finished = false;
-            for j in 0..k {
-                let (id, best) = (v[r * 2 * k + 2 * j] as u32, v[r * 2 * k + 2 * j + 1]);
-                h.score += best as f64;
-                if let (Some(a), Some(store)) = (&att, h.attention.as_mut()) {
-                    let at = (r * k + j) * src_len;
-                    store.push(a[at..at + src.lens[sent]].to_vec());
-                }
-                finished = id == EOS || {
-                    h.tokens.push(id);
-                    h.tokens.len() >= limits[sent]
-                };
-                if finished {
-                    break;
-                }
-            }
-            if !finished {
-                keep.push(r);
-                next_last.push(*h.tokens.last().expect("an unfinished row has a token") as i64);
-            }
-        }
+        let live: Vec<(usize, usize)> = rows.iter().copied().enumerate().collect();
+        let (keep, next_last) = absorb(&mut out, &live, &limits, &v, att.as_deref(), k, src.lens.as_slice(), src_len);
         if keep.is_empty() {
             break;
         }
@@ -145,4 +122,46 @@ pub fn greedy_chunked<M: Incremental>(
         last = next_last;
     }
     out
+}
+
+/// Takes a chunk of `k` steps' choices into the hypotheses `out`. `live` pairs each unfinished
+/// sentence with its row of the chunk's read-back `v` (row `r`, step `j`: id at `r·2k + 2j`,
+/// log-probability after it) and of its attention `att` (at `(r·k + j)·src_len`). Returns the
+/// positions in `live` of the sentences still unfinished and their last tokens.
+pub(crate) fn absorb(
+    out: &mut [Hypothesis],
+    live: &[(usize, usize)],
+    limits: &[usize],
+    v: &[f32],
+    att: Option<&[f32]>,
+    k: usize,
+    lens: &[usize],
+    src_len: usize,
+) -> (Vec<usize>, Vec<i64>) {
+    let mut keep = Vec::with_capacity(live.len());
+    let mut next_last = Vec::with_capacity(live.len());
+    for (i, &(r, sent)) in live.iter().enumerate() {
+        let h = &mut out[sent];
+        let mut finished = false;
+        for j in 0..k {
+            let (id, best) = (v[r * 2 * k + 2 * j] as u32, v[r * 2 * k + 2 * j + 1]);
+            h.score += best as f64;
+            if let (Some(a), Some(store)) = (att, h.attention.as_mut()) {
+                let at = (r * k + j) * src_len;
+                store.push(a[at..at + lens[sent]].to_vec());
+            }
+            finished = id == EOS || {
+                h.tokens.push(id);
+                h.tokens.len() >= limits[sent]
+            };
+            if finished {
+                break;
+            }
+        }
+        if !finished {
+            keep.push(i);
+            next_last.push(*h.tokens.last().expect("an unfinished row has a token") as i64);
+        }
+    }
+    (keep, next_last)
 }

@@ -14,6 +14,12 @@ pub trait Incremental {
     fn step(&self, state: Self::State, last: Tensor<1, Int>) -> (Step, Self::State);
     /// Keeps rows `indices` in that order (repeats allowed).
     fn select(&self, state: Self::State, indices: &Tensor<1, Int>) -> Self::State;
+    /// [`select`](Self::select) when the host already holds the indices (`picked`, equal to
+    /// `indices`): a captured step reads nothing back.
+    fn select_known(&self, state: Self::State, indices: &Tensor<1, Int>, picked: &[usize]) -> Self::State {
+        let _ = picked;
+        self.select(state, indices)
+    }
 }
 
 impl Incremental for Model {
@@ -29,5 +35,9 @@ impl Incremental for Model {
 
     fn select(&self, state: DecodeState, indices: &Tensor<1, Int>) -> DecodeState {
         state.select(indices)
+    }
+
+    fn select_known(&self, state: DecodeState, indices: &Tensor<1, Int>, picked: &[usize]) -> DecodeState {
+        state.select_known(indices, picked)
     }
 }

@@ -6,6 +6,7 @@
 //! [`sample`]-ing.
 
 pub mod beam;
+pub mod captured;
 pub mod ensemble;
 pub mod greedy;
 pub mod incremental;
@@ -16,6 +17,7 @@ pub use beam::{
     BeamConfig, Candidate, Fate, LengthPenalty, TraceHypothesis, TraceStep, beam_search, beam_search_traced,
     beam_search_with,
 };
+pub use captured::{CapturedSearch, DecodeCaptureStats, Run};
 pub use ensemble::Ensemble;
 pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;

@@ -143,6 +143,12 @@ impl TransformerState {
             .into_iter()
             .map(|i| i as usize)
             .collect();
+        self.select_known(indices, &picked)
+    }
+
+    /// [`select`](Self::select) when the host already holds the indices (`picked`, equal to
+    /// `indices`): nothing is read back, so a captured decoding step can reorder its rows.
+    pub fn select_known(self, indices: &Tensor<1, Int>, picked: &[usize]) -> Self {
         let origin: Vec<usize> = picked.iter().map(|&i| self.origin[i]).collect();
         let (memory, memory_mask) = if self.by_sentence || origin == self.origin {
             (self.memory, self.memory_mask)

@@ -1,0 +1,489 @@
+//! Greedy and beam search with their decoding steps captured as graphs and replayed (GPU).
+//!
+//! A decoding step on a GPU is bound by the host's time per kernel launch, as a training step
+//! is (`docs/decisions.md`, "Captured steps"). Here a batch is padded to a bucket shape —
+//! rows and source length as the trainer buckets them ([`s2s_data::bucket`]), and at beam
+//! `K` each sentence keeps `K` rows of its own — and each shape keeps a **chain** of graphs:
+//! the encoder, then one graph a link, recorded the first time a batch of that shape gets
+//! that far and replayed by every later one:
+//! - greedy search: a link is [`GPU_CHUNK`](crate::greedy::GPU_CHUNK) steps, each fed the
+//!   previous step's choice on the device, as [`greedy`](crate::greedy) runs them eagerly;
+//! - beam search: a link is one step — reorder the rows (the host writes the indices), step,
+//!   and each row's `2K` best tokens on the device (burn's top-k) — then the host does the
+//!   search's bookkeeping ([`crate::beam`]) and writes the next link's indices and tokens.
+//!
+//! A link reads the state its predecessor wrote, so one graph a link serves a decoder state
+//! that grows each step (the Transformer's key/value caches) as well as a fixed one. Rows
+//! never leave a chain: a finished sentence's rows run on to the last link needed, and what
+//! they produce is dropped. Each row's computation is its own, so the tokens equal those of
+//! the eager search; the bits of the scores may differ where a kernel's reduction order
+//! depends on the row count. [`Run::Eager`] runs the same padded search without graphs: what
+//! a replay must equal to the bit.
+//!
+//! Not captured (they run eagerly): cross-attention kept for the output, traced beam search
+//! (the studio), sampling, and the CPU, which launches no kernels.
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_kernels::graph::{GraphError, Recorder, StepGraph, write_floats, write_ids};
+use s2s_models::Source;
+
+use crate::beam::{BeamConfig, BeamSteps};
+use crate::greedy::{BOS, EOS, GPU_CHUNK, Hypothesis, absorb};
+use crate::incremental::Incremental;
+use crate::limits::MaxLength;
+
+/// How a [`CapturedSearch`] runs its padded search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// Recorded once per shape and link, replayed after.
+    Replay,
+    /// The same padded search, each step launched eagerly (the reference replays are held to).
+    Eager,
+}
+
+/// What the captured search did, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeCaptureStats {
+    /// Graphs recorded (encoders and links).
+    pub captures: usize,
+    /// Graphs replayed.
+    pub replays: usize,
+    /// Chains dropped (least recently used) to stay within the limit.
+    pub evictions: usize,
+    /// Most chains alive at once.
+    pub chains_alive: usize,
+    /// Most graphs alive at once.
+    pub graphs_alive: usize,
+}
+
+/// What a chain is for: the search and its shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    /// 0 for greedy search, else the beam size.
+    beam: usize,
+    /// Sentences (each has `beam.max(1)` rows after the encoder).
+    sentences: usize,
+    src_len: usize,
+}
+
+/// One link of a chain: the inputs the host writes before its replay, what it gives back, and
+/// the state (and, in greedy search, the last choice) the next link reads.
+struct Link<S> {
+    graph: Option<StepGraph>,
+    /// Beam search: the rows to keep and each row's last token `[rows]`.
+    inputs: Option<(Tensor<1, Int>, Tensor<1, Int>)>,
+    out: Tensor<2>,
+    state: S,
+    choice: Option<Tensor<1, Int>>,
+}
+
+/// The graphs of one shape.
+struct Chain<S> {
+    key: Key,
+    /// The source's input buffers (`[sentences, src_len]`), written before each replay.
+    src: Source,
+    encoder: Option<StepGraph>,
+    encoded: S,
+    /// Greedy search: `<s>` for every row, the first link's input.
+    bos: Tensor<1, Int>,
+    links: Vec<Link<S>>,
+    last_used: u64,
+}
+
+impl<S> Chain<S> {
+    fn graphs(&self) -> usize {
+        usize::from(self.encoder.is_some()) + self.links.iter().filter(|l| l.graph.is_some()).count()
+    }
+}
+
+/// Greedy and beam search over padded, bucketed batches whose steps are replayed graphs
+/// (see the [module docs](self)). It holds the model's chains: one per search and shape,
+/// at most `max_chains`, the least recently used dropped first.
+pub struct CapturedSearch<'m, M: Incremental> {
+    model: &'m M,
+    device: Device,
+    run: Run,
+    max_chains: usize,
+    chains: Vec<Chain<M::State>>,
+    uses: u64,
+    stats: DecodeCaptureStats,
+}
+
+/// Records what `run` launches, after an eager warm-up that fills the memory pools (a
+/// warm-up that grew them is repeated, as cubecl sizes a pool's pages by the largest
+/// allocation so far).
+fn capture<T>(device: &Device, run: impl Fn() -> T) -> Result<(StepGraph, T), GraphError> {
+    for tries in 0.. {
+        let recorder = Recorder::prepare(device)?;
+        drop(run());
+        if recorder.warm_up_grew_pools() && tries < 3 {
+            recorder.cancel();
+            continue;
+        }
+        return recorder.record(run);
+    }
+    unreachable!("the loop returns")
+}
+
+/// `k` greedy steps from `last` `[rows]`, each fed the previous step's choice: the choices and
+/// their log-probabilities `[rows, 2k]` (id, log p per step), the state after, the last choice.
+fn greedy_chunk<M: Incremental>(
+    model: &M,
+    mut state: M::State,
+    last: Tensor<1, Int>,
+    k: usize,
+) -> (Tensor<2>, M::State, Tensor<1, Int>) {
+    let rows = last.dims()[0];
+    let mut input = last;
+    let mut pairs = Vec::with_capacity(k);
+    for _ in 0..k {
+        let (step, next) = model.step(state, input);
+        state = next;
+        let p = s2s_kernels::ops::best_log_prob_pairs(step.logits); // [rows, 2]
+        input = p.clone().narrow(1, 0, 1).reshape([rows]).int();
+        pairs.push(p);
+    }
+    (Tensor::cat(pairs, 1), state, input)
+}
+
+/// One beam step: keep rows `idx` (`picked` on the host), feed `last`, and each row's `w`
+/// best log-probabilities and their ids `[rows, 2w]`.
+fn beam_step<M: Incremental>(
+    model: &M,
+    state: M::State,
+    idx: &Tensor<1, Int>,
+    picked: &[usize],
+    last: Tensor<1, Int>,
+    w: usize,
+) -> (Tensor<2>, M::State) {
+    let state = model.select_known(state, idx, picked);
+    let (step, next) = model.step(state, last);
+    let (values, indices) = step.log_probs().topk_with_indices(w, 1);
+    (Tensor::cat(vec![values, indices.float()], 1), next)
+}
+
+fn read(t: &Tensor<2>) -> Vec<f32> {
+    t.clone().into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default()
+}
+
+fn ids_tensor(ids: &[i64], device: &Device) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::new(ids.to_vec(), [ids.len()]), device)
+}
+
+/// A batch padded to its bucket: `sentences` rows (the extra ones `</s>` alone) of
+/// `src_len` positions.
+struct Padded {
+    ids: Vec<u32>,
+    lens: Vec<usize>,
+    src_len: usize,
+}
+
+fn pad(ids: &[u32], lens: &[usize], len: usize) -> Padded {
+    let (sentences, src_len, _) = s2s_data::bucket(lens.len(), len, 1);
+    let mut out = vec![0u32; sentences * src_len];
+    for (r, row) in ids.chunks(len.max(1)).take(lens.len()).enumerate() {
+        out[r * src_len..r * src_len + len].copy_from_slice(row);
+    }
+    for r in lens.len()..sentences {
+        out[r * src_len] = EOS;
+    }
+    let mut plens = lens.to_vec();
+    plens.resize(sentences, 1);
+    Padded { ids: out, lens: plens, src_len }
+}
+
+impl<'m, M: Incremental> CapturedSearch<'m, M>
+where
+    M::State: Clone,
+{
+    /// A search over `model` on `device`, keeping at most `max_chains` chains (≥ 1).
+    pub fn new(model: &'m M, device: &Device, run: Run, max_chains: usize) -> Self {
+        Self {
+            model,
+            device: device.clone(),
+            run,
+            max_chains: max_chains.max(1),
+            chains: Vec::new(),
+            uses: 0,
+            stats: DecodeCaptureStats::default(),
+        }
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> DecodeCaptureStats {
+        self.stats
+    }
+
+    /// The source buffers of `p`, marked as a graph's input.
+    fn source(&self, p: &Padded) -> Source {
+        Source::new(&p.ids, &p.lens, p.src_len, &self.device).as_graph_input()
+    }
+
+    /// The chain for `key`, its source written with `p` and its encoder replayed (recorded
+    /// first if new). Returns its index.
+    fn chain(&mut self, key: Key, p: &Padded) -> Result<usize, GraphError> {
+        self.uses += 1;
+        if let Some(i) = self.chains.iter().position(|c| c.key == key) {
+            let c = &mut self.chains[i];
+            c.last_used = self.uses;
+            let (keep, key_mask) = Source::masks(&p.lens, p.src_len);
+            write_ids(&c.src.ids, &p.ids);
+            write_floats(&c.src.keep, &keep);
+            write_floats(&c.src.key_mask, &key_mask);
+            c.src.lens = p.lens.clone();
+            let encoder = c.encoder.as_ref().expect("a replayed chain has its encoder");
+            // SAFETY: the encoder reads the chain's source buffers and the model's parameters,
+            // both alive and unmoved; its output is the state the chain holds.
+            unsafe { encoder.replay() }?;
+            self.stats.replays += 1;
+            return Ok(i);
+        }
+        if self.chains.len() >= self.max_chains {
+            let lru = (0..self.chains.len()).min_by_key(|&i| self.chains[i].last_used).expect("a chain");
+            self.chains.swap_remove(lru);
+            self.stats.evictions += 1;
+        }
+        let src = self.source(p);
+        let model = self.model;
+        let (graph, encoded) = capture(&self.device, || model.encode(&src))?;
+        // SAFETY: as above; the source was written when its buffers were made.
+        unsafe { graph.replay() }?;
+        self.stats.captures += 1;
+        self.stats.replays += 1;
+        let rows = p.lens.len() * key.beam.max(1);
+        let bos = ids_tensor(&vec![BOS as i64; rows], &self.device);
+        self.chains.push(Chain {
+            key,
+            src,
+            encoder: Some(graph),
+            encoded,
+            bos,
+            links: Vec::new(),
+            last_used: self.uses,
+        });
+        self.stats.chains_alive = self.stats.chains_alive.max(self.chains.len());
+        Ok(self.chains.len() - 1)
+    }
+
+    fn count_graphs(&mut self) {
+        let alive = self.chains.iter().map(Chain::graphs).sum();
+        self.stats.graphs_alive = self.stats.graphs_alive.max(alive);
+    }
+
+    /// Greedy search over rows `ids` (`[lens.len(), len]`, row-major) of real lengths `lens`:
+    /// the hypotheses of [`greedy`](crate::greedy::greedy) (cross-attention is not kept).
+    pub fn greedy(
+        &mut self,
+        ids: &[u32],
+        lens: &[usize],
+        len: usize,
+        limit: MaxLength,
+    ) -> Result<Vec<Hypothesis>, GraphError> {
+        let n = lens.len();
+        let p = pad(ids, lens, len);
+        let k = GPU_CHUNK;
+        let limits: Vec<usize> = lens.iter().map(|&l| limit.for_source(l)).collect();
+        let mut out: Vec<Hypothesis> =
+            (0..n).map(|_| Hypothesis { tokens: Vec::new(), score: 0.0, attention: None }).collect();
+        // Sentences still searching, each with its row (its index: rows never move).
+        let mut live: Vec<(usize, usize)> = (0..n).map(|s| (s, s)).collect();
+        let model = self.model;
+        match self.run {
+            Run::Eager => {
+                let src = self.source(&p);
+                let mut state = model.encode(&src);
+                let mut last = ids_tensor(&vec![BOS as i64; p.lens.len()], &self.device);
+                while !live.is_empty() {
+                    let (pairs, next, choice) = greedy_chunk(model, state, last, k);
+                    (state, last) = (next, choice);
+                    let (keep, _) = absorb(&mut out, &live, &limits, &read(&pairs), None, k, lens, p.src_len);
+                    live = keep.into_iter().map(|i| live[i]).collect();
+                }
+            }
+            Run::Replay => {
+                let key = Key { beam: 0, sentences: p.lens.len(), src_len: p.src_len };
+                let c = self.chain(key, &p)?;
+                let mut link = 0;
+                while !live.is_empty() {
+                    if link == self.chains[c].links.len() {
+                        let chain = &self.chains[c];
+                        let (state, last) = match chain.links.last() {
+                            None => (chain.encoded.clone(), chain.bos.clone()),
+                            Some(l) => (l.state.clone(), l.choice.clone().expect("a greedy link's choice")),
+                        };
+                        let (graph, (out, state, choice)) =
+                            capture(&self.device, || greedy_chunk(model, state.clone(), last.clone(), k))?;
+                        self.stats.captures += 1;
+                        self.chains[c].links.push(Link { graph: Some(graph), inputs: None, out, state, choice: Some(choice) });
+                        self.count_graphs();
+                    }
+                    let l = &self.chains[c].links[link];
+                    // SAFETY: the link reads its predecessor's state and choice (held by the
+                    // chain) and the model's parameters; its intermediates are pinned by the graph.
+                    unsafe { l.graph.as_ref().expect("a recorded link").replay() }?;
+                    self.stats.replays += 1;
+                    let (keep, _) = absorb(&mut out, &live, &limits, &read(&l.out), None, k, lens, p.src_len);
+                    live = keep.into_iter().map(|i| live[i]).collect();
+                    link += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Beam search over rows `ids` (`[lens.len(), len]`, row-major) of real lengths `lens`:
+    /// the hypotheses of [`beam_search`](crate::beam::beam_search) (cross-attention is not
+    /// kept, `cfg.attention` is ignored).
+    pub fn beam(
+        &mut self,
+        ids: &[u32],
+        lens: &[usize],
+        len: usize,
+        cfg: &BeamConfig,
+    ) -> Result<Vec<Vec<Hypothesis>>, GraphError> {
+        let p = pad(ids, lens, len);
+        let beam = cfg.beam.max(1);
+        let key = Key { beam, sentences: p.lens.len(), src_len: p.src_len };
+        let mut steps = Fixed {
+            search: self,
+            key,
+            chain: None,
+            state: None,
+            prev: Vec::new(),
+            link: 0,
+            error: None,
+        };
+        match steps.search.run {
+            Run::Eager => {
+                let src = steps.search.source(&p);
+                steps.state = Some(steps.search.model.encode(&src));
+            }
+            Run::Replay => steps.chain = Some(steps.search.chain(key, &p)?),
+        }
+        let cfg = BeamConfig { attention: false, ..*cfg };
+        let (hyps, _) = crate::beam::run(&mut steps, lens, p.src_len, &cfg, false);
+        match steps.error {
+            Some(e) => Err(e),
+            None => Ok(hyps),
+        }
+    }
+}
+
+/// Beam steps over a fixed row layout: sentence `s` owns rows `s·K .. s·K + K`; its `j`-th
+/// live hypothesis is at row `s·K + j`, and rows it does not use keep themselves.
+struct Fixed<'a, 'm, M: Incremental> {
+    search: &'a mut CapturedSearch<'m, M>,
+    key: Key,
+    /// The chain replayed ([`Run::Replay`]).
+    chain: Option<usize>,
+    /// The state ([`Run::Eager`]).
+    state: Option<M::State>,
+    /// The fixed row of each row of the previous step.
+    prev: Vec<usize>,
+    /// The next link.
+    link: usize,
+    /// The first error of a replay (the search then runs on with empty read-backs).
+    error: Option<GraphError>,
+}
+
+impl<M: Incremental> BeamSteps for Fixed<'_, '_, M>
+where
+    M::State: Clone,
+{
+    fn step(
+        &mut self,
+        select: Option<Vec<i64>>,
+        sentences: &[usize],
+        last: Vec<i64>,
+        w: usize,
+    ) -> (usize, Vec<f32>, Vec<u32>, Option<Vec<f32>>) {
+        let k = self.key.beam;
+        let rows = self.key.sentences * k;
+        // Each live row's fixed row: the j-th row of sentence s is s·K + j.
+        let mut fixed = Vec::with_capacity(sentences.len());
+        for (r, &s) in sentences.iter().enumerate() {
+            let j = if r > 0 && sentences[r - 1] == s { fixed[r - 1] - s * k + 1 } else { 0 };
+            fixed.push(s * k + j);
+        }
+        let first = self.link == 0;
+        // The rows to keep: the first link spreads each encoded sentence over its K rows.
+        let mut picked: Vec<usize> = if first { (0..rows).map(|f| f / k).collect() } else { (0..rows).collect() };
+        if !first {
+            let parents = select.expect("after the first step, rows are selected");
+            for (r, &f) in fixed.iter().enumerate() {
+                picked[f] = self.prev[parents[r] as usize];
+            }
+        }
+        let mut tokens = vec![EOS as i64; rows];
+        for (r, &f) in fixed.iter().enumerate() {
+            tokens[f] = last[r];
+        }
+        self.prev = fixed.clone();
+        let idx: Vec<i64> = picked.iter().map(|&i| i as i64).collect();
+        let device = self.search.device.clone();
+        let model = self.search.model;
+        let all = match (self.search.run, self.chain) {
+            (Run::Replay, Some(c)) => match self.replay(c, &idx, &picked, &tokens, w) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    vec![0.0; rows * 2 * w]
+                }
+            },
+            _ => {
+                let state = self.state.take().expect("a state between steps");
+                let (out, next) =
+                    beam_step(model, state, &ids_tensor(&idx, &device), &picked, ids_tensor(&tokens, &device), w);
+                self.state = Some(next);
+                read(&out)
+            }
+        };
+        self.link += 1;
+        // Back to the live rows: row r's best at r·w + j.
+        let (mut lp, mut ids) = (Vec::with_capacity(fixed.len() * w), Vec::with_capacity(fixed.len() * w));
+        for &f in &fixed {
+            let row = &all[f * 2 * w..(f + 1) * 2 * w];
+            lp.extend_from_slice(&row[..w]);
+            ids.extend(row[w..].iter().map(|&t| t as u32));
+        }
+        (w, lp, ids, None)
+    }
+}
+
+impl<M: Incremental> Fixed<'_, '_, M>
+where
+    M::State: Clone,
+{
+    /// Writes the link's inputs, replays it (recording it first if new) and reads it back.
+    fn replay(
+        &mut self,
+        c: usize,
+        idx: &[i64],
+        picked: &[usize],
+        tokens: &[i64],
+        w: usize,
+    ) -> Result<Vec<f32>, GraphError> {
+        let search = &mut *self.search;
+        let model = search.model;
+        if self.link == search.chains[c].links.len() {
+            let chain = &search.chains[c];
+            let state = chain.links.last().map_or_else(|| chain.encoded.clone(), |l| l.state.clone());
+            let (ix, last) = (ids_tensor(idx, &search.device), ids_tensor(tokens, &search.device));
+            let (graph, (out, state)) =
+                capture(&search.device, || beam_step(model, state.clone(), &ix, picked, last.clone(), w))?;
+            search.stats.captures += 1;
+            search.chains[c].links.push(Link { graph: Some(graph), inputs: Some((ix, last)), out, state, choice: None });
+            search.count_graphs();
+        } else {
+            let (ix, last) = search.chains[c].links[self.link].inputs.as_ref().expect("a beam link's inputs");
+            write_ids(ix, &idx.iter().map(|&i| i as u32).collect::<Vec<_>>());
+            write_ids(last, &tokens.iter().map(|&i| i as u32).collect::<Vec<_>>());
+        }
+        let l = &search.chains[c].links[self.link];
+        // SAFETY: the link reads its inputs and its predecessor's state (held by the chain)
+        // and the model's parameters; its intermediates are pinned by the graph.
+        unsafe { l.graph.as_ref().expect("a recorded link").replay() }?;
+        search.stats.replays += 1;
+        Ok(read(&l.out))
+    }
+}

@@ -1,0 +1,106 @@
+//! Decoding steps captured as graphs and replayed give the eager search's output, for every
+//! model kind (wgpu; lavapipe where there is no GPU: the same launches, executed on the CPU):
+//! - to the bit — tokens and scores — the same padded search launched eagerly
+//!   ([`Run::Eager`]), for batches that record a chain, replay it, and extend it;
+//! - the tokens of the plain search ([`greedy`], [`beam_search`]), whose rows leave the batch
+//!   as they finish.
+//!
+//! Without a Vulkan adapter the test fails under `CI=true` and is skipped elsewhere.
+
+use burn::tensor::Device;
+use s2s_decode::{BeamConfig, CapturedSearch, Hypothesis, MaxLength, Run, beam_search, greedy};
+use s2s_models::attention::LuongScore;
+use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
+
+fn specs() -> Vec<(&'static str, ModelSpec)> {
+    let rnn = AttentionRnnSpec { emb: 8, hidden: 12, ..Default::default() };
+    vec![
+        ("lstm", ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, ..Default::default() })),
+        ("bahdanau", ModelSpec::Bahdanau(AttentionRnnSpec { bidirectional: true, ..rnn.clone() })),
+        ("luong", ModelSpec::Luong(AttentionRnnSpec { layers: 2, score: LuongScore::General, ..rnn })),
+        (
+            "transformer",
+            ModelSpec::Transformer(TransformerSpec {
+                d_model: 8,
+                heads: 2,
+                ffn: 16,
+                enc_layers: 2,
+                dec_layers: 2,
+                ..Default::default()
+            }),
+        ),
+    ]
+}
+
+const VOCAB: usize = 24;
+
+/// Sentences of lengths `lens` (ids ≥ 4, `</s>` last), padded to the longest, row-major.
+fn batch(lens: &[usize], salt: u32) -> (Vec<u32>, usize) {
+    let len = lens.iter().copied().max().unwrap_or(0);
+    let mut ids = vec![0u32; lens.len() * len];
+    for (r, &l) in lens.iter().enumerate() {
+        for j in 0..l {
+            let x = (r as u32 * 7 + j as u32 * 13 + salt * 5) % (VOCAB as u32 - 4);
+            ids[r * len + j] = if j + 1 == l { 3 } else { 4 + x };
+        }
+    }
+    (ids, len)
+}
+
+fn tokens(h: &[Hypothesis]) -> Vec<Vec<u32>> {
+    h.iter().map(|h| h.tokens.clone()).collect()
+}
+
+/// Three batches: one records a chain, one of the same bucket with longer sources replays it
+/// and records the links it lacks, one of another bucket records its own.
+const BATCHES: [&[usize]; 3] = [&[3, 5, 2], &[6, 4, 6], &[2, 7, 3, 5, 4, 6]];
+
+const LIMIT: MaxLength = MaxLength { a: 1.0, b: 4 };
+
+fn model(spec: &ModelSpec, gpu: &Device) -> Model {
+    gpu.seed(5);
+    spec.init(VOCAB, VOCAB, gpu).unwrap()
+}
+
+#[test]
+fn replayed_greedy_search_equals_eager_greedy_search() {
+    let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    for (name, spec) in specs() {
+        let model = model(&spec, &gpu);
+        let mut replayed = CapturedSearch::new(&model, &gpu, Run::Replay, 4);
+        let mut eager = CapturedSearch::new(&model, &gpu, Run::Eager, 4);
+        for (i, lens) in BATCHES.iter().enumerate() {
+            let (ids, len) = batch(lens, i as u32);
+            let r = replayed.greedy(&ids, lens, len, LIMIT).unwrap();
+            let e = eager.greedy(&ids, lens, len, LIMIT).unwrap();
+            assert_eq!(r, e, "{name}, batch {i}: replayed against eager, same padding");
+            let plain = greedy(&model, &Source::new(&ids, lens, len, &gpu), LIMIT, false);
+            assert_eq!(tokens(&r), tokens(&plain), "{name}, batch {i}: against plain greedy search");
+        }
+        let s = replayed.stats();
+        assert!(s.replays > s.captures, "{name}: later batches replay ({s:?})");
+        assert_eq!(s.chains_alive, 2, "{name}: two buckets");
+    }
+}
+
+#[test]
+fn replayed_beam_search_equals_eager_beam_search() {
+    let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let cfg = BeamConfig { beam: 3, nbest: 2, max_length: LIMIT, ..Default::default() };
+    for (name, spec) in specs() {
+        let model = model(&spec, &gpu);
+        let mut replayed = CapturedSearch::new(&model, &gpu, Run::Replay, 4);
+        let mut eager = CapturedSearch::new(&model, &gpu, Run::Eager, 4);
+        for (i, lens) in BATCHES.iter().enumerate() {
+            let (ids, len) = batch(lens, i as u32);
+            let r = replayed.beam(&ids, lens, len, &cfg).unwrap();
+            let e = eager.beam(&ids, lens, len, &cfg).unwrap();
+            assert_eq!(r, e, "{name}, batch {i}: replayed against eager, same padding");
+            let plain = beam_search(&model, &Source::new(&ids, lens, len, &gpu), &cfg);
+            let t = |h: &[Vec<Hypothesis>]| h.iter().map(|n| tokens(n)).collect::<Vec<_>>();
+            assert_eq!(t(&r), t(&plain), "{name}, batch {i}: against plain beam search");
+        }
+        let s = replayed.stats();
+        assert!(s.replays > s.captures, "{name}: later batches replay ({s:?})");
+    }
+}
