@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use s2s_decode::{BeamConfig, MaxLength, beam_search, greedy};
+use s2s_decode::{BeamConfig, CapturedSearch, MaxLength, Run, beam_search, greedy};
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
@@ -227,6 +227,10 @@ pub struct BenchResult {
     /// and submitting; on lavapipe also the driver's execution of the dispatches, which runs on
     /// the submitting thread).
     pub train_host_split_ms: Option<BTreeMap<String, f64>>,
+    /// Host CPU milliseconds per greedy pass over the batch (as
+    /// [`train_host_ms`](Self::train_host_ms)); with `capture`, the pass replays its steps.
+    #[serde(default)]
+    pub decode_host_ms: Option<f64>,
 }
 
 /// `n` token ids in `4..vocab` (past the special tokens), reproducible from `seed`.
@@ -249,7 +253,8 @@ pub fn peak_rss_mib() -> f64 {
 
 /// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps; with `capture`,
 /// replayed from a graph captured after them, [`crate::captured`]), then `max(1, steps / 4)`
-/// greedy and beam-5 passes over the batch (each after one untimed pass) unless not `decode`
+/// greedy and beam-5 passes over the batch (each after one untimed pass; with `capture`,
+/// replayed from graphs the untimed pass recorded) unless not `decode`
 /// (their figures 0).
 pub fn bench(
     name: &str,
@@ -311,25 +316,45 @@ pub fn bench(
             train_phase_ms,
             train_host_ms,
             train_host_split_ms,
+            decode_host_ms: None,
         });
     }
     let model = trainer.into_model().valid();
     let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
-    let src = Source::new(&src_ids, &vec![s; n], s, device);
+    let lens = vec![s; n];
+    let src = Source::new(&src_ids, &lens, s, device);
     let limit = MaxLength { a: 0.0, b: t };
     let passes = (steps / 4).max(1);
-    let _ = greedy(&model, &src, limit, false);
-    let t0 = Instant::now();
+    // With `capture`, the searches replay their steps from graphs (recorded by the warm-up
+    // pass; `s2s_decode::captured`).
+    let mut captured = capture.then(|| CapturedSearch::new(&model, device, Run::Replay, 4));
+    let greedy_pass = |c: &mut Option<CapturedSearch<'_, _>>| -> Result<(), BenchError> {
+        match c {
+            Some(c) => c.greedy(&src_ids, &lens, s, limit).map(drop).map_err(BenchError::Graph),
+            None => Ok(drop(greedy(&model, &src, limit, false))),
+        }
+    };
+    greedy_pass(&mut captured)?;
+    let (host0, t0) = (Snapshot::now(), Instant::now());
     for _ in 0..passes {
-        let _ = greedy(&model, &src, limit, false);
+        greedy_pass(&mut captured)?;
     }
     let decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
+    let host = Snapshot::now().since(&host0);
+    let decode_host_ms = (host.measured && !is_flex(device)).then(|| 1e3 * host.launch_s() / passes as f64);
     let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
-    // Warmed up like greedy: the first pass compiles the search's kernels on a GPU.
-    let _ = beam_search(&model, &src, &cfg);
+    let beam_pass = |c: &mut Option<CapturedSearch<'_, _>>| -> Result<(), BenchError> {
+        match c {
+            Some(c) => c.beam(&src_ids, &lens, s, &cfg).map(drop).map_err(BenchError::Graph),
+            None => Ok(drop(beam_search(&model, &src, &cfg))),
+        }
+    };
+    // Warmed up like greedy: the first pass compiles the search's kernels on a GPU (and
+    // records its graphs).
+    beam_pass(&mut captured)?;
     let t0 = Instant::now();
     for _ in 0..passes {
-        let _ = beam_search(&model, &src, &cfg);
+        beam_pass(&mut captured)?;
     }
     let beam5_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
     Ok(BenchResult {
@@ -343,6 +368,7 @@ pub fn bench(
         train_phase_ms,
         train_host_ms,
         train_host_split_ms,
+        decode_host_ms,
     })
 }
 

@@ -3,7 +3,9 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::{Batch, BatchConfig, Batcher, Example, Tokenizer};
-use s2s_decode::{BeamConfig, Hypothesis, Incremental, MaxLength, SampleConfig, beam_search, greedy, sample};
+use s2s_decode::{
+    BeamConfig, CapturedSearch, Hypothesis, Incremental, MaxLength, Run, SampleConfig, beam_search, greedy, sample,
+};
 use s2s_models::{Model, Source};
 
 use crate::loss::label_smoothed_loss;
@@ -70,18 +72,72 @@ pub enum Search {
 /// Translations of `sources` (ids without specials; `</s>` is appended), in input order: one
 /// n-best list per source (one hypothesis for greedy search and sampling). Sources are batched
 /// by length with `batch`. `model` is a [`Model`] or an [`s2s_decode::Ensemble`] of them.
+///
+/// With `capture`, greedy and beam search replay their steps from graphs recorded per batch
+/// shape ([`s2s_decode::captured`]; GPU devices): the same tokens. Cross-attention kept for
+/// the output, sampling, and a device that cannot capture run eagerly (a capture that fails
+/// says so on stderr and the rest runs eagerly).
 pub fn translate<M: Incremental>(
     model: &M,
     sources: &[Vec<u32>],
     batch: BatchConfig,
     search: &Search,
     device: &Device,
-) -> Vec<Vec<Hypothesis>> {
+    capture: bool,
+) -> Vec<Vec<Hypothesis>>
+where
+    M::State: Clone,
+{
+    let mut captured = capture.then(|| CapturedSearch::new(model, device, Run::Replay, CAPTURED_CHAINS));
+    translate_with(model, sources, batch, search, device, &mut captured)
+}
+
+/// [`translate`] with the captured search's chains kept by the caller (`Some`), so that calls
+/// after the first replay the graphs the first recorded. `None`, or a search that is not
+/// captured, decodes eagerly; a failed capture leaves `None` behind.
+pub fn translate_with<'m, M: Incremental>(
+    model: &'m M,
+    sources: &[Vec<u32>],
+    batch: BatchConfig,
+    search: &Search,
+    device: &Device,
+    captured: &mut Option<CapturedSearch<'m, M>>,
+) -> Vec<Vec<Hypothesis>>
+where
+    M::State: Clone,
+{
     let examples: Vec<Example> =
         sources.iter().map(|s| Example { src: s.clone(), tgt: Vec::new() }).collect();
     let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); sources.len()];
+    let capturable = !s2s_kernels::ops::is_cpu(device)
+        && match search {
+            Search::Greedy { attention, .. } => !attention,
+            Search::Beam(cfg) => !cfg.attention,
+            Search::Sample(_) => false,
+        };
     for idx in Batcher::new(&examples, batch).ordered() {
         let b = Batch::collate(&examples, &idx);
+        if let Some(c) = captured.as_mut().filter(|_| capturable) {
+            let replayed = match search {
+                Search::Greedy { limit, .. } => {
+                    c.greedy(&b.src, &b.src_lens, b.src_len, *limit).map(|h| h.into_iter().map(|h| vec![h]).collect())
+                }
+                Search::Beam(cfg) => c.beam(&b.src, &b.src_lens, b.src_len, cfg),
+                Search::Sample(_) => unreachable!("sampling is not captured"),
+            };
+            match replayed {
+                Ok(hyps) => {
+                    for (h, &i) in hyps.into_iter().zip(&idx) {
+                        out[i] = h;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("warning: captured decoding failed ({e}); decoding eagerly from here");
+                    *captured = None;
+                }
+            }
+        }
         let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
         let hyps: Vec<Vec<Hypothesis>> = match search {
             Search::Greedy { limit, attention } => {
@@ -99,6 +155,9 @@ pub fn translate<M: Incremental>(
     }
     out
 }
+
+/// Most chains of captured decoding graphs alive at once (one per search and batch shape).
+pub const CAPTURED_CHAINS: usize = 16;
 
 /// Detokenised best hypotheses (an empty line where a list is empty).
 pub fn detokenize(tok: &Tokenizer, hyps: &[Vec<Hypothesis>]) -> Vec<String> {

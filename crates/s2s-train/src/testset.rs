@@ -86,7 +86,7 @@ pub fn evaluate_test(
     let sources: Vec<Vec<u32>> = ex.iter().map(|e| e.src.clone()).collect();
     let decode_batch = BatchConfig { max_tokens: batch.max_tokens.max(1024), max_sentences: 64, ..batch };
     let t0 = Instant::now();
-    let hyps = translate(model, &sources, decode_batch, search, device);
+    let hyps = translate(model, &sources, decode_batch, search, device, false);
     let decode_seconds = t0.elapsed().as_secs_f64();
     let text = detokenize(&tok.tgt, &hyps);
     let (sum, tokens) = nll(model, &ex, batch, device);
@@ -123,7 +123,7 @@ pub fn evaluate_test(
         Search::Beam(c) => c.max_length,
         Search::Sample(c) => c.max_length,
     };
-    let with_att = translate(model, &few, decode_batch, &Search::Greedy { limit, attention: true }, device);
+    let with_att = translate(model, &few, decode_batch, &Search::Greedy { limit, attention: true }, device, false);
     let attention: Vec<AttentionExample> = few
         .iter()
         .zip(with_att)

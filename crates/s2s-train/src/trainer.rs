@@ -556,7 +556,7 @@ fn validate_and_checkpoint(
     };
     let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
     let search = Search::Greedy { limit: spec.max_output, attention: false };
-    let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0]);
+    let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0], false);
     let text = detokenize(&job.tokenizers.tgt, &hyps);
     let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
     let metric = match spec.stop_metric {

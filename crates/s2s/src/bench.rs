@@ -42,8 +42,8 @@ pub struct BenchArgs {
     /// With --launch-probe: f32 elements each launch touches.
     #[arg(long, default_value_t = 64)]
     probe_elems: usize,
-    /// Training steps after the warm-up are one captured graph, replayed (GPU devices; `on`
-    /// or `off`).
+    /// Training steps after the warm-up are one captured graph, replayed, and so are greedy
+    /// and beam-5 decoding steps after their untimed pass (GPU devices; `on` or `off`).
     #[arg(long, default_value = "off")]
     capture: Capture,
     /// Training only: no decoding passes (their figures 0), e.g. to profile the training step.
@@ -51,7 +51,7 @@ pub struct BenchArgs {
     no_decode: bool,
 }
 
-/// `--capture`: replay the training step from a captured graph, or not.
+/// `--capture`: replay the training and decoding steps from captured graphs, or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Capture {
     On,

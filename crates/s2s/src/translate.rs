@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use s2s_data::{BatchConfig, Tokenizers, normalize};
-use s2s_decode::{BeamConfig, Ensemble, Hypothesis, LengthPenalty, SampleConfig};
+use s2s_decode::{BeamConfig, CapturedSearch, Ensemble, Hypothesis, LengthPenalty, Run, SampleConfig};
 use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
 use s2s_train::device::{DeviceChoice, select};
-use s2s_train::evaluate::{Search, translate};
+use s2s_train::config::Capture;
+use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_with};
 use s2s_train::run::read_manifest;
 
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
@@ -55,6 +56,10 @@ pub struct TranslateArgs {
     /// Device: auto, cpu or wgpu.
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// GPU decoding steps captured as graphs per batch shape and replayed (greedy and beam
+    /// search without --attention): auto (on a physical GPU), on, off.
+    #[arg(long, default_value = "auto")]
+    capture: Capture,
     /// Sample each next token instead of searching (--temperature, --top-k, --top-p, --seed);
     /// reproducible for a seed, whatever the batch size.
     #[arg(long, conflicts_with_all = ["nbest", "beam"])]
@@ -89,6 +94,8 @@ struct Translator {
     batch: BatchConfig,
     device: burn::tensor::Device,
     max_src: usize,
+    /// Whether greedy and beam steps are replayed from captured graphs.
+    capture: bool,
 }
 
 impl Translator {
@@ -136,7 +143,7 @@ impl Translator {
             bail!("--nbest must be between 1 and --beam ({})", a.beam);
         }
         let limit = manifest.config.train.max_output;
-        let capture = a.attention.is_some();
+        let keep_attention = a.attention.is_some();
         let search = if a.sample {
             let cfg = SampleConfig {
                 temperature: a.temperature,
@@ -149,7 +156,7 @@ impl Translator {
             cfg.check().map_err(|e| anyhow::anyhow!("--sample: {e}"))?;
             Search::Sample(cfg)
         } else if a.beam == 1 {
-            Search::Greedy { limit, attention: capture }
+            Search::Greedy { limit, attention: keep_attention }
         } else {
             Search::Beam(BeamConfig {
                 beam: a.beam,
@@ -157,7 +164,7 @@ impl Translator {
                 penalty: a.penalty,
                 nbest,
                 max_length: limit,
-                attention: capture,
+                attention: keep_attention,
             })
         };
         let batch = BatchConfig {
@@ -165,7 +172,14 @@ impl Translator {
             max_sentences: a.batch_size.max(1),
             ..Default::default()
         };
-        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1) })
+        let gpu = !s2s_kernels::ops::is_cpu(&device);
+        let capture = match a.capture {
+            Capture::On if !gpu => bail!("--capture on needs a GPU device (--device wgpu): the CPU launches no kernels"),
+            Capture::On => true,
+            Capture::Auto => gpu && !burn::tensor::Device::enumerate_physical().is_empty(),
+            Capture::Off => false,
+        };
+        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1), capture })
     }
 
     /// Encodes one line (empty stays empty), truncating with a warning.
@@ -184,7 +198,7 @@ impl Translator {
 
     /// Translates a chunk whose first line has the 0-based index `first` in the input (empty
     /// sources give no hypotheses).
-    fn run(&self, sources: &[Vec<u32>], first: usize) -> Vec<Vec<Hypothesis>> {
+    fn run<'t>(&'t self, sources: &[Vec<u32>], first: usize, kept: &mut Kept<'t>) -> Vec<Vec<Hypothesis>> {
         let mut out = vec![Vec::new(); sources.len()];
         // Sampling draws sentence i's tokens from stream i: each line translated on its own
         // index, so empty lines skipped here do not shift the others.
@@ -201,11 +215,13 @@ impl Translator {
                 }
                 s => s,
             };
-            let hyps = if self.models.len() == 1 {
-                translate(&self.models[0], &picked, self.batch, &search, &self.device)
-            } else {
-                let ensemble = Ensemble::new(self.models.iter().collect());
-                translate(&ensemble, &picked, self.batch, &search, &self.device)
+            let hyps = match kept {
+                Kept::Single(captured) => {
+                    translate_with(&self.models[0], &picked, self.batch, &search, &self.device, captured)
+                }
+                Kept::Ensemble(ensemble, captured) => {
+                    translate_with(*ensemble, &picked, self.batch, &search, &self.device, captured)
+                }
             };
             for (h, &i) in hyps.into_iter().zip(&group) {
                 out[i] = h;
@@ -215,9 +231,38 @@ impl Translator {
     }
 }
 
+/// What lives across chunks: the ensemble, and the captured decoding graphs (recorded by the
+/// first chunk of each batch shape, replayed by the next).
+enum Kept<'t> {
+    Single(Option<CapturedSearch<'t, Model>>),
+    Ensemble(&'t Ensemble<'t, Model>, Option<CapturedSearch<'t, Ensemble<'t, Model>>>),
+}
+
+impl Kept<'_> {
+    /// Says on stderr what the captured search did, when it ran.
+    fn report(&self) {
+        let stats = match self {
+            Kept::Single(c) => c.as_ref().map(CapturedSearch::stats),
+            Kept::Ensemble(_, c) => c.as_ref().map(CapturedSearch::stats),
+        };
+        if let Some(s) = stats {
+            eprintln!(
+                "captured decoding: {} graphs recorded, {} replayed ({} batch shapes)",
+                s.captures, s.replays, s.chains_alive
+            );
+        }
+    }
+}
+
 /// Runs `s2s translate`.
 pub fn run(a: TranslateArgs) -> Result<()> {
     let t = Translator::load(&a)?;
+    let ensemble = Ensemble::new(t.models.iter().collect());
+    let mut kept = if t.models.len() == 1 {
+        Kept::Single(t.capture.then(|| CapturedSearch::new(&t.models[0], &t.device, Run::Replay, CAPTURED_CHAINS)))
+    } else {
+        Kept::Ensemble(&ensemble, t.capture.then(|| CapturedSearch::new(&ensemble, &t.device, Run::Replay, CAPTURED_CHAINS)))
+    };
     if let Some(dir) = &a.attention {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -261,13 +306,14 @@ pub fn run(a: TranslateArgs) -> Result<()> {
             || (failure.is_some() && !pending.is_empty())
         {
             let first = line_no - pending.len() - usize::from(failure.is_some()) + 1;
-            write_chunk(&t, &a, &pending, first, &mut out)?;
+            write_chunk(&t, &a, &pending, first, &mut kept, &mut out)?;
             pending.clear();
         }
         if let Some(e) = failure {
             return Err(e);
         }
         if n == 0 {
+            kept.report();
             return Ok(());
         }
     }
@@ -286,14 +332,15 @@ fn consecutive_runs(indices: &[usize]) -> Vec<Vec<usize>> {
 }
 
 /// Translates and writes a chunk whose first line is `first` (1-based), then flushes.
-fn write_chunk(
-    t: &Translator,
+fn write_chunk<'t>(
+    t: &'t Translator,
     a: &TranslateArgs,
     sources: &[Vec<u32>],
     first: usize,
+    kept: &mut Kept<'t>,
     out: &mut impl Write,
 ) -> Result<()> {
-    let hyps = t.run(sources, first - 1);
+    let hyps = t.run(sources, first - 1, kept);
     for (k, (src, h)) in sources.iter().zip(&hyps).enumerate() {
         let line = first + k;
         if let Some(n) = a.nbest {

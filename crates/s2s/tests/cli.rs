@@ -487,6 +487,37 @@ fn killed_runs_resume_to_the_uninterrupted_result() {
     assert!(leftovers.is_empty(), "half-written checkpoints are cleaned up: {leftovers:?}");
 }
 
+/// `s2s translate --capture on` (wgpu; lavapipe where there is no GPU) writes what eager
+/// decoding writes, greedy and beam, across chunks that replay the graphs the first recorded.
+#[test]
+fn captured_translation_equals_eager_translation() {
+    let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let run = tmp("translate-captured").join("run");
+    let o = run_env(&crash_args(&run, "12"), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let input = "the dog sleeps .\na man runs .\nthe cat eats the fish .\ntwo women sing a song .\nthe dog runs .\n";
+    for beam in ["1", "3"] {
+        let out = |capture: &str| {
+            let args = ["translate", "--model", run.to_str().unwrap(), "--device", "wgpu", "--beam", beam];
+            let mut args: Vec<&str> = args.to_vec();
+            args.extend(["--chunk", "2", "--capture", capture]);
+            let o = s2s_stdin(&args, input);
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            let err = text(&o.stderr);
+            assert!(!err.contains("warning: captured decoding failed"), "{err}");
+            // Chunks of 2, 2 and 1 lines: two shapes recorded, the second chunk replays.
+            assert_eq!(err.contains("captured decoding:"), capture == "on", "{err}");
+            if capture == "on" {
+                assert!(err.contains("(2 batch shapes)"), "{err}");
+            }
+            text(&o.stdout)
+        };
+        let eager = out("off");
+        assert_eq!(eager.lines().count(), 5);
+        assert_eq!(out("on"), eager, "beam {beam}");
+    }
+}
+
 /// Captured GPU steps (wgpu; lavapipe where there is no GPU) through a crash: killed inside
 /// the checkpoint of step 8, resumed — the graphs are recorded afresh and Adam's step count
 /// is the trainer's, so the run ends as an uninterrupted one does: the same metrics and

@@ -61,7 +61,7 @@ fn run(ctx: &Context) -> Finding {
     let decode = |beam: usize, alpha: f64| {
         let search =
             Search::Beam(BeamConfig { beam, alpha, max_length: cfg.train.max_output, ..Default::default() });
-        let hyps = translate(&model, &sources, s2s_data::BatchConfig::default(), &search, &device);
+        let hyps = translate(&model, &sources, s2s_data::BatchConfig::default(), &search, &device, false);
         let text = detokenize(&tok.tgt, &hyps);
         let scores: Vec<f64> =
             hyps.iter().map(|h| h.first().map_or(f64::NEG_INFINITY, |h| h.score)).collect();
