@@ -11,8 +11,8 @@
 # anchor) in every round and prints our Transformer's greedy and beam-5 ratios to it.
 # --shapes FILE: other shapes in models.json's format (experiments/bench/multi30k-4k.json, …) for
 # both sides: PyTorch's references run from a temporary copy whose models.json is FILE.
-# --capture also runs ours with `--capture on` (the training step replayed from a captured graph,
-# GPU only) in every round and prints its table too.
+# --capture also runs ours with `--capture on` (the training step and the greedy and beam steps
+# replayed from captured graphs, GPU only) in every round and prints its table too.
 # --isa avx2 caps every side's CPU instruction set, to see on an AVX-512 machine what an AVX2
 # laptop or VM runs: ours through S2S_CPU_ISA, PyTorch through ATEN_CPU_CAPABILITY and
 # ONEDNN_MAX_CPU_ISA, CTranslate2 through CT2_FORCE_CPU_ISA (and MKL_ENABLE_INSTRUCTIONS).
@@ -124,7 +124,7 @@ table(ours, "")
 if base:
   table(base, "The base build (S2S_BIN_BASE), same rounds:")
 if replayed:
-  table(replayed, "Ours with the training step replayed from a captured graph (--capture on), same rounds:")
+  table(replayed, "Ours with training and decoding steps replayed from captured graphs (--capture on), same rounds:")
   host = lambda runs: statistics.median(r.get("train_host_ms") or 0 for r in runs) if runs else 0
   print("\n| model | host ms a training step, eager | replayed | eager / replayed |\n|---|---|---|---|")
   for m, r in replayed.items():
