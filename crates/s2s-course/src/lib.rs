@@ -134,6 +134,7 @@ pub fn claims() -> Vec<Claim> {
         claims::permutation::CLAIM,
         claims::complexity::CLAIM,
         claims::parallel::CLAIM,
+        claims::bidirectional::CLAIM,
     ]
 }
 

@@ -1,6 +1,7 @@
 //! One module per claim: its statement, lecture section, criterion and experiment.
 
 pub mod beam;
+pub mod bidirectional;
 pub mod bottleneck;
 pub mod causal;
 pub mod complexity;
