@@ -58,6 +58,19 @@ impl Source {
         (keep, key_mask)
     }
 
+    /// Writes rows `ids` (row-major, this batch's shape) of real lengths `lens` into these
+    /// buffers in place, with their masks: a captured step's source, for the next replay.
+    /// Nothing is launched.
+    pub fn write(&mut self, ids: &[u32], lens: &[usize]) {
+        let [rows, len] = self.ids.dims();
+        assert_eq!((lens.len(), ids.len()), (rows, rows * len), "a source of another shape");
+        let (keep, key_mask) = Self::masks(lens, len);
+        s2s_kernels::graph::write_ids(&self.ids, ids);
+        s2s_kernels::graph::write_floats(&self.keep, &keep);
+        s2s_kernels::graph::write_floats(&self.key_mask, &key_mask);
+        self.lens = lens.to_vec();
+    }
+
     /// This batch as a captured step's input (see [`graph_input`](Self::graph_input)).
     pub fn as_graph_input(self) -> Self {
         Self { graph_input: true, ..self }

@@ -80,15 +80,11 @@ impl StepInputs {
             (rows, s, self.keep.dims()[1]),
             "a batch of another shape"
         );
-        let (src_keep, key_mask) = Source::masks(&b.src_lens, b.src_len);
         let (tgt_keep, _) = Source::masks(&b.tgt_lens, b.tgt_len);
-        write_ids(&self.src.ids, &b.src);
-        write_floats(&self.src.keep, &src_keep);
-        write_floats(&self.src.key_mask, &key_mask);
+        self.src.write(&b.src, &b.src_lens);
         write_ids(&self.tgt_in, &b.tgt_in);
         write_ids(&self.tgt_out, &b.tgt_out);
         write_floats(&self.keep, &tgt_keep);
-        self.src.lens = b.src_lens.clone();
         self.tokens = b.tgt_tokens();
     }
 
