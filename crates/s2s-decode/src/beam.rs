@@ -403,6 +403,25 @@ pub(crate) fn run(
     (done, traces)
 }
 
+/// Each row's `min(n, vocab)` best log-probabilities and their ids (as floats, exact below
+/// 2²⁴) by burn's top-k on the device, `[rows, 2w]`: one read-back for both.
+pub(crate) fn device_tops(log_probs: Tensor<2>, n: usize) -> Tensor<2> {
+    let w = n.min(log_probs.dims()[1]);
+    let (values, indices) = log_probs.topk_with_indices(w, 1);
+    Tensor::cat(vec![values, indices.float()], 1)
+}
+
+/// [`device_tops`] rows read back (each `w` log-probabilities, then their `w` ids), as
+/// `(lp, ids)` with row `r`'s `j`-th best at `r·w + j`.
+pub(crate) fn split_tops<'a>(rows: impl Iterator<Item = &'a [f32]>, w: usize) -> (Vec<f32>, Vec<u32>) {
+    let (mut lp, mut ids) = (Vec::new(), Vec::new());
+    for row in rows {
+        lp.extend_from_slice(&row[..w]);
+        ids.extend(row[w..2 * w].iter().map(|&t| t as u32));
+    }
+    (lp, ids)
+}
+
 /// The `n` best entries of each row of the step's log-probabilities `[rows, vocab]`, best
 /// first: `(w, lp, ids)` with `w = min(n, vocab)` and row `r`'s `j`-th best at `r·w + j`.
 ///
@@ -424,13 +443,8 @@ fn row_tops(step: &s2s_models::Step, n: usize, on_device: bool) -> (usize, Vec<f
     let log_probs = step.log_probs();
     let read = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
     if on_device {
-        let (values, indices) = log_probs.topk_with_indices(w, 1);
-        let both = read(Tensor::cat(vec![values, indices.float()], 1)); // [rows, 2w]
-        let (mut lp, mut ids) = (Vec::with_capacity(rows * w), Vec::with_capacity(rows * w));
-        for row in both.chunks(2 * w) {
-            lp.extend_from_slice(&row[..w]);
-            ids.extend(row[w..].iter().map(|&t| t as u32));
-        }
+        let both = read(device_tops(log_probs, w));
+        let (lp, ids) = split_tops(both.chunks(2 * w), w);
         (w, lp, ids)
     } else {
         let all = read(log_probs);

@@ -24,10 +24,10 @@
 //! (the studio), sampling, and the CPU, which launches no kernels.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_kernels::graph::{GraphError, Recorder, StepGraph, write_floats, write_ids};
+use s2s_kernels::graph::{GraphError, Recorder, StepGraph, write_ids};
 use s2s_models::Source;
 
-use crate::beam::{BeamConfig, BeamSteps};
+use crate::beam::{BeamConfig, BeamSteps, device_tops, split_tops};
 use crate::greedy::{BOS, EOS, GPU_CHUNK, Hypothesis, absorb};
 use crate::incremental::Incremental;
 use crate::limits::MaxLength;
@@ -69,7 +69,7 @@ struct Key {
 /// One link of a chain: the inputs the host writes before its replay, what it gives back, and
 /// the state (and, in greedy search, the last choice) the next link reads.
 struct Link<S> {
-    graph: Option<StepGraph>,
+    graph: StepGraph,
     /// Beam search: the rows to keep and each row's last token `[rows]`.
     inputs: Option<(Tensor<1, Int>, Tensor<1, Int>)>,
     out: Tensor<2>,
@@ -82,7 +82,7 @@ struct Chain<S> {
     key: Key,
     /// The source's input buffers (`[sentences, src_len]`), written before each replay.
     src: Source,
-    encoder: Option<StepGraph>,
+    encoder: StepGraph,
     encoded: S,
     /// Greedy search: `<s>` for every row, the first link's input.
     bos: Tensor<1, Int>,
@@ -92,7 +92,7 @@ struct Chain<S> {
 
 impl<S> Chain<S> {
     fn graphs(&self) -> usize {
-        usize::from(self.encoder.is_some()) + self.links.iter().filter(|l| l.graph.is_some()).count()
+        1 + self.links.len()
     }
 }
 
@@ -158,8 +158,7 @@ fn beam_step<M: Incremental>(
 ) -> (Tensor<2>, M::State) {
     let state = model.select_known(state, idx, picked);
     let (step, next) = model.step(state, last);
-    let (values, indices) = step.log_probs().topk_with_indices(w, 1);
-    (Tensor::cat(vec![values, indices.float()], 1), next)
+    (device_tops(step.log_probs(), w), next)
 }
 
 fn read(t: &Tensor<2>) -> Vec<f32> {
@@ -226,15 +225,10 @@ where
         if let Some(i) = self.chains.iter().position(|c| c.key == key) {
             let c = &mut self.chains[i];
             c.last_used = self.uses;
-            let (keep, key_mask) = Source::masks(&p.lens, p.src_len);
-            write_ids(&c.src.ids, &p.ids);
-            write_floats(&c.src.keep, &keep);
-            write_floats(&c.src.key_mask, &key_mask);
-            c.src.lens = p.lens.clone();
-            let encoder = c.encoder.as_ref().expect("a replayed chain has its encoder");
+            c.src.write(&p.ids, &p.lens);
             // SAFETY: the encoder reads the chain's source buffers and the model's parameters,
             // both alive and unmoved; its output is the state the chain holds.
-            unsafe { encoder.replay() }?;
+            unsafe { c.encoder.replay() }?;
             self.stats.replays += 1;
             return Ok(i);
         }
@@ -255,7 +249,7 @@ where
         self.chains.push(Chain {
             key,
             src,
-            encoder: Some(graph),
+            encoder: graph,
             encoded,
             bos,
             links: Vec::new(),
@@ -314,13 +308,13 @@ where
                         let (graph, (out, state, choice)) =
                             capture(&self.device, || greedy_chunk(model, state.clone(), last.clone(), k))?;
                         self.stats.captures += 1;
-                        self.chains[c].links.push(Link { graph: Some(graph), inputs: None, out, state, choice: Some(choice) });
+                        self.chains[c].links.push(Link { graph, inputs: None, out, state, choice: Some(choice) });
                         self.count_graphs();
                     }
                     let l = &self.chains[c].links[link];
                     // SAFETY: the link reads its predecessor's state and choice (held by the
                     // chain) and the model's parameters; its intermediates are pinned by the graph.
-                    unsafe { l.graph.as_ref().expect("a recorded link").replay() }?;
+                    unsafe { l.graph.replay() }?;
                     self.stats.replays += 1;
                     let (keep, _) = absorb(&mut out, &live, &limits, &read(&l.out), None, k, lens, p.src_len);
                     live = keep.into_iter().map(|i| live[i]).collect();
@@ -439,13 +433,9 @@ where
             }
         };
         self.link += 1;
-        // Back to the live rows: row r's best at r·w + j.
-        let (mut lp, mut ids) = (Vec::with_capacity(fixed.len() * w), Vec::with_capacity(fixed.len() * w));
-        for &f in &fixed {
-            let row = &all[f * 2 * w..(f + 1) * 2 * w];
-            lp.extend_from_slice(&row[..w]);
-            ids.extend(row[w..].iter().map(|&t| t as u32));
-        }
+        // Back to the live rows: row r's best at r·w + j (w clamped to the vocabulary).
+        let w = all.len() / (2 * rows);
+        let (lp, ids) = split_tops(fixed.iter().map(|&f| &all[f * 2 * w..(f + 1) * 2 * w]), w);
         (w, lp, ids, None)
     }
 }
@@ -472,7 +462,7 @@ where
             let (graph, (out, state)) =
                 capture(&search.device, || beam_step(model, state.clone(), &ix, picked, last.clone(), w))?;
             search.stats.captures += 1;
-            search.chains[c].links.push(Link { graph: Some(graph), inputs: Some((ix, last)), out, state, choice: None });
+            search.chains[c].links.push(Link { graph, inputs: Some((ix, last)), out, state, choice: None });
             search.count_graphs();
         } else {
             let (ix, last) = search.chains[c].links[self.link].inputs.as_ref().expect("a beam link's inputs");
@@ -482,7 +472,7 @@ where
         let l = &search.chains[c].links[self.link];
         // SAFETY: the link reads its inputs and its predecessor's state (held by the chain)
         // and the model's parameters; its intermediates are pinned by the graph.
-        unsafe { l.graph.as_ref().expect("a recorded link").replay() }?;
+        unsafe { l.graph.replay() }?;
         search.stats.replays += 1;
         Ok(read(&l.out))
     }
