@@ -9,27 +9,10 @@
 
 use burn::tensor::Device;
 use s2s_decode::{BeamConfig, CapturedSearch, Hypothesis, MaxLength, Run, beam_search, greedy};
-use s2s_models::attention::LuongScore;
-use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
+use s2s_models::{Model, ModelSpec, Source};
 
 fn specs() -> Vec<(&'static str, ModelSpec)> {
-    let rnn = AttentionRnnSpec { emb: 8, hidden: 12, ..Default::default() };
-    vec![
-        ("lstm", ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, ..Default::default() })),
-        ("bahdanau", ModelSpec::Bahdanau(AttentionRnnSpec { bidirectional: true, ..rnn.clone() })),
-        ("luong", ModelSpec::Luong(AttentionRnnSpec { layers: 2, score: LuongScore::General, ..rnn })),
-        (
-            "transformer",
-            ModelSpec::Transformer(TransformerSpec {
-                d_model: 8,
-                heads: 2,
-                ffn: 16,
-                enc_layers: 2,
-                dec_layers: 2,
-                ..Default::default()
-            }),
-        ),
-    ]
+    s2s_models::testing::tiny_specs(0.0)
 }
 
 const VOCAB: usize = 24;

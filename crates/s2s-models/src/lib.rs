@@ -18,6 +18,7 @@ pub mod interface;
 pub mod lstm;
 pub mod model;
 pub mod rnn;
+pub mod testing;
 pub mod transformer;
 
 /// What the unit tests share.

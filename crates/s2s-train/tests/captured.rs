@@ -4,35 +4,13 @@
 //! is skipped (with a message) elsewhere.
 
 use s2s_kernels::ops::FusedAdam;
-use s2s_models::attention::LuongScore;
-use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
+use s2s_models::{LstmSpec, ModelSpec, TransformerSpec};
 use s2s_train::bench::BatchShape;
 use s2s_train::captured::{FixedBatchTrainer, StepInputs};
 
 /// Tiny models of the four kinds, every dropout site on.
 fn specs() -> Vec<(&'static str, ModelSpec)> {
-    let rnn = AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.2, ..Default::default() };
-    vec![
-        (
-            "lstm",
-            ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.2, ..Default::default() }),
-        ),
-        ("bahdanau", ModelSpec::Bahdanau(AttentionRnnSpec { bidirectional: true, ..rnn.clone() })),
-        ("luong", ModelSpec::Luong(AttentionRnnSpec { layers: 2, score: LuongScore::General, ..rnn })),
-        (
-            "transformer",
-            ModelSpec::Transformer(TransformerSpec {
-                d_model: 8,
-                heads: 2,
-                ffn: 16,
-                enc_layers: 2,
-                dec_layers: 2,
-                dropout: 0.2,
-                attention_dropout: 0.2,
-                ..Default::default()
-            }),
-        ),
-    ]
+    s2s_models::testing::tiny_specs(0.2)
 }
 
 /// Steps compared: 2 eager, the capture's warm-up (eager), then replays.
