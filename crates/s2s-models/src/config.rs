@@ -133,6 +133,9 @@ pub struct TransformerSpec {
     /// Causal self-attention in the decoder (off: a teaching ablation — training reads the
     /// future, decoding cannot).
     pub causal: bool,
+    /// Attention scores divided by √d_k (off: a teaching ablation, the unscaled dot product
+    /// whose variance grows with d_k).
+    pub scaled: bool,
 }
 
 impl Default for TransformerSpec {
@@ -150,6 +153,7 @@ impl Default for TransformerSpec {
             share_embeddings: true,
             positions: true,
             causal: true,
+            scaled: true,
         }
     }
 }
@@ -165,6 +169,9 @@ impl ModelSpec {
             }
             if !t.causal {
                 v.push("causal = false: training reads the token it must predict; decoding cannot");
+            }
+            if !t.scaled {
+                v.push("scaled = false: attention scores are not divided by √d_k and saturate the softmax");
             }
         }
         v
@@ -245,6 +252,7 @@ impl ModelSpec {
                 .with_share_embeddings(s.share_embeddings && joint && src_vocab == tgt_vocab)
                 .with_positions(s.positions)
                 .with_causal(s.causal)
+                .with_scaled(s.scaled)
                 .init(device)
                 .map(Model::Transformer),
         }

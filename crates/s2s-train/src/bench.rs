@@ -190,6 +190,7 @@ impl Shape {
                 share_embeddings: false,
                 positions: true,
                 causal: true,
+                scaled: true,
             }),
             (f, _) => return Err(BenchError::Unknown("family", f.to_string())),
         })

@@ -30,6 +30,9 @@ pub struct LayerConfig {
     /// Pre-norm (true) or post-norm (false).
     #[config(default = true)]
     pub pre_norm: bool,
+    /// Attention scores divided by √d_k ([`MultiHeadAttentionConfig::scaled`]).
+    #[config(default = true)]
+    pub scaled: bool,
 }
 
 /// Position-wise feed-forward network, `FFN(x) = max(0, xW₁ + b₁)W₂ + b₂` (eq. 2).
@@ -100,6 +103,7 @@ impl LayerConfig {
     fn attention(&self, device: &Device) -> Result<MultiHeadAttention, crate::ModelError> {
         MultiHeadAttentionConfig::new(self.d_model, self.heads)
             .with_dropout(self.attention_dropout)
+            .with_scaled(self.scaled)
             .init(device)
     }
 

@@ -22,6 +22,10 @@ pub struct MultiHeadAttentionConfig {
     /// Dropout on the attention weights.
     #[config(default = 0.1)]
     pub dropout: f64,
+    /// Scores divided by √d_k, as in the paper. Off is a teaching ablation: the unscaled
+    /// `softmax(QKᵀ) V`, whose scores have variance ≈ d_k at initialisation.
+    #[config(default = true)]
+    pub scaled: bool,
 }
 
 /// Multi-head attention with separate `W^Q`, `W^K`, `W^V`, `W^O` (biases included, as in
@@ -46,6 +50,9 @@ pub struct MultiHeadAttention {
     /// Heads.
     #[module(skip)]
     pub heads: usize,
+    /// Whether scores are divided by √d_k ([`MultiHeadAttentionConfig::scaled`]).
+    #[module(skip)]
+    pub scaled: bool,
 }
 
 /// Projected keys and values, split into heads. As a decoder's self-attention cache it grows
@@ -153,6 +160,7 @@ impl MultiHeadAttentionConfig {
             output: zero_bias(linear()),
             dropout: DropoutConfig::new(self.dropout).init(),
             heads: self.heads,
+            scaled: self.scaled,
         })
     }
 }
@@ -163,6 +171,17 @@ impl MultiHeadAttentionConfig {
 pub(crate) const CAT_MIN_ROWS: usize = 1024;
 
 impl MultiHeadAttention {
+    /// Projected queries as the scaled attention below takes them: `q` itself, or, unscaled,
+    /// `√d_k · q`, so that `(√d_k q) kᵀ / √d_k = q kᵀ` — one multiplication serves every
+    /// attention path.
+    fn queries(&self, q: Tensor<3>) -> Tensor<3> {
+        if self.scaled {
+            return q;
+        }
+        let d_k = q.dims()[2] / self.heads;
+        q * (d_k as f32).sqrt()
+    }
+
     /// `[b, t, d]` → `[b, h, t, d/h]`.
     fn split(&self, x: Tensor<3>) -> Tensor<4> {
         let [b, t, d] = x.dims();
@@ -214,6 +233,9 @@ impl MultiHeadAttention {
     pub fn self_attend(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
         let ([q, k, v], qkv) = self.project_fused(x, [&self.query, &self.key, &self.value]);
         let kv = KeyValue::new(self.split(k), self.split(v));
+        // The fused kernel reads `Q` inside `[Q | K | V]`: unscaled attention goes around it.
+        let qkv = qkv.filter(|_| self.scaled);
+        let q = self.queries(q);
         match (qkv, mask) {
             (Some(qkv), Some(m)) => {
                 let out = ops::self_attention(qkv, m, self.heads, &self.dropout); // [B, T, d_model]
@@ -233,7 +255,7 @@ impl MultiHeadAttention {
     /// from one fused `[d_model, 3·d_model]` product.
     pub fn project_qkv(&self, x: Tensor<3>) -> (Tensor<4>, KeyValue) {
         let ([q, k, v], _) = self.project_fused(x, [&self.query, &self.key, &self.value]);
-        (self.split(q), KeyValue::new(self.split(k), self.split(v)))
+        (self.split(self.queries(q)), KeyValue::new(self.split(k), self.split(v)))
     }
 
     /// Attends from `query` to `kv`; `mask` is added to the scores (0 or −∞), broadcast over
@@ -257,7 +279,7 @@ impl MultiHeadAttention {
         mask: Option<&Tensor<4>>,
         source: Option<&Tensor<1, Int>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        let q = ops::linear(&self.query, query);
+        let q = self.queries(ops::linear(&self.query, query));
         if let Some(step) = self.attend_step(&q, kv, mask, source) {
             return step;
         }
@@ -573,6 +595,42 @@ mod tests {
             let b = row / heads;
             assert!(v[t - b % 3..].iter().all(|&x| x == 0.0), "padded keys of sentence {b} get exactly 0");
         }
+    }
+
+    /// `scaled = false` is `softmax(QKᵀ) V`: the same as a scaled module whose `W^Q` and
+    /// query bias are `√d_k` times larger, through every attention path (the fused
+    /// self-attention's rows, cross-attention, a decoding step), and not the scaled module's.
+    #[test]
+    fn unscaled_attention_is_the_plain_dot_product() {
+        let d = Device::flex();
+        d.seed(5);
+        // 9 × 120 rows: over CAT_MIN_ROWS, where the scaled module fuses [Q | K | V].
+        let (batch, t, d_model, heads) = (9, 120, 16, 4);
+        let unscaled = MultiHeadAttentionConfig::new(d_model, heads)
+            .with_dropout(0.0)
+            .with_scaled(false)
+            .init(&d)
+            .unwrap();
+        let mut wide = unscaled.clone();
+        wide.scaled = true;
+        let sqrt_dk = ((d_model / heads) as f32).sqrt();
+        wide.query.weight = Param::from_tensor(unscaled.query.weight.val() * sqrt_dk);
+        wide.query.bias = unscaled.query.bias.as_ref().map(|b| Param::from_tensor(b.val() * sqrt_dk));
+        let mut plain = unscaled.clone();
+        plain.scaled = true;
+        let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &d);
+        let mask = padding(batch, t, &d);
+        let close = |a: Tensor<3>, b: Tensor<3>| crate::test_support::max_diff(a, b) < 1e-4;
+        let self_out = |m: &MultiHeadAttention| m.self_attend(x.clone(), Some(&mask)).0;
+        assert!(close(self_out(&unscaled), self_out(&wide)), "self-attention");
+        assert!(!close(self_out(&unscaled), self_out(&plain)), "the switch changes nothing");
+        let q = x.clone().narrow(1, 0, 3);
+        let cross = |m: &MultiHeadAttention| m.attend(q.clone(), &m.project_kv(x.clone()), Some(&mask));
+        let ((a, wa), (b, wb)) = (cross(&unscaled), cross(&wide));
+        assert!(close(a, b), "cross-attention");
+        assert!(crate::test_support::max_diff(wa, wb) < 1e-5, "cross-attention weights");
+        let step = |m: &MultiHeadAttention| m.attend(q.clone().narrow(1, 0, 1), &m.project_kv(x.clone()), Some(&mask)).0;
+        assert!(close(step(&unscaled), step(&wide)), "a decoding step");
     }
 
     #[test]

@@ -74,6 +74,10 @@ pub struct TransformerConfig {
     /// can.
     #[config(default = true)]
     pub causal: bool,
+    /// Divide attention scores by √d_k. Off is a teaching ablation: unscaled scores have
+    /// variance ≈ d_k, so the softmax saturates and passes on little gradient.
+    #[config(default = true)]
+    pub scaled: bool,
 }
 
 /// The Transformer encoder-decoder.
@@ -200,7 +204,8 @@ impl TransformerConfig {
         let layer = LayerConfig::new(self.d_model, self.heads, self.d_ff)
             .with_dropout(self.dropout)
             .with_attention_dropout(self.attention_dropout)
-            .with_pre_norm(self.pre_norm);
+            .with_pre_norm(self.pre_norm)
+            .with_scaled(self.scaled);
         // N(0, d^-1/2) so that √d · E[y] has unit scale (as in fairseq).
         let embedding = |v: usize| {
             EmbeddingConfig::new(v, self.d_model)
