@@ -2,7 +2,7 @@
 # Side-by-side throughput: `s2s bench --json` and ../shared/bench/torch_ref.py on the same
 # machine, then the ratio per model (ours / PyTorch).
 #   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer] [--rounds R] [--ct2]
-#                             [--shapes FILE] [--capture] [--isa avx2|avx512]
+#                             [--shapes FILE] [--capture] [--isa avx2|avx512] [--busy]
 # Each round runs every model once with ours, then once with PyTorch, model by model, so the
 # two meet the same machine state; with R > 1 the table shows the median of each figure and
 # the range of the per-round ratios (shared VMs drift 10-30 % between runs).
@@ -16,13 +16,18 @@
 # --isa avx2 caps every side's CPU instruction set, to see on an AVX-512 machine what an AVX2
 # laptop or VM runs: ours through S2S_CPU_ISA, PyTorch through ATEN_CPU_CAPABILITY and
 # ONEDNN_MAX_CPU_ISA, CTranslate2 through CT2_FORCE_CPU_ISA (and MKL_ENABLE_INSTRUCTIONS).
-# burn's own products (gemm) pick AVX-512 at run time in a build with burn's `x86-v4`
-# feature, which no variable caps: the script says so unless S2S_BIN names a build without it.
+# burn's own products (gemm) pick AVX-512 at run time in a build with burn's `x86-v4` feature
+# (the default `avx512` feature), which no variable caps: on an AVX-512 machine, unless S2S_BIN
+# names a binary, the script builds one without it (`--no-default-features`, kept as
+# target/release/s2s-avx2; the first time it recompiles burn's CPU crates) and runs that.
+# --busy also runs both sides again in every round with a competing process spinning on CPU 0
+# (`taskset -c 0`, stopped after each run), as on a laptop or VM whose other work takes a core
+# away now and then, and prints what share of its quiet throughput each side keeps.
 # S2S_BIN_BASE=PATH also runs a second build of ours in every round, just before the first,
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=
+device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
     --shapes) shapes=$(realpath "$2"); shift 2;;
     --capture) capture=1; shift;;
     --isa) isa=$2; shift 2;;
+    --busy) busy=1; shift;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -43,7 +49,11 @@ case "$isa" in
     export S2S_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$isa ONEDNN_MAX_CPU_ISA=$upper CT2_FORCE_CPU_ISA=$upper
     [ "$isa" = avx2 ] && export MKL_ENABLE_INSTRUCTIONS=AVX2
     if [ "$isa" = avx2 ] && [ -z "${S2S_BIN:-}" ] && grep -q avx512f /proc/cpuinfo; then
-      echo "note: burn's products (gemm) still use AVX-512 in this build; set S2S_BIN to a build without burn's x86-v4 feature for a full AVX2 picture" >&2
+      echo "building s2s without gemm's AVX-512 kernels (target/release/s2s-avx2)" >&2
+      cargo build --release -p s2s --no-default-features >&2
+      cp target/release/s2s target/release/s2s-avx2
+      cargo build --release -p s2s >&2   # the default binary back in place
+      export S2S_BIN=target/release/s2s-avx2
     fi;;
   *) echo "--isa takes avx2 or avx512" >&2; exit 2;;
 esac
@@ -60,7 +70,16 @@ trap 'rm -rf "$tmp" "$refs"' EXIT
 keep=${KEEP_JSON:-$tmp}; mkdir -p "$keep"
 ours=$keep/ours.jsonl; theirs=$keep/torch.jsonl; replayed=$keep/ours-captured.jsonl; anchor=$keep/ct2.jsonl
 based=$tmp/base.jsonl; errs=$keep/torch.stderr
-: > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"
+ours_busy=$keep/ours-busy.jsonl; theirs_busy=$keep/torch-busy.jsonl
+: > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
+# A process spinning on CPU 0 while "$@" runs.
+with_busy_core() {
+  taskset -c 0 sh -c 'while :; do :; done' &
+  local spinner=$!
+  "$@"; local rc=$?
+  kill "$spinner" 2> /dev/null; wait "$spinner" 2> /dev/null || true
+  return $rc
+}
 late() { [ -n "${DEADLINE:-}" ] && [ "$SECONDS" -ge "$DEADLINE" ]; }
 # Each run is cut at the deadline too (what it printed before stays).
 bounded() {
@@ -88,12 +107,18 @@ for _ in $(seq "$rounds"); do
     fi
     bounded python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
       --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs" || echo "torch_ref.py failed on $m: see $errs" >&2
+    if [ "$busy" = 1 ]; then
+      with_busy_core bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json \
+        >> "$ours_busy" || echo "s2s bench (busy core) failed on $m" >&2
+      with_busy_core bounded python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
+        --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs_busy" || echo "torch_ref.py (busy core) failed on $m" >&2
+    fi
     if [ "$ct2" = 1 ] && [ "$m" = transformer ]; then
       bounded python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>> "$errs" >> "$anchor" || echo "ct2_ref.py failed: see $errs" >&2
     fi
   done
 done
-python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" <<'PY'
+python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" "$ours_busy" "$theirs_busy" <<'PY'
 import json, statistics, sys
 def load(path):
     runs = {}
@@ -130,6 +155,15 @@ if replayed:
   for m, r in replayed.items():
     e = ours.get(m, [])
     print(f"| {m} | {host(e):.2f} | {host(r):.2f} | {host(e) / host(r) if host(r) else 0:.2f}× |")
+ours_busy, torch_busy = load(sys.argv[6]), load(sys.argv[7])
+if ours_busy:
+  table(ours_busy, "With a competing process spinning on CPU 0, same rounds:")
+  kept = lambda busy, quiet, key: f"{med(busy, key) / med(quiet, key):.2f}" if med(quiet, key) else "-"
+  print("\n| model | training kept, ours | torch | greedy kept, ours | torch |\n|---|---|---|---|---|")
+  for m, b in ours_busy.items():
+    q, tb, tq = ours.get(m, []), torch_busy.get(m, []), torch.get(m, [])
+    print(f"| {m} | {kept(b, q, 'train_tokens_per_s')} | {kept(tb, tq, 'train_tokens_per_s')} "
+          f"| {kept(b, q, 'decode_sentences_per_s')} | {kept(tb, tq, 'decode_sentences_per_s')} |")
 ct2 = load(sys.argv[4]).get("transformer", [])
 if ct2:
   print(f"\nCTranslate2 ({ct2[0]['engine']}), the same Transformer, same rounds:\n")

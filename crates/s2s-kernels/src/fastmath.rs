@@ -124,10 +124,20 @@ pub fn detected_isa() -> Isa {
     Isa::Baseline
 }
 
+/// The instruction set burn's products (`gemm`) use: AVX-512 where the CPU has it and the build
+/// has gemm's AVX-512 kernels (this crate's `avx512` feature, burn's `x86-v4`), else what the
+/// CPU has up to AVX2. `S2S_CPU_ISA` does not reach them: gemm chooses at run time by itself.
+pub fn gemm_isa() -> Isa {
+    match detected_isa() {
+        Isa::Avx512 if !cfg!(feature = "avx512") => Isa::Avx2,
+        have => have,
+    }
+}
+
 /// The instruction set our CPU kernels use: what the CPU has, capped by `S2S_CPU_ISA`
 /// (`avx2`, `avx512`, `baseline`; read once), so that an AVX-512 machine can run what an AVX2
 /// laptop runs. An unknown value is reported once on stderr and ignored. burn's products
-/// (`gemm`) choose their own: AVX-512 only in a build with burn's `x86-v4` feature.
+/// (`gemm`) choose their own ([`gemm_isa`]).
 pub fn isa() -> Isa {
     static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
     *ISA.get_or_init(|| {

@@ -34,7 +34,7 @@ impl std::str::FromStr for DeviceChoice {
 /// The chosen device and a description for messages and `run.json`.
 pub fn select(choice: DeviceChoice) -> (Device, String) {
     match choice {
-        DeviceChoice::Cpu => (Device::flex(), format!("cpu (burn flex; {} kernels)", cpu_isa())),
+        DeviceChoice::Cpu => (Device::flex(), format!("cpu (burn flex; {})", cpu_isa())),
         DeviceChoice::Wgpu => {
             let d = Device::wgpu(DeviceKind::DefaultDevice);
             let name = d.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
@@ -48,15 +48,21 @@ pub fn select(choice: DeviceChoice) -> (Device, String) {
                 (d, format!("wgpu ({}; {compiler})", gpu.name))
             }
             None => {
-                (Device::flex(), format!("cpu (burn flex; {} kernels; no physical GPU found)", cpu_isa()))
+                (Device::flex(), format!("cpu (burn flex; {}; no physical GPU found)", cpu_isa()))
             }
         },
     }
 }
 
 /// The instruction set of our CPU kernels (`S2S_CPU_ISA` caps it).
-fn cpu_isa() -> &'static str {
-    s2s_kernels::fastmath::isa().name()
+/// `avx2 kernels`, or `avx2 kernels, gemm avx512` where burn's products use another set than
+/// our kernels.
+fn cpu_isa() -> String {
+    use s2s_kernels::fastmath::{gemm_isa, isa};
+    match (isa(), gemm_isa()) {
+        (ours, gemm) if ours == gemm => format!("{} kernels", ours.name()),
+        (ours, gemm) => format!("{} kernels, gemm {}", ours.name(), gemm.name()),
+    }
 }
 
 /// Which compiler a GPU device's kernels go through: `wgpu<spirv>` (cubecl's SPIR-V compiler,
