@@ -76,6 +76,9 @@ pub struct Finding {
     pub not_measured: String,
     /// The numbers.
     pub table: Table,
+    /// Further tables, each after the first (a second measurement of the same claim).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<Table>,
     /// The plots.
     pub figures: Vec<Figure>,
 }
@@ -88,6 +91,7 @@ impl Finding {
             because: because.into(),
             not_measured: why,
             table: Table::default(),
+            more: Vec::new(),
             figures: vec![],
         }
     }
@@ -127,10 +131,12 @@ pub fn claims() -> Vec<Claim> {
         claims::bottleneck::CLAIM,
         claims::exploding::CLAIM,
         claims::ppl_bleu::CLAIM,
+        claims::scores::CLAIM,
         claims::beam::CLAIM,
         claims::causal::CLAIM,
         claims::scaling::CLAIM,
         claims::heads::CLAIM,
+        claims::specialise::CLAIM,
         claims::permutation::CLAIM,
         claims::complexity::CLAIM,
         claims::parallel::CLAIM,

@@ -100,6 +100,21 @@ pub fn permutation_gap(ids: &Tensor<2, Int>, f: impl Fn(&Tensor<2, Int>) -> Tens
     (diff.iter().cloned().fold(0.0, f64::max), diff.iter().sum::<f64>() / diff.len() as f64)
 }
 
+/// How far query position `i` looks: `Σⱼ pⱼ·|i − j|` for its attention row `p` (tokens).
+pub fn attention_distance(p: &[f32], i: usize) -> f64 {
+    p.iter().enumerate().map(|(j, &q)| q as f64 * (i as f64 - j as f64).abs()).sum()
+}
+
+/// The entropy `−Σ p ln p` of one attention row (nats; 0 for one-hot, ln n for uniform).
+pub fn row_entropy(p: &[f32]) -> f64 {
+    p.iter().filter(|&&q| q > 0.0).map(|&q| -(q as f64) * (q as f64).ln()).sum()
+}
+
+/// The total-variation distance `½ Σ |p − q|` of two distributions: 0 alike, 1 disjoint.
+pub fn total_variation(p: &[f32], q: &[f32]) -> f64 {
+    0.5 * p.iter().zip(q).map(|(a, b)| (a - b).abs() as f64).sum::<f64>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +142,19 @@ mod tests {
         );
         let h = entropy(&p);
         assert!((h[0] - 4f64.ln()).abs() < 1e-6 && h[1].abs() < 1e-9, "{h:?}");
+    }
+
+    /// Position 2 of 4 looking half at itself and half at position 0 looks 1 token away; one-hot
+    /// rows have entropy 0, uniform ones ln n; disjoint rows are 1 apart, equal ones 0.
+    #[test]
+    fn attention_distance_entropy_and_total_variation_by_hand() {
+        assert_eq!(attention_distance(&[0.5, 0.0, 0.5, 0.0], 2), 1.0);
+        assert_eq!(attention_distance(&[0.0, 0.0, 0.0, 1.0], 0), 3.0);
+        assert_eq!(row_entropy(&[0.0, 1.0, 0.0]), 0.0);
+        assert!((row_entropy(&[0.25; 4]) - 4f64.ln()).abs() < 1e-7);
+        assert_eq!(total_variation(&[1.0, 0.0], &[0.0, 1.0]), 1.0);
+        assert_eq!(total_variation(&[0.3, 0.7], &[0.3, 0.7]), 0.0);
+        assert!((total_variation(&[0.5, 0.5, 0.0], &[0.0, 0.5, 0.5]) - 0.5).abs() < 1e-9);
     }
 
     /// Unscaled dot products of unit-variance vectors have variance ≈ d; divided by √d, ≈ 1.
@@ -159,4 +187,30 @@ mod tests {
         });
         assert!(neq >= 1.0);
     }
+}
+
+/// How to read the bytes the process holds allocated: set by a binary whose global allocator
+/// counts them (the `s2s` CLI's does), left unset elsewhere (memory is then not measured).
+#[derive(Debug, Clone, Copy)]
+pub struct AllocationCounter {
+    /// Starts counting and measures the peak from here.
+    pub count_from_now: fn(),
+    /// The most bytes held at once since `count_from_now`, beyond those held then.
+    pub peak_bytes: fn() -> usize,
+}
+
+static COUNTER: std::sync::OnceLock<AllocationCounter> = std::sync::OnceLock::new();
+
+/// Sets the process's [`AllocationCounter`] (the first call wins).
+pub fn count_allocations_with(counter: AllocationCounter) {
+    let _ = COUNTER.set(counter);
+}
+
+/// The most bytes `f` held allocated at once beyond what was held when it began (all threads:
+/// the worker threads' buffers count), or `None` when no counter is set.
+pub fn peak_bytes(f: impl FnOnce()) -> Option<usize> {
+    let c = COUNTER.get()?;
+    (c.count_from_now)();
+    f();
+    Some((c.peak_bytes)())
 }

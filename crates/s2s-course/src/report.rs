@@ -46,11 +46,15 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
         if !f.not_measured.is_empty() {
             let _ = writeln!(md, "**Not measured here:** {}\n", f.not_measured);
         }
-        let t = &f.table;
-        let _ = writeln!(md, "| {} |", t.header.join(" | "));
-        let _ = writeln!(md, "|{}|", vec!["---"; t.header.len()].join("|"));
-        for r in &t.rows {
-            let _ = writeln!(md, "| {} |", r.join(" | "));
+        for (i, t) in std::iter::once(&f.table).chain(&f.more).enumerate() {
+            if i > 0 {
+                let _ = writeln!(md);
+            }
+            let _ = writeln!(md, "| {} |", t.header.join(" | "));
+            let _ = writeln!(md, "|{}|", vec!["---"; t.header.len()].join("|"));
+            for r in &t.rows {
+                let _ = writeln!(md, "| {} |", r.join(" | "));
+            }
         }
         for fig in &f.figures {
             write(out.join("plots").join(&fig.file), &fig.svg)?;
@@ -114,17 +118,19 @@ fn html(done: &[(Claim, Finding)]) -> String {
         if !f.not_measured.is_empty() {
             let _ = write!(h, "<p><b>Not measured here:</b> {}", escape(&f.not_measured));
         }
-        h.push_str("<table><tr>");
-        for col in &f.table.header {
-            let _ = write!(h, "<th>{}", escape(col));
-        }
-        for r in &f.table.rows {
-            h.push_str("<tr>");
-            for cell in r {
-                let _ = write!(h, "<td>{}", escape(cell));
+        for t in std::iter::once(&f.table).chain(&f.more) {
+            h.push_str("<table><tr>");
+            for col in &t.header {
+                let _ = write!(h, "<th>{}", escape(col));
             }
+            for r in &t.rows {
+                h.push_str("<tr>");
+                for cell in r {
+                    let _ = write!(h, "<td>{}", escape(cell));
+                }
+            }
+            h.push_str("</table>");
         }
-        h.push_str("</table>");
         for fig in &f.figures {
             let _ =
                 write!(h, "<figure>{}<figcaption>{}</figcaption></figure>", fig.svg, escape(&fig.caption));

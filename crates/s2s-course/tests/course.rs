@@ -1,7 +1,7 @@
 //! The course runs end to end on a small budget: each claim writes its statement, figures and
 //! a verdict; the switch an experiment needs changes what it says and nothing else.
 
-use s2s_course::{Budget, Verdict, claims, run};
+use s2s_course::{Budget, claims, run};
 
 #[test]
 fn a_quick_course_writes_claims_figures_and_verdicts() {
@@ -9,12 +9,11 @@ fn a_quick_course_writes_claims_figures_and_verdicts() {
     let names = ["scaling-factor", "permutation"].map(String::from);
     let (done, page) = run(&names, Budget::Quick, &out, &|_| {}).expect("the course runs");
     assert_eq!(done.len(), 2);
-    // Both are exact properties of random vectors and of attention: they hold.
-    assert!(
-        done.iter().all(|(_, f)| f.verdict == Verdict::Holds),
-        "{:?}",
-        done.iter().map(|d| &d.1.because).collect::<Vec<_>>()
-    );
+    // Each trains its pair of small models too (300 steps, one seed): their verdicts depend on
+    // that, so only their form is checked here; the exact parts are checked below.
+    for (_, f) in &done {
+        assert!(!f.because.is_empty() && !f.table.rows.is_empty() && f.more.len() == 1, "{f:?}");
+    }
     let md = std::fs::read_to_string(&page).unwrap();
     for (c, f) in &done {
         assert!(
@@ -30,7 +29,10 @@ fn a_quick_course_writes_claims_figures_and_verdicts() {
     assert!(std::fs::read_to_string(out.join("course.html")).unwrap().contains("<svg"));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("findings.json")).unwrap()).unwrap();
-    assert_eq!(json[0]["finding"]["verdict"], "holds");
+    assert!(["holds", "does-not-hold"].contains(&json[0]["finding"]["verdict"].as_str().unwrap()));
+    // The exact part of the permutation claim: without positions, equivariant to 1e-5.
+    assert!(s2s_course::claims::permutation::gap(false, 4).0 <= 1e-5);
+    assert!(s2s_course::claims::permutation::gap(true, 4).0 >= 0.01);
     let err = run(&["no-such-claim".to_string()], Budget::Quick, &out, &|_| {}).unwrap_err();
     assert!(err.to_string().contains("s2s course list"));
     let _ = std::fs::remove_dir_all(&out);
@@ -116,4 +118,54 @@ fn the_causal_switch_changes_only_the_mask() {
     let off = first_logits(false);
     assert_ne!(off.1, off.2, "unmasked: it reads the future");
     assert_eq!((on.0, on.3, off.3), (off.0, 0, 1));
+}
+
+/// `scaled` at its default (also when omitted) divides by √d_k; `scaled = false` builds the
+/// same parameters with every attention unscaled, which gives other logits from the same
+/// weights (the equation is checked in `transformer::mha`), and the pipeline warns.
+#[test]
+fn the_scaled_switch_changes_only_the_scaling() {
+    use burn::module::Module;
+    use burn::tensor::{Device, Int, Tensor, TensorData};
+    use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
+    let parsed: TransformerSpec = toml::from_str("d_model = 16\nheads = 2").unwrap();
+    assert!(parsed.scaled, "omitted, scores are scaled");
+    let d = Device::flex();
+    let spec = |scaled: bool| {
+        ModelSpec::Transformer(TransformerSpec {
+            d_model: 16,
+            heads: 2,
+            ffn: 32,
+            dropout: 0.0,
+            attention_dropout: 0.0,
+            scaled,
+            ..Default::default()
+        })
+    };
+    let (on, off) = (spec(true), spec(false));
+    let Model::Transformer(built_off) = off.init(40, 40, &d).unwrap() else { unreachable!() };
+    let attentions = |t: &s2s_models::transformer::Transformer| {
+        let mut v: Vec<bool> = t.encoder.iter().map(|l| l.self_attention.scaled).collect();
+        v.extend(t.decoder.iter().flat_map(|l| [l.self_attention.scaled, l.cross_attention.scaled]));
+        v
+    };
+    assert!(attentions(&built_off).iter().all(|s| !s), "every attention unscaled");
+    let Model::Transformer(scaled) = on.init(40, 40, &d).unwrap() else { unreachable!() };
+    assert!(attentions(&scaled).iter().all(|s| *s), "every attention scaled");
+    assert_eq!((scaled.num_params(), on.ablations().len(), off.ablations().len()), (built_off.num_params(), 0, 1));
+    // The same weights, every attention unscaled.
+    let mut unscaled = scaled.clone();
+    for l in &mut unscaled.encoder {
+        l.self_attention.scaled = false;
+    }
+    for l in &mut unscaled.decoder {
+        l.self_attention.scaled = false;
+        l.cross_attention.scaled = false;
+    }
+    let logits = |m: s2s_models::transformer::Transformer| {
+        let src = Source::new(&[5, 6, 7], &[3], 3, &d);
+        let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 10, 9], [1, 3]), &d);
+        Model::Transformer(m).forward(&src, tgt).logits.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+    };
+    assert_ne!(logits(scaled), logits(unscaled), "unscaled scores give other logits");
 }

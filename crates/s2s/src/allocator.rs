@@ -17,10 +17,15 @@
 //!
 //! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare); the lining stays (it changes where a
 //! block starts, not which memory is reused).
+//!
+//! It also counts, once [`LargeBlocks::count_from_now`] is called, the bytes requested and not
+//! yet freed and their peak: the course's peak-memory probe (`s2s_course::probes::peak_bytes`).
+//! Resident memory cannot say it, since freed memory stays resident for reuse. Until then each
+//! call pays one relaxed load.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 /// Blocks at least this large are kept when freed (glibc maps them, see the module doc).
 const LARGE: usize = 32 << 20;
@@ -89,6 +94,15 @@ impl Blocks {
 pub struct LargeBlocks {
     blocks: Mutex<Blocks>,
     off: AtomicBool,
+    /// Whether [`LargeBlocks::live`] and [`LargeBlocks::peak`] are kept.
+    counting: AtomicBool,
+    /// Bytes requested minus bytes freed since counting began (freeing what came before makes
+    /// it fall below zero).
+    live: AtomicIsize,
+    /// The most `live` has been since the last [`LargeBlocks::count_from_now`].
+    peak: AtomicIsize,
+    /// `live` at the last [`LargeBlocks::count_from_now`].
+    base: AtomicIsize,
 }
 
 impl LargeBlocks {
@@ -102,6 +116,34 @@ impl LargeBlocks {
                 kept_bytes: 0,
             }),
             off: AtomicBool::new(false),
+            counting: AtomicBool::new(false),
+            live: AtomicIsize::new(0),
+            peak: AtomicIsize::new(0),
+            base: AtomicIsize::new(0),
+        }
+    }
+
+    /// Starts counting (if not yet) and measures the peak from here.
+    pub fn count_from_now(&self) {
+        self.counting.store(true, Ordering::SeqCst);
+        let now = self.live.load(Ordering::SeqCst);
+        self.base.store(now, Ordering::SeqCst);
+        self.peak.store(now, Ordering::SeqCst);
+    }
+
+    /// The most bytes held at once, since [`LargeBlocks::count_from_now`], beyond those held
+    /// then.
+    pub fn peak_bytes(&self) -> usize {
+        (self.peak.load(Ordering::SeqCst) - self.base.load(Ordering::SeqCst)).max(0) as usize
+    }
+
+    /// Counts `delta` bytes requested (> 0) or freed (< 0) while counting.
+    fn count(&self, delta: isize) {
+        if self.counting.load(Ordering::Relaxed) {
+            let now = self.live.fetch_add(delta, Ordering::Relaxed) + delta;
+            if delta > 0 {
+                self.peak.fetch_max(now, Ordering::Relaxed);
+            }
         }
     }
 
@@ -191,27 +233,39 @@ impl Default for LargeBlocks {
 unsafe impl GlobalAlloc for LargeBlocks {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let layout = lined(layout);
-        if self.large(&layout) {
+        let p = if self.large(&layout) {
             unsafe { self.take(layout, false) }
         } else {
             unsafe { System.alloc(layout) }
+        };
+        if !p.is_null() {
+            self.count(layout.size() as isize);
         }
+        p
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let layout = lined(layout);
-        if self.large(&layout) {
+        let p = if self.large(&layout) {
             unsafe { self.take(layout, true) }
         } else {
             unsafe { System.alloc_zeroed(layout) }
+        };
+        if !p.is_null() {
+            self.count(layout.size() as isize);
         }
+        p
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller guarantees a valid new layout.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         if layout.size() < LARGE && new_size < LARGE && lined(layout).align() == lined(new_layout).align() {
-            return unsafe { System.realloc(ptr, lined(layout), new_size) };
+            let p = unsafe { System.realloc(ptr, lined(layout), new_size) };
+            if !p.is_null() {
+                self.count(new_size as isize - layout.size() as isize);
+            }
+            return p;
         }
         // Copy the smaller of the two sizes (`alloc` and `dealloc` line the layouts).
         unsafe {
@@ -226,6 +280,7 @@ unsafe impl GlobalAlloc for LargeBlocks {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let layout = lined(layout);
+        self.count(-(layout.size() as isize));
         if layout.size() >= LARGE {
             unsafe { self.give(ptr, layout) }
         } else {
@@ -269,6 +324,28 @@ mod tests {
 
     fn layout(size: usize) -> Layout {
         Layout::from_size_align(size, 64).unwrap()
+    }
+
+    /// Counting starts when asked: the peak is what was held at once beyond the bytes held
+    /// then, through small, large and reallocated blocks.
+    #[test]
+    fn counts_the_peak_from_when_asked() {
+        let a = LargeBlocks::new();
+        unsafe {
+            let before = a.alloc(layout(MIB));
+            a.count_from_now();
+            let p = a.alloc(layout(3 * MIB));
+            let big = a.alloc(layout(40 * MIB));
+            a.dealloc(big, layout(40 * MIB));
+            let p = a.realloc(p, layout(3 * MIB), 5 * MIB);
+            assert_eq!(a.peak_bytes(), 43 * MIB, "3 + 40 at once; 5 after the realloc is less");
+            a.dealloc(before, layout(MIB));
+            a.count_from_now();
+            let q = a.alloc(layout(2 * MIB));
+            assert_eq!(a.peak_bytes(), 2 * MIB, "measured from the new start, below the first");
+            a.dealloc(q, layout(2 * MIB));
+            a.dealloc(p, layout(5 * MIB));
+        }
     }
 
     /// A freed large block is handed out again, to the same size and to one up to a quarter

@@ -40,6 +40,11 @@ pub fn run(c: CourseCommand) -> Result<()> {
         }
         CourseCommand::Run(a) => {
             let budget = if a.quick { Budget::Quick } else { Budget::Full };
+            // The complexity claim's peak memory, from the global allocator's count.
+            s2s_course::probes::count_allocations_with(s2s_course::probes::AllocationCounter {
+                count_from_now: || crate::GLOBAL.count_from_now(),
+                peak_bytes: || crate::GLOBAL.peak_bytes(),
+            });
             let (done, page) = s2s_course::run(&a.names, budget, &a.out, &|line| eprintln!("{line}"))?;
             let held = done.iter().filter(|(_, f)| f.verdict == Verdict::Holds).count();
             eprintln!("{held} of {} claims hold; the page: {}", done.len(), page.display());

@@ -87,6 +87,7 @@ fn run(ctx: &Context) -> Finding {
         ),
         not_measured: String::new(),
         table,
+        more: Vec::new(),
         figures: vec![figure(
             "bottleneck.svg",
             "Test BLEU by source length (the buckets' index: 0-9, 10-19, … words)",

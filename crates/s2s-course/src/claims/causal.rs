@@ -77,6 +77,7 @@ fn run(ctx: &Context) -> Finding {
         ),
         not_measured: String::new(),
         table,
+        more: Vec::new(),
         figures: vec![
             figure(
                 "causal-mask-bleu.svg",

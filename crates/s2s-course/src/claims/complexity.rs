@@ -6,7 +6,7 @@ use s2s_models::rnn::StackedRnnConfig;
 use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
 
 use super::{figure, median_ms, series};
-use crate::probes::slope;
+use crate::probes::{peak_bytes, slope};
 use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
@@ -14,10 +14,14 @@ pub const CLAIM: Claim = Claim {
     statement: "Self-attention's cost grows with n², a recurrent encoder's with n",
     lecture: "self-attention-guide.md § Analisi della Complessità; § Confronto con le RNN",
     criterion: "holds when, over the longest lengths measured, the encode time grows as nᵏ with k ≥ 1.5 for \
-                self-attention and k ≤ 1.3 for the LSTM (log-log slope of the last three lengths)",
+                self-attention and k ≤ 1.3 for the LSTM (log-log slope of the last three lengths), and so does \
+                the peak memory an encode allocates (slope over every length from 128: from 1,024 to 2,048 the \
+                self-attention encode holds one n² map at a time where shorter ones hold two, so its last step \
+                doubles where the others quadruple)",
     method: "one encoder layer of width 64 of each kind (self-attention with 4 heads and its feed-forward \
-             layer; an LSTM) encodes one sentence of n tokens, n = 16 … 2,048; median CPU time; the attention \
-             map's size n² × heads × 4 bytes beside it",
+             layer; an LSTM) encodes one sentence of n tokens, n = 16 … 2,048; median CPU time, and the most \
+             bytes an encode holds allocated at once (counted by the allocator), beside the attention map's \
+             size n² × heads × 4 bytes",
     run,
 };
 
@@ -41,6 +45,7 @@ fn run(ctx: &Context) -> Finding {
     let lstm =
         StackedRnnConfig::encoder(CellKind::Lstm, 64, 64, 1, false, 0.0).expect("a valid size").init(&d);
     let mut rows = Vec::new();
+    let mut mem: Vec<Option<(f64, f64)>> = Vec::new();
     for &n in &lengths {
         let ids: Vec<u32> = (0..n).map(|i| (i * 13 % 96 + 4) as u32).collect();
         let src = Source::new(&ids, &[n], n, &d);
@@ -52,48 +57,93 @@ fn run(ctx: &Context) -> Finding {
         let rnn = median_ms(runs, || {
             let _ = lstm.forward(x.clone(), &keep, n, None).0.into_data();
         });
+        let mem_attn = peak_bytes(|| {
+            let _ = t.memory(&src).0.into_data();
+        });
+        let mem_rnn = peak_bytes(|| {
+            let _ = lstm.forward(x.clone(), &keep, n, None).0.into_data();
+        });
         rows.push((n, attn, rnn));
+        mem.push(mem_attn.zip(mem_rnn).map(|(a, r)| (a as f64, r as f64)));
     }
     let last: Vec<&(usize, f64, f64)> = rows.iter().rev().take(3).collect();
     let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
     let xs = ln(&last.iter().map(|r| r.0 as f64).collect::<Vec<_>>());
     let k_attn = slope(&xs, &ln(&last.iter().map(|r| r.1).collect::<Vec<_>>()));
     let k_rnn = slope(&xs, &ln(&last.iter().map(|r| r.2).collect::<Vec<_>>()));
-    let holds = k_attn >= 1.5 && k_rnn <= 1.3;
+    // Peak memory's exponents over every length from 128 (None without an allocation counter).
+    let from = rows.iter().position(|r| r.0 >= 128).unwrap_or(0);
+    let mem_xs = ln(&rows[from..].iter().map(|r| r.0 as f64).collect::<Vec<_>>());
+    let mem_from: Option<Vec<(f64, f64)>> = mem[from..].iter().cloned().collect();
+    let mem_k = mem_from.map(|m| {
+        let k = |f: fn(&(f64, f64)) -> f64| slope(&mem_xs, &ln(&m.iter().map(f).collect::<Vec<_>>()));
+        (k(|r| r.0), k(|r| r.1))
+    });
+    let mem_holds = mem_k.is_none_or(|(a, r)| a >= 1.5 && r <= 1.3);
+    let holds = k_attn >= 1.5 && k_rnn <= 1.3 && mem_holds;
     let crossover = rows.iter().find(|r| r.1 > r.2).map(|r| r.0);
+    let memory_figure = mem.iter().all(Option::is_some).then(|| {
+        let pts = |f: fn(&(f64, f64)) -> f64| {
+            rows.iter().zip(&mem).map(|(r, m)| ((r.0 as f64).log2(), f(&m.expect("measured")).max(1.0).log2())).collect()
+        };
+        figure(
+            "complexity-memory.svg",
+            "Peak bytes allocated by one encode, by sentence length (log2 n)",
+            "log2 n",
+            "log2 bytes",
+            vec![series("self-attention", pts(|m| m.0)), series("LSTM", pts(|m| m.1))],
+        )
+    });
     Finding {
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
-            "over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM; {}",
+            "over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM{}; {}",
             last[2].0,
             last[0].0,
             num(k_attn),
             num(k_rnn),
+            match mem_k {
+                Some((a, r)) => format!(", peak memory as n^{} and n^{} (n ≥ 128)", num(a), num(r)),
+                None => String::new(),
+            },
             match crossover {
                 Some(n) => format!("self-attention is the slower from n = {n} on (on this machine)"),
                 None => "self-attention stays the faster at every length measured (on this machine)".into(),
             }
         ),
-        not_measured: "peak memory measured (the attention map's size is computed); the crossover length \
-                       depends on the machine"
-            .into(),
+        not_measured: if mem_k.is_some() {
+            "the crossover length depends on the machine".into()
+        } else {
+            "peak memory: this binary's allocator does not count (run through `s2s course`); the crossover \
+             length depends on the machine"
+                .into()
+        },
         table: Table {
-            header: ["n", "self-attention ms", "LSTM ms", "attention map (4 heads, f32)"]
-                .map(String::from)
-                .to_vec(),
+            header: [
+                "n",
+                "self-attention ms",
+                "LSTM ms",
+                "peak KiB allocated, self-attention / LSTM",
+                "attention map (4 heads, f32)",
+            ]
+            .map(String::from)
+            .to_vec(),
             rows: rows
                 .iter()
-                .map(|(n, a, r)| {
+                .zip(&mem)
+                .map(|((n, a, r), m)| {
                     vec![
                         n.to_string(),
                         num(*a),
                         num(*r),
+                        m.map_or("—".into(), |(a, r)| format!("{} / {}", num(a / 1024.0), num(r / 1024.0))),
                         format!("{} KiB", num((n * n * 4 * 4) as f64 / 1024.0)),
                     ]
                 })
                 .collect(),
         },
-        figures: vec![figure(
+        more: Vec::new(),
+        figures: [figure(
             "complexity.svg",
             "Encode time by sentence length (log2 n; CPU)",
             "log2 n",
@@ -102,6 +152,9 @@ fn run(ctx: &Context) -> Finding {
                 series("self-attention", rows.iter().map(|r| ((r.0 as f64).log2(), r.1.log2())).collect()),
                 series("LSTM", rows.iter().map(|r| ((r.0 as f64).log2(), r.2.log2())).collect()),
             ],
-        )],
+        )]
+        .into_iter()
+        .chain(memory_figure)
+        .collect(),
     }
 }

@@ -151,6 +151,7 @@ fn run(ctx: &Context) -> Finding {
             "Adam, which divides each update by its gradients' running scale (the course's other runs use it)"
                 .into(),
         table,
+        more: Vec::new(),
         figures: vec![
             figure(
                 "exploding-gradient-norm.svg",

@@ -73,9 +73,9 @@ fn run(ctx: &Context) -> Finding {
             if same_params { format!("{p1} parameters") } else { "parameters differ".into() },
             num(worst)
         ),
-        not_measured: "BLEU by h, and whether heads specialise (each head's attention distance and entropy)"
-            .into(),
+        not_measured: "BLEU by h and what the heads learn: the next claim (heads-specialise)".into(),
         table,
+        more: Vec::new(),
         figures: vec![figure(
             "heads-cost.svg",
             "Training step time by number of heads (d_model 64)",

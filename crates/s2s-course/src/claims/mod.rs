@@ -11,6 +11,8 @@ pub mod parallel;
 pub mod permutation;
 pub mod ppl_bleu;
 pub mod scaling;
+pub mod scores;
+pub mod specialise;
 pub mod trained;
 pub mod vanishing;
 

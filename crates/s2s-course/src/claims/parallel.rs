@@ -88,6 +88,7 @@ fn run(ctx: &Context) -> Finding {
                 .map(|(r, l)| vec![r.0.to_string(), num(r.1), num(r.2), num(*l)])
                 .collect(),
         },
+        more: Vec::new(),
         figures: vec![figure(
             "parallel-training.svg",
             "Training tokens a second by sentence length (CPU)",

@@ -74,6 +74,7 @@ fn run(ctx: &Context) -> Finding {
             header: ["step", "validation perplexity", "validation BLEU (greedy)"].map(String::from).to_vec(),
             rows: rows.iter().map(|r| vec![format!("{}", r.0 as u64), num(r.1), num(r.2)]).collect(),
         },
+        more: Vec::new(),
         figures: vec![figure(
             "ppl-bleu.svg",
             "Validation BLEU against validation perplexity, one point a checkpoint",

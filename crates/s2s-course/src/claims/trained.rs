@@ -85,3 +85,134 @@ pub fn metrics(dir: &std::path::Path) -> Vec<Row> {
         })
         .collect()
 }
+
+/// One seed's two runs, scored on the test set: the baseline and the model the claim favours.
+#[derive(Debug, Clone, Copy)]
+pub struct Paired {
+    /// The training seed.
+    pub seed: u64,
+    /// Test BLEU (greedy) of the baseline and of the favoured model.
+    pub bleu: (f64, f64),
+    /// sacreBLEU's paired bootstrap p-value of the difference (1,000 resamples).
+    pub p: f64,
+    /// Test perplexity (teacher-forced) of the baseline and of the favoured model.
+    pub ppl: (f64, f64),
+}
+
+/// A run's test hypotheses, references and perplexity.
+fn tested(dir: &std::path::Path) -> Result<(Vec<String>, Vec<String>, f64), String> {
+    let read = |name: &str| {
+        let path = dir.join("test").join(name);
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let lines = |t: String| t.lines().map(str::to_string).collect::<Vec<_>>();
+    let scores: serde_json::Value = serde_json::from_str(&read("scores.json")?)
+        .map_err(|e| format!("{}: {e}", dir.join("test/scores.json").display()))?;
+    Ok((lines(read("hypotheses.txt")?), lines(read("references.txt")?), scores["ppl"].as_f64().unwrap_or(f64::NAN)))
+}
+
+/// For each seed, the baseline (`run(false, seed)`) and the favoured model (`run(true, seed)`)
+/// trained (or found) and compared on the test set with sacreBLEU's paired bootstrap.
+pub fn paired(
+    seeds: &[u64],
+    run: impl Fn(bool, u64) -> Result<PathBuf, String>,
+) -> Result<Vec<Paired>, String> {
+    use s2s_eval::{BleuConfig, MetricConfig, PairedOptions, PairedTest, Seed};
+    let mut rows = Vec::new();
+    for &seed in seeds {
+        let (base, favoured) = (tested(&run(false, seed)?)?, tested(&run(true, seed)?)?);
+        let systems = [base.0.as_slice(), favoured.0.as_slice()];
+        let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 1000, seed: Seed::default() };
+        let columns = s2s_eval::paired_test(&systems, &[base.1.as_slice()], &[MetricConfig::Bleu(BleuConfig::default())], &opts)
+            .map_err(|e| format!("the paired test: {e}"))?;
+        let r = &columns[0].results;
+        rows.push(Paired { seed, bleu: (r[0].score, r[1].score), p: r[1].p_value.unwrap_or(1.0), ppl: (base.2, favoured.2) });
+    }
+    Ok(rows)
+}
+
+/// The verdict, sentence and table of [`paired`] runs: the claim holds when the favoured model's
+/// BLEU is higher for every seed, significantly (p < 0.05) for each.
+pub fn judge_paired(rows: &[Paired], base: &str, favoured: &str) -> (crate::Verdict, String, crate::Table) {
+    use crate::num;
+    let n = rows.len() as f64;
+    let mean = |f: &dyn Fn(&Paired) -> f64| rows.iter().map(f).sum::<f64>() / n;
+    let (b, f) = (mean(&|r| r.bleu.0), mean(&|r| r.bleu.1));
+    let higher = rows.iter().filter(|r| r.bleu.1 > r.bleu.0).count();
+    let significant = rows.iter().filter(|r| r.bleu.1 > r.bleu.0 && r.p < 0.05).count();
+    let verdict = if significant == rows.len() { crate::Verdict::Holds } else { crate::Verdict::DoesNotHold };
+    let because = format!(
+        "mean test BLEU {} {base}, {} {favoured}; higher for {higher} of {} seeds, significantly (p < 0.05) for \
+         {significant}",
+        num(b),
+        num(f),
+        rows.len()
+    );
+    let mut table = crate::Table {
+        header: vec![
+            "seed".into(),
+            format!("BLEU, {base}"),
+            format!("BLEU, {favoured}"),
+            "difference".into(),
+            "paired bootstrap p".into(),
+            format!("test perplexity, {base} / {favoured}"),
+        ],
+        rows: rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r.seed.to_string(),
+                    num(r.bleu.0),
+                    num(r.bleu.1),
+                    num(r.bleu.1 - r.bleu.0),
+                    format!("{:.3}", r.p),
+                    format!("{} / {}", num(r.ppl.0), num(r.ppl.1)),
+                ]
+            })
+            .collect(),
+    };
+    table.rows.push(vec![
+        "mean".into(),
+        num(b),
+        num(f),
+        num(f - b),
+        String::new(),
+        format!("{} / {}", num(mean(&|r| r.ppl.0)), num(mean(&|r| r.ppl.1))),
+    ]);
+    (verdict, because, table)
+}
+
+/// A finished run's tokenizers, its best checkpoint's model on `device`, and its test split
+/// (sources and references, one sentence a line).
+pub fn load_best(
+    dir: &std::path::Path,
+    model: &ModelSpec,
+    device: &Device,
+) -> Result<(s2s_data::Tokenizers, s2s_models::Model, Vec<String>, Vec<String>), String> {
+    let tok = s2s_data::Tokenizers::load(&dir.join("tokenizer")).map_err(|e| e.to_string())?;
+    let best = s2s_train::checkpoint::Checkpoints::new(dir)
+        .pointed("best")
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{}: no best checkpoint", dir.display()))?;
+    let model = s2s_train::load_model(model, &tok, &best, device).map_err(|e| e.to_string())?;
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join("data").join(f))
+            .map(|t| t.lines().map(String::from).collect::<Vec<_>>())
+            .map_err(|e| format!("{}: {e}", dir.join("data").join(f).display()))
+    };
+    Ok((tok, model, read("test.src")?, read("test.tgt")?))
+}
+
+/// Test BLEU by seed of [`paired`] runs, the baseline and the favoured model as two lines.
+pub fn paired_figure(file: &str, caption: &str, rows: &[Paired], base: &str, favoured: &str) -> crate::Figure {
+    super::figure(
+        file,
+        caption,
+        "seed",
+        "test BLEU (greedy)",
+        vec![
+            super::series(base, rows.iter().map(|r| (r.seed as f64, r.bleu.0)).collect()),
+            super::series(favoured, rows.iter().map(|r| (r.seed as f64, r.bleu.1)).collect()),
+        ],
+    )
+}
