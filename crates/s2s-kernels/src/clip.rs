@@ -252,7 +252,7 @@ mod gpu {
     ) -> Option<BurnTensor<1>> {
         let all = collect(module, grads)?;
         let partials = dispatch_of(sums_of_squares(all, usize::MAX));
-        let sum = cube_of(BurnTensor::<1>::from_dispatch(partials).sum().into_dispatch()).ok()?;
+        let sum = cube_of(crate::ops::sum_all(BurnTensor::<1>::from_dispatch(partials)).into_dispatch()).ok()?;
         let (norm, factor) = (cube_launch::empty(&sum, [1]), cube_launch::empty(&sum, [1]));
         let (count, dim) = cube_launch::launch_dims(&sum, 1);
         clip_factor::launch(

@@ -390,6 +390,19 @@ pub fn for_steps<M: Module>(module: &M) -> M {
     crate::deferred_grad::for_steps(module)
 }
 
+/// The sum of every element, `[1]`. On the CPU, burn's `sum`. On a GPU, a reduction along one
+/// axis (`sum_dim`), whose order is fixed: burn's `sum` of a whole tensor adds the partial sums
+/// of its workgroups with atomic additions, in whatever order they finish, so the same step
+/// could end a few ulps apart from one run to the next (and a replayed training step from the
+/// eager one).
+pub fn sum_all<const D: usize>(x: Tensor<D>) -> Tensor<1> {
+    if is_flex(&x.device()) {
+        return x.sum();
+    }
+    let n = x.shape().num_elements();
+    x.reshape([n]).sum_dim(0)
+}
+
 /// Label-smoothed cross-entropy summed over real target tokens ([`reference::label_smoothed_xent`]):
 /// (Σ smoothed loss, Σ −log p(yₜ)); on the CPU one fused pass over each row of logits.
 pub fn label_smoothed_xent(
