@@ -134,7 +134,7 @@ def ratio(o, t, key):
     per = [x.get(key, 0) / y[key] for x, y in zip(o, t) if y.get(key)]
     spread = f" ({min(per):.2f}–{max(per):.2f})" if len(per) > 1 else ""
     return f"{a / b:.2f}×{spread}"
-def table(ours, title):
+def table(ours, title, torch=torch):
   if title:
     print(f"\n{title}\n")
   print("| model | params (ours / torch) | train tok/s ours | torch | ratio | greedy sent/s ours | torch | ratio | beam-5 sent/s ours |")
@@ -157,7 +157,7 @@ if replayed:
     print(f"| {m} | {host(e):.2f} | {host(r):.2f} | {host(e) / host(r) if host(r) else 0:.2f}× |")
 ours_busy, torch_busy = load(sys.argv[6]), load(sys.argv[7])
 if ours_busy:
-  table(ours_busy, "With a competing process spinning on CPU 0, same rounds:")
+  table(ours_busy, "With a competing process spinning on CPU 0, same rounds (PyTorch busy too):", torch_busy)
   kept = lambda busy, quiet, key: f"{med(busy, key) / med(quiet, key):.2f}" if med(quiet, key) else "-"
   print("\n| model | training kept, ours | torch | greedy kept, ours | torch |\n|---|---|---|---|---|")
   for m, b in ours_busy.items():
