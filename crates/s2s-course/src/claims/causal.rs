@@ -24,15 +24,7 @@ fn run(ctx: &Context) -> Finding {
     let steps = ctx.budget.pick(1200, 300);
     let every = ctx.budget.pick(100, 50);
     let model = |causal: bool| {
-        ModelSpec::Transformer(TransformerSpec {
-            d_model: 64,
-            heads: 4,
-            ffn: 128,
-            enc_layers: 2,
-            dec_layers: 2,
-            causal,
-            ..Default::default()
-        })
+        ModelSpec::Transformer(TransformerSpec { causal, ..trained::transformer() })
     };
     let runs: Vec<(bool, Result<Vec<trained::Row>, String>)> = [true, false]
         .into_iter()

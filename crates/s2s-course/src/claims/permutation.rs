@@ -56,15 +56,7 @@ fn run(ctx: &Context) -> Finding {
     let (off, off_mean) = gap(false, sentences);
     let (on, on_mean) = gap(true, sentences);
     let model = |positions: bool| {
-        ModelSpec::Transformer(TransformerSpec {
-            d_model: 64,
-            heads: 4,
-            ffn: 128,
-            enc_layers: 2,
-            dec_layers: 2,
-            positions,
-            ..Default::default()
-        })
+        ModelSpec::Transformer(TransformerSpec { positions, ..trained::transformer() })
     };
     let seeds: &[u64] = budget.pick(&[1, 2, 3], &[1]);
     let runs = trained::paired(seeds, |positions, seed| {

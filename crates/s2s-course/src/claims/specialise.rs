@@ -85,14 +85,7 @@ fn run(ctx: &Context) -> Finding {
     let budget = ctx.budget;
     let d = Device::flex();
     let spec = |h: usize| {
-        ModelSpec::Transformer(TransformerSpec {
-            d_model: 64,
-            heads: h,
-            ffn: 128,
-            enc_layers: 2,
-            dec_layers: 2,
-            ..Default::default()
-        })
+        ModelSpec::Transformer(TransformerSpec { heads: h, ..trained::transformer() })
     };
     let mut bleu = Vec::new();
     let mut specialised = Vec::new();

@@ -11,6 +11,12 @@ use s2s_train::{Budget as TrainBudget, TrainSpec};
 
 use crate::Context;
 
+/// The course's Transformer (d_model 64, 4 heads, 2 + 2 layers): the causal-mask, positions and
+/// heads claims each vary one field of it and share its seed-1 run (`transformer-causal`).
+pub fn transformer() -> s2s_models::TransformerSpec {
+    s2s_models::TransformerSpec { d_model: 64, heads: 4, ffn: 128, enc_layers: 2, dec_layers: 2, ..Default::default() }
+}
+
 /// The course's shared model: its budget in steps, so the model is the same on any machine.
 pub fn config(ctx: &Context) -> RunConfig {
     run_config(
