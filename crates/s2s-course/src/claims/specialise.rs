@@ -17,7 +17,8 @@ pub const CLAIM: Claim = Claim {
     criterion: "holds when, in every encoder layer of the trained 4-head and 8-head models, the head with the \
                 longest mean attention distance looks at least twice as far as the head with the shortest",
     method: "the course's Transformer (d_model 64, 2 + 2 layers) trained 1,200 steps on the built-in pair with \
-             h ∈ {1, 2, 4, 8, 16} heads (300 steps in quick mode; one seed); greedy test BLEU by h; then each \
+             h ∈ {1, 2, 4, 8, 16} heads, 3 seeds (300 steps, 1 seed in quick mode); greedy test BLEU by h, each h \
+             against 4 heads seed by seed under sacreBLEU's paired bootstrap; then each \
              encoder self-attention head of the 4- and 8-head models reads the test sources one at a time: its \
              mean attention distance Σⱼ pᵢⱼ·|i − j| and entropy averaged over positions i, and how different \
              the heads of a layer are (mean total-variation distance between their maps, 0 alike … 1 disjoint)",
@@ -87,19 +88,34 @@ fn run(ctx: &Context) -> Finding {
     let spec = |h: usize| {
         ModelSpec::Transformer(TransformerSpec { heads: h, ..trained::transformer() })
     };
-    let mut bleu = Vec::new();
+    let seeds: &[u64] = budget.pick(&[1, 2, 3], &[1]);
+    // The run of h heads and seed `seed`. Four heads is the course's Transformer: seed 1 is the
+    // causal-mask claim's masked model, seeds 2 and 3 the positions claim's, the same runs.
+    let run = |h: usize, seed: u64| {
+        let mut cfg = trained::run_config(spec(h), budget.pick(1200, 300), budget.pick(100, 50));
+        cfg.train.seed = seed;
+        let name = match (h, seed) {
+            (4, 1) => "transformer-causal".to_string(),
+            (4, _) => format!("transformer-seed{seed}"),
+            (_, 1) => format!("transformer-heads{h}"),
+            (_, _) => format!("transformer-heads{h}-seed{seed}"),
+        };
+        trained::train(ctx, &name, &cfg)
+    };
+    // Each h against four heads, seed by seed, under the paired bootstrap.
+    let mut bleu: Vec<(usize, Vec<trained::Paired>)> = Vec::new();
     let mut specialised = Vec::new();
     for h in [1usize, 2, 4, 8, 16] {
-        let cfg = trained::run_config(spec(h), budget.pick(1200, 300), budget.pick(100, 50));
-        // Four heads is the causal-mask claim's masked model: the same run.
-        let name = if h == 4 { "transformer-causal".to_string() } else { format!("transformer-heads{h}") };
-        let dir = match trained::train(ctx, &name, &cfg) {
-            Ok(dir) => dir,
+        let rows = match trained::paired(seeds, |favoured, seed| run(if favoured { h } else { 4 }, seed)) {
+            Ok(rows) => rows,
             Err(e) => return Finding::not_run("the runs did not train", e),
         };
-        let score = s2s_train::testset::read_scores(&dir).map_or(f64::NAN, |s| s.bleu);
-        bleu.push((h, score));
+        bleu.push((h, rows));
         if h == 4 || h == 8 {
+            let dir = match run(h, 1) {
+                Ok(dir) => dir,
+                Err(e) => return Finding::not_run("the runs did not train", e),
+            };
             let (tok, model, sources, _) = match trained::load_best(&dir, &spec(h), &d) {
                 Ok(l) => l,
                 Err(e) => return Finding::not_run("a trained model did not load", e),
@@ -135,10 +151,49 @@ fn run(ctx: &Context) -> Finding {
             }
         }
     }
-    let bleu_table = Table {
-        header: ["heads h", "head size", "test BLEU (greedy, one seed)"].map(String::from).to_vec(),
-        rows: bleu.iter().map(|(h, b)| vec![h.to_string(), (64 / h).to_string(), num(*b)]).collect(),
+    let mean = |rows: &[trained::Paired]| rows.iter().map(|r| r.bleu.1).sum::<f64>() / rows.len() as f64;
+    // How many seeds' BLEU differs from four heads' with p < 0.05, and in which direction.
+    let differs = |rows: &[trained::Paired]| {
+        let lower = rows.iter().filter(|r| r.bleu.1 < r.bleu.0 && r.p < 0.05).count();
+        let higher = rows.iter().filter(|r| r.bleu.1 > r.bleu.0 && r.p < 0.05).count();
+        (lower, higher)
     };
+    let mut bleu_header = vec!["heads h".to_string(), "head size".to_string()];
+    bleu_header.extend(seeds.iter().map(|s| format!("BLEU, seed {s}")));
+    bleu_header.extend(["mean BLEU".to_string(), "− 4 heads".to_string(), "paired bootstrap p by seed".to_string()]);
+    let bleu_table = Table {
+        header: bleu_header,
+        rows: bleu
+            .iter()
+            .map(|(h, rows)| {
+                let mut row = vec![h.to_string(), (64 / h).to_string()];
+                row.extend(rows.iter().map(|r| num(r.bleu.1)));
+                row.push(num(mean(rows)));
+                if *h == 4 {
+                    row.extend([String::new(), "(the baseline)".to_string()]);
+                } else {
+                    let base = rows.iter().map(|r| r.bleu.0).sum::<f64>() / rows.len() as f64;
+                    row.push(format!("{:+.2}", mean(rows) - base));
+                    row.push(rows.iter().map(|r| format!("{:.3}", r.p)).collect::<Vec<_>>().join(", "));
+                }
+                row
+            })
+            .collect(),
+    };
+    let bleu_sentence = bleu
+        .iter()
+        .map(|(h, rows)| {
+            let (lower, higher) = differs(rows);
+            let tested = if *h == 4 {
+                String::new()
+            } else {
+                let n = rows.len();
+                format!(" (significantly below 4 heads in {lower} of {n} seeds, above in {higher})")
+            };
+            format!("{h}: {}{tested}", num(mean(rows)))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let spreads: Vec<String> = specialised
         .iter()
         .map(|(h, layers)| {
@@ -156,11 +211,16 @@ fn run(ctx: &Context) -> Finding {
     Finding {
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
-            "the farthest-looking head over the nearest, per encoder layer: {}; test BLEU by h {}",
+            "the farthest-looking head over the nearest, per encoder layer: {}; mean test BLEU by h over {} \
+             seeds {bleu_sentence}",
             spreads.join("; "),
-            bleu.iter().map(|(h, b)| format!("{h}: {}", num(*b))).collect::<Vec<_>>().join(", ")
+            seeds.len(),
         ),
-        not_measured: "BLEU by h from one seed each (no significance test); decoder heads".into(),
+        not_measured: if seeds.len() < 3 {
+            "BLEU by h from one seed in quick mode: run the full course for three; decoder heads".into()
+        } else {
+            "decoder heads".into()
+        },
         table,
         more: vec![bleu_table],
         figures: vec![super::figure(
