@@ -7,8 +7,11 @@
 //! On a GPU ([`time_steps`] on cubecl, not with burn's fusion, `gpu-tuned`) the sequence is
 //! copied once to time-major order, each step is a contiguous view of it, and each step's
 //! backward writes its gradient in place into one zeroed time-major buffer: one launch a step.
-//! On the CPU (flex) the narrowed steps stay: there a step's backward is a memory pass, not a
-//! launch.
+//! On the CPU (flex) under autodiff the same layout serves: narrowed steps cost a zero fill and
+//! an add of the whole sequence's gradient a step (`time²` passes, 8 % of Luong's training
+//! step on one thread, where the second thread waits), the time-major steps one copy of the
+//! sequence forward and one write of each step's gradient back. Without autodiff (decoding)
+//! the narrowed steps stay.
 //!
 //! The way back, [`stack_steps`] (a decoder's per-step outputs into one `[batch, time, d]`
 //! tensor): burn's `stack` writes each step with a slice-assign of its own, a launch a step,
@@ -28,6 +31,12 @@ pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
     #[cfg(not(feature = "gpu-tuned"))]
     if !crate::flex_data::is_flex(&x.device()) {
         return <burn::backend::Dispatch as gpu::GpuSteps>::gpu_time_steps(x.into_dispatch())
+            .into_iter()
+            .map(Tensor::from_dispatch)
+            .collect();
+    }
+    if crate::flex_data::is_flex(&x.device()) && x.is_autodiff() {
+        return <burn::backend::Dispatch as cpu::CpuSteps>::cpu_time_steps(x.into_dispatch())
             .into_iter()
             .map(Tensor::from_dispatch)
             .collect();
@@ -463,6 +472,127 @@ mod tests {
             let unused =
                 stack_steps(xs.iter().map(|x| Tensor::from_data(x.to_data(), &ad).require_grad()).collect());
             assert_eq!(unused.inner().to_data(), Tensor::stack::<3>(xs.clone(), 1).to_data());
+        }
+    }
+}
+
+/// The CPU's time-major steps under autodiff (see the module doc).
+mod cpu {
+    use std::sync::{Arc, Mutex};
+
+    use burn::backend::autodiff::Autodiff;
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::flex::FlexTensor;
+    use burn::backend::{Flex, backend_extension, tensor::FloatTensor};
+    use burn::tensor::{DType, Shape, TensorData};
+
+    use crate::flex_data::f32s;
+
+    /// The split as a burn backend extension (flex, under autodiff).
+    #[backend_extension(Flex, Autodiff)]
+    pub trait CpuSteps: burn::backend::Backend {
+        /// `x[:, t, :]` for every `t` (see [`super::time_steps`]).
+        fn cpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>>;
+    }
+
+    /// Step `t` of a contiguous time-major `[time, batch, d]` tensor: a `[batch, d]` view.
+    fn step(tm: &FlexTensor, t: usize) -> FlexTensor {
+        let s = tm.layout().shape();
+        let (batch, d) = (s[1], s[2]);
+        tm.narrow(0, t, 1).reshape(Shape::from([batch, d]))
+    }
+
+    /// `x` (`[batch, time, d]`) copied to contiguous time-major order.
+    fn time_major(x: &FlexTensor) -> FlexTensor {
+        assert!(
+            x.dtype() == DType::F32 && x.layout().shape().num_dims() == 3,
+            "time steps: x is not f32 [batch, time, d]"
+        );
+        x.transpose(0, 1).to_contiguous()
+    }
+
+    impl CpuSteps for Flex {
+        fn cpu_time_steps(x: FlexTensor) -> Vec<FlexTensor> {
+            let tm = time_major(&x);
+            (0..tm.layout().shape()[0]).map(|t| step(&tm, t)).collect()
+        }
+    }
+
+    /// The time-major gradient `[time, batch, d]` the steps' backward passes write into,
+    /// allocated (zeroed) by the first of them to run.
+    #[derive(Debug, Default)]
+    struct Sink(Mutex<Option<Vec<f32>>>);
+
+    impl<C: CheckpointStrategy> CpuSteps for Autodiff<Flex, C> {
+        fn cpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>> {
+            /// `x` → time-major: its gradient is the sink, complete once every step's backward
+            /// has run (burn runs them first: the steps are this node's only children), handed
+            /// back to `x` as a view in `x`'s order.
+            #[derive(Debug)]
+            struct TimeMajorBackward;
+
+            impl Backward<Flex, 1> for TimeMajorBackward {
+                /// The sink and the time-major shape.
+                type State = (Arc<Sink>, [usize; 3]);
+
+                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                    let [node] = ops.parents;
+                    // The zeros the first step registered, so that this node has a gradient.
+                    let _ = grads.consume::<Flex>(&ops.node);
+                    let Some(node) = node else { return };
+                    let (sink, shape) = ops.state;
+                    let buffer = sink.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    let buffer = buffer.expect("time steps: a step's backward ran before this one");
+                    let tm = FlexTensor::from_data(TensorData::new(buffer, shape));
+                    grads.register::<Flex>(node.id, tm.transpose(0, 1));
+                }
+            }
+
+            #[derive(Debug)]
+            struct StepBackward;
+
+            impl Backward<Flex, 1> for StepBackward {
+                /// The sink, this step, and the time-major shape.
+                type State = (Arc<Sink>, usize, [usize; 3]);
+
+                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                    let [node] = ops.parents;
+                    let grad = grads.consume::<Flex>(&ops.node);
+                    let Some(node) = node else { return };
+                    let (sink, t, shape) = ops.state;
+                    let n = shape[1] * shape[2];
+                    let grad = f32s(&grad);
+                    assert_eq!(grad.len(), n, "time steps: a step's gradient is not [batch, d]");
+                    let mut sink = sink.0.lock().unwrap_or_else(|e| e.into_inner());
+                    let buffer = sink.get_or_insert_with(|| {
+                        grads.register::<Flex>(node.id, FlexTensor::zeros(Shape::from(shape), DType::F32));
+                        vec![0.0; shape.iter().product()]
+                    });
+                    buffer[t * n..(t + 1) * n].copy_from_slice(&grad);
+                }
+            }
+
+            let (x, x_node) = x.into_parts();
+            let tm = time_major(&x);
+            let s = tm.layout().shape();
+            let shape = [s[0], s[1], s[2]];
+            let sink = Arc::new(Sink::default());
+            let tm = match TimeMajorBackward.prepare::<C>([x_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish((sink.clone(), shape), tm),
+                OpsKind::UnTracked(prep) => prep.finish(tm),
+            };
+            (0..shape[0])
+                .map(|t| {
+                    let view = step(tm.primitive(), t);
+                    match StepBackward.prepare::<C>([tm.node()]).compute_bound().stateful() {
+                        OpsKind::Tracked(prep) => prep.finish((sink.clone(), t, shape), view),
+                        OpsKind::UnTracked(prep) => prep.finish(view),
+                    }
+                })
+                .collect()
         }
     }
 }

@@ -263,6 +263,16 @@ fn every_operation_on(plain: &Device) {
             }
             outputs(ops::stack_steps(outs).flatten(0, 2), &v)
         });
+        // Steps the loss never reads get a zero gradient, and one read twice the sum.
+        same(&tag("time_steps, some steps unread"), &d, 1e-4, || {
+            let v = l.fresh();
+            let steps = ops::time_steps(v[0].clone().reshape([3, 11, 6]));
+            let read: Vec<Tensor<2>> =
+                steps.iter().enumerate().filter(|(t, _)| t % 3 != 1).map(|(_, x)| x.clone()).collect();
+            let twice = steps[4].clone() * steps[4].clone();
+            let total: Tensor<1> = ops::stack_steps(read).sum() + twice.sum();
+            outputs(total, &v)
+        });
 
         // The loss.
         let (b, t, v) = (3, 4, 37);
