@@ -93,34 +93,36 @@ struct Search {
     limit: usize,
     live: Vec<Live>,
     finished: Vec<Hypothesis>,
-    /// Every step's beam and candidates, when the search is traced.
-    trace: Option<Vec<TraceStep>>,
 }
 
-/// One step of one sentence's beam search, as [`beam_search_traced`] records it: the beam
-/// that was extended and the `2·beam` best continuations that were ranked.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TraceStep {
-    /// The live hypotheses extended at this step, in beam order.
-    pub live: Vec<TraceHypothesis>,
-    /// The best continuations over the whole beam, best first.
-    pub candidates: Vec<Candidate>,
+/// What a beam search shows of each step, sentence by sentence: the studio's trace of a
+/// search watches it this way, and `()` watches nothing.
+pub trait BeamObserver {
+    /// Whether the search should work out each candidate's [`Fate`] for [`step`](Self::step)
+    /// (when false, `step` is not called).
+    fn watching(&self) -> bool {
+        true
+    }
+
+    /// Sentence `sentence`'s step: its beam (each live hypothesis's tokens, without `<s>`, and
+    /// summed log-probability, in beam order) and the `2·beam` best continuations over the
+    /// whole beam, best first, with what the search did with each.
+    fn step(&mut self, sentence: usize, beam: &[(&[u32], f64)], candidates: &[Candidate]);
 }
 
-/// A live hypothesis in a [`TraceStep`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TraceHypothesis {
-    /// Its tokens so far (no `<s>`).
-    pub tokens: Vec<u32>,
-    /// Summed log-probability of those tokens.
-    pub score: f64,
+impl BeamObserver for () {
+    fn watching(&self) -> bool {
+        false
+    }
+
+    fn step(&mut self, _: usize, _: &[(&[u32], f64)], _: &[Candidate]) {}
 }
 
 /// A continuation ranked at a step: hypothesis `parent` of the step's beam extended by
 /// `token`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Candidate {
-    /// Index into the step's `live`.
+    /// Index into the step's beam.
     pub parent: usize,
     /// The token added.
     pub token: u32,
@@ -166,18 +168,19 @@ pub fn beam_search_with<M: Incremental>(
     cfg: &BeamConfig,
     top_on_device: bool,
 ) -> Vec<Vec<Hypothesis>> {
-    search(model, src, cfg, top_on_device, false).0
+    search(model, src, cfg, top_on_device, &mut ())
 }
 
-/// [`beam_search`] that also records, per sentence, every step's beam and ranked candidates
-/// with their fates (the same search: the hypotheses are [`beam_search`]'s).
-pub fn beam_search_traced<M: Incremental>(
+/// [`beam_search`] that shows `observer` every step's beam and ranked candidates with their
+/// fates (the same search: the hypotheses are [`beam_search`]'s).
+pub fn beam_search_observed<M: Incremental>(
     model: &M,
     src: &Source,
     cfg: &BeamConfig,
-) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
+    observer: &mut impl BeamObserver,
+) -> Vec<Vec<Hypothesis>> {
     let on_device = !s2s_kernels::ops::is_cpu(&src.ids.device());
-    search(model, src, cfg, on_device, true)
+    search(model, src, cfg, on_device, observer)
 }
 
 fn search<M: Incremental>(
@@ -185,8 +188,8 @@ fn search<M: Incremental>(
     src: &Source,
     cfg: &BeamConfig,
     top_on_device: bool,
-    traced: bool,
-) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
+    observer: &mut impl BeamObserver,
+) -> Vec<Vec<Hypothesis>> {
     let mut steps = Eager {
         model,
         state: Some(model.encode(src)),
@@ -194,7 +197,7 @@ fn search<M: Incremental>(
         top_on_device,
         attention: cfg.attention,
     };
-    run(&mut steps, &src.lens, src.len(), cfg, traced)
+    run(&mut steps, &src.lens, src.len(), cfg, observer)
 }
 
 /// What one step of a beam search runs, whichever way the steps are run: keep (and reorder)
@@ -249,14 +252,15 @@ impl<M: Incremental> BeamSteps for Eager<'_, M> {
 }
 
 /// The search over sentences of real lengths `lens` (padded to `src_len`), its steps run by
-/// `steps`.
+/// `steps`, each sentence's steps shown to `observer`.
 pub(crate) fn run(
     steps: &mut impl BeamSteps,
     lens: &[usize],
     src_len: usize,
     cfg: &BeamConfig,
-    traced: bool,
-) -> (Vec<Vec<Hypothesis>>, Vec<Vec<TraceStep>>) {
+    observer: &mut impl BeamObserver,
+) -> Vec<Vec<Hypothesis>> {
+    let watching = observer.watching();
     let k = cfg.beam.max(1);
     let batch = lens.len();
     let mut active: Vec<Search> = (0..batch)
@@ -270,19 +274,14 @@ pub(crate) fn run(
                 row: s,
             }],
             finished: Vec::new(),
-            trace: traced.then(Vec::new),
         })
         .collect();
     let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); batch];
-    let mut traces: Vec<Vec<TraceStep>> = vec![Vec::new(); if traced { batch } else { 0 }];
-    let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>, traces: &mut Vec<Vec<TraceStep>>| {
+    let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>| {
         let mut f = s.finished;
         f.sort_by(|a, b| b.score.total_cmp(&a.score));
         f.truncate(cfg.nbest.clamp(1, k));
         done[s.sentence] = f;
-        if let Some(t) = s.trace {
-            traces[s.sentence] = t;
-        }
     };
     // Sentences whose limit is 0 finish empty at once.
     let (zero, rest): (Vec<Search>, Vec<Search>) = active.into_iter().partition(|s| s.limit == 0);
@@ -292,7 +291,7 @@ pub(crate) fn run(
             score: 0.0,
             attention: cfg.attention.then(Vec::new),
         });
-        finish(s, &mut done, &mut traces);
+        finish(s, &mut done);
     }
     active = rest;
     // The first step keeps the encoded rows of the sentences left, when some finished at once.
@@ -325,7 +324,7 @@ pub(crate) fn run(
             }
             cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
             cands.truncate(2 * k);
-            let mut fates = vec![Fate::Pruned; if s.trace.is_some() { cands.len() } else { 0 }];
+            let mut fates = vec![Fate::Pruned; if watching { cands.len() } else { 0 }];
             let mut live = Vec::with_capacity(k);
             for (rank, &(score, i, t, _)) in cands.iter().enumerate() {
                 if live.len() == k {
@@ -362,33 +361,26 @@ pub(crate) fn run(
                     *f = fate;
                 }
             }
-            if let Some(trace) = s.trace.as_mut() {
-                trace.push(TraceStep {
-                    live: s
-                        .live
-                        .iter()
-                        .map(|h| TraceHypothesis { tokens: h.tokens.clone(), score: h.score })
-                        .collect(),
-                    candidates: cands
-                        .iter()
-                        .zip(&fates)
-                        .map(|(&(score, i, token, log_prob), &fate)| {
-                            let parent = &s.live[i];
-                            Candidate {
-                                parent: i,
-                                token,
-                                log_prob,
-                                score,
-                                normalized: score / cfg.penalty.divisor(parent.tokens.len() + 1, cfg.alpha),
-                                fate,
-                            }
-                        })
-                        .collect(),
-                });
+            if watching {
+                let beam: Vec<(&[u32], f64)> =
+                    s.live.iter().map(|h| (h.tokens.as_slice(), h.score)).collect();
+                let ranked: Vec<Candidate> = cands
+                    .iter()
+                    .zip(&fates)
+                    .map(|(&(score, i, token, log_prob), &fate)| Candidate {
+                        parent: i,
+                        token,
+                        log_prob,
+                        score,
+                        normalized: score / cfg.penalty.divisor(s.live[i].tokens.len() + 1, cfg.alpha),
+                        fate,
+                    })
+                    .collect();
+                observer.step(s.sentence, &beam, &ranked);
             }
             s.live = live;
             if s.finished.len() >= k || s.live.is_empty() {
-                finish(s, &mut done, &mut traces);
+                finish(s, &mut done);
             } else {
                 for h in s.live.iter_mut() {
                     origin.push(h.row as i64);
@@ -400,7 +392,7 @@ pub(crate) fn run(
         active = still;
         select = Some(origin);
     }
-    (done, traces)
+    done
 }
 
 /// Each row's `min(n, vocab)` best log-probabilities and their ids (as floats, exact below
@@ -523,35 +515,49 @@ mod tests {
         assert_eq!(b[0][1].tokens, vec![A as u32], "the runner-up is kept in the n-best list");
     }
 
-    /// The trace of the chain's beam of 2: step 1 keeps `a` and `b` and prunes the rest; step
+    /// Each step a sentence's search shows, as [`BeamObserver::step`] gets it.
+    #[derive(Debug, Default)]
+    struct Recorded(Vec<(usize, Vec<(Vec<u32>, f64)>, Vec<Candidate>)>);
+
+    impl BeamObserver for Recorded {
+        fn step(&mut self, sentence: usize, beam: &[(&[u32], f64)], candidates: &[Candidate]) {
+            self.0.push((
+                sentence,
+                beam.iter().map(|(t, s)| (t.to_vec(), *s)).collect(),
+                candidates.to_vec(),
+            ));
+        }
+    }
+
+    /// What the observer sees of the chain's beam of 2: step 1 keeps `a` and `b` and prunes the rest; step
     /// 2 finishes `b </s>` (0.36) and `a </s>` (0.24), keeps `a a` and `a c` (0.18 each), and
     /// the search stops with two finished hypotheses, the same as the untraced search's.
     #[test]
-    fn the_trace_records_each_step_and_fate() {
+    fn the_observer_sees_each_step_and_fate() {
         let d = Device::flex();
         let chain = Chain::new(&d);
         let cfg = BeamConfig { beam: 2, alpha: 0.0, nbest: 2, ..Default::default() };
-        let (hyps, traces) = beam_search_traced(&chain, &src(&d), &cfg);
+        let mut seen = Recorded::default();
+        let hyps = beam_search_observed(&chain, &src(&d), &cfg, &mut seen);
         assert_eq!(hyps, beam_search(&chain, &src(&d), &cfg));
-        let t = &traces[0];
+        let t = &seen.0;
         assert_eq!(t.len(), 2);
-        assert_eq!(t[0].live, vec![TraceHypothesis { tokens: vec![], score: 0.0 }]);
-        let fates = |s: &TraceStep| s.candidates.iter().map(|c| c.fate).collect::<Vec<_>>();
-        assert_eq!(fates(&t[0]), [Fate::Kept, Fate::Kept, Fate::Pruned, Fate::Pruned]);
-        assert_eq!(t[0].candidates[0].token, A as u32);
-        assert!((t[0].candidates[1].log_prob as f64 - 0.4f64.ln()).abs() < 1e-5);
-        assert_eq!(
-            t[1].live.iter().map(|h| h.tokens.clone()).collect::<Vec<_>>(),
-            [vec![A as u32], vec![B as u32]]
-        );
-        assert_eq!(fates(&t[1]), [Fate::Finished, Fate::Finished, Fate::Kept, Fate::Kept]);
-        let first = &t[1].candidates[0];
+        assert!(t.iter().all(|(sentence, _, _)| *sentence == 0));
+        assert_eq!(t[0].1, vec![(vec![], 0.0)]);
+        let fates = |c: &[Candidate]| c.iter().map(|c| c.fate).collect::<Vec<_>>();
+        assert_eq!(fates(&t[0].2), [Fate::Kept, Fate::Kept, Fate::Pruned, Fate::Pruned]);
+        assert_eq!(t[0].2[0].token, A as u32);
+        assert!((t[0].2[1].log_prob as f64 - 0.4f64.ln()).abs() < 1e-5);
+        assert_eq!(t[1].1.iter().map(|h| h.0.clone()).collect::<Vec<_>>(), [vec![A as u32], vec![B as u32]]);
+        assert_eq!(fates(&t[1].2), [Fate::Finished, Fate::Finished, Fate::Kept, Fate::Kept]);
+        let first = &t[1].2[0];
         assert_eq!((first.parent, first.token), (1, EOS));
         assert!((first.score - 0.36f64.ln()).abs() < 1e-5 && first.normalized == first.score);
         // With a length penalty, `normalized` is the score over lp(len) of the extended hypothesis.
         let lp = BeamConfig { alpha: 1.0, ..cfg };
-        let (_, traces) = beam_search_traced(&chain, &src(&d), &lp);
-        let c = &traces[0][1].candidates[0];
+        let mut seen = Recorded::default();
+        beam_search_observed(&chain, &src(&d), &lp, &mut seen);
+        let c = &seen.0[1].2[0];
         assert!((c.normalized - c.score / LengthPenalty::Gnmt.divisor(2, 1.0)).abs() < 1e-12);
     }
 

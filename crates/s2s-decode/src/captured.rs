@@ -308,7 +308,13 @@ where
                         let (graph, (out, state, choice)) =
                             capture(&self.device, || greedy_chunk(model, state.clone(), last.clone(), k))?;
                         self.stats.captures += 1;
-                        self.chains[c].links.push(Link { graph, inputs: None, out, state, choice: Some(choice) });
+                        self.chains[c].links.push(Link {
+                            graph,
+                            inputs: None,
+                            out,
+                            state,
+                            choice: Some(choice),
+                        });
                         self.count_graphs();
                     }
                     let l = &self.chains[c].links[link];
@@ -338,15 +344,8 @@ where
         let p = pad(ids, lens, len);
         let beam = cfg.beam.max(1);
         let key = Key { beam, sentences: p.lens.len(), src_len: p.src_len };
-        let mut steps = Fixed {
-            search: self,
-            key,
-            chain: None,
-            state: None,
-            prev: Vec::new(),
-            link: 0,
-            error: None,
-        };
+        let mut steps =
+            Fixed { search: self, key, chain: None, state: None, prev: Vec::new(), link: 0, error: None };
         match steps.search.run {
             Run::Eager => {
                 let src = steps.search.source(&p);
@@ -355,7 +354,7 @@ where
             Run::Replay => steps.chain = Some(steps.search.chain(key, &p)?),
         }
         let cfg = BeamConfig { attention: false, ..*cfg };
-        let (hyps, _) = crate::beam::run(&mut steps, lens, p.src_len, &cfg, false);
+        let hyps = crate::beam::run(&mut steps, lens, p.src_len, &cfg, &mut ());
         match steps.error {
             Some(e) => Err(e),
             None => Ok(hyps),
@@ -401,7 +400,8 @@ where
         }
         let first = self.link == 0;
         // The rows to keep: the first link spreads each encoded sentence over its K rows.
-        let mut picked: Vec<usize> = if first { (0..rows).map(|f| f / k).collect() } else { (0..rows).collect() };
+        let mut picked: Vec<usize> =
+            if first { (0..rows).map(|f| f / k).collect() } else { (0..rows).collect() };
         if !first {
             let parents = select.expect("after the first step, rows are selected");
             for (r, &f) in fixed.iter().enumerate() {
@@ -426,8 +426,14 @@ where
             },
             _ => {
                 let state = self.state.take().expect("a state between steps");
-                let (out, next) =
-                    beam_step(model, state, &ids_tensor(&idx, &device), &picked, ids_tensor(&tokens, &device), w);
+                let (out, next) = beam_step(
+                    model,
+                    state,
+                    &ids_tensor(&idx, &device),
+                    &picked,
+                    ids_tensor(&tokens, &device),
+                    w,
+                );
                 self.state = Some(next);
                 read(&out)
             }

@@ -114,7 +114,8 @@ pub fn greedy_chunked<M: Incremental>(
             .filter(|a| !a.is_empty())
             .and_then(|a| Tensor::cat(a, 1).into_data().convert::<f32>().try_to_vec::<f32>().ok());
         let live: Vec<(usize, usize)> = rows.iter().copied().enumerate().collect();
-        let (keep, next_last) = absorb(&mut out, &live, &limits, &v, att.as_deref(), k, src.lens.as_slice(), src_len);
+        let (keep, next_last) =
+            absorb(&mut out, &live, &limits, &v, att.as_deref(), k, src.lens.as_slice(), src_len);
         if keep.is_empty() {
             break;
         }

@@ -14,7 +14,7 @@ pub mod limits;
 pub mod sample;
 
 pub use beam::{
-    BeamConfig, Candidate, Fate, LengthPenalty, TraceHypothesis, TraceStep, beam_search, beam_search_traced,
+    BeamConfig, BeamObserver, Candidate, Fate, LengthPenalty, beam_search, beam_search_observed,
     beam_search_with,
 };
 pub use captured::{CapturedSearch, DecodeCaptureStats, Run};

@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::{Batch, Example, normalize};
-use s2s_decode::{BeamConfig, Fate, LengthPenalty, beam_search_traced};
+use s2s_decode::{BeamConfig, BeamObserver, Fate, LengthPenalty, beam_search_observed};
 use s2s_models::{AttentionKind, Source};
 use serde::Serialize;
 
@@ -218,6 +218,39 @@ pub struct Candidate {
     pub fate: Fate,
 }
 
+/// The beam search's steps as the page shows them, tokens spelled out (the one sentence
+/// searched).
+struct Trace<'p> {
+    piece: &'p dyn Fn(u32) -> String,
+    steps: Vec<Step>,
+}
+
+impl BeamObserver for Trace<'_> {
+    fn step(&mut self, _: usize, beam: &[(&[u32], f64)], candidates: &[s2s_decode::Candidate]) {
+        let piece = self.piece;
+        self.steps.push(Step {
+            live: beam
+                .iter()
+                .map(|(tokens, score)| Live {
+                    tokens: tokens.iter().map(|&t| piece(t)).collect(),
+                    score: *score,
+                })
+                .collect(),
+            candidates: candidates
+                .iter()
+                .map(|c| Candidate {
+                    parent: c.parent,
+                    token: piece(c.token),
+                    log_prob: c.log_prob,
+                    score: c.score,
+                    normalized: c.normalized,
+                    fate: c.fate,
+                })
+                .collect(),
+        });
+    }
+}
+
 /// A finished hypothesis.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finished {
@@ -293,7 +326,10 @@ pub fn run_model(
     };
     let batch = Batch::collate(&[Example { src: src.clone(), tgt: Vec::new() }], &[0]);
     let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
-    let (hyps, traces) = beam_search_traced(&m.model, &source, &cfg);
+    let piece = |t: u32| m.tok.tgt.token(t);
+    let mut trace = Trace { piece: &piece, steps: Vec::new() };
+    let hyps = beam_search_observed(&m.model, &source, &cfg, &mut trace);
+    let steps = trace.steps;
     let hyps = hyps.into_iter().next().unwrap_or_default();
     let best = hyps.first().map(|h| h.tokens.clone()).unwrap_or_default();
     // A hypothesis that reached the length limit ended without `</s>`, and its score has no
@@ -328,32 +364,6 @@ pub fn run_model(
         }
         _ => None,
     };
-    let piece = |t: u32| m.tok.tgt.token(t);
-    let steps = traces
-        .into_iter()
-        .next()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|s| Step {
-            live: s
-                .live
-                .into_iter()
-                .map(|h| Live { tokens: h.tokens.into_iter().map(piece).collect(), score: h.score })
-                .collect(),
-            candidates: s
-                .candidates
-                .into_iter()
-                .map(|c| Candidate {
-                    parent: c.parent,
-                    token: piece(c.token),
-                    log_prob: c.log_prob,
-                    score: c.score,
-                    normalized: c.normalized,
-                    fate: c.fate,
-                })
-                .collect(),
-        })
-        .collect();
     let finished =
         hyps.iter().map(|h| Finished { text: m.tok.tgt.decode(&h.tokens), normalized: h.score }).collect();
     let mut source_tokens: Vec<String> = src.iter().map(|&t| m.tok.src.token(t)).collect();

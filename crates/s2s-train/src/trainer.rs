@@ -273,7 +273,9 @@ fn captured_steps(
     )))
 }
 
-/// Trains (or resumes) one model in `job.run_dir`.
+/// Trains (or resumes) one model in `job.run_dir`: resume from the last checkpoint, then
+/// steps (eager or captured) until the budget, patience or a stop request ends the run, with
+/// validation and a checkpoint every `valid_every` steps, then the finish.
 pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let spec = job.spec;
     spec.validate().map_err(|e| TrainError::Config(e.to_string()))?;
@@ -285,63 +287,30 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         )));
     }
     let devices: Vec<Device> = job.devices.iter().map(|d| d.clone().autodiff()).collect();
-    let ad = devices[0].clone();
-    let ckpts = Checkpoints::new(job.run_dir).keeping(spec.keep_last as usize);
-    let metrics_path = job.run_dir.join("metrics.csv");
-    let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
     // Adam's step count: the trainer's, which a checkpoint saves (a replayed step leaves the
     // optimizer's per-parameter counts where the capture left them).
     let clock = Arc::new(AtomicUsize::new(0));
-    let mut optim = optimizer(spec, &clock);
     let mut captured = captured_steps(spec, &devices, &clock)?;
-    let mut st = TrainerState::start(spec.schedule.start());
-    if let Some(dir) = ckpts.pointed("last")? {
-        st = Checkpoints::read_state(&dir)?;
-        model = load_model(job.model, job.tokenizers, &dir, &ad)?;
-        let opath = dir.join("optimizer.bpk");
-        Checkpoints::verify(&dir, "optimizer.bpk")?;
-        optim = optim
-            .load(&opath)
-            .map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })?;
-        metrics::truncate_after(&metrics_path, st.step).map_err(|e| TrainError::io(&metrics_path, e))?;
-        eprintln!("resuming from {} (step {}, epoch {})", dir.display(), st.step, st.epoch);
-    }
-    if st.finished {
-        let best_dir = ckpts.pointed("best")?.unwrap_or(ckpts.pointed("last")?.expect("last exists"));
-        return Ok(TrainOutcome {
-            steps: st.step,
-            best_step: st.best_step,
-            best: st.best,
-            wall: st.wall,
-            best_dir,
-            stopped_early: false,
-            interrupted: false,
-            skipped_batches: st.skipped_batches,
-            capture: None,
-        });
+    let mut run = Run::resume(&job, devices, clock)?;
+    if run.st.finished {
+        return run.outcome(false, false, None);
     }
 
     let batcher = StreamBatcher::new(&job.data.train, spec.batch);
-    // Every step reads `accumulate × devices` batches; each batch's loss is a per-token mean
-    // divided by that count, so N devices take the step `accumulate = N` takes on one.
-    let per_step = spec.accumulate as usize * devices.len();
-    let scale = per_step as f64;
-    let epoch_len = batcher.epoch_len(spec.seed, 0).div_ceil(per_step) as u64;
+    let epoch_len = batcher.epoch_len(spec.seed, 0).div_ceil(run.per_step()) as u64;
     let max_steps = spec
         .budget
         .steps
         .unwrap_or(u64::MAX)
         .min(spec.budget.epochs.map(|e| e * epoch_len).unwrap_or(u64::MAX));
-    let bar = progress_bar(job.progress, max_steps, st.step);
+    run.bar = progress_bar(job.progress, max_steps, run.st.step);
     let started = Instant::now();
-    let wall0 = st.wall;
-    let mut window_start = (Instant::now(), st.wall);
+    let wall0 = run.st.wall;
     // A resumed run continues its epoch with the batches an uninterrupted one would take.
-    let mut batches = batcher.resume(spec.seed, st.epoch, st.batch_in_epoch);
+    let mut batches = batcher.resume(spec.seed, run.st.epoch, run.st.batch_in_epoch);
+    run.window_start = (Instant::now(), run.st.wall);
     let mut stopped_early = false;
-    let mut last_lr = spec.lr;
     let mut interrupted = false;
-    let mut consecutive_skips = 0u32;
     loop {
         if crate::interrupt::stop_requested() {
             interrupted = true;
@@ -349,155 +318,322 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
         }
         let wall = wall0 + started.elapsed().as_secs_f64();
         let out_of_time = spec.budget.minutes.is_some_and(|m| wall >= m * 60.0);
-        if st.step >= max_steps || out_of_time {
+        if run.st.step >= max_steps || out_of_time {
             break;
         }
-        if let Some(cap) = captured.as_mut() {
-            let indices = next_batch(&mut batches, &batcher, spec.seed, &mut st);
-            let batch = job.data.train.collate(&indices)?;
-            let step = st.step + 1;
-            let seed = step_seed(spec.seed, st.step, 0);
-            let lr = spec.schedule.lr(spec.lr, step, &st.schedule);
-            model = cap
-                .step(model, &mut optim, &batch, seed, step as usize, lr, spec.clip_norm)
-                .map_err(|e| TrainError::Config(format!("captured step: {e}; train with --capture off")))?;
-            if crate::interrupt::nan_at(step) {
-                return Err(TrainError::NonFinite { step, value: f64::NAN });
-            }
-            st.step = step;
-            last_lr = lr;
-            // The losses stay on the device until the trainer logs or validates.
-            if step.is_multiple_of(LOSS_READ_EVERY)
-                || step.is_multiple_of(spec.valid_every)
-                || step >= max_steps
-            {
-                fold_captured_loss(cap, &mut st)?;
-            }
-        } else {
-            // One optimizer step over `accumulate` micro-steps of one batch per device.
-            let mut acc = GradientsAccumulator::<Model>::new();
-            let mut step_tokens = 0u64;
-            let mut step_loss = 0.0;
-            for micro in 0..spec.accumulate {
-                let mut shards = Vec::with_capacity(devices.len());
-                for d in 0..devices.len() {
-                    let indices = next_batch(&mut batches, &batcher, spec.seed, &mut st);
-                    let seed = step_seed(spec.seed, st.step, micro as u64 * devices.len() as u64 + d as u64);
-                    shards.push((job.data.train.collate(&indices)?, seed));
-                }
-                for (grads, loss, tokens) in shard_gradients(&model, &devices, &shards, spec, scale) {
-                    step_loss += loss;
-                    step_tokens += tokens;
-                    acc.accumulate(&model, grads);
+        let per_step = run.per_step();
+        let indices: Vec<Vec<usize>> =
+            (0..per_step).map(|_| next_batch(&mut batches, &batcher, spec.seed, &mut run.st)).collect();
+        match captured.as_mut() {
+            Some(cap) => run.captured_step(cap, &indices[0], max_steps)?,
+            None => {
+                if !run.eager_step(&indices)? {
+                    continue;
                 }
             }
-            if crate::interrupt::nan_at(st.step + 1) {
-                step_loss = f64::NAN;
-            }
-            if !step_loss.is_finite() {
-                if !spec.skip_nonfinite {
-                    return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
-                }
-                st.skipped_batches += 1;
-                consecutive_skips += 1;
-                if consecutive_skips > 100 {
-                    return Err(TrainError::NonFinite { step: st.step + 1, value: step_loss });
-                }
-                if let Some(bar) = &bar {
-                    bar.println(format!(
-                        "skipped a batch with a {step_loss} loss before step {}",
-                        st.step + 1
-                    ));
-                }
-                continue;
-            }
-            consecutive_skips = 0;
-            let mut grads = acc.grads();
-            clip_global_norm(&model, &mut grads, spec.clip_norm);
-            st.step += 1;
-            last_lr = spec.schedule.lr(spec.lr, st.step, &st.schedule);
-            clock.store(st.step as usize, Ordering::Relaxed);
-            model = s2s_kernels::ops::adam_step(&mut optim, last_lr, model, grads);
-            st.loss_window.0 += step_loss;
-            st.loss_window.1 += step_tokens;
         }
-        if let Some(bar) = &bar {
-            bar.set_position(st.step);
-            let secs = window_start.0.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!(
-                "loss {:.3} · {:.0} tok/s · lr {:.2e} · epoch {}",
-                st.loss_window.0 / st.loss_window.1.max(1) as f64,
-                st.loss_window.1 as f64 / secs,
-                last_lr,
-                st.epoch
-            ));
-        }
-        if st.step % spec.valid_every == 0 {
-            st.wall = wall0 + started.elapsed().as_secs_f64();
-            let stop = validate_and_checkpoint(
-                &job,
-                &model,
-                &optim,
-                &mut st,
-                &ckpts,
-                &metrics_path,
-                last_lr,
-                &mut window_start,
-            )?;
-            if let Some(bar) = &bar {
-                bar.println(format!(
-                    "step {}: val ppl {:.2}, val BLEU {:.2}{}",
-                    st.step,
-                    stop.1,
-                    stop.2,
-                    if st.best_step == st.step { " (best)" } else { "" }
-                ));
-            }
-            if stop.0 {
+        run.show_progress();
+        if run.st.step % spec.valid_every == 0 {
+            run.st.wall = wall0 + started.elapsed().as_secs_f64();
+            if run.validate()? {
                 stopped_early = true;
                 break;
             }
         }
     }
     if let Some(cap) = &captured {
-        fold_captured_loss(cap, &mut st)?;
+        fold_captured_loss(cap, &mut run.st)?;
     }
-    st.wall = wall0 + started.elapsed().as_secs_f64();
-    // An interrupted run only checkpoints where it stands; a finished one validates its last
-    // step (unless that just happened) and is marked finished.
-    if !interrupted && (st.step % spec.valid_every != 0 || st.step == 0) {
-        validate_and_checkpoint(
-            &job,
-            &model,
-            &optim,
-            &mut st,
-            &ckpts,
-            &metrics_path,
-            last_lr,
-            &mut window_start,
+    run.st.wall = wall0 + started.elapsed().as_secs_f64();
+    run.finish(interrupted)?;
+    run.outcome(stopped_early, interrupted, captured.map(|c| c.stats.clone()))
+}
+
+/// A run in progress: the model and optimizer, the trainer's state, and where it writes.
+struct Run<'j, 'a> {
+    job: &'j TrainJob<'a>,
+    /// The autodiff twins of `job.devices`; the first holds the weights.
+    devices: Vec<Device>,
+    ckpts: Checkpoints,
+    metrics_path: PathBuf,
+    /// Adam's step count (see [`train`]).
+    clock: Arc<AtomicUsize>,
+    /// The model; taken out for the moment a step consumes it (so that Adam, holding the only
+    /// handle, updates the weights in place), put back with the step's result.
+    model: Option<Model>,
+    optim: ModuleOptimizer,
+    st: TrainerState,
+    /// The learning rate of the last step.
+    last_lr: f64,
+    /// Non-finite batches skipped in a row (`skip_nonfinite`).
+    consecutive_skips: u32,
+    bar: Option<ProgressBar>,
+    /// When the current window of the progress message and the metrics row began (instant,
+    /// training seconds).
+    window_start: (Instant, f64),
+}
+
+impl<'j, 'a> Run<'j, 'a> {
+    /// A fresh model and optimizer, or the last checkpoint's with the trainer's state (the
+    /// metrics file cut back to its step).
+    fn resume(
+        job: &'j TrainJob<'a>,
+        devices: Vec<Device>,
+        clock: Arc<AtomicUsize>,
+    ) -> Result<Self, TrainError> {
+        let spec = job.spec;
+        let ad = devices[0].clone();
+        let ckpts = Checkpoints::new(job.run_dir).keeping(spec.keep_last as usize);
+        let metrics_path = job.run_dir.join("metrics.csv");
+        let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
+        let mut optim = optimizer(spec, &clock);
+        let mut st = TrainerState::start(spec.schedule.start());
+        if let Some(dir) = ckpts.pointed("last")? {
+            st = Checkpoints::read_state(&dir)?;
+            model = load_model(job.model, job.tokenizers, &dir, &ad)?;
+            let opath = dir.join("optimizer.bpk");
+            Checkpoints::verify(&dir, "optimizer.bpk")?;
+            optim = optim
+                .load(&opath)
+                .map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })?;
+            metrics::truncate_after(&metrics_path, st.step).map_err(|e| TrainError::io(&metrics_path, e))?;
+            eprintln!("resuming from {} (step {}, epoch {})", dir.display(), st.step, st.epoch);
+        }
+        let window_start = (Instant::now(), st.wall);
+        Ok(Self {
+            job,
+            devices,
+            ckpts,
+            metrics_path,
+            clock,
+            model: Some(model),
+            optim,
+            st,
+            last_lr: spec.lr,
+            consecutive_skips: 0,
+            bar: None,
+            window_start,
+        })
+    }
+
+    /// The model between steps.
+    fn model(&self) -> &Model {
+        self.model.as_ref().expect("the model is back after every step")
+    }
+
+    /// Batches a step reads: `accumulate × devices`. Each batch's loss is a per-token mean
+    /// divided by that count, so N devices take the step `accumulate = N` takes on one.
+    fn per_step(&self) -> usize {
+        self.job.spec.accumulate as usize * self.devices.len()
+    }
+
+    /// One optimizer step over `accumulate` micro-steps of one batch per device (`indices`,
+    /// micro-step by micro-step, device by device): forward, loss, backward, clip, Adam.
+    /// Returns false when the batch was skipped for a non-finite loss (`skip_nonfinite`).
+    fn eager_step(&mut self, indices: &[Vec<usize>]) -> Result<bool, TrainError> {
+        let spec = self.job.spec;
+        let n = self.devices.len();
+        let mut acc = GradientsAccumulator::<Model>::new();
+        let mut step_tokens = 0u64;
+        let mut step_loss = 0.0;
+        for (micro, batches) in indices.chunks(n).enumerate() {
+            let mut shards = Vec::with_capacity(n);
+            for (d, indices) in batches.iter().enumerate() {
+                let seed = step_seed(spec.seed, self.st.step, (micro * n + d) as u64);
+                shards.push((self.job.data.train.collate(indices)?, seed));
+            }
+            for (grads, loss, tokens) in
+                shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64)
+            {
+                step_loss += loss;
+                step_tokens += tokens;
+                acc.accumulate(self.model(), grads);
+            }
+        }
+        if crate::interrupt::nan_at(self.st.step + 1) {
+            step_loss = f64::NAN;
+        }
+        if !step_loss.is_finite() {
+            if !spec.skip_nonfinite {
+                return Err(TrainError::NonFinite { step: self.st.step + 1, value: step_loss });
+            }
+            self.st.skipped_batches += 1;
+            self.consecutive_skips += 1;
+            if self.consecutive_skips > 100 {
+                return Err(TrainError::NonFinite { step: self.st.step + 1, value: step_loss });
+            }
+            if let Some(bar) = &self.bar {
+                bar.println(format!(
+                    "skipped a batch with a {step_loss} loss before step {}",
+                    self.st.step + 1
+                ));
+            }
+            return Ok(false);
+        }
+        self.consecutive_skips = 0;
+        let mut grads = acc.grads();
+        clip_global_norm(self.model(), &mut grads, spec.clip_norm);
+        self.st.step += 1;
+        self.last_lr = spec.schedule.lr(spec.lr, self.st.step, &self.st.schedule);
+        self.clock.store(self.st.step as usize, Ordering::Relaxed);
+        let model = self.model.take().expect("the model is back after every step");
+        self.model = Some(s2s_kernels::ops::adam_step(&mut self.optim, self.last_lr, model, grads));
+        self.st.loss_window.0 += step_loss;
+        self.st.loss_window.1 += step_tokens;
+        Ok(true)
+    }
+
+    /// One captured step (replayed after its shape's first) on the batch `indices`; its loss
+    /// stays on the device until the trainer logs or validates.
+    fn captured_step(
+        &mut self,
+        cap: &mut CapturedSteps,
+        indices: &[usize],
+        max_steps: u64,
+    ) -> Result<(), TrainError> {
+        let spec = self.job.spec;
+        let batch = self.job.data.train.collate(indices)?;
+        let step = self.st.step + 1;
+        let seed = step_seed(spec.seed, self.st.step, 0);
+        let lr = spec.schedule.lr(spec.lr, step, &self.st.schedule);
+        let model = self.model.take().expect("the model is back after every step");
+        let model = cap
+            .step(model, &mut self.optim, &batch, seed, step as usize, lr, spec.clip_norm)
+            .map_err(|e| TrainError::Config(format!("captured step: {e}; train with --capture off")))?;
+        self.model = Some(model);
+        if crate::interrupt::nan_at(step) {
+            return Err(TrainError::NonFinite { step, value: f64::NAN });
+        }
+        self.st.step = step;
+        self.last_lr = lr;
+        if step.is_multiple_of(LOSS_READ_EVERY) || step.is_multiple_of(spec.valid_every) || step >= max_steps
+        {
+            fold_captured_loss(cap, &mut self.st)?;
+        }
+        Ok(())
+    }
+
+    /// The progress bar's position and message: loss, tokens a second, learning rate, epoch.
+    fn show_progress(&self) {
+        let Some(bar) = &self.bar else { return };
+        bar.set_position(self.st.step);
+        let secs = self.window_start.0.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!(
+            "loss {:.3} · {:.0} tok/s · lr {:.2e} · epoch {}",
+            self.st.loss_window.0 / self.st.loss_window.1.max(1) as f64,
+            self.st.loss_window.1 as f64 / secs,
+            self.last_lr,
+            self.st.epoch
+        ));
+    }
+
+    /// Validates and checkpoints, printing the figures under the progress bar; true when
+    /// patience has run out.
+    fn validate(&mut self) -> Result<bool, TrainError> {
+        let (stop, ppl, bleu) = self.validate_and_checkpoint()?;
+        if let Some(bar) = &self.bar {
+            bar.println(format!(
+                "step {}: val ppl {ppl:.2}, val BLEU {bleu:.2}{}",
+                self.st.step,
+                if self.st.best_step == self.st.step { " (best)" } else { "" }
+            ));
+        }
+        Ok(stop)
+    }
+
+    /// An interrupted run only checkpoints where it stands; a finished one validates its last
+    /// step (unless that just happened) and is marked finished.
+    fn finish(&mut self, interrupted: bool) -> Result<(), TrainError> {
+        if !interrupted && (self.st.step % self.job.spec.valid_every != 0 || self.st.step == 0) {
+            self.validate_and_checkpoint()?;
+        }
+        self.st.finished = !interrupted;
+        save(&self.ckpts, &self.st, false, self.model(), &self.optim)?;
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        Ok(())
+    }
+
+    /// How the run ended. An interruption before the first validation has no best checkpoint
+    /// yet: the last one stands in.
+    fn outcome(
+        &self,
+        stopped_early: bool,
+        interrupted: bool,
+        capture: Option<CaptureStats>,
+    ) -> Result<TrainOutcome, TrainError> {
+        let best_dir = match self.ckpts.pointed("best")? {
+            Some(dir) => dir,
+            None => self.ckpts.pointed("last")?.expect("a checkpoint was written"),
+        };
+        Ok(TrainOutcome {
+            steps: self.st.step,
+            best_step: self.st.best_step,
+            best: self.st.best,
+            wall: self.st.wall,
+            best_dir,
+            stopped_early,
+            interrupted,
+            skipped_batches: self.st.skipped_batches,
+            capture,
+        })
+    }
+
+    /// Validates, logs a metrics row, checkpoints; returns (stop early?, ppl, BLEU).
+    fn validate_and_checkpoint(&mut self) -> Result<(bool, f64, f64), TrainError> {
+        let valid_model = self.model().valid();
+        let (job, st) = (self.job, &mut self.st);
+        let spec = job.spec;
+        let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, &job.devices[0]);
+        let ppl = s2s_eval::perplexity(sum, tokens);
+        let n = if spec.valid_bleu_sentences == 0 {
+            job.data.valid.len()
+        } else {
+            spec.valid_bleu_sentences.min(job.data.valid.len())
+        };
+        let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
+        let search = Search::Greedy { limit: spec.max_output, attention: false };
+        let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0], false);
+        let text = detokenize(&job.tokenizers.tgt, &hyps);
+        let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
+        let metric = match spec.stop_metric {
+            StopMetric::Bleu => bleu,
+            StopMetric::Ppl => -ppl,
+        };
+        let improved = st.best.is_none_or(|b| metric > b);
+        if improved {
+            st.best = Some(metric);
+            st.best_step = st.step;
+            st.bad_validations = 0;
+        } else {
+            st.bad_validations += 1;
+        }
+        spec.schedule.after_validation(improved, &mut st.schedule);
+        let secs = (st.wall - self.window_start.1).max(1e-9);
+        let row = MetricsRow {
+            step: st.step,
+            epoch: st.epoch,
+            wall: st.wall,
+            train_loss: st.loss_window.0 / st.loss_window.1.max(1) as f64,
+            val_ppl: ppl,
+            val_bleu: bleu,
+            lr: self.last_lr,
+            tokens_per_s: st.loss_window.1 as f64 / secs,
+        };
+        st.loss_window = (0.0, 0);
+        metrics::append(&self.metrics_path, &row).map_err(|e| TrainError::io(&self.metrics_path, e))?;
+        save(
+            &self.ckpts,
+            st,
+            improved,
+            self.model.as_ref().expect("the model is back after every step"),
+            &self.optim,
         )?;
+        self.window_start = (Instant::now(), st.wall);
+        let stop = spec.patience > 0 && st.bad_validations >= spec.patience;
+        Ok((stop, ppl, bleu))
     }
-    st.finished = !interrupted;
-    save(&ckpts, &st, false, &model, &optim)?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    // An interruption before the first validation has no best checkpoint yet.
-    let best_dir = match ckpts.pointed("best")? {
-        Some(dir) => dir,
-        None => ckpts.pointed("last")?.expect("a checkpoint was just written"),
-    };
-    Ok(TrainOutcome {
-        steps: st.step,
-        best_step: st.best_step,
-        best: st.best,
-        wall: st.wall,
-        best_dir,
-        stopped_early,
-        interrupted,
-        skipped_batches: st.skipped_batches,
-        capture: captured.map(|c| c.stats.clone()),
-    })
 }
 
 fn progress_bar(show: bool, max_steps: u64, pos: u64) -> Option<ProgressBar> {
@@ -531,62 +667,4 @@ fn save(
         let opath = dir.join("optimizer.bpk");
         optim.save(&opath).map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })
     })
-}
-
-/// Validates, logs a metrics row, checkpoints; returns (stop early?, ppl, BLEU).
-#[allow(clippy::too_many_arguments)]
-fn validate_and_checkpoint(
-    job: &TrainJob<'_>,
-    model: &Model,
-    optim: &ModuleOptimizer,
-    st: &mut TrainerState,
-    ckpts: &Checkpoints,
-    metrics_path: &Path,
-    lr: f64,
-    window_start: &mut (Instant, f64),
-) -> Result<(bool, f64, f64), TrainError> {
-    let spec = job.spec;
-    let valid_model = model.valid();
-    let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, &job.devices[0]);
-    let ppl = s2s_eval::perplexity(sum, tokens);
-    let n = if spec.valid_bleu_sentences == 0 {
-        job.data.valid.len()
-    } else {
-        spec.valid_bleu_sentences.min(job.data.valid.len())
-    };
-    let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
-    let search = Search::Greedy { limit: spec.max_output, attention: false };
-    let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0], false);
-    let text = detokenize(&job.tokenizers.tgt, &hyps);
-    let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
-    let metric = match spec.stop_metric {
-        StopMetric::Bleu => bleu,
-        StopMetric::Ppl => -ppl,
-    };
-    let improved = st.best.is_none_or(|b| metric > b);
-    if improved {
-        st.best = Some(metric);
-        st.best_step = st.step;
-        st.bad_validations = 0;
-    } else {
-        st.bad_validations += 1;
-    }
-    spec.schedule.after_validation(improved, &mut st.schedule);
-    let secs = (st.wall - window_start.1).max(1e-9);
-    let row = MetricsRow {
-        step: st.step,
-        epoch: st.epoch,
-        wall: st.wall,
-        train_loss: st.loss_window.0 / st.loss_window.1.max(1) as f64,
-        val_ppl: ppl,
-        val_bleu: bleu,
-        lr,
-        tokens_per_s: st.loss_window.1 as f64 / secs,
-    };
-    st.loss_window = (0.0, 0);
-    metrics::append(metrics_path, &row).map_err(|e| TrainError::io(metrics_path, e))?;
-    save(ckpts, st, improved, model, optim)?;
-    *window_start = (Instant::now(), st.wall);
-    let stop = spec.patience > 0 && st.bad_validations >= spec.patience;
-    Ok((stop, ppl, bleu))
 }

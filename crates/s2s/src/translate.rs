@@ -9,8 +9,8 @@ use s2s_data::{BatchConfig, Tokenizers, normalize};
 use s2s_decode::{BeamConfig, CapturedSearch, Ensemble, Hypothesis, LengthPenalty, Run, SampleConfig};
 use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
-use s2s_train::device::{DeviceChoice, select};
 use s2s_train::config::Capture;
+use s2s_train::device::{DeviceChoice, select};
 use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_with};
 use s2s_train::run::read_manifest;
 
@@ -174,7 +174,9 @@ impl Translator {
         };
         let gpu = !s2s_kernels::ops::is_cpu(&device);
         let capture = match a.capture {
-            Capture::On if !gpu => bail!("--capture on needs a GPU device (--device wgpu): the CPU launches no kernels"),
+            Capture::On if !gpu => {
+                bail!("--capture on needs a GPU device (--device wgpu): the CPU launches no kernels")
+            }
             Capture::On => true,
             Capture::Auto => gpu && !burn::tensor::Device::enumerate_physical().is_empty(),
             Capture::Off => false,
@@ -259,9 +261,14 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     let t = Translator::load(&a)?;
     let ensemble = Ensemble::new(t.models.iter().collect());
     let mut kept = if t.models.len() == 1 {
-        Kept::Single(t.capture.then(|| CapturedSearch::new(&t.models[0], &t.device, Run::Replay, CAPTURED_CHAINS)))
+        Kept::Single(
+            t.capture.then(|| CapturedSearch::new(&t.models[0], &t.device, Run::Replay, CAPTURED_CHAINS)),
+        )
     } else {
-        Kept::Ensemble(&ensemble, t.capture.then(|| CapturedSearch::new(&ensemble, &t.device, Run::Replay, CAPTURED_CHAINS)))
+        Kept::Ensemble(
+            &ensemble,
+            t.capture.then(|| CapturedSearch::new(&ensemble, &t.device, Run::Replay, CAPTURED_CHAINS)),
+        )
     };
     if let Some(dir) = &a.attention {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -34,7 +34,11 @@ struct Head {
 
 /// Per encoder layer: each head's statistics and the heads' mean pairwise total-variation
 /// distance, over the sources (one sentence a pass, so no padding).
-fn heads(model: &s2s_models::transformer::Transformer, sources: &[Vec<u32>], d: &Device) -> Vec<(Vec<Head>, f64)> {
+fn heads(
+    model: &s2s_models::transformer::Transformer,
+    sources: &[Vec<u32>],
+    d: &Device,
+) -> Vec<(Vec<Head>, f64)> {
     let mut sums: Vec<(Vec<Head>, f64)> = Vec::new();
     let mut rows = 0.0;
     for ids in sources {
@@ -85,9 +89,7 @@ fn heads(model: &s2s_models::transformer::Transformer, sources: &[Vec<u32>], d: 
 fn run(ctx: &Context) -> Finding {
     let budget = ctx.budget;
     let d = Device::flex();
-    let spec = |h: usize| {
-        ModelSpec::Transformer(TransformerSpec { heads: h, ..trained::transformer() })
-    };
+    let spec = |h: usize| ModelSpec::Transformer(TransformerSpec { heads: h, ..trained::transformer() });
     let seeds: &[u64] = budget.pick(&[1, 2, 3], &[1]);
     // The run of h heads and seed `seed`. Four heads is the course's Transformer: seed 1 is the
     // causal-mask claim's masked model, seeds 2 and 3 the positions claim's, the same runs.
@@ -121,7 +123,8 @@ fn run(ctx: &Context) -> Finding {
                 Err(e) => return Finding::not_run("a trained model did not load", e),
             };
             let Model::Transformer(t) = model else { unreachable!("a Transformer spec") };
-            let ids: Vec<Vec<u32>> = sources.iter().take(budget.pick(200, 50)).map(|s| tok.src.encode(s)).collect();
+            let ids: Vec<Vec<u32>> =
+                sources.iter().take(budget.pick(200, 50)).map(|s| tok.src.encode(s)).collect();
             specialised.push((h, heads(&t, &ids, &d)));
         }
     }
@@ -132,9 +135,16 @@ fn run(ctx: &Context) -> Finding {
     };
     let holds = specialised.iter().all(|(_, layers)| layers.iter().all(|(hs, _)| spread(hs) >= 2.0));
     let mut table = Table {
-        header: ["model", "encoder layer", "head", "mean distance (tokens)", "entropy (nats)", "heads' maps apart (TV)"]
-            .map(String::from)
-            .to_vec(),
+        header: [
+            "model",
+            "encoder layer",
+            "head",
+            "mean distance (tokens)",
+            "entropy (nats)",
+            "heads' maps apart (TV)",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: vec![],
     };
     for (h, layers) in &specialised {
@@ -160,7 +170,11 @@ fn run(ctx: &Context) -> Finding {
     };
     let mut bleu_header = vec!["heads h".to_string(), "head size".to_string()];
     bleu_header.extend(seeds.iter().map(|s| format!("BLEU, seed {s}")));
-    bleu_header.extend(["mean BLEU".to_string(), "− 4 heads".to_string(), "paired bootstrap p by seed".to_string()]);
+    bleu_header.extend([
+        "mean BLEU".to_string(),
+        "− 4 heads".to_string(),
+        "paired bootstrap p by seed".to_string(),
+    ]);
     let bleu_table = Table {
         header: bleu_header,
         rows: bleu
