@@ -18,6 +18,12 @@
 //! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare); the lining stays (it changes where a
 //! block starts, not which memory is reused).
 //!
+//! Kept over a well-kept allocator because it measured better: jemalloc 5.3 (the `jemalloc`
+//! feature) with nothing purged (`_RJEM_MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1`)
+//! trained the Transformer 13 % slower and the LSTM as fast, and at its defaults both ~25 %
+//! slower, spending 3–8× our system time returning and refaulting pages (docs/benchmarks.md,
+//! "CPU: the allocator").
+//!
 //! It also counts, once [`LargeBlocks::count_from_now`] is called, the bytes requested and not
 //! yet freed and their peak: the course's peak-memory probe (`s2s_course::probes::peak_bytes`).
 //! Resident memory cannot say it, since freed memory stays resident for reuse. Until then each

@@ -1,6 +1,7 @@
 //! `s2s`: Seq2Seq Lab's command line. Parses arguments and calls the library crates; one
 //! file per subcommand.
 
+#[cfg_attr(feature = "jemalloc", allow(dead_code))]
 mod allocator;
 mod args;
 mod average;
@@ -60,8 +61,14 @@ enum Command {
 }
 
 /// Freed large blocks are kept for the next training step (see [`allocator`]).
+#[cfg(not(feature = "jemalloc"))]
 #[global_allocator]
 static GLOBAL: allocator::LargeBlocks = allocator::LargeBlocks::new();
+
+/// jemalloc instead, to compare (the `jemalloc` feature; see [`allocator`]).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     // burn builds some tensors on its default device, which is wgpu when wgpu is compiled in:
@@ -74,6 +81,7 @@ fn main() -> ExitCode {
         // environment.
         unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
+    #[cfg(not(feature = "jemalloc"))]
     allocator::tune(&GLOBAL);
     let cli = Cli::parse();
     if let Some(k) = cli.kernels {
