@@ -14,7 +14,6 @@
 //! The encoder is bidirectional by default (`hidden / 2` per direction, concatenated), and
 //! its per-layer final states start the decoder. Keys are projected once per sentence.
 
-use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
@@ -39,8 +38,51 @@ pub enum AttentionStyle {
     Luong,
 }
 
-/// Configuration of [`AttentionRnn`].
-#[derive(Config, Debug)]
+/// Hyperparameters of the `bahdanau` and `luong` kinds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttentionRnnSpec {
+    /// Embedding size.
+    pub emb: usize,
+    /// Hidden size (a bidirectional encoder uses half per direction).
+    pub hidden: usize,
+    /// Layers of encoder and of decoder.
+    pub layers: usize,
+    /// `lstm`, `gru` or `rnn`.
+    pub cell: CellKind,
+    /// Bidirectional encoder.
+    pub bidirectional: bool,
+    /// Luong score: `dot`, `general`, `concat` or `low-rank` (Luong only).
+    pub score: LuongScore,
+    /// Luong input feeding.
+    pub input_feeding: bool,
+    /// Hidden size of additive/concat score networks (0: `hidden`).
+    pub attention_dim: usize,
+    /// Rank of the `low-rank` score.
+    pub rank: usize,
+    /// Dropout.
+    pub dropout: f64,
+}
+
+impl Default for AttentionRnnSpec {
+    fn default() -> Self {
+        Self {
+            emb: 256,
+            hidden: 512,
+            layers: 1,
+            cell: CellKind::Lstm,
+            bidirectional: true,
+            score: LuongScore::General,
+            input_feeding: true,
+            attention_dim: 0,
+            rank: 64,
+            dropout: 0.1,
+        }
+    }
+}
+
+/// Configuration of [`AttentionRnn`]: its vocabularies, its wiring and its hyperparameters.
+#[derive(Debug, Clone)]
 pub struct AttentionRnnConfig {
     /// Source vocabulary size.
     pub src_vocab: usize,
@@ -48,36 +90,20 @@ pub struct AttentionRnnConfig {
     pub tgt_vocab: usize,
     /// Bahdanau or Luong wiring.
     pub attention: AttentionStyle,
-    /// Luong score function (ignored for Bahdanau).
-    #[config(default = "LuongScore::General")]
-    pub score: LuongScore,
-    /// Embedding size.
-    #[config(default = 256)]
-    pub emb: usize,
-    /// Decoder state and encoder annotation size.
-    #[config(default = 512)]
-    pub hidden: usize,
-    /// Layers of encoder and of decoder.
-    #[config(default = 1)]
-    pub layers: usize,
-    /// The recurrence.
-    #[config(default = "CellKind::Lstm")]
-    pub cell: CellKind,
-    /// Bidirectional encoder (`hidden / 2` per direction).
-    #[config(default = true)]
-    pub bidirectional: bool,
-    /// Luong input feeding: `h̃_{t−1}` joins the decoder input.
-    #[config(default = true)]
-    pub input_feeding: bool,
-    /// Hidden size of additive/concat score networks (0: `hidden`).
-    #[config(default = 0)]
-    pub attention_dim: usize,
-    /// Rank of the low-rank score.
-    #[config(default = 64)]
-    pub rank: usize,
-    /// Dropout between layers and on the decoder's output.
-    #[config(default = 0.1)]
-    pub dropout: f64,
+    /// The hyperparameters (`score` is Luong's only).
+    pub spec: AttentionRnnSpec,
+}
+
+impl AttentionRnnConfig {
+    /// `spec` wired as `attention` over vocabularies of these sizes.
+    pub fn new(
+        src_vocab: usize,
+        tgt_vocab: usize,
+        attention: AttentionStyle,
+        spec: AttentionRnnSpec,
+    ) -> Self {
+        Self { src_vocab, tgt_vocab, attention, spec }
+    }
 }
 
 /// An attention RNN encoder-decoder (see the module doc for both wirings).
@@ -117,48 +143,43 @@ pub struct AttentionRnn {
 impl AttentionRnnConfig {
     /// Initialises the model; errors on inconsistent sizes.
     pub fn init(&self, device: &Device) -> Result<AttentionRnn, crate::ModelError> {
-        let encoder = StackedRnnConfig::encoder(
-            self.cell,
-            self.emb,
-            self.hidden,
-            self.layers,
-            self.bidirectional,
-            self.dropout,
-        )?;
-        let h = self.hidden;
-        let d_att = if self.attention_dim == 0 { h } else { self.attention_dim };
-        let feeds = self.attention == AttentionStyle::Bahdanau || self.input_feeding;
-        let dec_input = self.emb + if feeds { h } else { 0 };
+        let s = &self.spec;
+        let encoder =
+            StackedRnnConfig::encoder(s.cell, s.emb, s.hidden, s.layers, s.bidirectional, s.dropout)?;
+        let h = s.hidden;
+        let d_att = if s.attention_dim == 0 { h } else { s.attention_dim };
+        let feeds = self.attention == AttentionStyle::Bahdanau || s.input_feeding;
+        let dec_input = s.emb + if feeds { h } else { 0 };
         let attention = match self.attention {
             AttentionStyle::Bahdanau => {
                 Attention::Bahdanau(AdditiveAttentionConfig::new(h, h, d_att).init(device))
             }
             AttentionStyle::Luong => Attention::Luong(
-                LuongAttentionConfig::new(self.score, h, h)
+                LuongAttentionConfig::new(s.score, h, h)
                     .with_d_attention(d_att)
-                    .with_rank(self.rank)
+                    .with_rank(s.rank)
                     .init(device)?,
             ),
         };
         let (combine, d_out) = match self.attention {
-            AttentionStyle::Bahdanau => (None, 2 * h + self.emb),
+            AttentionStyle::Bahdanau => (None, 2 * h + s.emb),
             AttentionStyle::Luong => (Some(LinearConfig::new(2 * h, h).init(device)), h),
         };
         Ok(AttentionRnn {
-            src_embed: EmbeddingConfig::new(self.src_vocab, self.emb).init(device),
-            tgt_embed: EmbeddingConfig::new(self.tgt_vocab, self.emb).init(device),
+            src_embed: EmbeddingConfig::new(self.src_vocab, s.emb).init(device),
+            tgt_embed: EmbeddingConfig::new(self.tgt_vocab, s.emb).init(device),
             encoder: encoder.init(device),
-            decoder: StackedRnnConfig::new(self.cell, dec_input, h)
-                .with_layers(self.layers)
-                .with_dropout(self.dropout)
+            decoder: StackedRnnConfig::new(s.cell, dec_input, h)
+                .with_layers(s.layers)
+                .with_dropout(s.dropout)
                 .init(device),
             attention,
             combine,
-            dropout: DropoutConfig::new(self.dropout).init(),
+            dropout: DropoutConfig::new(s.dropout).init(),
             output: LinearConfig::new(d_out, self.tgt_vocab).init(device),
             style: self.attention,
-            input_feeding: self.input_feeding,
-            emb: self.emb,
+            input_feeding: s.input_feeding,
+            emb: s.emb,
         })
     }
 }

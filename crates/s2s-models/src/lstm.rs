@@ -4,45 +4,66 @@
 //!
 //! `p(y | x) = Πₜ softmax(W_o sₜ)`, `sₜ = RNN_dec(E y_{t−1}, s_{t−1})`, `s₀ = RNN_enc(x)`.
 
-use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
+use serde::{Deserialize, Serialize};
 
 use crate::cell::{CellKind, CellState};
 use crate::interface::{Forward, RnnState, Source, Step, embed_masked};
 use crate::rnn::{StackedRnn, StackedRnnConfig};
 use s2s_kernels::ops;
 
-/// Configuration of [`LstmSeq2Seq`].
-#[derive(Config, Debug)]
+/// Hyperparameters of the `lstm` kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LstmSpec {
+    /// Embedding size.
+    pub emb: usize,
+    /// Hidden size (a bidirectional encoder uses half per direction).
+    pub hidden: usize,
+    /// Layers of encoder and of decoder.
+    pub layers: usize,
+    /// `lstm`, `gru` or `rnn`.
+    pub cell: CellKind,
+    /// Bidirectional encoder.
+    pub bidirectional: bool,
+    /// Feed the source reversed.
+    pub reverse_source: bool,
+    /// Dropout.
+    pub dropout: f64,
+}
+
+impl Default for LstmSpec {
+    fn default() -> Self {
+        Self {
+            emb: 256,
+            hidden: 512,
+            layers: 2,
+            cell: CellKind::Lstm,
+            bidirectional: false,
+            reverse_source: false,
+            dropout: 0.1,
+        }
+    }
+}
+
+/// Configuration of [`LstmSeq2Seq`]: its vocabularies and its hyperparameters.
+#[derive(Debug, Clone)]
 pub struct LstmSeq2SeqConfig {
     /// Source vocabulary size.
     pub src_vocab: usize,
     /// Target vocabulary size.
     pub tgt_vocab: usize,
-    /// Embedding size.
-    #[config(default = 256)]
-    pub emb: usize,
-    /// Hidden size of encoder and decoder (a bidirectional encoder uses `hidden / 2` per
-    /// direction and concatenates, so the decoder's state is `hidden` either way).
-    #[config(default = 512)]
-    pub hidden: usize,
-    /// Layers of encoder and of decoder.
-    #[config(default = 2)]
-    pub layers: usize,
-    /// The recurrence.
-    #[config(default = "CellKind::Lstm")]
-    pub cell: CellKind,
-    /// Bidirectional encoder (final forward and backward states concatenated per layer).
-    #[config(default = false)]
-    pub bidirectional: bool,
-    /// Feed the source reversed (Sutskever et al.'s trick for long-range dependencies).
-    #[config(default = false)]
-    pub reverse_source: bool,
-    /// Dropout between layers and before the output projection.
-    #[config(default = 0.1)]
-    pub dropout: f64,
+    /// The hyperparameters.
+    pub spec: LstmSpec,
+}
+
+impl LstmSeq2SeqConfig {
+    /// `spec` over vocabularies of these sizes.
+    pub fn new(src_vocab: usize, tgt_vocab: usize, spec: LstmSpec) -> Self {
+        Self { src_vocab, tgt_vocab, spec }
+    }
 }
 
 /// The LSTM encoder-decoder.
@@ -71,25 +92,20 @@ pub struct LstmSeq2Seq {
 impl LstmSeq2SeqConfig {
     /// Initialises the model; errors on inconsistent sizes.
     pub fn init(&self, device: &Device) -> Result<LstmSeq2Seq, crate::ModelError> {
-        let encoder = StackedRnnConfig::encoder(
-            self.cell,
-            self.emb,
-            self.hidden,
-            self.layers,
-            self.bidirectional,
-            self.dropout,
-        )?;
+        let s = &self.spec;
+        let encoder =
+            StackedRnnConfig::encoder(s.cell, s.emb, s.hidden, s.layers, s.bidirectional, s.dropout)?;
         Ok(LstmSeq2Seq {
-            src_embed: EmbeddingConfig::new(self.src_vocab, self.emb).init(device),
-            tgt_embed: EmbeddingConfig::new(self.tgt_vocab, self.emb).init(device),
+            src_embed: EmbeddingConfig::new(self.src_vocab, s.emb).init(device),
+            tgt_embed: EmbeddingConfig::new(self.tgt_vocab, s.emb).init(device),
             encoder: encoder.init(device),
-            decoder: StackedRnnConfig::new(self.cell, self.emb, self.hidden)
-                .with_layers(self.layers)
-                .with_dropout(self.dropout)
+            decoder: StackedRnnConfig::new(s.cell, s.emb, s.hidden)
+                .with_layers(s.layers)
+                .with_dropout(s.dropout)
                 .init(device),
-            dropout: DropoutConfig::new(self.dropout).init(),
-            output: LinearConfig::new(self.hidden, self.tgt_vocab).init(device),
-            reverse_source: self.reverse_source,
+            dropout: DropoutConfig::new(s.dropout).init(),
+            output: LinearConfig::new(s.hidden, self.tgt_vocab).init(device),
+            reverse_source: s.reverse_source,
         })
     }
 }

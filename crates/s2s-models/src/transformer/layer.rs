@@ -20,7 +20,7 @@ pub struct LayerConfig {
     /// Attention heads.
     pub heads: usize,
     /// Inner width of the feed-forward network.
-    pub d_ff: usize,
+    pub ffn: usize,
     /// Dropout on residual branches and inside the feed-forward network.
     #[config(default = 0.1)]
     pub dropout: f64,
@@ -94,8 +94,8 @@ impl LayerConfig {
     fn ffn(&self, device: &Device) -> FeedForward {
         let lin = |i, o| LinearConfig::new(i, o).with_initializer(Initializer::XavierUniform { gain: 1.0 });
         FeedForward {
-            inner: lin(self.d_model, self.d_ff).init(device),
-            outer: lin(self.d_ff, self.d_model).init(device),
+            inner: lin(self.d_model, self.ffn).init(device),
+            outer: lin(self.ffn, self.d_model).init(device),
             dropout: DropoutConfig::new(self.dropout).init(),
         }
     }

@@ -629,7 +629,9 @@ mod tests {
         let ((a, wa), (b, wb)) = (cross(&unscaled), cross(&wide));
         assert!(close(a, b), "cross-attention");
         assert!(crate::test_support::max_diff(wa, wb) < 1e-5, "cross-attention weights");
-        let step = |m: &MultiHeadAttention| m.attend(q.clone().narrow(1, 0, 1), &m.project_kv(x.clone()), Some(&mask)).0;
+        let step = |m: &MultiHeadAttention| {
+            m.attend(q.clone().narrow(1, 0, 1), &m.project_kv(x.clone()), Some(&mask)).0
+        };
         assert!(close(step(&unscaled), step(&wide)), "a decoding step");
     }
 

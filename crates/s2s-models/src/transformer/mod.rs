@@ -14,13 +14,13 @@ pub mod layer;
 pub mod mha;
 pub mod position;
 
-use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
 };
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
 
 use crate::interface::{Forward, Source, Step};
 use layer::{DecoderLayer, EncoderLayer, LayerConfig};
@@ -28,56 +28,80 @@ use mha::KeyValue;
 use position::sinusoids;
 use s2s_kernels::ops;
 
-/// Configuration of [`Transformer`].
-#[derive(Config, Debug)]
+/// Hyperparameters of the `transformer` kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransformerSpec {
+    /// Model width `d_model`.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Feed-forward inner width.
+    pub ffn: usize,
+    /// Encoder layers.
+    pub enc_layers: usize,
+    /// Decoder layers.
+    pub dec_layers: usize,
+    /// Dropout on embeddings, residuals and inside the feed-forward network.
+    pub dropout: f64,
+    /// Dropout on attention weights.
+    pub attention_dropout: f64,
+    /// Pre-norm (true) or the paper's post-norm (false).
+    pub pre_norm: bool,
+    /// Tie the output projection to the target embedding.
+    pub tie_output: bool,
+    /// Share source and target embeddings when the vocabulary is joint.
+    pub share_embeddings: bool,
+    /// Sinusoidal positions added to the embeddings (off: a teaching ablation, the model
+    /// cannot see word order).
+    pub positions: bool,
+    /// Causal self-attention in the decoder (off: a teaching ablation — training reads the
+    /// future, decoding cannot).
+    pub causal: bool,
+    /// Attention scores divided by √d_k (off: a teaching ablation, the unscaled dot product
+    /// whose variance grows with d_k).
+    pub scaled: bool,
+}
+
+impl Default for TransformerSpec {
+    fn default() -> Self {
+        Self {
+            d_model: 256,
+            heads: 8,
+            ffn: 1024,
+            enc_layers: 3,
+            dec_layers: 3,
+            dropout: 0.1,
+            attention_dropout: 0.1,
+            pre_norm: true,
+            tie_output: true,
+            share_embeddings: true,
+            positions: true,
+            causal: true,
+            scaled: true,
+        }
+    }
+}
+
+/// Configuration of [`Transformer`]: its vocabularies and its hyperparameters.
+#[derive(Debug, Clone)]
 pub struct TransformerConfig {
     /// Source vocabulary size.
     pub src_vocab: usize,
     /// Target vocabulary size.
     pub tgt_vocab: usize,
-    /// Model width `d_model`.
-    #[config(default = 256)]
-    pub d_model: usize,
-    /// Attention heads `h`.
-    #[config(default = 8)]
-    pub heads: usize,
-    /// Feed-forward inner width `d_ff`.
-    #[config(default = 1024)]
-    pub d_ff: usize,
-    /// Encoder layers.
-    #[config(default = 3)]
-    pub encoder_layers: usize,
-    /// Decoder layers.
-    #[config(default = 3)]
-    pub decoder_layers: usize,
-    /// Dropout on embeddings, residual branches and inside the feed-forward network.
-    #[config(default = 0.1)]
-    pub dropout: f64,
-    /// Dropout on attention weights.
-    #[config(default = 0.1)]
-    pub attention_dropout: f64,
-    /// Pre-norm layers (plus a final norm on each stack) instead of the paper's post-norm.
-    #[config(default = true)]
-    pub pre_norm: bool,
-    /// The output projection is the target embedding matrix, transposed.
-    #[config(default = true)]
-    pub tie_output: bool,
-    /// One embedding for source and target (needs equal, i.e. joint, vocabularies).
-    #[config(default = false)]
-    pub share_embeddings: bool,
-    /// Add sinusoidal positions to the embeddings. Off is a teaching ablation: without them
-    /// self-attention cannot tell word order (the encoder is permutation-equivariant).
-    #[config(default = true)]
-    pub positions: bool,
-    /// Mask the decoder's self-attention to earlier positions. Off is a teaching ablation:
-    /// teacher-forced training then reads the very token it must predict, which decoding never
-    /// can.
-    #[config(default = true)]
-    pub causal: bool,
-    /// Divide attention scores by √d_k. Off is a teaching ablation: unscaled scores have
-    /// variance ≈ d_k, so the softmax saturates and passes on little gradient.
-    #[config(default = true)]
-    pub scaled: bool,
+    /// Source and target share one vocabulary, so the embeddings may be shared
+    /// ([`TransformerSpec::share_embeddings`]).
+    pub joint: bool,
+    /// The hyperparameters.
+    pub spec: TransformerSpec,
+}
+
+impl TransformerConfig {
+    /// `spec` over separate vocabularies of these sizes.
+    pub fn new(src_vocab: usize, tgt_vocab: usize, spec: TransformerSpec) -> Self {
+        Self { src_vocab, tgt_vocab, joint: false, spec }
+    }
 }
 
 /// The Transformer encoder-decoder.
@@ -106,10 +130,10 @@ pub struct Transformer {
     /// `d_model`.
     #[module(skip)]
     pub d_model: usize,
-    /// Whether positions are added to the embeddings ([`TransformerConfig::positions`]).
+    /// Whether positions are added to the embeddings ([`TransformerSpec::positions`]).
     #[module(skip)]
     pub positions: bool,
-    /// Whether teacher-forced self-attention is causal ([`TransformerConfig::causal`]).
+    /// Whether teacher-forced self-attention is causal ([`TransformerSpec::causal`]).
     #[module(skip)]
     pub causal: bool,
 }
@@ -190,49 +214,47 @@ impl TransformerState {
 impl TransformerConfig {
     /// Initialises the model; errors on inconsistent sizes.
     pub fn init(&self, device: &Device) -> Result<Transformer, crate::ModelError> {
-        if self.d_model == 0 || self.encoder_layers == 0 || self.decoder_layers == 0 {
+        let s = &self.spec;
+        if s.d_model == 0 || s.enc_layers == 0 || s.dec_layers == 0 {
             return Err(crate::ModelError::EmptyTransformer);
         }
-        for (name, p) in [("dropout", self.dropout), ("attention_dropout", self.attention_dropout)] {
+        for (name, p) in [("dropout", s.dropout), ("attention_dropout", s.attention_dropout)] {
             if !(0.0..1.0).contains(&p) {
                 return Err(crate::ModelError::Probability { name, value: p });
             }
         }
-        if self.share_embeddings && self.src_vocab != self.tgt_vocab {
+        let share = s.share_embeddings && self.joint;
+        if share && self.src_vocab != self.tgt_vocab {
             return Err(crate::ModelError::SharedVocabulary { src: self.src_vocab, tgt: self.tgt_vocab });
         }
-        let layer = LayerConfig::new(self.d_model, self.heads, self.d_ff)
-            .with_dropout(self.dropout)
-            .with_attention_dropout(self.attention_dropout)
-            .with_pre_norm(self.pre_norm)
-            .with_scaled(self.scaled);
+        let layer = LayerConfig::new(s.d_model, s.heads, s.ffn)
+            .with_dropout(s.dropout)
+            .with_attention_dropout(s.attention_dropout)
+            .with_pre_norm(s.pre_norm)
+            .with_scaled(s.scaled);
         // N(0, d^-1/2) so that √d · E[y] has unit scale (as in fairseq).
         let embedding = |v: usize| {
-            EmbeddingConfig::new(v, self.d_model)
-                .with_initializer(Initializer::Normal { mean: 0.0, std: (self.d_model as f64).powf(-0.5) })
+            EmbeddingConfig::new(v, s.d_model)
+                .with_initializer(Initializer::Normal { mean: 0.0, std: (s.d_model as f64).powf(-0.5) })
                 .init(device)
         };
-        let norm = || self.pre_norm.then(|| LayerNormConfig::new(self.d_model).init(device));
+        let norm = || s.pre_norm.then(|| LayerNormConfig::new(s.d_model).init(device));
         Ok(Transformer {
-            src_embed: (!self.share_embeddings).then(|| embedding(self.src_vocab)),
+            src_embed: (!share).then(|| embedding(self.src_vocab)),
             tgt_embed: embedding(self.tgt_vocab),
-            encoder: (0..self.encoder_layers)
-                .map(|_| layer.init_encoder(device))
-                .collect::<Result<_, _>>()?,
-            decoder: (0..self.decoder_layers)
-                .map(|_| layer.init_decoder(device))
-                .collect::<Result<_, _>>()?,
+            encoder: (0..s.enc_layers).map(|_| layer.init_encoder(device)).collect::<Result<_, _>>()?,
+            decoder: (0..s.dec_layers).map(|_| layer.init_decoder(device)).collect::<Result<_, _>>()?,
             encoder_norm: norm(),
             decoder_norm: norm(),
-            output: (!self.tie_output).then(|| {
-                LinearConfig::new(self.d_model, self.tgt_vocab)
+            output: (!s.tie_output).then(|| {
+                LinearConfig::new(s.d_model, self.tgt_vocab)
                     .with_initializer(Initializer::XavierUniform { gain: 1.0 })
                     .init(device)
             }),
-            dropout: DropoutConfig::new(self.dropout).init(),
-            d_model: self.d_model,
-            positions: self.positions,
-            causal: self.causal,
+            dropout: DropoutConfig::new(s.dropout).init(),
+            d_model: s.d_model,
+            positions: s.positions,
+            causal: s.causal,
         })
     }
 }
@@ -426,8 +448,12 @@ mod tests {
         assert!(joint.src_embed.is_none() && joint.output.is_none());
         let Model::Transformer(apart) = spec.init_for(30, 31, false, &d).unwrap() else { panic!() };
         assert!(apart.src_embed.is_some());
-        assert!(TransformerConfig::new(30, 31).with_share_embeddings(true).init(&d).is_err());
-        assert!(TransformerConfig::new(30, 30).with_d_model(10).with_heads(4).init(&d).is_err());
+        let shared = TransformerSpec { share_embeddings: true, ..Default::default() };
+        assert!(
+            TransformerConfig { joint: true, ..TransformerConfig::new(30, 31, shared) }.init(&d).is_err()
+        );
+        let uneven = TransformerSpec { d_model: 10, heads: 4, ..Default::default() };
+        assert!(TransformerConfig::new(30, 30, uneven).init(&d).is_err());
     }
 
     #[test]
@@ -444,7 +470,9 @@ mod tests {
     #[test]
     fn attention_of_every_layer_and_head() {
         let d = Device::flex();
-        let m = TransformerConfig::new(12, 12).with_d_model(8).with_heads(2).with_d_ff(8).init(&d).unwrap();
+        let small =
+            TransformerSpec { d_model: 8, heads: 2, ffn: 8, share_embeddings: false, ..Default::default() };
+        let m = TransformerConfig::new(12, 12, small).init(&d).unwrap();
         let src = Source::new(&[4, 5, 3, 6, 3, 0], &[3, 2], 3, &d);
         let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 4, 2, 5], [2, 2]), &d);
         let (logits, weights) = m.forward_all(&src, tgt);
@@ -464,13 +492,15 @@ mod tests {
     fn inspection_equals_the_forward_pass_and_keeps_every_weight() {
         let d = Device::flex();
         for pre_norm in [false, true] {
-            let m = TransformerConfig::new(12, 12)
-                .with_d_model(8)
-                .with_heads(2)
-                .with_d_ff(8)
-                .with_pre_norm(pre_norm)
-                .init(&d)
-                .unwrap();
+            let small = TransformerSpec {
+                d_model: 8,
+                heads: 2,
+                ffn: 8,
+                pre_norm,
+                share_embeddings: false,
+                ..Default::default()
+            };
+            let m = TransformerConfig::new(12, 12, small).init(&d).unwrap();
             let src = Source::new(&[4, 5, 3, 6, 3, 0], &[3, 2], 3, &d);
             let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 4, 7, 2, 5, 8], [2, 3]), &d);
             let (logits, cross) = m.forward_all(&src, tgt.clone());
