@@ -529,9 +529,10 @@ mod tests {
         }
     }
 
-    /// What the observer sees of the chain's beam of 2: step 1 keeps `a` and `b` and prunes the rest; step
-    /// 2 finishes `b </s>` (0.36) and `a </s>` (0.24), keeps `a a` and `a c` (0.18 each), and
-    /// the search stops with two finished hypotheses, the same as the untraced search's.
+    /// What the observer sees of the chain's beam of 2: step 1 keeps `a` and `b` and prunes
+    /// the rest; step 2 finishes `b </s>` (0.36) and `a </s>` (0.24), keeps `a a` and `a c`
+    /// (0.18 each), and the search stops with two finished hypotheses, the same as the
+    /// unobserved search's.
     #[test]
     fn the_observer_sees_each_step_and_fate() {
         let d = Device::flex();
