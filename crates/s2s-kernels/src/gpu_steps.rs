@@ -23,20 +23,24 @@
 //! - `x`: `[batch, time, d]` → `time` tensors `[batch, d]`
 //! - [`stack_steps`]: `time` tensors `[batch, d]` → `[batch, time, d]`
 
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{TensorMetadata, backend_extension, tensor::FloatTensor};
 use burn::tensor::Tensor;
 
 /// `x[:, t, :]` (`[batch, d]`) for every step `t` of `x` (`[batch, time, d]`), with one
-/// gradient write a step on a GPU (see the module doc).
+/// gradient write a step (see the module doc).
 pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !crate::flex_data::is_flex(&x.device()) {
-        return <burn::backend::Dispatch as gpu::GpuSteps>::gpu_time_steps(x.into_dispatch())
-            .into_iter()
-            .map(Tensor::from_dispatch)
-            .collect();
-    }
-    if crate::flex_data::is_flex(&x.device()) && x.is_autodiff() {
-        return <burn::backend::Dispatch as cpu::CpuSteps>::cpu_time_steps(x.into_dispatch())
+    let flex = crate::flex_data::is_flex(&x.device());
+    if (flex && x.is_autodiff()) || (!flex && cfg!(not(feature = "gpu-tuned"))) {
+        return <burn::backend::Dispatch as TimeSteps>::time_steps(x.into_dispatch())
             .into_iter()
             .map(Tensor::from_dispatch)
             .collect();
@@ -83,10 +87,118 @@ pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
     Tensor::stack(parts, 1)
 }
 
+/// The split as a burn backend extension (flex, and cubecl runtimes without fusion).
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
+pub trait TimeSteps: burn::backend::Backend {
+    /// `x[:, t, :]` for every `t` (see [`time_steps`]).
+    fn time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>>;
+}
+
+/// What the time-major steps need of a backend: the layout both ways, and the buffer the
+/// steps' backward passes write their gradients into.
+trait TimeMajor: burn::backend::Backend {
+    /// Where the steps' gradients are gathered, `[time, batch, d]`.
+    type Buffer: Debug + Send + 'static;
+
+    /// `x` (`[batch, time, d]`, f32) in time-major order, `[time, batch, d]`, contiguous.
+    fn time_major(x: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// Step `t` of a time-major tensor: a `[batch, d]` view.
+    fn step(tm: &FloatTensor<Self>, t: usize) -> FloatTensor<Self>;
+
+    /// A zeroed buffer of `shape` on `like`'s device, and what stands as the time-major
+    /// node's gradient until its backward takes the buffer.
+    fn zeroed(shape: [usize; 3], like: &FloatTensor<Self>) -> (Self::Buffer, FloatTensor<Self>);
+
+    /// Step `t`'s gradient (`[batch, d]`) written into the buffer.
+    fn write(buffer: &mut Self::Buffer, t: usize, grad: FloatTensor<Self>, shape: [usize; 3]);
+
+    /// The complete buffer as a time-major tensor.
+    fn finish(buffer: Self::Buffer, shape: [usize; 3]) -> FloatTensor<Self>;
+}
+
+/// Every step of `x`, as views of its time-major copy (no autodiff).
+fn plain_time_steps<B: TimeMajor>(x: FloatTensor<B>) -> Vec<FloatTensor<B>> {
+    let tm = B::time_major(x);
+    let time = tm.shape()[0];
+    (0..time).map(|t| B::step(&tm, t)).collect()
+}
+
+/// The buffer the steps' backward passes write into: made by the first of them to run.
+#[derive(Debug)]
+struct Sink<B: TimeMajor>(Mutex<Option<B::Buffer>>);
+
+/// `x` → time-major: its gradient is the sink, complete once every step's backward has run
+/// (burn runs them first: the steps are this node's only children), handed back to `x` in
+/// `x`'s order.
+#[derive(Debug)]
+struct TimeMajorBackward<B>(PhantomData<B>);
+
+impl<B: TimeMajor> Backward<B, 1> for TimeMajorBackward<B> {
+    /// The sink and the time-major shape.
+    type State = (Arc<Sink<B>>, [usize; 3]);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        // What the first step registered, so that this node has a gradient.
+        let _ = grads.consume::<B>(&ops.node);
+        let Some(node) = node else { return };
+        let (sink, shape) = ops.state;
+        let buffer = sink.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let buffer = buffer.expect("time steps: a step's backward ran before this one");
+        grads.register::<B>(node.id, B::float_swap_dims(B::finish(buffer, shape), 0, 1));
+    }
+}
+
+/// A step: its gradient written into the sink at its place.
+#[derive(Debug)]
+struct StepBackward<B>(PhantomData<B>);
+
+impl<B: TimeMajor> Backward<B, 1> for StepBackward<B> {
+    /// The sink, this step, and the time-major shape.
+    type State = (Arc<Sink<B>>, usize, [usize; 3]);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let Some(node) = node else { return };
+        let (sink, t, shape) = ops.state;
+        let mut sink = sink.0.lock().unwrap_or_else(|e| e.into_inner());
+        let buffer = sink.get_or_insert_with(|| {
+            let (buffer, stand_in) = B::zeroed(shape, &grad);
+            grads.register::<B>(node.id, stand_in);
+            buffer
+        });
+        B::write(buffer, t, grad, shape);
+    }
+}
+
+/// Every step of `x` under autodiff: one time-major node, then one node a step.
+fn autodiff_time_steps<B: TimeMajor, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+) -> Vec<FloatTensor<Autodiff<B, C>>> {
+    let (x, x_node) = x.into_parts();
+    let tm = B::time_major(x);
+    let s = tm.shape();
+    let shape = [s[0], s[1], s[2]];
+    let sink = Arc::new(Sink::<B>(Mutex::new(None)));
+    let tm = match TimeMajorBackward::<B>(PhantomData).prepare::<C>([x_node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish((sink.clone(), shape), tm),
+        OpsKind::UnTracked(prep) => prep.finish(tm),
+    };
+    (0..shape[0])
+        .map(|t| {
+            let view = B::step(tm.primitive(), t);
+            match StepBackward::<B>(PhantomData).prepare::<C>([tm.node()]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish((sink.clone(), t, shape), view),
+                OpsKind::UnTracked(prep) => prep.finish(view),
+            }
+        })
+        .collect()
+}
+
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
-    use std::sync::{Arc, Mutex};
-
     use burn::backend::autodiff::Autodiff;
     use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -101,14 +213,12 @@ mod gpu {
     use cubecl::cube;
     use cubecl::prelude::*;
 
+    use super::TimeMajor;
     use crate::cube_launch::{self, launch_dims};
 
-    /// The split as a burn backend extension (cubecl runtimes without fusion).
+    /// The stacking as a burn backend extension (cubecl runtimes without fusion).
     #[backend_extension(Cube, Autodiff)]
     pub trait GpuSteps: burn::backend::Backend {
-        /// `x[:, t, :]` for every `t` (see [`super::time_steps`]).
-        fn gpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>>;
-
         /// `acc` (`[batch, time, d]`) with the first `count` of `p0`…`p7` (`[batch, d]`; the
         /// extension routes no arrays) written at steps `first..first + count`; a fresh output
         /// when `first` is 0 (`acc` then unused). See [`super::stack_steps`].
@@ -140,25 +250,66 @@ mod gpu {
         }
     }
 
-    /// `x` (`[batch, time, d]`) in time-major order, `[time, batch, d]`, contiguous.
-    fn time_major(x: CubeTensor) -> CubeTensor {
-        assert!(
-            x.dtype == DType::F32 && x.meta.shape().num_dims() == 3,
-            "time steps: x is not f32 [batch, time, d]"
-        );
-        into_contiguous(Mm::float_swap_dims(x, 0, 1))
+    impl super::TimeMajor for CubeBackend {
+        /// Written in place through a handle the gradient registry holds too (it stands as the
+        /// time-major node's gradient): nothing reads it before that node's backward, which
+        /// runs after every step's.
+        type Buffer = CubeTensor;
+
+        fn time_major(x: CubeTensor) -> CubeTensor {
+            assert!(
+                x.dtype == DType::F32 && x.meta.shape().num_dims() == 3,
+                "time steps: x is not f32 [batch, time, d]"
+            );
+            into_contiguous(Mm::float_swap_dims(x, 0, 1))
+        }
+
+        /// A view where the step's offset meets the device's alignment.
+        fn step(tm: &CubeTensor, t: usize) -> CubeTensor {
+            let s = tm.meta.shape();
+            let (batch, d) = (s[1], s[2]);
+            let slice = Mm::float_slice(
+                tm.clone(),
+                &[Slice::new(t as isize, Some(t as isize + 1), 1), Slice::full(), Slice::full()],
+            );
+            Mm::float_reshape(slice, Shape::from([batch, d]))
+        }
+
+        fn zeroed(shape: [usize; 3], like: &CubeTensor) -> (CubeTensor, CubeTensor) {
+            let zeros = Mm::float_zeros(Shape::from(shape), &like.device, burn::tensor::FloatDType::F32);
+            (zeros.clone(), zeros)
+        }
+
+        fn write(buffer: &mut CubeTensor, t: usize, grad: CubeTensor, shape: [usize; 3]) {
+            let grad = into_contiguous(grad);
+            let n = grad.meta.num_elements();
+            assert_eq!(n, shape[1] * shape[2], "time steps: a step's gradient is not [batch, d]");
+            let (count, dim) = launch_dims(&grad, n);
+            write_at::launch(
+                &grad.client.clone(),
+                count,
+                dim,
+                grad.into_buffer_arg(),
+                buffer.clone().into_buffer_arg(),
+                (t * n) as u32,
+            );
+        }
+
+        fn finish(buffer: CubeTensor, _: [usize; 3]) -> CubeTensor {
+            buffer
+        }
     }
 
-    /// Step `t` of a time-major `[time, batch, d]` tensor: `[batch, d]`, a view where the
-    /// step's offset meets the device's alignment.
-    fn step(tm: &CubeTensor, t: usize) -> CubeTensor {
-        let s = tm.meta.shape();
-        let (batch, d) = (s[1], s[2]);
-        let slice = Mm::float_slice(
-            tm.clone(),
-            &[Slice::new(t as isize, Some(t as isize + 1), 1), Slice::full(), Slice::full()],
-        );
-        Mm::float_reshape(slice, Shape::from([batch, d]))
+    impl super::TimeSteps for CubeBackend {
+        fn time_steps(x: CubeTensor) -> Vec<CubeTensor> {
+            super::plain_time_steps::<Self>(x)
+        }
+    }
+
+    impl<C: CheckpointStrategy> super::TimeSteps for Autodiff<CubeBackend, C> {
+        fn time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>> {
+            super::autodiff_time_steps::<CubeBackend, C>(x)
+        }
     }
 
     /// Thread `i` copies elements `i`, `i + stride`, … of each part `s` (`[batch, d]`, `n`
@@ -233,11 +384,6 @@ mod gpu {
     }
 
     impl GpuSteps for CubeBackend {
-        fn gpu_time_steps(x: CubeTensor) -> Vec<CubeTensor> {
-            let tm = time_major(x);
-            (0..tm.meta.shape()[0]).map(|t| step(&tm, t)).collect()
-        }
-
         fn gpu_stack_group(
             acc: CubeTensor,
             p0: CubeTensor,
@@ -259,83 +405,7 @@ mod gpu {
         }
     }
 
-    /// The time-major gradient the steps' backward passes write into, `[time, batch, d]`:
-    /// allocated (zeroed) by the first step whose backward runs, which registers it as the
-    /// time-major node's gradient.
-    #[derive(Debug, Default)]
-    struct Sink(Mutex<Option<CubeTensor>>);
-
     impl<C: CheckpointStrategy> GpuSteps for Autodiff<CubeBackend, C> {
-        fn gpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>> {
-            /// `x` → time-major: its gradient (the sink, complete once every step's backward
-            /// has run, which burn does first: the steps are this node's only children)
-            /// goes back to `x` as a view in `x`'s order.
-            #[derive(Debug)]
-            struct TimeMajorBackward;
-
-            impl Backward<CubeBackend, 1> for TimeMajorBackward {
-                type State = ();
-
-                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node] = ops.parents;
-                    let grad = grads.consume::<CubeBackend>(&ops.node);
-                    if let Some(node) = node {
-                        grads.register::<CubeBackend>(node.id, Mm::float_swap_dims(grad, 0, 1));
-                    }
-                }
-            }
-
-            #[derive(Debug)]
-            struct StepBackward;
-
-            impl Backward<CubeBackend, 1> for StepBackward {
-                /// The sink, this step, and the time-major shape.
-                type State = (Arc<Sink>, usize, [usize; 3]);
-
-                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node] = ops.parents;
-                    let grad = into_contiguous(grads.consume::<CubeBackend>(&ops.node));
-                    let Some(node) = node else { return };
-                    let (sink, t, shape) = ops.state;
-                    let mut sink = sink.0.lock().unwrap_or_else(|e| e.into_inner());
-                    let buffer = sink.get_or_insert_with(|| {
-                        let zeros =
-                            Mm::float_zeros(Shape::from(shape), &grad.device, burn::tensor::FloatDType::F32);
-                        grads.register::<CubeBackend>(node.id, zeros.clone());
-                        zeros
-                    });
-                    let n = grad.meta.num_elements();
-                    assert_eq!(n, shape[1] * shape[2], "time steps: a step's gradient is not [batch, d]");
-                    let (count, dim) = launch_dims(&grad, n);
-                    // In place, though the gradient registry holds the buffer too: nothing
-                    // reads it before the time-major node's backward, which runs after this.
-                    write_at::launch(
-                        &grad.client.clone(),
-                        count,
-                        dim,
-                        grad.into_buffer_arg(),
-                        buffer.clone().into_buffer_arg(),
-                        (t * n) as u32,
-                    );
-                }
-            }
-
-            let (x, x_node) = x.into_parts();
-            let tm = TimeMajorBackward.prepare::<C>([x_node]).compute_bound().stateless(time_major(x));
-            let s = tm.primitive().meta.shape();
-            let shape = [s[0], s[1], s[2]];
-            let sink = Arc::new(Sink::default());
-            (0..shape[0])
-                .map(|t| {
-                    let view = step(tm.primitive(), t);
-                    match StepBackward.prepare::<C>([tm.node()]).compute_bound().stateful() {
-                        OpsKind::Tracked(prep) => prep.finish((sink.clone(), t, shape), view),
-                        OpsKind::UnTracked(prep) => prep.finish(view),
-                    }
-                })
-                .collect()
-        }
-
         fn gpu_stack_group(
             acc: FloatTensor<Self>,
             p0: FloatTensor<Self>,
@@ -370,11 +440,11 @@ mod gpu {
                     let grad = grads.consume::<CubeBackend>(&ops.node);
                     let (first, count) = ops.state;
                     // A view of a contiguous time-major tensor when a later group made it.
-                    let tm = time_major(grad);
+                    let tm = <CubeBackend as TimeMajor>::time_major(grad);
                     let [acc, parts @ ..] = ops.parents;
                     for (i, node) in parts.into_iter().take(count).enumerate() {
                         if let Some(node) = node {
-                            grads.register::<CubeBackend>(node.id, step(&tm, first + i));
+                            grads.register::<CubeBackend>(node.id, CubeBackend::step(&tm, first + i));
                         }
                     }
                     // The first group's `acc` is a placeholder (see `stack_steps`).
@@ -476,123 +546,59 @@ mod tests {
     }
 }
 
-/// The CPU's time-major steps under autodiff (see the module doc).
+/// The CPU's time-major steps (see the module doc).
 mod cpu {
-    use std::sync::{Arc, Mutex};
-
+    use burn::backend::Flex;
     use burn::backend::autodiff::Autodiff;
-    use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-    use burn::backend::autodiff::grads::Gradients;
-    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
     use burn::backend::flex::FlexTensor;
-    use burn::backend::{Flex, backend_extension, tensor::FloatTensor};
+    use burn::backend::tensor::FloatTensor;
     use burn::tensor::{DType, Shape, TensorData};
 
     use crate::flex_data::f32s;
 
-    /// The split as a burn backend extension (flex, under autodiff).
-    #[backend_extension(Flex, Autodiff)]
-    pub trait CpuSteps: burn::backend::Backend {
-        /// `x[:, t, :]` for every `t` (see [`super::time_steps`]).
-        fn cpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>>;
-    }
+    impl super::TimeMajor for Flex {
+        type Buffer = Vec<f32>;
 
-    /// Step `t` of a contiguous time-major `[time, batch, d]` tensor: a `[batch, d]` view.
-    fn step(tm: &FlexTensor, t: usize) -> FlexTensor {
-        let s = tm.layout().shape();
-        let (batch, d) = (s[1], s[2]);
-        tm.narrow(0, t, 1).reshape(Shape::from([batch, d]))
-    }
+        fn time_major(x: FlexTensor) -> FlexTensor {
+            assert!(
+                x.dtype() == DType::F32 && x.layout().shape().num_dims() == 3,
+                "time steps: x is not f32 [batch, time, d]"
+            );
+            x.transpose(0, 1).to_contiguous()
+        }
 
-    /// `x` (`[batch, time, d]`) copied to contiguous time-major order.
-    fn time_major(x: &FlexTensor) -> FlexTensor {
-        assert!(
-            x.dtype() == DType::F32 && x.layout().shape().num_dims() == 3,
-            "time steps: x is not f32 [batch, time, d]"
-        );
-        x.transpose(0, 1).to_contiguous()
-    }
+        fn step(tm: &FlexTensor, t: usize) -> FlexTensor {
+            let s = tm.layout().shape();
+            let (batch, d) = (s[1], s[2]);
+            tm.narrow(0, t, 1).reshape(Shape::from([batch, d]))
+        }
 
-    impl CpuSteps for Flex {
-        fn cpu_time_steps(x: FlexTensor) -> Vec<FlexTensor> {
-            let tm = time_major(&x);
-            (0..tm.layout().shape()[0]).map(|t| step(&tm, t)).collect()
+        fn zeroed(shape: [usize; 3], _: &FlexTensor) -> (Vec<f32>, FlexTensor) {
+            (vec![0.0; shape.iter().product()], FlexTensor::zeros(Shape::from(shape), DType::F32))
+        }
+
+        fn write(buffer: &mut Vec<f32>, t: usize, grad: FlexTensor, shape: [usize; 3]) {
+            let n = shape[1] * shape[2];
+            let grad = f32s(&grad);
+            assert_eq!(grad.len(), n, "time steps: a step's gradient is not [batch, d]");
+            buffer[t * n..(t + 1) * n].copy_from_slice(&grad);
+        }
+
+        fn finish(buffer: Vec<f32>, shape: [usize; 3]) -> FlexTensor {
+            FlexTensor::from_data(TensorData::new(buffer, shape))
         }
     }
 
-    /// The time-major gradient `[time, batch, d]` the steps' backward passes write into,
-    /// allocated (zeroed) by the first of them to run.
-    #[derive(Debug, Default)]
-    struct Sink(Mutex<Option<Vec<f32>>>);
+    impl super::TimeSteps for Flex {
+        fn time_steps(x: FlexTensor) -> Vec<FlexTensor> {
+            super::plain_time_steps::<Self>(x)
+        }
+    }
 
-    impl<C: CheckpointStrategy> CpuSteps for Autodiff<Flex, C> {
-        fn cpu_time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>> {
-            /// `x` → time-major: its gradient is the sink, complete once every step's backward
-            /// has run (burn runs them first: the steps are this node's only children), handed
-            /// back to `x` as a view in `x`'s order.
-            #[derive(Debug)]
-            struct TimeMajorBackward;
-
-            impl Backward<Flex, 1> for TimeMajorBackward {
-                /// The sink and the time-major shape.
-                type State = (Arc<Sink>, [usize; 3]);
-
-                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node] = ops.parents;
-                    // The zeros the first step registered, so that this node has a gradient.
-                    let _ = grads.consume::<Flex>(&ops.node);
-                    let Some(node) = node else { return };
-                    let (sink, shape) = ops.state;
-                    let buffer = sink.0.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    let buffer = buffer.expect("time steps: a step's backward ran before this one");
-                    let tm = FlexTensor::from_data(TensorData::new(buffer, shape));
-                    grads.register::<Flex>(node.id, tm.transpose(0, 1));
-                }
-            }
-
-            #[derive(Debug)]
-            struct StepBackward;
-
-            impl Backward<Flex, 1> for StepBackward {
-                /// The sink, this step, and the time-major shape.
-                type State = (Arc<Sink>, usize, [usize; 3]);
-
-                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node] = ops.parents;
-                    let grad = grads.consume::<Flex>(&ops.node);
-                    let Some(node) = node else { return };
-                    let (sink, t, shape) = ops.state;
-                    let n = shape[1] * shape[2];
-                    let grad = f32s(&grad);
-                    assert_eq!(grad.len(), n, "time steps: a step's gradient is not [batch, d]");
-                    let mut sink = sink.0.lock().unwrap_or_else(|e| e.into_inner());
-                    let buffer = sink.get_or_insert_with(|| {
-                        grads.register::<Flex>(node.id, FlexTensor::zeros(Shape::from(shape), DType::F32));
-                        vec![0.0; shape.iter().product()]
-                    });
-                    buffer[t * n..(t + 1) * n].copy_from_slice(&grad);
-                }
-            }
-
-            let (x, x_node) = x.into_parts();
-            let tm = time_major(&x);
-            let s = tm.layout().shape();
-            let shape = [s[0], s[1], s[2]];
-            let sink = Arc::new(Sink::default());
-            let tm = match TimeMajorBackward.prepare::<C>([x_node]).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => prep.finish((sink.clone(), shape), tm),
-                OpsKind::UnTracked(prep) => prep.finish(tm),
-            };
-            (0..shape[0])
-                .map(|t| {
-                    let view = step(tm.primitive(), t);
-                    match StepBackward.prepare::<C>([tm.node()]).compute_bound().stateful() {
-                        OpsKind::Tracked(prep) => prep.finish((sink.clone(), t, shape), view),
-                        OpsKind::UnTracked(prep) => prep.finish(view),
-                    }
-                })
-                .collect()
+    impl<C: CheckpointStrategy> super::TimeSteps for Autodiff<Flex, C> {
+        fn time_steps(x: FloatTensor<Self>) -> Vec<FloatTensor<Self>> {
+            super::autodiff_time_steps::<Flex, C>(x)
         }
     }
 }
