@@ -11,7 +11,8 @@
 //! an add of the whole sequence's gradient a step (`time²` passes, 8 % of Luong's training
 //! step on one thread, where the second thread waits), the time-major steps one copy of the
 //! sequence forward and one write of each step's gradient back. Without autodiff (decoding)
-//! the narrowed steps stay.
+//! the narrowed steps stay. Both backends share the autodiff nodes; each supplies only its
+//! layout and its buffer ([`TimeMajor`]).
 //!
 //! The way back, [`stack_steps`] (a decoder's per-step outputs into one `[batch, time, d]`
 //! tensor): burn's `stack` writes each step with a slice-assign of its own, a launch a step,
