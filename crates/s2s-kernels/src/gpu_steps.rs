@@ -12,7 +12,7 @@
 //! step on one thread, where the second thread waits), the time-major steps one copy of the
 //! sequence forward and one write of each step's gradient back. Without autodiff (decoding)
 //! the narrowed steps stay. Both backends share the autodiff nodes; each supplies only its
-//! layout and its buffer ([`TimeMajor`]).
+//! layout and its buffer (the private trait `TimeMajor`).
 //!
 //! The way back, [`stack_steps`] (a decoder's per-step outputs into one `[batch, time, d]`
 //! tensor): burn's `stack` writes each step with a slice-assign of its own, a launch a step,
