@@ -252,11 +252,22 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// What [`bench`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jobs {
+    /// Training, then greedy and beam-5 decoding.
+    Both,
+    /// Training only.
+    Train,
+    /// Decoding only, with the initialised model.
+    Decode,
+}
+
 /// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps; with `capture`,
 /// replayed from a graph captured after them, [`crate::captured`]), then `max(1, steps / 4)`
 /// greedy and beam-5 passes over the batch (each after one untimed pass; with `capture`,
-/// replayed from graphs the untimed pass recorded) unless not `decode`
-/// (their figures 0).
+/// replayed from graphs the untimed pass recorded). `jobs` leaves out training or decoding
+/// (their figures 0): decoding alone decodes with the freshly initialised model, to profile it.
 pub fn bench(
     name: &str,
     spec: &ModelSpec,
@@ -265,9 +276,10 @@ pub fn bench(
     device: &Device,
     device_name: &str,
     capture: bool,
-    decode: bool,
+    jobs: Jobs,
 ) -> Result<BenchResult, BenchError> {
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
+    let steps_asked = steps;
     let ad = device.clone().autodiff();
     ad.seed(0);
     let model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
@@ -280,10 +292,11 @@ pub fn bench(
     let mut phase_s = [0f64; 4];
     // Eager steps read the loss at every step, as the trainer's logging does; replayed ones
     // only at the end.
-    for _ in 0..3 {
+    let (warm_up, steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
+    for _ in 0..warm_up {
         trainer.step(true, None).map_err(BenchError::Graph)?;
     }
-    if capture {
+    if capture && steps > 0 {
         trainer.capture().map_err(BenchError::Graph)?;
     }
     let (host0, t0) = (Snapshot::now(), Instant::now());
@@ -291,7 +304,8 @@ pub fn bench(
         trainer.step(!capture, Some(&mut phase_s)).map_err(BenchError::Graph)?;
     }
     trainer.sync();
-    let train_tokens_per_s = (steps * n * t) as f64 / t0.elapsed().as_secs_f64();
+    let train_tokens_per_s =
+        if steps == 0 { 0.0 } else { (steps * n * t) as f64 / t0.elapsed().as_secs_f64() };
     let host = Snapshot::now().since(&host0);
     let gpu_host = host.measured && !is_flex(device);
     let per_step = |s: f64| 1e3 * s / steps.max(1) as f64;
@@ -305,7 +319,7 @@ pub fn bench(
     let train_phase_ms =
         phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), 1e3 * s / steps.max(1) as f64)).collect();
 
-    if !decode {
+    if jobs == Jobs::Train {
         return Ok(BenchResult {
             model: name.to_string(),
             device: device_name.to_string(),
@@ -325,7 +339,7 @@ pub fn bench(
     let lens = vec![s; n];
     let src = Source::new(&src_ids, &lens, s, device);
     let limit = MaxLength { a: 0.0, b: t };
-    let passes = (steps / 4).max(1);
+    let passes = (steps_asked / 4).max(1);
     // With `capture`, the searches replay their steps from graphs (recorded by the warm-up
     // pass; `s2s_decode::captured`).
     let mut captured = capture.then(|| CapturedSearch::new(&model, device, Run::Replay, 4));

@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use s2s_train::bench::{BenchConfig, bench};
+use s2s_train::bench::{BenchConfig, Jobs, bench};
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::step_rate::lstm_step_rate;
 
@@ -47,8 +47,12 @@ pub struct BenchArgs {
     #[arg(long, default_value = "off")]
     capture: Capture,
     /// Training only: no decoding passes (their figures 0), e.g. to profile the training step.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_train")]
     no_decode: bool,
+    /// Decoding only, with the freshly initialised model (its training figures 0), e.g. to
+    /// profile decoding.
+    #[arg(long)]
+    no_train: bool,
 }
 
 /// `--capture`: replay the training and decoding steps from captured graphs, or not.
@@ -103,7 +107,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
             &device,
             &device_name,
             a.capture == Capture::On,
-            !a.no_decode,
+            match (a.no_decode, a.no_train) {
+                (true, _) => Jobs::Train,
+                (_, true) => Jobs::Decode,
+                _ => Jobs::Both,
+            },
         )?;
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
