@@ -16,6 +16,7 @@ pub mod ops;
 pub mod reference;
 
 pub mod attention_step;
+pub mod cache_rows;
 pub mod clip;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod cube_launch;

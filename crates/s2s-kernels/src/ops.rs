@@ -332,6 +332,14 @@ pub fn heads_step_runs(device: &Device) -> bool {
     !mode::reference() && is_flex(device) && !device.is_autodiff()
 }
 
+/// Rows `picked` (equal to `indices`) of a decoder's self-attention cache `x`
+/// (`[rows, heads, room, d_k]`, positions `0..len` in use), for beam search's reordering: on
+/// the CPU only the positions in use are copied, into room `len + 1`
+/// ([`crate::cache_rows`]); elsewhere burn's `select`.
+pub fn select_cache_rows(x: Tensor<4>, indices: &Tensor<1, Int>, picked: &[usize], len: usize) -> Tensor<4> {
+    crate::cache_rows::select_cache_rows(x, indices, picked, len)
+}
+
 /// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`
 /// (`[b, t_k, 2·d_model]`): (heads side by side `[b, t_q, d_model]`, weights
 /// `[b, heads, t_q, t_k]`) ([`reference::cross_attention`]). The kernels' weights carry no

@@ -135,6 +135,19 @@ impl KeyValue {
             packed: self.packed.map(|p| p.select(0, indices.clone())),
         }
     }
+
+    /// [`select`](Self::select) of a self-attention cache when the host holds the indices
+    /// (`picked`, equal to `indices`): only the positions in use are copied, with room for the
+    /// next step ([`ops::select_cache_rows`]).
+    pub fn select_known(self, indices: &Tensor<1, Int>, picked: &[usize]) -> KeyValue {
+        let len = self.len;
+        KeyValue {
+            k: ops::select_cache_rows(self.k, indices, picked, len),
+            v: ops::select_cache_rows(self.v, indices, picked, len),
+            len,
+            packed: self.packed.map(|p| p.select(0, indices.clone())),
+        }
+    }
 }
 
 impl MultiHeadAttentionConfig {
@@ -396,6 +409,11 @@ mod tests {
             vs.push(v);
             if t == 5 {
                 cache = cache.select(&order);
+            }
+            if t == 9 || t == 10 {
+                cache = cache.select_known(&order, &[2, 0, 0]);
+            }
+            if [5, 9, 10].contains(&t) {
                 ks = ks.into_iter().map(|x| x.select(0, order.clone())).collect();
                 vs = vs.into_iter().map(|x| x.select(0, order.clone())).collect();
             }

@@ -188,7 +188,7 @@ impl TransformerState {
         };
         Self {
             memory,
-            cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select(indices))).collect(),
+            cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select_known(indices, picked))).collect(),
             memory_mask,
             position: self.position,
             origin,
