@@ -159,25 +159,21 @@ fn heads_step_flex(
                         let r_in = if source.is_empty() { r } else { source[r] };
                         let m = &m[r_in * mstride..][..len];
                         for h in 0..heads {
-                            let qh = &q[r * width + h * dk..][..dk];
-                            let w = &mut w[h * len..(h + 1) * len];
-                            let mut max = f32::NEG_INFINITY;
-                            for (j, (s, &mj)) in w.iter_mut().zip(m).enumerate() {
-                                *s = dot(qh, &kd[kh.at(r_in, h, j)..][..dk]) * scale + mj;
-                                max = max.max(*s);
-                            }
-                            let mut sum = 0.0;
-                            for s in w.iter_mut() {
-                                *s = exp(*s - max);
-                                sum += *s;
-                            }
-                            let inv = 1.0 / sum;
-                            let o = &mut o[h * dk..(h + 1) * dk];
-                            for (j, s) in w.iter_mut().enumerate() {
-                                *s *= inv;
-                                for (o, &x) in o.iter_mut().zip(&vd[vh.at(r_in, h, j)..][..dk]) {
-                                    *o += *s * x;
-                                }
+                            let one = Head {
+                                q: &q[r * width + h * dk..][..dk],
+                                keys: &kd,
+                                key_at: |j| kh.at(r_in, h, j),
+                                values: &vd,
+                                value_at: |j| vh.at(r_in, h, j),
+                                mask: m,
+                                scale,
+                            };
+                            let (w, o) = (&mut w[h * len..(h + 1) * len], &mut o[h * dk..(h + 1) * dk]);
+                            match dk {
+                                16 => one.blocks::<1>(w, o),
+                                32 => one.blocks::<2>(w, o),
+                                64 => one.blocks::<4>(w, o),
+                                _ => one.general(w, o),
                             }
                         }
                     },
@@ -188,6 +184,103 @@ fn heads_step_flex(
         FlexTensor::from_data(TensorData::new(out, [rows, width])),
         FlexTensor::from_data(TensorData::new(weights, [rows, heads, len])),
     )
+}
+
+/// One head of one row of [`heads_step_flex`]: its query, where its keys and values lie, its
+/// mask row and the scale.
+struct Head<'a, K, V> {
+    q: &'a [f32],
+    keys: &'a [f32],
+    key_at: K,
+    values: &'a [f32],
+    value_at: V,
+    mask: &'a [f32],
+    scale: f32,
+}
+
+impl<K: Fn(usize) -> usize, V: Fn(usize) -> usize> Head<'_, K, V> {
+    /// Any `d_k`: scores `w[j] = (q · kⱼ)·scale + mⱼ` ([`dot`]), softmax in place, `o += Σⱼ
+    /// w[j] vⱼ` (`o` zero on entry).
+    #[inline(always)]
+    fn general(&self, w: &mut [f32], o: &mut [f32]) {
+        let dk = self.q.len();
+        let mut max = f32::NEG_INFINITY;
+        for (j, (s, &mj)) in w.iter_mut().zip(self.mask).enumerate() {
+            *s = dot(self.q, &self.keys[(self.key_at)(j)..][..dk]) * self.scale + mj;
+            max = max.max(*s);
+        }
+        let inv = 1.0 / softmax_numerators(w, max);
+        for (j, s) in w.iter_mut().enumerate() {
+            *s *= inv;
+            for (o, &x) in o.iter_mut().zip(&self.values[(self.value_at)(j)..][..dk]) {
+                *o += *s * x;
+            }
+        }
+    }
+
+    /// [`general`](Self::general) for `d_k = NB·LANES`, the same operations in the same order
+    /// (so the same bits), arranged for the vector unit: the scores of [`LANES`] positions at
+    /// a time, each position's lane sums added across positions lane by lane (instead of one
+    /// position's sixteen lanes one after another, a chain of sixteen dependent additions per
+    /// score), and the output's `d_k` sums held in registers across positions instead of
+    /// stored and reloaded for each.
+    #[inline(always)]
+    fn blocks<const NB: usize>(&self, w: &mut [f32], o: &mut [f32]) {
+        let q: [[f32; LANES]; NB] = std::array::from_fn(|b| *block(self.q, b * LANES));
+        let len = w.len();
+        let mut max = f32::NEG_INFINITY;
+        for j0 in (0..len).step_by(LANES) {
+            let n = (len - j0).min(LANES);
+            let mut lanes = [[0f32; LANES]; LANES];
+            for (jj, acc) in lanes.iter_mut().enumerate().take(n) {
+                let k = &self.keys[(self.key_at)(j0 + jj)..][..NB * LANES];
+                for (b, qb) in q.iter().enumerate() {
+                    let kb = block(k, b * LANES);
+                    for l in 0..LANES {
+                        acc[l] += qb[l] * kb[l];
+                    }
+                }
+            }
+            // [`dot`]'s lane sum, `Σ` folded from −0 in lane order, for every position at once.
+            let mut sums = [-0.0f32; LANES];
+            for l in 0..LANES {
+                for (s, acc) in sums.iter_mut().zip(&lanes) {
+                    *s += acc[l];
+                }
+            }
+            for (jj, &d) in sums.iter().enumerate().take(n) {
+                let s = d * self.scale + self.mask[j0 + jj];
+                w[j0 + jj] = s;
+                max = max.max(s);
+            }
+        }
+        let inv = 1.0 / softmax_numerators(w, max);
+        let mut acc = [[0f32; LANES]; NB];
+        for (j, s) in w.iter_mut().enumerate() {
+            *s *= inv;
+            let v = &self.values[(self.value_at)(j)..][..NB * LANES];
+            for (b, a) in acc.iter_mut().enumerate() {
+                let vb = block(v, b * LANES);
+                for l in 0..LANES {
+                    a[l] += *s * vb[l];
+                }
+            }
+        }
+        for (b, a) in acc.iter().enumerate() {
+            *block_mut(o, b * LANES) = *a;
+        }
+    }
+}
+
+/// `w[j] = exp(w[j] − max)` in place; their sum, added in order.
+#[inline(always)]
+fn softmax_numerators(w: &mut [f32], max: f32) -> f32 {
+    let mut sum = 0.0;
+    for s in w.iter_mut() {
+        *s = exp(*s - max);
+        sum += *s;
+    }
+    sum
 }
 
 /// Sentences per rayon task (a sentence is ~12k multiply-adds on the benchmark shape).
@@ -460,6 +553,48 @@ mod tests {
                 assert_eq!(fast.dims(), composed.dims(), "kernel {i}, {b}x{s}x{k}");
                 assert!(max_diff(fast, composed) < 1e-5, "kernel {i}, {b}x{s}x{k}");
             }
+        }
+    }
+
+    /// A head's vector arrangement for `d_k` = 16, 32, 64 gives the general loop's bits: the
+    /// same operations in the same order, on scores from one to past two blocks of positions
+    /// and a masked position.
+    #[test]
+    fn head_blocks_equal_the_general_loop_to_the_bit() {
+        let d = Device::flex();
+        d.seed(5);
+        for (nb, len) in [(1, 1), (2, 7), (2, 16), (2, 24), (4, 37), (1, 33)] {
+            let dk = nb * LANES;
+            let data = |n: usize| {
+                Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), &d)
+                    .into_data()
+                    .to_vec::<f32>()
+                    .unwrap()
+            };
+            let (q, keys, values) = (data(dk), data(len * dk), data(len * dk));
+            // Position len/2 masked, unless it is the only one.
+            let mask: Vec<f32> =
+                (0..len).map(|j| if len > 1 && j == len / 2 { f32::NEG_INFINITY } else { 0.0 }).collect();
+            let one = Head {
+                q: &q,
+                keys: &keys,
+                key_at: |j| j * dk,
+                values: &values,
+                value_at: |j| j * dk,
+                mask: &mask,
+                scale: 1.0 / (dk as f32).sqrt(),
+            };
+            let (mut w1, mut o1, mut w2, mut o2) =
+                (vec![0f32; len], vec![0f32; dk], vec![0f32; len], vec![0f32; dk]);
+            one.general(&mut w1, &mut o1);
+            match nb {
+                1 => one.blocks::<1>(&mut w2, &mut o2),
+                2 => one.blocks::<2>(&mut w2, &mut o2),
+                _ => one.blocks::<4>(&mut w2, &mut o2),
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&w1), bits(&w2), "weights, d_k {dk}, len {len}");
+            assert_eq!(bits(&o1), bits(&o2), "output, d_k {dk}, len {len}");
         }
     }
 
