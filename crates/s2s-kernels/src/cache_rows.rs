@@ -16,6 +16,10 @@ use rayon::prelude::*;
 
 use crate::flex_data::{contiguous, is_flex};
 
+/// The spare position's zeros (`d_k` of them; a spare position wider than this is cut in
+/// pieces).
+const ZEROS: [f32; 256] = [0.0; 256];
+
 /// The cache reordering as a burn backend extension (flex only; decoding).
 #[backend_extension(Flex)]
 pub trait CacheRows: burn::backend::Backend {
@@ -44,11 +48,9 @@ impl CacheRows for Flex {
                     let from = (r * heads + h) * room * dk;
                     let (o, src) = (&mut o[h * plane..][..plane], &src[from..from + used]);
                     let (o, spare) = o.split_at_mut(used);
-                    for (o, &v) in o.iter_mut().zip(src) {
-                        o.write(v);
-                    }
-                    for o in spare {
-                        o.write(0.0);
+                    o.write_copy_of_slice(src);
+                    for piece in spare.chunks_mut(ZEROS.len()) {
+                        piece.write_copy_of_slice(&ZEROS[..piece.len()]);
                     }
                 }
             },
