@@ -104,10 +104,13 @@ impl Heads {
 /// Row `r` reads row `source[r]` of the keys, values and mask (`source` empty: row `r`), so
 /// that the hypotheses of a beam read one copy of their sentence's memory instead of one copy
 /// each (a fifth of the memory traffic at beam 5: the copies no longer fit in the cache).
+/// `source` `[rows, len]` names a row per position instead: row `r`'s position `j` is read
+/// from row `source[r, j]` (the self-attention cache kept as a tree, [`crate::step_cache`]).
 ///
 /// # Shapes
 /// - `q`: `[rows, heads·d_k]`; `keys`, `values`: `[held, heads, len, d_k]` or
-///   `[held, len, heads·d_k]`; `mask`: additive, `[held or 1, len]`; `source`: `[rows]` or `[0]`
+///   `[held, len, heads·d_k]`; `mask`: additive, `[held or 1, len]` (`[1, len]` with a source
+///   per position); `source`: `[rows]`, `[rows·len]` or `[0]`
 /// - returns the output `[rows, heads·d_k]` and the weights `[rows, heads, len]`
 fn heads_step_flex(
     q: &FlexTensor,
@@ -127,9 +130,13 @@ fn heads_step_flex(
     assert_eq!(len, vlen, "heads_step: keys and values differ in length");
     let held = keys.layout().shape().as_slice()[0].min(values.layout().shape().as_slice()[0]);
     let source: Vec<usize> = f32s(source).iter().map(|&i| i as usize).collect();
+    // One source row per row, or per row and position (`[rows, len]`: a cache kept as a tree of
+    // positions shared by the hypotheses that descend from them). With one position the two
+    // say the same.
+    let per_position = len > 1 && source.len() == rows * len;
     assert!(
-        source.is_empty() || source.len() == rows,
-        "heads_step: {} source rows for {rows} rows",
+        source.is_empty() || source.len() == rows || per_position,
+        "heads_step: {} source rows for {rows} rows of {len} positions",
         source.len()
     );
     assert!(
@@ -138,8 +145,8 @@ fn heads_step_flex(
     );
     let [mr, ml] = mask.layout().shape().dims::<2>();
     assert!(
-        (mr == held || mr == 1) && ml == len,
-        "heads_step: mask is [{mr}, {ml}], not [{held} or 1, {len}]"
+        (mr == held && !per_position || mr == 1) && ml == len,
+        "heads_step: mask is [{mr}, {ml}], not [{held} or 1, {len}] (1 with a source per position)"
     );
     let (q, m) = (f32s(q), f32s(mask));
     let (kd, vd) = (keys.storage::<f32>(), values.storage::<f32>());
@@ -156,15 +163,17 @@ fn heads_step_flex(
                 wide(
                     #[inline(always)]
                     || {
-                        let r_in = if source.is_empty() { r } else { source[r] };
+                        let r_in = if source.is_empty() { r } else { source[r * (source.len() / rows)] };
                         let m = &m[r_in * mstride..][..len];
+                        // Row `r`'s position `j` lies in row `at(j)`.
+                        let at = |j: usize| if per_position { source[r * len + j] } else { r_in };
                         for h in 0..heads {
                             let one = Head {
                                 q: &q[r * width + h * dk..][..dk],
                                 keys: &kd,
-                                key_at: |j| kh.at(r_in, h, j),
+                                key_at: |j| kh.at(at(j), h, j),
                                 values: &vd,
-                                value_at: |j| vh.at(r_in, h, j),
+                                value_at: |j| vh.at(at(j), h, j),
                                 mask: m,
                                 scale,
                             };

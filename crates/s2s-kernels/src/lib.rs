@@ -16,7 +16,6 @@ pub mod ops;
 pub mod reference;
 
 pub mod attention_step;
-pub mod cache_rows;
 pub mod clip;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod cube_launch;
@@ -56,6 +55,7 @@ pub mod packed_gemm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod second_output;
 pub mod small_matmul;
+pub mod step_cache;
 pub mod step_scalars;
 #[doc(hidden)]
 pub mod testing;

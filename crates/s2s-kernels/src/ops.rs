@@ -15,6 +15,8 @@ use crate::flex_data::is_flex;
 use crate::mode;
 use crate::reference;
 
+pub use crate::step_cache::StepCache;
+
 /// True when the GPU kernels can run on `device`: a cubecl device, without burn's fusion.
 fn gpu_kernels(device: &Device) -> bool {
     cfg!(not(feature = "gpu-tuned")) && !is_flex(device)
@@ -330,14 +332,6 @@ pub fn heads_step<const D: usize>(
 /// True when [`heads_step`] runs its kernel on `device` (flex without autodiff, fast kernels).
 pub fn heads_step_runs(device: &Device) -> bool {
     !mode::reference() && is_flex(device) && !device.is_autodiff()
-}
-
-/// Rows `picked` (equal to `indices`) of a decoder's self-attention cache `x`
-/// (`[rows, heads, room, d_k]`, positions `0..len` in use), for beam search's reordering: on
-/// the CPU only the positions in use are copied, into room `len + 1`
-/// ([`crate::cache_rows`]); elsewhere burn's `select`.
-pub fn select_cache_rows(x: Tensor<4>, indices: &Tensor<1, Int>, picked: &[usize], len: usize) -> Tensor<4> {
-    crate::cache_rows::select_cache_rows(x, indices, picked, len)
 }
 
 /// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`

@@ -9,7 +9,7 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, 
 use burn::tensor::{Device, Int, Tensor};
 
 use super::mha::{KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
-use ops::layer_norm;
+use ops::{StepCache, layer_norm};
 use s2s_kernels::ops;
 
 /// Configuration shared by [`EncoderLayer`] and [`DecoderLayer`].
@@ -198,20 +198,23 @@ impl DecoderLayer {
     pub fn forward(
         &self,
         x: Tensor<3>,
-        cache: Option<KeyValue>,
+        cache: Option<StepCache>,
         self_mask: Option<&Tensor<4>>,
         memory: &KeyValue,
         memory_mask: &Tensor<4>,
         memory_rows: Option<&Tensor<1, Int>>,
-    ) -> (Tensor<3>, KeyValue, Tensor<4>) {
+    ) -> (Tensor<3>, StepCache, Tensor<4>) {
         let h = self.self_residual.input(&x);
         let (a, kv) = match cache {
             Some(c) => {
                 let (q, new) = self.self_attention.project_qkv(h);
-                let kv = c.append(new);
-                (self.self_attention.attend_heads(q, &kv, self_mask).0, kv)
+                let kv = c.append(new.keys(), new.values());
+                (self.self_attention.attend_cache(q, &kv, self_mask).0, kv)
             }
-            None => self.self_attention.self_attend(h, self_mask),
+            None => {
+                let (a, kv) = self.self_attention.self_attend(h, self_mask);
+                (a, StepCache::new(kv.keys(), kv.values()))
+            }
         };
         let x = self.self_residual.output(x, a);
         let h = self.cross_residual.input(&x);

@@ -55,14 +55,11 @@ pub struct MultiHeadAttention {
     pub scaled: bool,
 }
 
-/// Projected keys and values, split into heads. As a decoder's self-attention cache it grows
-/// in place: the tensors have room for more positions than the `len` in use, an appended step
-/// is written into that room (burn's CPU backend writes a tensor it owns alone in place), and
-/// the room doubles when full — so a step copies the prefix only when the room doubles, not at
-/// every step as a concatenation would.
+/// Projected keys and values, split into heads: the encoder memory's for cross-attention, or a
+/// step's own before it joins the self-attention cache ([`ops::StepCache`]).
 ///
 /// # Shapes
-/// - `k`, `v`: `[rows, heads, capacity, d_k]`, positions `0..len` in use
+/// - `k`, `v`: `[rows, heads, t, d_k]`
 #[derive(Debug, Clone)]
 pub struct KeyValue {
     k: Tensor<4>,
@@ -72,9 +69,6 @@ pub struct KeyValue {
     /// them: what the cross-attention operation reads ([`ops::cross_attention`]).
     packed: Option<Tensor<3>>,
 }
-
-/// Positions a growing cache makes room for at first.
-const FIRST_ROOM: usize = 16;
 
 impl KeyValue {
     /// Keys and values `[rows, heads, t, d_k]`, every position in use.
@@ -103,48 +97,12 @@ impl KeyValue {
         self.v.clone().narrow(2, 0, self.len)
     }
 
-    /// Appends `next` along time (the self-attention cache growing by one step).
-    pub fn append(self, next: KeyValue) -> KeyValue {
-        let (t, len) = (next.len, self.len);
-        let [rows, heads, room, dk] = self.k.dims();
-        let (mut k, mut v) = (self.k, self.v);
-        if len + t > room {
-            let room = (2 * room).max(len + t).max(FIRST_ROOM);
-            let grow = |x: Tensor<4>| {
-                Tensor::zeros([rows, heads, room, dk], &x.device())
-                    .slice_assign([0..rows, 0..heads, 0..len, 0..dk], x.narrow(2, 0, len))
-            };
-            (k, v) = (grow(k), grow(v));
-        }
-        let at = [0..rows, 0..heads, len..len + t, 0..dk];
-        KeyValue {
-            k: k.slice_assign(at.clone(), next.keys()),
-            v: v.slice_assign(at, next.values()),
-            len: len + t,
-            packed: None,
-        }
-    }
-
-    /// Keeps rows `indices` (beam reordering; the room is kept, so the next step appends in
-    /// place).
+    /// Keeps rows `indices` (the memory's, for a beam's hypotheses).
     pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
         KeyValue {
             k: self.k.select(0, indices.clone()),
             v: self.v.select(0, indices.clone()),
             len: self.len,
-            packed: self.packed.map(|p| p.select(0, indices.clone())),
-        }
-    }
-
-    /// [`select`](Self::select) of a self-attention cache when the host holds the indices
-    /// (`picked`, equal to `indices`): only the positions in use are copied, with room for the
-    /// next step ([`ops::select_cache_rows`]).
-    pub fn select_known(self, indices: &Tensor<1, Int>, picked: &[usize]) -> KeyValue {
-        let len = self.len;
-        KeyValue {
-            k: ops::select_cache_rows(self.k, indices, picked, len),
-            v: ops::select_cache_rows(self.v, indices, picked, len),
-            len,
             packed: self.packed.map(|p| p.select(0, indices.clone())),
         }
     }
@@ -383,6 +341,26 @@ impl MultiHeadAttention {
         let (out, weights) = ops::scaled_dot_product(q, kv.keys(), kv.values(), mask, &self.dropout);
         (ops::linear(&self.output, out), weights)
     }
+
+    /// [`MultiHeadAttention::attend_heads`] to a decoder's self-attention cache: one query
+    /// position per row through the cache's own kernel ([`ops::StepCache::attend`]), else
+    /// the composed operations on its keys and values.
+    pub fn attend_cache(
+        &self,
+        q: Tensor<4>,
+        cache: &ops::StepCache,
+        mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, Tensor<4>) {
+        let [rows, heads, tq, dk] = q.dims();
+        if tq == 1 && mask.is_none() {
+            if let Some((out, weights)) = cache.attend(q.clone().reshape([rows, heads * dk]), heads) {
+                let out = ops::linear(&self.output, out.reshape([rows, 1, heads * dk]));
+                return (out, weights.reshape([rows, heads, 1, cache.len()]));
+            }
+        }
+        let (out, weights) = ops::scaled_dot_product(q, cache.keys(), cache.values(), mask, &self.dropout);
+        (ops::linear(&self.output, out), weights)
+    }
 }
 
 #[cfg(test)]
@@ -390,43 +368,6 @@ mod tests {
     use super::*;
     use crate::attention::gradcheck;
     use burn::tensor::{Distribution, TensorData};
-
-    /// A cache grown one step at a time past its first room (and past a doubling), with a
-    /// beam reordering on the way, holds what concatenating the steps gives.
-    #[test]
-    fn growing_cache_equals_concatenation() {
-        let d = Device::flex();
-        d.seed(11);
-        let step = || Tensor::<4>::random([3, 2, 1, 4], Distribution::Normal(0.0, 1.0), &d);
-        let (k0, v0) = (step(), step());
-        let mut cache = KeyValue::new(k0.clone(), v0.clone());
-        let (mut ks, mut vs) = (vec![k0], vec![v0]);
-        let order = Tensor::<1, Int>::from_data(TensorData::new(vec![2i64, 0, 0], [3]), &d);
-        for t in 1..(2 * FIRST_ROOM + 3) {
-            let (k, v) = (step(), step());
-            cache = cache.append(KeyValue::new(k.clone(), v.clone()));
-            ks.push(k);
-            vs.push(v);
-            if t == 5 {
-                cache = cache.select(&order);
-            }
-            if t == 9 || t == 10 {
-                cache = cache.select_known(&order, &[2, 0, 0]);
-            }
-            if [5, 9, 10].contains(&t) {
-                ks = ks.into_iter().map(|x| x.select(0, order.clone())).collect();
-                vs = vs.into_iter().map(|x| x.select(0, order.clone())).collect();
-            }
-            assert_eq!(cache.len(), t + 1);
-            let want = Tensor::cat(ks.clone(), 2);
-            assert_eq!(cache.keys().into_data(), want.into_data(), "keys after step {t}");
-            assert_eq!(
-                cache.values().into_data(),
-                Tensor::cat(vs.clone(), 2).into_data(),
-                "values after step {t}"
-            );
-        }
-    }
 
     fn wave(n: usize, k: f32) -> Vec<f32> {
         (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * 0.5).collect()

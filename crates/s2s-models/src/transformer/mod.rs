@@ -144,7 +144,7 @@ pub struct TransformerState {
     /// Per decoder layer: cross-attention keys/values of the memory `[rows, h, src, d_k]`.
     pub memory: Vec<KeyValue>,
     /// Per decoder layer: self-attention keys/values of the positions decoded so far.
-    pub cache: Vec<Option<KeyValue>>,
+    pub cache: Vec<Option<ops::StepCache>>,
     /// Additive source mask (0 or −∞) `[rows, 1, 1, src]`.
     pub memory_mask: Tensor<4>,
     /// Positions decoded so far (the next position's index).
@@ -188,7 +188,7 @@ impl TransformerState {
         };
         Self {
             memory,
-            cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select_known(indices, picked))).collect(),
+            cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select(indices, picked))).collect(),
             memory_mask,
             position: self.position,
             origin,
