@@ -577,7 +577,7 @@ mod tests {
             let data = |n: usize| {
                 Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), &d)
                     .into_data()
-                    .to_vec::<f32>()
+                    .try_to_vec::<f32>()
                     .unwrap()
             };
             let (q, keys, values) = (data(dk), data(len * dk), data(len * dk));

@@ -158,7 +158,7 @@ mod tests {
             let lp = crate::fused_softmax::log_softmax(logits.clone())
                 .into_data()
                 .convert::<f32>()
-                .to_vec::<f32>()
+                .try_to_vec::<f32>()
                 .unwrap();
             let (got, ids) = top_log_probs(logits, n).expect("flex runs the kernel");
             let w = n.min(vocab);
