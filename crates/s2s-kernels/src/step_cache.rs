@@ -197,6 +197,9 @@ impl StepCache {
     /// [`values`](Self::values)).
     pub fn attend(&self, q: Tensor<2>, heads: usize) -> Option<(Tensor<2>, Tensor<3>)> {
         let device = q.device();
+        if !crate::ops::heads_step_runs(&device) {
+            return None; // before making a mask the kernel would not read
+        }
         let mask = Tensor::zeros([1, self.len], &device);
         match &self.layout {
             Layout::Rows { .. } => crate::ops::heads_step(q, self.keys(), self.values(), mask, None, heads),
