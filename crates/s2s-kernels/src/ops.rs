@@ -15,7 +15,7 @@ use crate::flex_data::is_flex;
 use crate::mode;
 use crate::reference;
 
-pub use crate::step_cache::StepCache;
+pub use crate::step_cache::{SourceRows, StepCache};
 
 /// True when the GPU kernels can run on `device`: a cubecl device, without burn's fusion.
 fn gpu_kernels(device: &Device) -> bool {

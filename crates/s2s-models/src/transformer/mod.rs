@@ -149,12 +149,9 @@ pub struct TransformerState {
     pub memory_mask: Tensor<4>,
     /// Positions decoded so far (the next position's index).
     pub position: usize,
-    /// Per row, the encoded sentence whose memory it reads.
-    pub origin: Vec<usize>,
-    /// True when `memory` and `memory_mask` keep one row per encoded sentence, read by row `r`
-    /// at `origin[r]` (on the CPU, where the decoding kernel reads rows through an index: the
-    /// beams of a sentence share one copy); false when they keep one row per state row.
-    pub by_sentence: bool,
+    /// Per row, the encoded sentence whose memory it reads, and whether `memory` and
+    /// `memory_mask` keep a row per sentence or per state row ([`ops::SourceRows`]).
+    pub rows: ops::SourceRows,
 }
 
 impl TransformerState {
@@ -177,37 +174,27 @@ impl TransformerState {
     /// [`select`](Self::select) when the host already holds the indices (`picked`, equal to
     /// `indices`): nothing is read back, so a captured decoding step can reorder its rows.
     pub fn select_known(self, indices: &Tensor<1, Int>, picked: &[usize]) -> Self {
-        let origin: Vec<usize> = picked.iter().map(|&i| self.origin[i]).collect();
-        let (memory, memory_mask) = if self.by_sentence || origin == self.origin {
-            (self.memory, self.memory_mask)
-        } else {
+        let (rows, copy) = self.rows.select(picked);
+        let (memory, memory_mask) = if copy {
             (
                 self.memory.into_iter().map(|kv| kv.select(indices)).collect(),
                 self.memory_mask.select(0, indices.clone()),
             )
+        } else {
+            (self.memory, self.memory_mask)
         };
         Self {
             memory,
             cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select(indices, picked))).collect(),
             memory_mask,
             position: self.position,
-            origin,
-            by_sentence: self.by_sentence,
+            rows,
         }
     }
 
     /// Rows.
     pub fn rows(&self) -> usize {
-        self.origin.len()
-    }
-
-    /// Row `r`'s sentence as an index tensor, when the memory is kept by sentence.
-    fn memory_rows(&self) -> Option<Tensor<1, Int>> {
-        let device = self.memory_mask.device();
-        self.by_sentence.then(|| {
-            let rows: Vec<i64> = self.origin.iter().map(|&o| o as i64).collect();
-            Tensor::from_data(TensorData::new(rows, [self.origin.len()]), &device)
-        })
+        self.rows.len()
     }
 }
 
@@ -393,15 +380,14 @@ impl Transformer {
             cache: vec![None; self.decoder.len()],
             memory_mask,
             position: 0,
-            origin: (0..src.batch()).collect(),
-            by_sentence: ops::heads_step_runs(&src.ids.device()),
+            rows: ops::SourceRows::new(src.batch(), &src.ids.device()),
         }
     }
 
     /// One step: embeds `last` `[rows]` at the next position, extends every layer's cache.
     pub fn decode_step(&self, state: TransformerState, last: Tensor<1, Int>) -> (Step, TransformerState) {
-        let memory_rows = state.memory_rows();
-        let TransformerState { memory, cache, memory_mask, position, origin, by_sentence } = state;
+        let memory_rows = state.rows.sources(&state.memory_mask.device());
+        let TransformerState { memory, cache, memory_mask, position, rows } = state;
         let mut x = self.embed(&self.tgt_embed, last.unsqueeze_dim::<2>(1), position); // [N, 1, D]
         let mut next = Vec::with_capacity(cache.len());
         let mut attention = None;
@@ -420,14 +406,7 @@ impl Transformer {
         });
         (
             Step { logits, attention },
-            TransformerState {
-                memory,
-                cache: next,
-                memory_mask,
-                position: position + 1,
-                origin,
-                by_sentence,
-            },
+            TransformerState { memory, cache: next, memory_mask, position: position + 1, rows },
         )
     }
 }
