@@ -69,6 +69,31 @@ pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
     }
 }
 
+/// Above this many rows (`batch × time`) [`linears`] makes its projections one product.
+pub const CAT_MIN_ROWS: usize = 1024;
+
+/// Several `Linear` layers of one input `x` `[batch, t, d_in]` (`W^Q`, `W^K`, `W^V`): their
+/// outputs, and, when one product made them, that product `[batch, t, n·d_out]` (the outputs
+/// are views of it). Above [`CAT_MIN_ROWS`] rows the weights go side by side into one
+/// `[rows, d_in] × [d_in, n·d_out]` product (fewer, larger products; the parameters stay
+/// separate). Fewer rows (decoder steps) take one product per weight, so each weight stays
+/// packed between steps (a concatenation would be a new weight every step).
+pub fn linears<const N: usize>(x: Tensor<3>, layers: [&Linear; N]) -> ([Tensor<3>; N], Option<Tensor<3>>) {
+    let [b, t, _] = x.dims();
+    if b * t <= CAT_MIN_ROWS || N == 0 {
+        return (layers.map(|l| linear(l, x.clone())), None);
+    }
+    let d = layers[0].weight.dims()[1];
+    let bias =
+        |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
+    // `[W^Q | W^K | W^V]` and their biases side by side.
+    let w = cat_columns(layers.iter().map(|l| l.weight.val()).collect());
+    let bias = cat_columns(layers.iter().map(|l| bias(l).unsqueeze::<2>()).collect()).reshape([N * d]);
+    // The side-by-side weight is new at every call: nothing to keep packed.
+    let y = matmul_rows_fresh(x, w) + bias.unsqueeze::<3>(); // [B, T, N·d]
+    (std::array::from_fn(|i| y.clone().narrow(2, i * d, d)), Some(y))
+}
+
 /// `base + x W` (`base` `[rows, d_out]` or `[1, d_out]`): while decoding on the CPU the
 /// addition happens inside the product.
 pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {

@@ -136,11 +136,6 @@ impl MultiHeadAttentionConfig {
     }
 }
 
-/// Above this many rows (`batch × time`) the projections of one input go as one product,
-/// their weights side by side ([`MultiHeadAttention::project_cat`]); decoder steps, with
-/// fewer, multiply each weight on its own.
-pub(crate) const CAT_MIN_ROWS: usize = 1024;
-
 impl MultiHeadAttention {
     /// Projected queries as the scaled attention below takes them: `q` itself, or, unscaled,
     /// `√d_k · q`, so that `(√d_k q) kᵀ / √d_k = q kᵀ` — one multiplication serves every
@@ -159,50 +154,11 @@ impl MultiHeadAttention {
         x.reshape([b, t, self.heads, d / self.heads]).swap_dims(1, 2)
     }
 
-    /// `x W + b` for several projections at once: their weights side by side, one
-    /// `[rows, d_model] × [d_model, n·d_model]` product, `[batch, t, n·d_model]` (fewer,
-    /// larger products; the parameters stay the separate `W^Q`, `W^K`, `W^V` of the paper).
-    /// `None` for a few rows (decoder steps), which take one product per weight instead, so
-    /// each weight stays packed between steps (a concatenation would be a new weight every
-    /// step).
-    fn project_cat(&self, x: &Tensor<3>, which: &[&Linear]) -> Option<Tensor<3>> {
-        let [b, t, _] = x.dims();
-        if b * t <= CAT_MIN_ROWS {
-            return None;
-        }
-        let d = which[0].weight.dims()[1];
-        let bias =
-            |l: &Linear| l.bias.as_ref().map(|b| b.val()).unwrap_or_else(|| Tensor::zeros([d], &x.device()));
-        // `[W^Q | W^K | W^V]` and their biases side by side (`ops::cat_columns`).
-        let w = ops::cat_columns(which.iter().map(|l| l.weight.val()).collect());
-        let biases = which.iter().map(|l| bias(l).unsqueeze::<2>()).collect();
-        let bias = ops::cat_columns(biases).reshape([which.len() * d]);
-        // The side-by-side weight is new at every call: nothing to keep packed.
-        let xw = ops::matmul_rows_fresh(x.clone(), w);
-        Some(xw + bias.unsqueeze::<3>()) // [B, T, N·d]
-    }
-
-    /// The projections `which` of `x`, through [`MultiHeadAttention::project_cat`] when it
-    /// makes one product, and that product.
-    fn project_fused<const N: usize>(
-        &self,
-        x: Tensor<3>,
-        which: [&Linear; N],
-    ) -> ([Tensor<3>; N], Option<Tensor<3>>) {
-        match self.project_cat(&x, &which) {
-            Some(y) => {
-                let d = which[0].weight.dims()[1];
-                (std::array::from_fn(|i| y.clone().narrow(2, i * d, d)), Some(y))
-            }
-            None => (which.map(|l| ops::linear(l, x.clone())), None),
-        }
-    }
-
     /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
     /// `[batch, t, d_model]` and the keys and values, for a cache. When one product makes
     /// `[Q | K | V]`, the heads attend as one operation ([`ops::self_attention`]).
     pub fn self_attend(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
-        let ([q, k, v], qkv) = self.project_fused(x, [&self.query, &self.key, &self.value]);
+        let ([q, k, v], qkv) = ops::linears(x, [&self.query, &self.key, &self.value]);
         let kv = KeyValue::new(self.split(k), self.split(v));
         // The fused kernel reads `Q` inside `[Q | K | V]`: unscaled attention goes around it.
         let qkv = qkv.filter(|_| self.scaled);
@@ -218,14 +174,14 @@ impl MultiHeadAttention {
 
     /// Projects `x` `[batch, t, d_model]` into keys and values (one fused product).
     pub fn project_kv(&self, x: Tensor<3>) -> KeyValue {
-        let ([k, v], packed) = self.project_fused(x, [&self.key, &self.value]);
+        let ([k, v], packed) = ops::linears(x, [&self.key, &self.value]);
         KeyValue { packed, ..KeyValue::new(self.split(k), self.split(v)) }
     }
 
     /// Self-attention's projections of `x`: queries `[batch, heads, t, d_k]` and keys/values,
     /// from one fused `[d_model, 3·d_model]` product.
     pub fn project_qkv(&self, x: Tensor<3>) -> (Tensor<4>, KeyValue) {
-        let ([q, k, v], _) = self.project_fused(x, [&self.query, &self.key, &self.value]);
+        let ([q, k, v], _) = ops::linears(x, [&self.query, &self.key, &self.value]);
         (self.split(self.queries(q)), KeyValue::new(self.split(k), self.split(v)))
     }
 
@@ -495,7 +451,7 @@ mod tests {
         use s2s_kernels::mode::{Kernels, with};
         let ad = Device::flex().autodiff();
         ad.seed(22);
-        // 9 × 120 rows: over CAT_MIN_ROWS, so [Q | K | V] is one product.
+        // 9 × 120 rows: over ops::CAT_MIN_ROWS, so [Q | K | V] is one product.
         let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
         let m = MultiHeadAttentionConfig::new(d_model, heads).with_dropout(0.0).init(&ad).unwrap();
         let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &ad).require_grad();
@@ -563,7 +519,7 @@ mod tests {
     fn unscaled_attention_is_the_plain_dot_product() {
         let d = Device::flex();
         d.seed(5);
-        // 9 × 120 rows: over CAT_MIN_ROWS, where the scaled module fuses [Q | K | V].
+        // 9 × 120 rows: over ops::CAT_MIN_ROWS, where the scaled module fuses [Q | K | V].
         let (batch, t, d_model, heads) = (9, 120, 16, 4);
         let unscaled = MultiHeadAttentionConfig::new(d_model, heads)
             .with_dropout(0.0)
