@@ -163,7 +163,7 @@ fn heads_step_flex(
                 wide(
                     #[inline(always)]
                     || {
-                        let r_in = if source.is_empty() { r } else { source[r * (source.len() / rows)] };
+                        let r_in = if source.len() == rows { source[r] } else { r };
                         let m = &m[r_in * mstride..][..len];
                         // Row `r`'s position `j` lies in row `at(j)`.
                         let at = |j: usize| if per_position { source[r * len + j] } else { r_in };

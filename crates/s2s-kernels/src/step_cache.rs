@@ -23,8 +23,6 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::flex_data::is_flex;
-
 /// Positions a cache makes room for at first.
 const FIRST_ROOM: usize = 16;
 
@@ -43,14 +41,10 @@ enum Layout {
     Tree { k: Tensor<4>, v: Tensor<4>, ancestry: Vec<Vec<u32>> },
 }
 
-/// True where the tree layout runs: flex without autodiff, fast kernels.
-fn tree_runs(t: &Tensor<4>) -> bool {
-    !crate::mode::reference() && is_flex(&t.device()) && !t.is_autodiff()
-}
-
 impl StepCache {
     /// A cache holding `k`, `v` (`[rows, heads, t, d_k]`, every position in use): by row (no
-    /// copy), until the first [`append`](Self::append) where the tree runs.
+    /// copy), until the first [`append`](Self::append) where the attention kernel reads a tree
+    /// ([`crate::ops::heads_step_runs`]).
     pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
         let len = k.dims()[2];
         Self { layout: Layout::Rows { k, v }, len }
@@ -79,17 +73,11 @@ impl StepCache {
         let t = k.dims()[2];
         let len = self.len;
         let layout = match self.layout {
-            Layout::Rows { k: ck, v: cv } if tree_runs(&ck) => {
+            Layout::Rows { k: ck, v: cv } if crate::ops::heads_step_runs(&ck.device()) => {
+                // The positions in use as time-major views; the append grows them into room.
                 let ancestry = (0..ck.dims()[0] as u32).map(|r| vec![r; len]).collect();
-                let (room, width) = (FIRST_ROOM.max(len + t), ck.dims()[0].max(k.dims()[0]));
-                let grow = |x: Tensor<4>| {
-                    let [rows, heads, _, dk] = x.dims();
-                    Tensor::zeros([room, width, heads, dk], &x.device()).slice_assign(
-                        [0..len, 0..rows, 0..heads, 0..dk],
-                        x.narrow(2, 0, len).permute([2, 0, 1, 3]),
-                    )
-                };
-                Self::tree_append(grow(ck), grow(cv), ancestry, len, k, v)
+                let time_major = |x: Tensor<4>| x.narrow(2, 0, len).permute([2, 0, 1, 3]);
+                Self::tree_append(time_major(ck), time_major(cv), ancestry, len, k, v)
             }
             Layout::Rows { k: ck, v: cv } => {
                 let [rows, heads, room, dk] = ck.dims();
@@ -125,7 +113,7 @@ impl StepCache {
         let [room, width, _, _] = ck.dims();
         let (mut ck, mut cv) = (ck, cv);
         if len + t > room || rows > width {
-            let (room2, width2) = ((2 * room).max(len + t), width.max(rows));
+            let (room2, width2) = ((2 * room).max(len + t).max(FIRST_ROOM), width.max(rows));
             let grow = |x: Tensor<4>| {
                 Tensor::zeros([room2, width2, heads, dk], &x.device())
                     .slice_assign([0..len, 0..width, 0..heads, 0..dk], x.narrow(0, 0, len))

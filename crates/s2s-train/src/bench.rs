@@ -279,7 +279,6 @@ pub fn bench(
     jobs: Jobs,
 ) -> Result<BenchResult, BenchError> {
     let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
-    let steps_asked = steps;
     let ad = device.clone().autodiff();
     ad.seed(0);
     let model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
@@ -292,23 +291,23 @@ pub fn bench(
     let mut phase_s = [0f64; 4];
     // Eager steps read the loss at every step, as the trainer's logging does; replayed ones
     // only at the end.
-    let (warm_up, steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
+    let (warm_up, train_steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
     for _ in 0..warm_up {
         trainer.step(true, None).map_err(BenchError::Graph)?;
     }
-    if capture && steps > 0 {
+    if capture && train_steps > 0 {
         trainer.capture().map_err(BenchError::Graph)?;
     }
     let (host0, t0) = (Snapshot::now(), Instant::now());
-    for _ in 0..steps {
+    for _ in 0..train_steps {
         trainer.step(!capture, Some(&mut phase_s)).map_err(BenchError::Graph)?;
     }
     trainer.sync();
     let train_tokens_per_s =
-        if steps == 0 { 0.0 } else { (steps * n * t) as f64 / t0.elapsed().as_secs_f64() };
+        if train_steps == 0 { 0.0 } else { (train_steps * n * t) as f64 / t0.elapsed().as_secs_f64() };
     let host = Snapshot::now().since(&host0);
     let gpu_host = host.measured && !is_flex(device);
-    let per_step = |s: f64| 1e3 * s / steps.max(1) as f64;
+    let per_step = |s: f64| 1e3 * s / train_steps.max(1) as f64;
     let train_host_ms = gpu_host.then(|| per_step(host.launch_s()));
     let train_host_split_ms = gpu_host.then(|| {
         BTreeMap::from([
@@ -316,8 +315,7 @@ pub fn bench(
             ("device_service".to_string(), per_step(host.device_service_s)),
         ])
     });
-    let train_phase_ms =
-        phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), 1e3 * s / steps.max(1) as f64)).collect();
+    let train_phase_ms = phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), per_step(s))).collect();
 
     if jobs == Jobs::Train {
         return Ok(BenchResult {
@@ -339,7 +337,7 @@ pub fn bench(
     let lens = vec![s; n];
     let src = Source::new(&src_ids, &lens, s, device);
     let limit = MaxLength { a: 0.0, b: t };
-    let passes = (steps_asked / 4).max(1);
+    let passes = (steps / 4).max(1);
     // With `capture`, the searches replay their steps from graphs (recorded by the warm-up
     // pass; `s2s_decode::captured`).
     let mut captured = capture.then(|| CapturedSearch::new(&model, device, Run::Replay, 4));
