@@ -18,6 +18,10 @@
 #             bench   scripts/bench-vs-torch.sh --device wgpu --capture against PyTorch on CUDA,
 #                     at the reference shape and at ~4,096 target tokens
 #                     (experiments/bench/multi30k-4k.json): $OUT/bench-*.md and raw JSON lines
+#             kernels scripts/gpu-kernel-time.sh at ~4,096 target tokens: each training step's
+#                     device time per kernel: $OUT/kernel-time.txt
+#             capture `s2s bench --capture on` per model at both shapes, errors included:
+#                     $OUT/capture.txt
 #             tasks   `s2s bench --device wgpu` with CUBECL_WGPU_MAX_TASKS at 32, 128, 512:
 #                     $OUT/max-tasks.jsonl
 #             multi30k  experiments/multi30k-gpu.toml (the Transformer 3 minutes, Luong 2) on
@@ -143,6 +147,20 @@ run() {
             scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
               --shapes "$file" --capture | tee "$out/bench-$shape.md"
         done;;
+      kernels)
+        # Where a training step's device time goes, per kernel (cubecl's profiling log).
+        S2S_BIN=$bin timeout $((budget - SECONDS)) scripts/gpu-kernel-time.sh --models "$models" \
+          --shapes experiments/bench/multi30k-4k.json --top 10 | tee "$out/kernel-time.txt";;
+      capture)
+        # Captured decoding at both bench shapes, each model alone, with its error if any.
+        for shape in multi30k-4k models; do
+          for m in ${models//,/ }; do
+            [ "$SECONDS" -ge "$budget" ] && break 2
+            echo "-- $shape $m"
+            timeout $((budget - SECONDS)) "$bin" bench --device wgpu --shapes "experiments/bench/$shape.json" \
+              --steps 4 --models "$m" --capture on --json 2>&1 | grep -v '^device:' || true
+          done
+        done | tee "$out/capture.txt";;
       tasks)
         for tasks in 32 128 512; do
           for m in ${models//,/ }; do
@@ -155,10 +173,13 @@ run() {
         # The experiment reads ../shared, which the device machine lacks: the packed copy instead.
         # The Transformer gets 60 % of the training time left, the Luong model the rest; each
         # run also spends about 45 s outside its budget (data, start-up, test decoding).
-        local left=$(( (budget - SECONDS - 90) ))
+        # MULTI30K_ONLY=transformer (or luong) trains that model alone, with all the time left.
+        local only=${MULTI30K_ONLY:-} left=$(( budget - SECONDS - 90 )) share=0.6
+        [ -n "$only" ] && { left=$(( budget - SECONDS - 45 )); share=1; }
+        [ "$left" -ge 60 ] || { echo "multi30k: ${left}s of training left, too few: skipped"; continue; }
         local tmin lmin
-        tmin=$(awk -v l="$left" 'BEGIN { printf "%.2f", l * 0.6 / 60 }')
-        lmin=$(awk -v l="$left" 'BEGIN { printf "%.2f", l * 0.4 / 60 }')
+        tmin=$(awk -v l="$left" -v s="$share" 'BEGIN { printf "%.2f", l * s / 60 }')
+        lmin=$(awk -v l="$left" -v s="$share" 'BEGIN { printf "%.2f", l * (s < 1 ? 1 - s : 1) / 60 }')
         echo "training budgets: transformer $tmin min, luong $lmin min"
         sed -e 's#\.\./shared/#.devbin/shared/#g' \
             -e "/kind = \"noam\"/s/minutes = [0-9.]*/minutes = $tmin/" \
@@ -166,13 +187,14 @@ run() {
             experiments/multi30k-gpu.toml > /tmp/multi30k-gpu.toml
         # Captured steps are on by default on a GPU (capture = "auto"); should one fail, the
         # runs resume from their checkpoints with every step eager, and the log says so.
+        rm -rf /tmp/multi30k-gpu
         if ! timeout $((budget - SECONDS)) "$bin" experiment run /tmp/multi30k-gpu.toml --device auto \
-          --out /tmp/multi30k-gpu --quiet 2> >(tee "$out/multi30k-stderr.txt" >&2); then
+          --out /tmp/multi30k-gpu --quiet ${only:+--only "$only"} 2> >(tee "$out/multi30k-stderr.txt" >&2); then
           if grep -q "captured step" "$out/multi30k-stderr.txt" && [ $((budget - SECONDS)) -gt 30 ]; then
             echo "captured steps failed: resuming with capture = off" | tee -a "$out/multi30k-stderr.txt" >&2
             sed -i 's/^\[train\]$/[train]\ncapture = "off"/' /tmp/multi30k-gpu.toml
             timeout $((budget - SECONDS)) "$bin" experiment run /tmp/multi30k-gpu.toml --device auto \
-              --out /tmp/multi30k-gpu --quiet 2>> "$out/multi30k-stderr.txt" || true
+              --out /tmp/multi30k-gpu --quiet ${only:+--only "$only"} 2>> "$out/multi30k-stderr.txt" || true
           fi
         fi
         for run in /tmp/multi30k-gpu/*/; do
@@ -183,7 +205,7 @@ run() {
           cp "$run"/test/hypotheses.txt "$run"/test/scores.json "$out/multi30k/$name/" 2>/dev/null || true
         done
         cp /tmp/multi30k-gpu/report.md "$out/multi30k/" 2>/dev/null || true;;
-      *) echo "unknown step $w (driver, auto, probe, bench, tasks, multi30k)" >&2; exit 2;;
+      *) echo "unknown step $w (driver, auto, probe, bench, kernels, capture, tasks, multi30k)" >&2; exit 2;;
     esac
   done
   echo "done at ${SECONDS}s"
@@ -206,5 +228,5 @@ case "${1:-}" in
   pack) pack;;
   device) shift; device "$@";;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [tasks] [multi30k]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
 esac

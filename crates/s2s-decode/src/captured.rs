@@ -417,6 +417,9 @@ where
         let device = self.search.device.clone();
         let model = self.search.model;
         let all = match (self.search.run, self.chain) {
+            // After a failed replay the chain lacks that link: the search runs out on empty
+            // read-backs and returns the error.
+            (Run::Replay, Some(_)) if self.error.is_some() => vec![0.0; rows * 2 * w],
             (Run::Replay, Some(c)) => match self.replay(c, &idx, &picked, &tokens, w) {
                 Ok(v) => v,
                 Err(e) => {
