@@ -150,6 +150,10 @@ if base:
   table(base, "The base build (S2S_BIN_BASE), same rounds:")
 if replayed:
   table(replayed, "Ours with training and decoding steps replayed from captured graphs (--capture on), same rounds:")
+  for m, r in replayed.items():
+    why = next((x["decode_eager_because"] for x in r if x.get("decode_eager_because")), None)
+    if why:
+      print(f"\n{m}: decoding ran eagerly, its graphs failed: {why.splitlines()[0]}")
   host = lambda runs: statistics.median(r.get("train_host_ms") or 0 for r in runs) if runs else 0
   print("\n| model | host ms a training step, eager | replayed | eager / replayed |\n|---|---|---|---|")
   for m, r in replayed.items():

@@ -54,6 +54,8 @@ pub struct DecodeCaptureStats {
     pub chains_alive: usize,
     /// Most graphs alive at once.
     pub graphs_alive: usize,
+    /// Shapes whose recording or replay failed: each decodes eagerly from then on.
+    pub refused: usize,
 }
 
 /// What a chain is for: the search and its shape.
@@ -105,6 +107,11 @@ pub struct CapturedSearch<'m, M: Incremental> {
     run: Run,
     max_chains: usize,
     chains: Vec<Chain<M::State>>,
+    /// Shapes that failed, with the first failure's words.
+    refused: Vec<Key>,
+    first_refusal: Option<String>,
+    /// Tests: the link whose recording is refused.
+    refuse_at: Option<usize>,
     uses: u64,
     stats: DecodeCaptureStats,
 }
@@ -203,6 +210,9 @@ where
             run,
             max_chains: max_chains.max(1),
             chains: Vec::new(),
+            refused: Vec::new(),
+            first_refusal: None,
+            refuse_at: None,
             uses: 0,
             stats: DecodeCaptureStats::default(),
         }
@@ -211,6 +221,40 @@ where
     /// What it did so far.
     pub fn stats(&self) -> DecodeCaptureStats {
         self.stats
+    }
+
+    /// Why the first shape that decodes eagerly failed to record or replay, if one did.
+    pub fn first_refusal(&self) -> Option<&str> {
+        self.first_refusal.as_deref()
+    }
+
+    /// Tests: refuse to record link `link` of every chain, as a device out of room would.
+    #[doc(hidden)]
+    pub fn refuse_recording_at(&mut self, link: usize) {
+        self.refuse_at = Some(link);
+    }
+
+    /// The refusal the test hook asks for at `link`.
+    fn refused_by_test(&self, link: usize) -> Result<(), GraphError> {
+        match self.refuse_at == Some(link) {
+            true => Err(GraphError::Refused { what: "record", reason: "refused by the test hook".into() }),
+            false => Ok(()),
+        }
+    }
+
+    /// How a batch of shape `key` runs: eagerly once its shape failed.
+    fn run_for(&self, key: Key) -> Run {
+        if self.refused.contains(&key) { Run::Eager } else { self.run }
+    }
+
+    /// Drops `key`'s chain and decodes that shape eagerly from now on. A failed recording
+    /// leaves the buffers it would have written unusable, and only those: the state of the
+    /// links before it and the model's parameters, which it read, are intact.
+    fn refuse(&mut self, key: Key, error: GraphError) {
+        self.chains.retain(|c| c.key != key);
+        self.refused.push(key);
+        self.stats.refused += 1;
+        self.first_refusal.get_or_insert_with(|| error.to_string());
     }
 
     /// The source buffers of `p`, marked as a graph's input.
@@ -266,15 +310,30 @@ where
 
     /// Greedy search over rows `ids` (`[lens.len(), len]`, row-major) of real lengths `lens`:
     /// the hypotheses of [`greedy`](crate::greedy::greedy) (cross-attention is not kept).
-    pub fn greedy(
+    /// A shape whose graphs fail is searched again eagerly, and eagerly from then on.
+    pub fn greedy(&mut self, ids: &[u32], lens: &[usize], len: usize, limit: MaxLength) -> Vec<Hypothesis> {
+        let p = pad(ids, lens, len);
+        let key = Key { beam: 0, sentences: p.lens.len(), src_len: p.src_len };
+        let run = self.run_for(key);
+        match self.greedy_padded(&p, lens, limit, run, key) {
+            Ok(hyps) => hyps,
+            Err(e) => {
+                self.refuse(key, e);
+                self.greedy_padded(&p, lens, limit, Run::Eager, key)
+                    .expect("an eager search launches no graph")
+            }
+        }
+    }
+
+    fn greedy_padded(
         &mut self,
-        ids: &[u32],
+        p: &Padded,
         lens: &[usize],
-        len: usize,
         limit: MaxLength,
+        run: Run,
+        key: Key,
     ) -> Result<Vec<Hypothesis>, GraphError> {
         let n = lens.len();
-        let p = pad(ids, lens, len);
         let k = GPU_CHUNK;
         let limits: Vec<usize> = lens.iter().map(|&l| limit.for_source(l)).collect();
         let mut out: Vec<Hypothesis> =
@@ -282,9 +341,9 @@ where
         // Sentences still searching, each with its row (its index: rows never move).
         let mut live: Vec<(usize, usize)> = (0..n).map(|s| (s, s)).collect();
         let model = self.model;
-        match self.run {
+        match run {
             Run::Eager => {
-                let src = self.source(&p);
+                let src = self.source(p);
                 let mut state = model.encode(&src);
                 let mut last = ids_tensor(&vec![BOS as i64; p.lens.len()], &self.device);
                 while !live.is_empty() {
@@ -295,11 +354,11 @@ where
                 }
             }
             Run::Replay => {
-                let key = Key { beam: 0, sentences: p.lens.len(), src_len: p.src_len };
-                let c = self.chain(key, &p)?;
+                let c = self.chain(key, p)?;
                 let mut link = 0;
                 while !live.is_empty() {
                     if link == self.chains[c].links.len() {
+                        self.refused_by_test(link)?;
                         let chain = &self.chains[c];
                         let (state, last) = match chain.links.last() {
                             None => (chain.encoded.clone(), chain.bos.clone()),
@@ -333,25 +392,43 @@ where
 
     /// Beam search over rows `ids` (`[lens.len(), len]`, row-major) of real lengths `lens`:
     /// the hypotheses of [`beam_search`](crate::beam::beam_search) (cross-attention is not
-    /// kept, `cfg.attention` is ignored).
+    /// kept, `cfg.attention` is ignored). A shape whose graphs fail is searched again
+    /// eagerly, and eagerly from then on.
     pub fn beam(
         &mut self,
         ids: &[u32],
         lens: &[usize],
         len: usize,
         cfg: &BeamConfig,
-    ) -> Result<Vec<Vec<Hypothesis>>, GraphError> {
+    ) -> Vec<Vec<Hypothesis>> {
         let p = pad(ids, lens, len);
-        let beam = cfg.beam.max(1);
-        let key = Key { beam, sentences: p.lens.len(), src_len: p.src_len };
+        let key = Key { beam: cfg.beam.max(1), sentences: p.lens.len(), src_len: p.src_len };
+        let run = self.run_for(key);
+        match self.beam_padded(&p, lens, cfg, run, key) {
+            Ok(hyps) => hyps,
+            Err(e) => {
+                self.refuse(key, e);
+                self.beam_padded(&p, lens, cfg, Run::Eager, key).expect("an eager search launches no graph")
+            }
+        }
+    }
+
+    fn beam_padded(
+        &mut self,
+        p: &Padded,
+        lens: &[usize],
+        cfg: &BeamConfig,
+        run: Run,
+        key: Key,
+    ) -> Result<Vec<Vec<Hypothesis>>, GraphError> {
         let mut steps =
             Fixed { search: self, key, chain: None, state: None, prev: Vec::new(), link: 0, error: None };
-        match steps.search.run {
+        match run {
             Run::Eager => {
-                let src = steps.search.source(&p);
+                let src = steps.search.source(p);
                 steps.state = Some(steps.search.model.encode(&src));
             }
-            Run::Replay => steps.chain = Some(steps.search.chain(key, &p)?),
+            Run::Replay => steps.chain = Some(steps.search.chain(key, p)?),
         }
         let cfg = BeamConfig { attention: false, ..*cfg };
         let hyps = crate::beam::run(&mut steps, lens, p.src_len, &cfg, &mut ());
@@ -416,11 +493,11 @@ where
         let idx: Vec<i64> = picked.iter().map(|&i| i as i64).collect();
         let device = self.search.device.clone();
         let model = self.search.model;
-        let all = match (self.search.run, self.chain) {
-            // After a failed replay the chain lacks that link: the search runs out on empty
-            // read-backs and returns the error.
-            (Run::Replay, Some(_)) if self.error.is_some() => vec![0.0; rows * 2 * w],
-            (Run::Replay, Some(c)) => match self.replay(c, &idx, &picked, &tokens, w) {
+        let all = match self.chain {
+            // After a failed recording or replay the chain lacks that link: the search runs
+            // out on empty read-backs, and `beam` runs it again eagerly.
+            Some(_) if self.error.is_some() => vec![0.0; rows * 2 * w],
+            Some(c) => match self.replay(c, &idx, &picked, &tokens, w) {
                 Ok(v) => v,
                 Err(e) => {
                     self.error.get_or_insert(e);
@@ -465,6 +542,7 @@ where
         let search = &mut *self.search;
         let model = search.model;
         if self.link == search.chains[c].links.len() {
+            search.refused_by_test(self.link)?;
             let chain = &search.chains[c];
             let state = chain.links.last().map_or_else(|| chain.encoded.clone(), |l| l.state.clone());
             let (ix, last) = (ids_tensor(idx, &search.device), ids_tensor(tokens, &search.device));

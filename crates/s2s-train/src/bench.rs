@@ -232,6 +232,10 @@ pub struct BenchResult {
     /// [`train_host_ms`](Self::train_host_ms)); with `capture`, the pass replays its steps.
     #[serde(default)]
     pub decode_host_ms: Option<f64>,
+    /// With `capture`: why a search's graphs failed, so that it decoded eagerly (its figures
+    /// are then the eager search's); `None` when they replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_eager_because: Option<String>,
 }
 
 /// `n` token ids in `4..vocab` (past the special tokens), reproducible from `seed`.
@@ -330,6 +334,7 @@ pub fn bench(
             train_host_ms,
             train_host_split_ms,
             decode_host_ms: None,
+            decode_eager_because: None,
         });
     }
     let model = trainer.into_model().valid();
@@ -341,33 +346,29 @@ pub fn bench(
     // With `capture`, the searches replay their steps from graphs (recorded by the warm-up
     // pass; `s2s_decode::captured`).
     let mut captured = capture.then(|| CapturedSearch::new(&model, device, Run::Replay, 4));
-    let greedy_pass = |c: &mut Option<CapturedSearch<'_, _>>| -> Result<(), BenchError> {
-        match c {
-            Some(c) => c.greedy(&src_ids, &lens, s, limit).map(drop).map_err(BenchError::Graph),
-            None => Ok(drop(greedy(&model, &src, limit, false))),
-        }
+    let greedy_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
+        Some(c) => drop(c.greedy(&src_ids, &lens, s, limit)),
+        None => drop(greedy(&model, &src, limit, false)),
     };
-    greedy_pass(&mut captured)?;
+    greedy_pass(&mut captured);
     let (host0, t0) = (Snapshot::now(), Instant::now());
     for _ in 0..passes {
-        greedy_pass(&mut captured)?;
+        greedy_pass(&mut captured);
     }
     let decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
     let host = Snapshot::now().since(&host0);
     let decode_host_ms = (host.measured && !is_flex(device)).then(|| 1e3 * host.launch_s() / passes as f64);
     let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
-    let beam_pass = |c: &mut Option<CapturedSearch<'_, _>>| -> Result<(), BenchError> {
-        match c {
-            Some(c) => c.beam(&src_ids, &lens, s, &cfg).map(drop).map_err(BenchError::Graph),
-            None => Ok(drop(beam_search(&model, &src, &cfg))),
-        }
+    let beam_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
+        Some(c) => drop(c.beam(&src_ids, &lens, s, &cfg)),
+        None => drop(beam_search(&model, &src, &cfg)),
     };
     // Warmed up like greedy: the first pass compiles the search's kernels on a GPU (and
     // records its graphs).
-    beam_pass(&mut captured)?;
+    beam_pass(&mut captured);
     let t0 = Instant::now();
     for _ in 0..passes {
-        beam_pass(&mut captured)?;
+        beam_pass(&mut captured);
     }
     let beam5_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
     Ok(BenchResult {
@@ -382,6 +383,7 @@ pub fn bench(
         train_host_ms,
         train_host_split_ms,
         decode_host_ms,
+        decode_eager_because: captured.as_ref().and_then(|c| c.first_refusal()).map(str::to_string),
     })
 }
 

@@ -4,7 +4,8 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::{Batch, BatchConfig, Batcher, Example, Tokenizer};
 use s2s_decode::{
-    BeamConfig, CapturedSearch, Hypothesis, Incremental, MaxLength, Run, SampleConfig, beam_search, greedy, sample,
+    BeamConfig, CapturedSearch, Hypothesis, Incremental, MaxLength, Run, SampleConfig, beam_search, greedy,
+    sample,
 };
 use s2s_models::{Model, Source};
 
@@ -94,7 +95,7 @@ where
 
 /// [`translate`] with the captured search's chains kept by the caller (`Some`), so that calls
 /// after the first replay the graphs the first recorded. `None`, or a search that is not
-/// captured, decodes eagerly; a failed capture leaves `None` behind.
+/// captured, decodes eagerly; so does a batch shape whose graphs failed (its search says so).
 pub fn translate_with<'m, M: Incremental>(
     model: &'m M,
     sources: &[Vec<u32>],
@@ -118,25 +119,17 @@ where
     for idx in Batcher::new(&examples, batch).ordered() {
         let b = Batch::collate(&examples, &idx);
         if let Some(c) = captured.as_mut().filter(|_| capturable) {
-            let replayed = match search {
+            let hyps: Vec<Vec<Hypothesis>> = match search {
                 Search::Greedy { limit, .. } => {
-                    c.greedy(&b.src, &b.src_lens, b.src_len, *limit).map(|h| h.into_iter().map(|h| vec![h]).collect())
+                    c.greedy(&b.src, &b.src_lens, b.src_len, *limit).into_iter().map(|h| vec![h]).collect()
                 }
                 Search::Beam(cfg) => c.beam(&b.src, &b.src_lens, b.src_len, cfg),
                 Search::Sample(_) => unreachable!("sampling is not captured"),
             };
-            match replayed {
-                Ok(hyps) => {
-                    for (h, &i) in hyps.into_iter().zip(&idx) {
-                        out[i] = h;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    eprintln!("warning: captured decoding failed ({e}); decoding eagerly from here");
-                    *captured = None;
-                }
+            for (h, &i) in hyps.into_iter().zip(&idx) {
+                out[i] = h;
             }
+            continue;
         }
         let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
         let hyps: Vec<Vec<Hypothesis>> = match search {

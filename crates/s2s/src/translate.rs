@@ -243,14 +243,24 @@ enum Kept<'t> {
 impl Kept<'_> {
     /// Says on stderr what the captured search did, when it ran.
     fn report(&self) {
-        let stats = match self {
-            Kept::Single(c) => c.as_ref().map(CapturedSearch::stats),
-            Kept::Ensemble(_, c) => c.as_ref().map(CapturedSearch::stats),
+        let (stats, refusal) = match self {
+            Kept::Single(c) => {
+                (c.as_ref().map(CapturedSearch::stats), c.as_ref().and_then(|c| c.first_refusal()))
+            }
+            Kept::Ensemble(_, c) => {
+                (c.as_ref().map(CapturedSearch::stats), c.as_ref().and_then(|c| c.first_refusal()))
+            }
         };
         if let Some(s) = stats {
             eprintln!(
                 "captured decoding: {} graphs recorded, {} replayed ({} batch shapes)",
                 s.captures, s.replays, s.chains_alive
+            );
+        }
+        if let (Some(s), Some(why)) = (stats, refusal) {
+            eprintln!(
+                "captured decoding: {} batch shapes decoded eagerly instead; the first because {why}",
+                s.refused
             );
         }
     }
