@@ -51,6 +51,7 @@ pub mod host_clock;
 pub mod launch_probe;
 pub mod lockstep;
 pub mod loss_sum;
+mod multi_head;
 pub mod packed_gemm;
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod second_output;

@@ -15,6 +15,9 @@ use crate::flex_data::is_flex;
 use crate::mode;
 use crate::reference;
 
+pub use crate::multi_head::{
+    Heads, KeyValue, attend_heads, attend_heads_cached, project_kv, project_qkv, self_attend_heads,
+};
 pub use crate::step_cache::{SourceRows, StepCache};
 
 /// True when the GPU kernels can run on `device`: a cubecl device, without burn's fusion.

@@ -39,9 +39,10 @@ fn projection_grads(dk: usize) -> [(f64, f64); 2] {
     unscaled.scaled = false;
     let x: Tensor<3> = Tensor::random([8, 32, dk], Distribution::Normal(0.0, 1.0), &d);
     let r: Tensor<3> = Tensor::random([8, 32, dk], Distribution::Normal(0.0, 1.0), &d);
-    let norm = |g: Option<Tensor<2>>| g.map_or(f64::NAN, |g| g.square().sum().into_scalar::<f32>().sqrt() as f64);
+    let norm =
+        |g: Option<Tensor<2>>| g.map_or(f64::NAN, |g| g.square().sum().into_scalar::<f32>().sqrt() as f64);
     let grads = |m: &MultiHeadAttention| {
-        let g = (m.self_attend(x.clone(), None).0 * r.clone()).sum().backward();
+        let g = (m.forward(x.clone(), None).0 * r.clone()).sum().backward();
         (norm(m.query.weight.grad(&g)), norm(m.key.weight.grad(&g)))
     };
     [grads(&unscaled), grads(&scaled)]
@@ -168,7 +169,11 @@ fn run(ctx: &Context) -> Finding {
     Finding {
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because,
-        not_measured: if seeds.len() < 3 { "one seed in quick mode: run the full course for three".into() } else { String::new() },
+        not_measured: if seeds.len() < 3 {
+            "one seed in quick mode: run the full course for three".into()
+        } else {
+            String::new()
+        },
         table,
         more: vec![trained_table],
         figures: vec![

@@ -150,7 +150,7 @@ impl EncoderLayer {
     /// Applies the layer.
     pub fn forward(&self, x: Tensor<3>, mask: &Tensor<4>) -> Tensor<3> {
         let h = self.attention_residual.input(&x);
-        let (a, _) = self.self_attention.self_attend(h, Some(mask));
+        let (a, _) = self.self_attention.forward(h, Some(mask));
         let x = self.attention_residual.output(x, a);
         let h = self.ffn_residual.input(&x);
         self.ffn_residual.output(x, self.ffn.forward(h))
@@ -160,8 +160,7 @@ impl EncoderLayer {
     /// the output and the self-attention weights `[batch, heads, src, src]`, for showing.
     pub fn inspect(&self, x: Tensor<3>, mask: &Tensor<4>) -> (Tensor<3>, Tensor<4>) {
         let h = self.attention_residual.input(&x);
-        let (q, kv) = self.self_attention.project_qkv(h);
-        let (a, weights) = self.self_attention.attend_heads(q, &kv, Some(mask));
+        let (a, weights) = self.self_attention.forward_weights(h, Some(mask));
         let x = self.attention_residual.output(x, a);
         let h = self.ffn_residual.input(&x);
         (self.ffn_residual.output(x, self.ffn.forward(h)), weights)
@@ -206,19 +205,15 @@ impl DecoderLayer {
     ) -> (Tensor<3>, StepCache, Tensor<4>) {
         let h = self.self_residual.input(&x);
         let (a, kv) = match cache {
-            Some(c) => {
-                let (q, new) = self.self_attention.project_qkv(h);
-                let kv = c.append(new.keys(), new.values());
-                (self.self_attention.attend_cache(q, &kv, self_mask).0, kv)
-            }
+            Some(c) => self.self_attention.forward_cached(h, c, self_mask),
             None => {
-                let (a, kv) = self.self_attention.self_attend(h, self_mask);
+                let (a, kv) = self.self_attention.forward(h, self_mask);
                 (a, StepCache::new(kv.keys(), kv.values()))
             }
         };
         let x = self.self_residual.output(x, a);
         let h = self.cross_residual.input(&x);
-        let (c, weights) = self.cross_attention.attend_rows(h, memory, Some(memory_mask), memory_rows);
+        let (c, weights) = self.cross_attention.forward_memory(h, memory, Some(memory_mask), memory_rows);
         let x = self.cross_residual.output(x, c);
         let h = self.ffn_residual.input(&x);
         (self.ffn_residual.output(x, self.ffn.forward(h)), kv, weights)
@@ -235,11 +230,10 @@ impl DecoderLayer {
         memory_mask: &Tensor<4>,
     ) -> (Tensor<3>, Tensor<4>, Tensor<4>) {
         let h = self.self_residual.input(&x);
-        let (q, kv) = self.self_attention.project_qkv(h);
-        let (a, self_weights) = self.self_attention.attend_heads(q, &kv, Some(self_mask));
+        let (a, self_weights) = self.self_attention.forward_weights(h, Some(self_mask));
         let x = self.self_residual.output(x, a);
         let h = self.cross_residual.input(&x);
-        let (c, cross_weights) = self.cross_attention.attend(h, memory, Some(memory_mask));
+        let (c, cross_weights) = self.cross_attention.forward_memory(h, memory, Some(memory_mask), None);
         let x = self.cross_residual.output(x, c);
         let h = self.ffn_residual.input(&x);
         (self.ffn_residual.output(x, self.ffn.forward(h)), self_weights, cross_weights)

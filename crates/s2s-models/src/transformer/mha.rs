@@ -1,16 +1,22 @@
 //! Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.1–3.2.2):
 //! `Attention(Q, K, V) = softmax(QKᵀ / √d_k) V`, `d_k = d_model / h`, each head on its own
-//! projections, heads concatenated and projected by `W^O`.
+//! projections, `MultiHead(Q, K, V) = Concat(head₁, …, head_h) W^O`.
 //!
-//! Keys and values are projected separately from queries ([`MultiHeadAttention::project_kv`])
-//! so a decoder can keep them: the encoder memory's once per sentence (cross-attention), its
-//! own prefix one position per step (the self-attention cache), both reorderable by row.
+//! Four uses, one equation: self-attention ([`MultiHeadAttention::forward`]), a decoder's
+//! self-attention to the positions it has seen ([`MultiHeadAttention::forward_cached`]),
+//! cross-attention to the encoder memory ([`MultiHeadAttention::forward_memory`], whose keys
+//! and values [`MultiHeadAttention::memory`] projects once per sentence), and self-attention
+//! keeping its weights for display ([`MultiHeadAttention::forward_weights`]). Which kernel
+//! computes the heads is the kernels crate's choice (`s2s_kernels::ops::attend_heads` and its
+//! neighbours).
 
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
-use s2s_kernels::ops;
+use s2s_kernels::ops::{self, Heads, StepCache};
+
+pub use s2s_kernels::ops::KeyValue;
 
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
@@ -32,9 +38,9 @@ pub struct MultiHeadAttentionConfig {
 /// PyTorch's `nn.MultiheadAttention`).
 ///
 /// # Shapes
-/// - query `[batch, t_q, d_model]`, keys/values `[batch, heads, t_k, d_k]`, additive mask
-///   broadcastable to `[batch, heads, t_q, t_k]` → output `[batch, t_q, d_model]`, weights
-///   `[batch, heads, t_q, t_k]`
+/// - input `[batch, t, d_model]`, keys/values `[batch, heads, t_k, d_k]`, additive mask
+///   broadcastable to `[batch, heads, t, t_k]` → output `[batch, t, d_model]`, weights
+///   `[batch, heads, t, t_k]`
 #[derive(Module, Debug)]
 pub struct MultiHeadAttention {
     /// `W^Q`.
@@ -53,59 +59,6 @@ pub struct MultiHeadAttention {
     /// Whether scores are divided by √d_k ([`MultiHeadAttentionConfig::scaled`]).
     #[module(skip)]
     pub scaled: bool,
-}
-
-/// Projected keys and values, split into heads: the encoder memory's for cross-attention, or a
-/// step's own before it joins the self-attention cache ([`ops::StepCache`]).
-///
-/// # Shapes
-/// - `k`, `v`: `[rows, heads, t, d_k]`
-#[derive(Debug, Clone)]
-pub struct KeyValue {
-    k: Tensor<4>,
-    v: Tensor<4>,
-    len: usize,
-    /// `[K | V]` before the split into heads (`[rows, t, 2·d_model]`), when one product made
-    /// them: what the cross-attention operation reads ([`ops::cross_attention`]).
-    packed: Option<Tensor<3>>,
-}
-
-impl KeyValue {
-    /// Keys and values `[rows, heads, t, d_k]`, every position in use.
-    pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
-        let len = k.dims()[2];
-        Self { k, v, len, packed: None }
-    }
-
-    /// Positions in use.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when no position is in use.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Keys in use, `[rows, heads, len, d_k]` (a view, no copy).
-    pub fn keys(&self) -> Tensor<4> {
-        self.k.clone().narrow(2, 0, self.len)
-    }
-
-    /// Values in use, `[rows, heads, len, d_k]` (a view, no copy).
-    pub fn values(&self) -> Tensor<4> {
-        self.v.clone().narrow(2, 0, self.len)
-    }
-
-    /// Keeps rows `indices` (the memory's, for a beam's hypotheses).
-    pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
-        KeyValue {
-            k: self.k.select(0, indices.clone()),
-            v: self.v.select(0, indices.clone()),
-            len: self.len,
-            packed: self.packed.map(|p| p.select(0, indices.clone())),
-        }
-    }
 }
 
 impl MultiHeadAttentionConfig {
@@ -137,185 +90,73 @@ impl MultiHeadAttentionConfig {
 }
 
 impl MultiHeadAttention {
-    /// Projected queries as the scaled attention below takes them: `q` itself, or, unscaled,
-    /// `√d_k · q`, so that `(√d_k q) kᵀ / √d_k = q kᵀ` — one multiplication serves every
-    /// attention path.
-    fn queries(&self, q: Tensor<3>) -> Tensor<3> {
-        if self.scaled {
-            return q;
-        }
-        let d_k = q.dims()[2] / self.heads;
-        q * (d_k as f32).sqrt()
+    /// How the heads attend.
+    fn attention(&self) -> Heads<'_> {
+        Heads { count: self.heads, scaled: self.scaled, dropout: &self.dropout }
     }
 
-    /// `[b, t, d]` → `[b, h, t, d/h]`.
-    fn split(&self, x: Tensor<3>) -> Tensor<4> {
-        let [b, t, d] = x.dims();
-        x.reshape([b, t, self.heads, d / self.heads]).swap_dims(1, 2)
+    /// Self-attention, `MultiHead(x, x, x)` under the additive `mask` (0 or −∞; a padding or
+    /// causal mask): the output `[batch, t, d_model]`, and the keys and values, which a
+    /// decoder's cache starts from.
+    pub fn forward(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
+        // Q = x W^Q, K = x W^K, V = x W^V
+        let (q, kv) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
+        // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side: [batch, t, d_model]
+        let heads = ops::self_attend_heads(q, &kv, mask, self.attention());
+        // Concat(head_1, …, head_h) W^O
+        (ops::linear(&self.output, heads), kv)
     }
 
-    /// Self-attention over `x` `[batch, t, d_model]` (no cache): the output
-    /// `[batch, t, d_model]` and the keys and values, for a cache. When one product makes
-    /// `[Q | K | V]`, the heads attend as one operation ([`ops::self_attention`]).
-    pub fn self_attend(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
-        let ([q, k, v], qkv) = ops::linears(x, [&self.query, &self.key, &self.value]);
-        let kv = KeyValue::new(self.split(k), self.split(v));
-        // The fused kernel reads `Q` inside `[Q | K | V]`: unscaled attention goes around it.
-        let qkv = qkv.filter(|_| self.scaled);
-        let q = self.queries(q);
-        match (qkv, mask) {
-            (Some(qkv), Some(m)) => {
-                let out = ops::self_attention(qkv, m, self.heads, &self.dropout); // [B, T, d_model]
-                (ops::linear(&self.output, out), kv)
-            }
-            _ => (self.attend_heads(self.split(q), &kv, mask).0, kv),
-        }
-    }
-
-    /// Projects `x` `[batch, t, d_model]` into keys and values (one fused product).
-    pub fn project_kv(&self, x: Tensor<3>) -> KeyValue {
-        let ([k, v], packed) = ops::linears(x, [&self.key, &self.value]);
-        KeyValue { packed, ..KeyValue::new(self.split(k), self.split(v)) }
-    }
-
-    /// Self-attention's projections of `x`: queries `[batch, heads, t, d_k]` and keys/values,
-    /// from one fused `[d_model, 3·d_model]` product.
-    pub fn project_qkv(&self, x: Tensor<3>) -> (Tensor<4>, KeyValue) {
-        let ([q, k, v], _) = ops::linears(x, [&self.query, &self.key, &self.value]);
-        (self.split(self.queries(q)), KeyValue::new(self.split(k), self.split(v)))
-    }
-
-    /// Attends from `query` to `kv`; `mask` is added to the scores (0 or −∞), broadcast over
-    /// heads and, where its size is 1, over query positions.
-    pub fn attend(
+    /// Self-attention of new positions `x` `[rows, t, d_model]` to themselves and to the
+    /// positions before them, whose keys and values `cache` holds (a decoding step: `t = 1`,
+    /// no mask): the output and the cache with the new positions appended.
+    pub fn forward_cached(
         &self,
-        query: Tensor<3>,
-        kv: &KeyValue,
+        x: Tensor<3>,
+        cache: StepCache,
         mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, StepCache) {
+        // Q = x W^Q, and the new positions' K = x W^K, V = x W^V join the cache
+        let (q, new) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
+        let cache = cache.append(new.keys(), new.values());
+        // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i over every cached position
+        let (heads, _) = ops::attend_heads_cached(q, &cache, mask, self.attention());
+        // Concat(head_1, …, head_h) W^O
+        (ops::linear(&self.output, heads), cache)
+    }
+
+    /// The encoder memory's keys and values, `K = m W^K`, `V = m W^V` of `m`
+    /// `[batch, src, d_model]`: projected once, read by every decoding step.
+    pub fn memory(&self, m: Tensor<3>) -> KeyValue {
+        ops::project_kv(m, [&self.key, &self.value], self.heads)
+    }
+
+    /// Cross-attention, `MultiHead(x, m, m)` to the memory's keys and values (from
+    /// [`MultiHeadAttention::memory`]) under `mask`; row `r` of `x` reads row `rows[r]` of the
+    /// memory and its mask (`None`: row `r`; the decoder's beams reading one copy of their
+    /// sentence's memory): the output `[rows, t, d_model]` and the weights
+    /// `[rows, heads, t, src]`.
+    pub fn forward_memory(
+        &self,
+        x: Tensor<3>,
+        memory: &KeyValue,
+        mask: Option<&Tensor<4>>,
+        rows: Option<&Tensor<1, Int>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        self.attend_rows(query, kv, mask, None)
+        // Q = x W^Q
+        let q = ops::linear(&self.query, x);
+        // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side
+        let (heads, weights) = ops::attend_heads(q, memory, mask, rows, self.attention());
+        // Concat(head_1, …, head_h) W^O
+        (ops::linear(&self.output, heads), weights)
     }
 
-    /// [`MultiHeadAttention::attend`] where row `r` of `query` attends to row `source[r]` of
-    /// `kv` and `mask` (`None`: row `r`): the decoder's beams reading one copy of their
-    /// sentence's memory.
-    pub fn attend_rows(
-        &self,
-        query: Tensor<3>,
-        kv: &KeyValue,
-        mask: Option<&Tensor<4>>,
-        source: Option<&Tensor<1, Int>>,
-    ) -> (Tensor<3>, Tensor<4>) {
-        let q = self.queries(ops::linear(&self.query, query));
-        if let Some(step) = self.attend_step(&q, kv, mask, source) {
-            return step;
-        }
-        if let Some(rows) = source {
-            // Where the kernel does not run: the rows' copies, then the composed operations.
-            let kv = kv.clone().select(rows);
-            let mask = mask.map(|m| m.clone().select(0, rows.clone()));
-            return self.attend_composed(q, &kv, mask.as_ref());
-        }
-        self.attend_composed(q, kv, mask)
-    }
-
-    /// Attention of projected queries `q` through the fused cross-attention or the composed
-    /// operations.
-    fn attend_composed(
-        &self,
-        q: Tensor<3>,
-        kv: &KeyValue,
-        mask: Option<&Tensor<4>>,
-    ) -> (Tensor<3>, Tensor<4>) {
-        match (&kv.packed, mask) {
-            (Some(packed), Some(m)) => {
-                let (out, weights) = ops::cross_attention(q, packed.clone(), m, self.heads, &self.dropout);
-                (ops::linear(&self.output, out), weights)
-            }
-            _ => self.attend_heads(self.split(q), kv, mask),
-        }
-    }
-
-    /// Decoding's case: one query position per row (`q` `[rows, 1, d_model]`, projected) to
-    /// the keys and values where they lie — `[K | V]` of the memory, or the self-attention
-    /// cache — through one CPU kernel ([`ops::heads_step`]), then `W^O`. `None` for several
-    /// query positions, and where the kernel does not run.
-    fn attend_step(
-        &self,
-        q: &Tensor<3>,
-        kv: &KeyValue,
-        mask: Option<&Tensor<4>>,
-        source: Option<&Tensor<1, Int>>,
-    ) -> Option<(Tensor<3>, Tensor<4>)> {
-        let [rows, tq, d] = q.dims();
-        if tq != 1 {
-            return None;
-        }
-        let len = kv.len;
-        let mask = match mask {
-            Some(m) => {
-                let [mr, _, mq, mk] = m.dims();
-                if mq != 1 || mk != len {
-                    return None;
-                }
-                m.clone().reshape([mr, len])
-            }
-            None => Tensor::zeros([1, len], &q.device()),
-        };
-        let q = q.clone().reshape([rows, d]);
-        let source = source.map(|s| s.clone().float());
-        let (out, weights) = match &kv.packed {
-            Some(p) => ops::heads_step(
-                q,
-                p.clone().narrow(2, 0, d),
-                p.clone().narrow(2, d, d),
-                mask,
-                source,
-                self.heads,
-            )?,
-            None => ops::heads_step(q, kv.keys(), kv.values(), mask, source, self.heads)?,
-        };
-        let out = ops::linear(&self.output, out.reshape([rows, 1, d]));
-        Some((out, weights.reshape([rows, self.heads, 1, len])))
-    }
-
-    /// [`MultiHeadAttention::attend`] from queries already projected and split into heads
-    /// (`[batch, heads, t_q, d_k]`, from [`MultiHeadAttention::project_qkv`]).
-    pub fn attend_heads(
-        &self,
-        q: Tensor<4>,
-        kv: &KeyValue,
-        mask: Option<&Tensor<4>>,
-    ) -> (Tensor<3>, Tensor<4>) {
-        let [rows, heads, tq, dk] = q.dims();
-        if tq == 1 {
-            if let Some(step) = self.attend_step(&q.clone().reshape([rows, 1, heads * dk]), kv, mask, None) {
-                return step;
-            }
-        }
-        // softmax(QKᵀ / √d_k + mask) V, heads side by side: [B, Tq, d_model], [B, h, Tq, Tk]
-        let (out, weights) = ops::scaled_dot_product(q, kv.keys(), kv.values(), mask, &self.dropout);
-        (ops::linear(&self.output, out), weights)
-    }
-
-    /// [`MultiHeadAttention::attend_heads`] to a decoder's self-attention cache: one query
-    /// position per row through the cache's own kernel ([`ops::StepCache::attend`]), else
-    /// the composed operations on its keys and values.
-    pub fn attend_cache(
-        &self,
-        q: Tensor<4>,
-        cache: &ops::StepCache,
-        mask: Option<&Tensor<4>>,
-    ) -> (Tensor<3>, Tensor<4>) {
-        let [rows, heads, tq, dk] = q.dims();
-        if tq == 1 && mask.is_none() {
-            if let Some((out, weights)) = cache.attend(q.clone().reshape([rows, heads * dk]), heads) {
-                let out = ops::linear(&self.output, out.reshape([rows, 1, heads * dk]));
-                return (out, weights.reshape([rows, heads, 1, cache.len()]));
-            }
-        }
-        let (out, weights) = ops::scaled_dot_product(q, cache.keys(), cache.values(), mask, &self.dropout);
-        (ops::linear(&self.output, out), weights)
+    /// [`MultiHeadAttention::forward`] keeping the attention weights `[batch, heads, t, t]`,
+    /// for showing them.
+    pub fn forward_weights(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, Tensor<4>) {
+        let (q, kv) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
+        let (heads, weights) = ops::attend_heads(q, &kv, mask, None, self.attention());
+        (ops::linear(&self.output, heads), weights)
     }
 }
 
@@ -363,7 +204,7 @@ mod tests {
         let kv = Tensor::<3>::from_data(TensorData::new(wave(12, 0.61), [1, 3, 4]), &dev);
         let mask =
             Tensor::<4>::from_data(TensorData::new(vec![0.0, 0.0, f32::NEG_INFINITY], [1, 1, 1, 3]), &dev);
-        let (out, w) = m.attend(q, &m.project_kv(kv), Some(&mask));
+        let (out, w) = m.forward_memory(q, &m.memory(kv), Some(&mask), None);
         let out: Vec<f32> = out.into_data().try_to_vec::<f32>().unwrap();
         let w: Vec<f32> = w.into_data().try_to_vec::<f32>().unwrap();
         let want_out =
@@ -394,7 +235,7 @@ mod tests {
             let m = m.clone().fork(d);
             let on = |t: &Tensor<3>| Tensor::<3>::from_data(t.to_data(), d);
             let mask = Tensor::<4>::zeros([b, 1, 1, t], d);
-            let (out, _) = m.self_attend(on(&x), Some(&mask));
+            let (out, _) = m.forward(on(&x), Some(&mask));
             let g = (out.clone() * on(&r)).sum().backward();
             let mut values = vec![out.inner().into_data().convert::<f32>().try_to_vec::<f32>().unwrap()];
             for l in [&m.query, &m.key, &m.value] {
@@ -426,7 +267,7 @@ mod tests {
         let mask = Tensor::<4>::zeros([b, 1, 1, t], &d);
         let run = |m: &MultiHeadAttention| {
             s2s_kernels::ops::reseed(3);
-            m.self_attend(x.clone(), Some(&mask)).0
+            m.forward(x.clone(), Some(&mask)).0
         };
         assert_eq!(run(&m).to_data(), run(&m).to_data(), "the same seed, the same mask");
         let off = MultiHeadAttention { dropout: burn::nn::DropoutConfig::new(0.0).init(), ..m.clone() };
@@ -471,7 +312,7 @@ mod tests {
         };
         let self_run = |k: Kernels| {
             with(k, || {
-                let out = m.self_attend(x.clone(), Some(&mask)).0;
+                let out = m.forward(x.clone(), Some(&mask)).0;
                 let g = (out.clone() * r.clone()).sum().backward();
                 (out.inner(), grads(&g, &[&x]))
             })
@@ -483,7 +324,7 @@ mod tests {
         }
         let cross_run = |k: Kernels| {
             with(k, || {
-                let (out, w) = m.attend(query.clone(), &m.project_kv(x.clone()), Some(&mask));
+                let (out, w) = m.forward_memory(query.clone(), &m.memory(x.clone()), Some(&mask), None);
                 let g = (out.clone() * rq.clone()).sum().backward();
                 (out.inner(), w.inner(), grads(&g, &[&query, &x]))
             })
@@ -500,8 +341,9 @@ mod tests {
         let memory = Tensor::<3>::from_data(x.inner().to_data(), &d);
         let q1 = Tensor::<3>::from_data(query.inner().narrow(1, 0, 1).to_data(), &d);
         let mask = padding(batch, t, &d);
-        let decode =
-            |k: Kernels| with(k, || m.attend(q1.clone(), &m.project_kv(memory.clone()), Some(&mask)));
+        let decode = |k: Kernels| {
+            with(k, || m.forward_memory(q1.clone(), &m.memory(memory.clone()), Some(&mask), None))
+        };
         let ((y1, w1), (y2, w2)) = (decode(Kernels::Fast), decode(Kernels::Reference));
         assert!(crate::test_support::max_diff(y1, y2) < 1e-5, "decoding: output");
         assert!(crate::test_support::max_diff(w1.clone(), w2) < 1e-6, "decoding: weights");
@@ -536,16 +378,17 @@ mod tests {
         let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &d);
         let mask = padding(batch, t, &d);
         let close = |a: Tensor<3>, b: Tensor<3>| crate::test_support::max_diff(a, b) < 1e-4;
-        let self_out = |m: &MultiHeadAttention| m.self_attend(x.clone(), Some(&mask)).0;
+        let self_out = |m: &MultiHeadAttention| m.forward(x.clone(), Some(&mask)).0;
         assert!(close(self_out(&unscaled), self_out(&wide)), "self-attention");
         assert!(!close(self_out(&unscaled), self_out(&plain)), "the switch changes nothing");
         let q = x.clone().narrow(1, 0, 3);
-        let cross = |m: &MultiHeadAttention| m.attend(q.clone(), &m.project_kv(x.clone()), Some(&mask));
+        let cross =
+            |m: &MultiHeadAttention| m.forward_memory(q.clone(), &m.memory(x.clone()), Some(&mask), None);
         let ((a, wa), (b, wb)) = (cross(&unscaled), cross(&wide));
         assert!(close(a, b), "cross-attention");
         assert!(crate::test_support::max_diff(wa, wb) < 1e-5, "cross-attention weights");
         let step = |m: &MultiHeadAttention| {
-            m.attend(q.clone().narrow(1, 0, 1), &m.project_kv(x.clone()), Some(&mask)).0
+            m.forward_memory(q.clone().narrow(1, 0, 1), &m.memory(x.clone()), Some(&mask), None).0
         };
         assert!(close(step(&unscaled), step(&wide)), "a decoding step");
     }
@@ -563,7 +406,7 @@ mod tests {
         let kv = Tensor::<3>::random([2, 3, 4], Distribution::Normal(0.0, 1.0), &d);
         let r = Tensor::<3>::random([2, 2, 4], Distribution::Normal(0.0, 1.0), &d);
         gradcheck::check(m, |m: &MultiHeadAttention| {
-            let (out, _) = m.attend(q.clone(), &m.project_kv(kv.clone()), None);
+            let (out, _) = m.forward_memory(q.clone(), &m.memory(kv.clone()), None, None);
             (out * r.clone()).sum()
         });
     }

@@ -324,7 +324,7 @@ impl Transformer {
         let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
         let mut weights = Vec::with_capacity(self.decoder.len());
         for layer in &self.decoder {
-            let kv = layer.cross_attention.project_kv(memory.clone());
+            let kv = layer.cross_attention.memory(memory.clone());
             let (y, _, w) = layer.forward(x, None, causal.as_ref(), &kv, &memory_mask, None);
             x = y;
             weights.push(w);
@@ -356,7 +356,7 @@ impl Transformer {
         let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
         let (mut decoder_self, mut cross) = (Vec::new(), Vec::new());
         for layer in &self.decoder {
-            let kv = layer.cross_attention.project_kv(memory.clone());
+            let kv = layer.cross_attention.memory(memory.clone());
             let (y, s, c) = layer.inspect(x, &causal, &kv, &mask);
             x = y;
             decoder_self.push(s);
@@ -376,7 +376,7 @@ impl Transformer {
     pub fn encode(&self, src: &Source) -> TransformerState {
         let (memory, memory_mask) = self.memory(src);
         TransformerState {
-            memory: self.decoder.iter().map(|l| l.cross_attention.project_kv(memory.clone())).collect(),
+            memory: self.decoder.iter().map(|l| l.cross_attention.memory(memory.clone())).collect(),
             cache: vec![None; self.decoder.len()],
             memory_mask,
             position: 0,
