@@ -9,9 +9,11 @@
 //! Composed from burn's operations each is a broadcast product into a `[batch, src, d]`
 //! temporary (3 MiB on the benchmark shape) and a reduction over it: ~835 µs of a 9.3 ms
 //! Luong greedy step on the AVX-512 VM. Here each sentence's row is one pass over its
-//! `[src, d]` block, with no temporary. Decoding only (no autodiff: training keeps the
-//! composed operations, whose gradients burn knows), on flex; elsewhere the same operations
-//! are composed. The sums run in another order than burn's, so results agree to rounding.
+//! `[src, d]` block, with no temporary, reading the memory in place at its batch stride (the
+//! Luong encoder's memory is a narrowed view). Decoding only (no autodiff: training keeps the
+//! composed operations, whose gradients burn derives and the score gradient checks cover), on
+//! flex; elsewhere the same operations are composed. The sums run in another order than
+//! burn's, so results agree to rounding.
 //!
 //! # Shapes
 //! - `q`: `[batch, d]`, `keys` / `values`: `[batch, src, d]`, `v`: `[d, 1]`

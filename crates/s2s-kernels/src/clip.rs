@@ -1,6 +1,13 @@
 //! Global-norm gradient clipping (Pascanu et al., 2013): if `‖g‖₂ > max_norm` over *all*
 //! parameters together, every gradient is scaled by `max_norm / ‖g‖₂`. (burn's
 //! `GradientClippingConfig::Norm` clips each tensor on its own, which changes the direction.)
+//!
+//! On a GPU (cubecl without burn's fusion) the sum of squares and the scaling each run one
+//! launch for up to 64 parameters, a kernel over a cubecl `Sequence` of the gradients' buffers
+//! (fewer where the device binds fewer buffers to a kernel: `max_bindings`), as Adam does
+//! ([`crate::fused_adam`]). The scaling is in place: each gradient is taken out of
+//! `GradientsParams` held alone and contiguous. One launch a parameter for the clip and Adam
+//! was 268 of the Transformer's 797 launches a step.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;

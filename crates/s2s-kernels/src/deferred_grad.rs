@@ -17,9 +17,28 @@
 //! input). The step products of [`crate::small_matmul`] find the wrapped weight's node in a
 //! registry of live wrappers, keep `(x_t, ∂y_t)` instead of multiplying, and the wrapper's
 //! backward multiplies them all at once and adds whatever other operations contributed.
-//! A wrapper's record lives as long as its graph does (the registry holds weak references).
-//! On flex and on cubecl devices (not under burn's fusion, `gpu-tuned`); elsewhere, and
-//! without autodiff, [`defer_grad`] returns the weight unchanged.
+//! The attention RNNs run their teacher-forced decoder loop on a copy of the decoder,
+//! attention and `W_c` whose parameters pass through [`defer_grad`] ([`for_steps`]). The
+//! registry of live wrappers is keyed by autodiff node and holds weak references, so a
+//! wrapper's record lives as long as its graph does and a graph dropped without a backward
+//! leaves nothing behind. On flex and on cubecl devices (not under burn's fusion,
+//! `gpu-tuned`); elsewhere, and without autodiff, [`defer_grad`] returns the weight unchanged.
+//!
+//! On a cubecl device the step product is a node of its own (`small_matmul`'s `gpu` module)
+//! that keeps `(x_t, ∂y_t)` in the wrapped weight's stash instead of computing `x_tᵀ ∂y_t` and
+//! adding it; the wrapper's backward stacks all steps' rows with one launch each (a kernel
+//! over a `Sequence` of the parts) and multiplies once. A GPU defers more than flex:
+//!
+//! - biases, the same way ([`crate::small_matmul::add_bias`], the node the models'
+//!   `cell::affine_rows` uses while training on a GPU): the steps' `∂y` summed once by rows
+//!   instead of a row sum and an add a step;
+//! - tensors every step reads whole: the encoder memory (the attention's values), the
+//!   projected keys and Bahdanau's `v`. The attention kernels' backward (`gpu_attend`) keeps
+//!   their gradients in the stash, and the wrapper sums them in one stacking launch and one
+//!   sum, where burn added them step by step. `AttentionRnn::forward` wraps memory and keys;
+//!   flex ignores those wrappers (nothing there keeps such parts).
+//!
+//! A stash holds parts of one kind (`Part`: a product, row sums, or a whole gradient).
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, Weak};

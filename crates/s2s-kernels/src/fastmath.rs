@@ -1,6 +1,47 @@
 //! Branch-free `exp`, `σ` and `tanh` on `f32` for the fused CPU kernels: loops over them
 //! vectorise, unlike glibc's `expf`/`tanhf` calls (and flex's `sigmoid`, which branches per
-//! element).
+//! element; glibc's scalar `tanhf` was 16 % of a Bahdanau step). Relative error below
+//! 5·10⁻⁷. [`exp`] returns exactly 0 below −87, so a −∞ score still gets exactly zero weight.
+//! Its range reduction and polynomial are explicit `mul_add`s: one instruction each where the
+//! CPU has FMA, which inside [`wide`] is every x86-64-v3 CPU. The baseline path (no FMA)
+//! computes the same fused results in software, so every path gives the same bits; it is
+//! slower there, and no CPU we run on lacks FMA.
+//!
+//! # Vectorised for the CPU they run on
+//!
+//! The crates build for baseline x86-64 (SSE2), so the binary runs on any x86-64 CPU, and each
+//! kernel body (gate math, softmax, loss, `tanh`, Adam, dropout masks) runs inside [`wide`]:
+//! an AVX-512, else AVX2+FMA, `target_feature` function picked at run time. The paths compute
+//! the same bits: nothing is contracted into FMAs or reordered (the reductions' 16 lanes,
+//! [`LANES`], are fixed in the code), and a test compares them. Rules that keep the copies
+//! vector code:
+//!
+//! - loops over several slices are written over 16-element arrays ([`block`]), which vectorise
+//!   without run-time checks (the LSTM gate math as a plain indexed loop ran at half speed
+//!   inside [`wide`]);
+//! - [`exp`] reads its exponent from the rounding constant's mantissa bits, not through
+//!   `as i32` (a saturating conversion that LLVM compiles to scalar code per lane);
+//! - a value the loop reads from a captured slice (`lse[r]`) is read into a local first: read
+//!   inside the loop, the compiler reloads it after every store (it cannot rule out aliasing)
+//!   and the loop stays scalar in every copy (the loss backward was, on every CPU).
+//!
+//! `objdump -d` on the binary shows whether each `fastmath::x86::v3`/`v4` copy holds vector
+//! (ymm/zmm) instructions.
+//!
+//! # The instruction set, capped for measurement
+//!
+//! `S2S_CPU_ISA=avx2|avx512|baseline` caps our CPU kernels ([`isa`], read once): [`wide`] and
+//! the packed products' register blocks ([`crate::packed_gemm`]) take the lesser of what the
+//! CPU has and the cap, so an AVX-512 machine runs what an AVX2 laptop runs (most students'
+//! laptops have no AVX-512). An unknown value is reported once and ignored. [`wide`]'s results
+//! do not depend on the width; the packed products' AVX2 and AVX-512 blocks each equal the
+//! float64 reference within the tests' tolerance. burn's own products (`gemm`) choose for
+//! themselves and take AVX-512 only in a build with burn's `x86-v4` feature, which no variable
+//! caps ([`gemm_isa`]): the CLI's default `avx512` feature carries `x86-v4` through
+//! `s2s-kernels/avx512`, so that this crate knows. The device line names both sets where they
+//! differ (`cpu (burn flex; avx2 kernels, gemm avx512)`, `cpu (burn flex; avx2 kernels)`). The
+//! default build and the test suite keep `x86-v4`: `cargo test --release --workspace` unifies
+//! the CLI's default features, so it compiles burn once for both.
 
 /// `eˣ` without branches, so that loops over it vectorise: Cody–Waite range reduction
 /// `x = n·ln2 + r`, `|r| ≤ ln2/2`, a degree-6 polynomial for `eʳ` (Cephes `expf`'s

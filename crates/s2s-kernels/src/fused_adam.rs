@@ -17,6 +17,18 @@
 //! a kernel over a cubecl `Sequence` of their buffers. With burn's fusion
 //! on (`gpu-tuned`) burn fuses its own Adam and that one runs. The state is burn's
 //! `AdamState`, so checkpoints keep their format.
+//!
+//! Batching on a GPU: the `Sequence` is `Sequence<Box<[f32]>>`, unrolled in the kernel, and a
+//! launch takes fewer than 64 parameters where the device binds fewer buffers to a kernel
+//! (`max_bindings`); the clip's sum of squares and scaling batch the same way
+//! ([`crate::clip`]). burn's `ModuleOptimizer` calls the optimizer one parameter
+//! at a time, so [`FusedAdam::batched`] queues each update (the parameter and moments made
+//! exclusive: the kernel writes them in place) and [`step`] runs burn's step and then the
+//! queue; the trainer and the bench call it. A plain `FusedAdam` still launches at once, so
+//! code that steps burn's optimizer directly never sees a parameter before its update. burn's
+//! `backend_extension` does not route `Vec` arguments, so these functions take the cubecl
+//! tensors out of burn's dispatch tensors themselves (`DispatchTensorKind::Cube`). Tested
+//! against the per-parameter kernels with 7 and 64 a launch.
 
 use crate::flex_data::{f32s, is_flex};
 use burn::backend::flex::FlexTensor;

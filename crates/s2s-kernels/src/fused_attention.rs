@@ -23,8 +23,11 @@
 //!
 //! A burn `#[backend_extension]` for flex, and for cubecl runtimes through
 //! [`crate::gpu_attention`]'s kernels; under burn's fusion (`gpu-tuned`) the operations are
-//! composed ([`crate::reference::scaled_dot_product`]). The weights returned beside the output carry no
-//! gradient.
+//! composed ([`crate::reference::scaled_dot_product`]). It runs whenever the projections are
+//! one product (teacher-forced training; cross-attention in decoding when the memory has over
+//! 1,024 rows) and the mask is `[batch or 1, 1, t_q or 1, t_k]`. The weights returned beside
+//! the output carry no gradient (they are for inspection: heat maps, alignment); the output's
+//! gradient is exact.
 //!
 //! # Shapes
 //! - self-attention: `qkv` `[batch, t, 3·d_model]` (`[Q | K | V]`) → `[batch, t, d_model]`

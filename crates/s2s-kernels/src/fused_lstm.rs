@@ -15,8 +15,76 @@
 //! element and does not vectorise). Here it is one pass over the gates each way, through a
 //! branch-free `exp` the compiler vectorises, registered with burn's autodiff as one node: a
 //! `#[backend_extension]` for flex (and flex under autodiff). On wgpu the same equations run as
-//! cubecl kernels ([`crate::gpu_lstm_cell`]); the reference ([`crate::reference::lstm_gates`]) is what the
-//! tests compare both with, and what builds with burn's fusion (`gpu-tuned`) run.
+//! cubecl kernels ([`crate::gpu_lstm_cell`]); the reference
+//! ([`crate::reference::lstm_gates`]) is what the tests compare both with, and what builds
+//! with burn's fusion (`gpu-tuned`) run.
+//!
+//! # The layer
+//!
+//! [`lstm_layer`] runs one layer and direction over a padded sequence as one kernel and one
+//! autodiff node: per step one `h W_h` product ([`crate::packed_gemm`]) and the gate math in
+//! one vectorised pass, no node per operation; backward one `∂gates W_hᵀ` product per step and
+//! `∂W_h` as one product over all steps.
+//!
+//! - **Threads.** The hidden units are cut into one group per thread, each holding all four
+//!   gates of a contiguous range of units, so a step is one product per thread (`gemm` runs a
+//!   64-row product at single-thread speed); the threads run in lockstep, each waiting only
+//!   for the buffers it reads and multiplying its own state first ([`crate::lockstep`]). Both
+//!   directions double-buffer what crosses threads (`h` forward, `∂gates` backward). The
+//!   groups are static: sharing a step's units in chunks that the threads take as they go cut
+//!   the waits but made the gate pass slower on short rows, and sharing only the products gave
+//!   equal or higher medians: no gain the VM's noise lets us show.
+//! - **Packing and gathering.** Each worker packs its own group's `W_h` blocks as it starts
+//!   (one fork fewer than packing on rayon's pool first), and gathers the state rows `h_0`,
+//!   `c_0` with one slice copy a row. The backward `W_hᵀ` is transposed through a 16 × 16 tile
+//!   (`transpose`): reading `W_h` by columns put each write 1 KiB apart in four L1 sets.
+//! - **Outputs written once.** Each group writes its units' columns of the layer's outputs,
+//!   the saved `h_{t−1}` and (backward) `∂gates` straight into the full-width buffers,
+//!   allocated without zeroing (`Unzeroed`) and written through raw pointers, never through a
+//!   reference to unwritten memory: the workers write every element of every step they run,
+//!   zeros on padded rows, and the steps no row reaches are zeroed at the end.
+//! - **The gate math runs one activation at a time over chunks of 64 units** (`CHUNK`), not
+//!   unit by unit: each unit's math is a ~70-operation dependency chain, and unit by unit a
+//!   loop iteration was too long for the reorder buffer to overlap two of them. The same
+//!   operations per unit in the same order, so the same bits; tested against the unit-by-unit
+//!   path. Row inputs that lie a sentence apart (`x W_x`, saved gates) are prefetched two rows
+//!   ahead (`AHEAD`). `x W_x` is added inside the gate math, chunk by chunk, in the same order
+//!   as a separate pass would (same bits), and each chunk's activations go to a `keep`
+//!   callback that saves them for backward.
+//! - **What backward alone reads is written with non-temporal stores** (`stream_units`: the
+//!   saved `h_{t−1}`, `c_{t−1}` and gate activations; each worker fences before the join), so
+//!   384 KiB a step and thread do not evict `W_h`'s panels. The layer output and the backward
+//!   `∂gates` are written normally: they are read soon after, and more write streams than the
+//!   CPU's write-combining buffers flush partially (streaming them measured slower).
+//! - **The layer saves the gates' activations, not their pre-activations**: `[σ(i), σ(f),
+//!   tanh(g), σ(o)]` are computed forward anyway and take the same room, and the backward gate
+//!   math then recomputes only `tanh(c')`: one `exp` and division a unit instead of five. The
+//!   same bits as recomputing them (tested). The single-step [`lstm_gates`] (attention
+//!   decoders) still recomputes: saving would add a buffer to every decoder step for a smaller
+//!   share of its time.
+//! - **`h_T` and `c_T` are narrowed out of the layer output together, then apart**: burn turns
+//!   each narrow's gradient into a zeroed tensor the size of what it narrowed, added to the
+//!   others', so every narrow of the `[batch, time + 2, hidden]` output costs two passes over
+//!   it in backward.
+//!
+//! Tried and not kept:
+//!
+//! - the gate math inside the product (16 units' four gates in four neighbouring panels, their
+//!   gate math run while in L1): the training forward pass got slower (its ratio to the best
+//!   product rate 0.70–0.78 → 0.51–0.64), since the gate math on 16-unit pieces cost more than
+//!   over whole rows, and the product lost time to the inputs and outputs the gate math
+//!   brought through L1/L2;
+//! - prefetching four rows ahead instead of two; prefetching `W_h` while packing (packing is
+//!   bound by reading `W_h` from memory, which each call's saved buffers evict);
+//! - packing the forward `W_h` straight from its rows, a panel's 16 floats at a time: the
+//!   reads then stride 8 KiB, slower than the block copy's 1 KiB runs;
+//! - two interleaved half-batches, so that one half's streamed stores drain while the other
+//!   half's product runs: the `[32, 512] × [512, 2048]` product runs at ~85 % of the 64-row
+//!   one's rate (each half streams all of `W_h` from L3), far more than the ≤ 4 % the stores
+//!   cost;
+//! - not built: recomputing `h_{t−1} = o_{t−1}·tanh(c_{t−1})` in backward instead of saving
+//!   it: a sixth of the saved bytes (≤ 0.7 % of the training forward pass), but it needs each
+//!   row's next real step under arbitrary masks and moves the write to backward.
 //!
 //! # Shapes
 //! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `[h' | c']`: `[batch, 2·hidden]`

@@ -14,6 +14,13 @@
 //! one launch forward and two backward. Not with burn's fusion
 //! (`gpu-tuned`), whose fused-stream tensors this does not take.
 //!
+//! The scores are one node each. Bahdanau's ([`additive_scores`]): one launch forward (a
+//! thread a score) and three backward (`∂keys` a thread an element, `∂q` a query unit, `∂v`
+//! an attention unit, `tanh` recomputed), where the composed broadcast sum, `tanh` and product
+//! with `v` were ~9. Luong's dot and general scores ([`dot_scores`]): one launch forward and
+//! two backward (`∂keys` an element, `∂q` a query unit), where a broadcast product and a
+//! reduction forward and ~6 operations back were.
+//!
 //! The context and the weights are two autodiff nodes, `α` a child of `c` (`second_output`),
 //! so `c` must reach the loss wherever `α` does, as in every model here (the weights reach
 //! no loss at all).

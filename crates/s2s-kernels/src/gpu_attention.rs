@@ -1,5 +1,6 @@
 //! The Transformer's scaled dot-product attention over all heads as cubecl kernels (wgpu):
-//! the GPU side of [`crate::fused_attention`]'s backend extension, with its equations
+//! the GPU side of [`crate::fused_attention`]'s backend extension (this module implements
+//! [`crate::fused_attention::FusedAttention`] for cubecl), with its equations
 //! (Vaswani et al., 2017, eq. 1) and its operands (`[Q | K | V]` or `q` and `[K | V]`, read
 //! in place; the output written merged, `[batch, t_q, d_model]`):
 //!

@@ -6,7 +6,17 @@
 //! a strided view of the gradient, which the clip and Adam then copy to make contiguous: per
 //! attention ~12 launches for weights and biases, each ~28 µs of host time through wgpu on
 //! an H100. Here forward is one launch (a thread an output element) and backward one launch
-//! writing each part's gradient contiguous. Not with burn's fusion (`gpu-tuned`).
+//! writing each part's gradient contiguous. Not with burn's fusion (`gpu-tuned`). The
+//! checkpoint format does not change; only the concatenation at each call is cheaper. A wgpu
+//! test compares the fused self-attention's output and all six projection gradients with
+//! flex's.
+//!
+//! The RNN attention steps' concatenations go through it too (`ops::cat_columns`), and so
+//! does Bahdanau's readout `[sₜ; cₜ; E y_{t−1}]`, joined once: the step returns `sₜ` and `cₜ`,
+//! and forward stacks each and joins them with the whole embedding tensor in one launch
+//! (`ops::cat_features`, the rows of `[batch, time, dᵢ]` parts). Joining the bidirectional
+//! encoder's halves the same way counted +2 launches (its halves are strided views of the
+//! layer's output buffer, which a reshape copies), so that stays burn's `cat`.
 //!
 //! # Shapes
 //! - `a` `[rows, da]`, `b` `[rows, db]`, `c` `[rows, dc]` (optional) → `[rows, da + db + dc]`

@@ -5,11 +5,25 @@
 //! three launches forward and two backward, each ~28 µs of host time through wgpu (measured on
 //! an H100), at every dropout site of every step. Here element `e`'s mask is a hash of the
 //! seed and `e` (lowbias32, C. Wellons, applied twice), recomputed in backward, so nothing is
-//! drawn or stored on the device: one launch forward, one backward. The same mask function
-//! serves the GPU attention's dropout on its weights ([`crate::gpu_attention`]), the
-//! feed-forward ReLU (`relu(x) ⊙ D`) and the Transformer's residual sums (`x + y ⊙ D`). The seed
-//! comes from the host ([`crate::dropout::draw_seed`]): drawing it on the device would read
-//! it back, a synchronisation at every site. Not with burn's fusion (`gpu-tuned`).
+//! drawn or stored on the device: one launch forward, one backward. Not the CPU's SplitMix64
+//! stream ([`crate::dropout_mask`]): 64-bit integers are an optional feature on Vulkan
+//! devices. The seed comes from the host ([`crate::dropout::draw_seed`]): drawing it on the
+//! device would read it back, a synchronisation at every site. Not with burn's fusion
+//! (`gpu-tuned`).
+//!
+//! The same mask function serves the GPU attention's dropout on its weights
+//! ([`crate::gpu_attention`]), and the dropout is fused with its neighbour where the
+//! Transformer has one:
+//!
+//! - the feed-forward ReLU (`relu_dropout`, through [`crate::dropout::relu_then`]): forward
+//!   `max(x, 0) · D`, backward `∂y / keep` where the output is positive, so backward needs
+//!   only the output;
+//! - the residual (`add_dropout`, through [`crate::dropout::add_then`] from
+//!   `Residual::output`): forward `x + y ⊙ D`, backward `∂x = ∂out`, `∂y = ∂out ⊙ D`. Its wgpu
+//!   test uses a weighted loss so that a gradient swapped between `x` and `y` shows; leaving
+//!   the mask out of `∂y` fails it.
+//!
+//! Flex keeps burn's ReLU, `x + dropout(y)` and the CPU mask.
 //!
 //! # Shapes
 //! - `x`: any shape → the same shape

@@ -8,8 +8,12 @@
 //! (~28 µs on an H100), not by arithmetic: composed from tensor operations the gate math is
 //! ~12 operations forward and more backward, per layer and step. Here it is one launch each
 //! way, registered with burn's autodiff as two nodes, `h'` and its child `c'` (see
-//! [`GpuLstmGates::gpu_lstm_gates`]). Not with burn's fusion (`gpu-tuned`),
-//! whose fused-stream tensors this does not take: that build keeps the composed form.
+//! [`GpuLstmGates::gpu_lstm_gates`]), the activations recomputed in backward as on the CPU.
+//! The step kernel adds the gates' two parts (`xw + h W_h`) itself, and its backward hands
+//! both parts the gates' gradient; the per-step product stays burn's `matmul`. This is what
+//! step-by-step use runs (`decode_step`, the attention decoders). Not with burn's fusion
+//! (`gpu-tuned`), whose fused-stream tensors this does not take: that build keeps the
+//! composed form.
 //!
 //! A whole layer over a sequence ([`lstm_layer`], what the encoders and the `lstm` model's
 //! decoder run) is one autodiff node whose loop launches two kernels a step each way: forward
@@ -18,8 +22,11 @@
 //! kernel and the product `∂gates W_hᵀ`, then `∂W_h` as one product over all steps. Run
 //! step by step through the composed cell, autodiff records each step's slices, products and
 //! masks, and its backward zero-fills and adds a sequence-sized gradient for every step's
-//! slice: the `lstm` bench model's training step took 2,172 launches that way and takes 613
-//! with this node (cubecl's kernel log; docs/benchmarks.md).
+//! slice (`Full`, `SliceAssign`, `Add`: ~11 of the ~22 launches a layer-step): the `lstm`
+//! bench model's training step took 2,172 launches that way and takes 613 with this node
+//! (cubecl's kernel log; docs/benchmarks.md). The layer's kernels write outputs, saved values
+//! and gradients in place into whole-sequence buffers at the step's offset, so autodiff
+//! records no per-step slice.
 //!
 //! # Shapes
 //! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `h'`, `c'`: `[batch, hidden]`

@@ -9,20 +9,28 @@
 //! waits for another's just before it reads it ([`Progress::wait_published`]). With a
 //! barrier per step instead, both threads waited for the slower one every step (a median of
 //! ~170–300 thousand TSC cycles a step per thread on the 2-core VM, whose two vCPUs' speed
-//! differs from step to step; with these waits, 0–16).
+//! differs from step to step; with these waits, 0–16). A worker that multiplies its own
+//! state first (as the LSTM layer's do) no longer stalls the others when its vCPU runs late
+//! in one step.
 //!
 //! Waiting for publications is enough when each worker's buffer is doubled (step `s` writes
 //! `[s % 2]`) and every worker waits for every buffer it reads: a worker rewrites the buffer
 //! that others read in step `s` only two steps later, after it has waited for what they
 //! published in between, which each of them published only after its reads of step `s`.
+//! With one buffer the writer would wait for the slowest reader every step.
 //!
 //! The calling thread is worker 0; the others are OS threads of this module's own, kept
-//! between calls (or, while another call holds those, scoped threads started for the call), so
-//! all of them run at once whatever rayon is doing (a wait among rayon tasks could wait for a
-//! task that never starts). A waiting thread spins briefly, then yields its core, so an
-//! oversubscribed machine (tests running side by side) still makes progress. A panic in one
-//! worker poisons the [`Progress`]: the others stop waiting and panic too, and the panic
-//! reaches the caller.
+//! between calls and blocked on a channel for the next job: started as scoped threads at each
+//! call, the second worker began 215–375 thousand TSC cycles after the first, and the whole
+//! call waited that long (a kept helper starts 30–125 thousand after). A call made while
+//! another holds the helpers (a worker's own [`run`], two threads at once) gets scoped threads
+//! started for the call. OS threads, not rayon tasks, so all of them run at once whatever
+//! rayon is doing (a wait among rayon tasks could wait for a task that never starts). A
+//! waiting thread spins briefly, then yields its core, so an oversubscribed machine (tests
+//! running side by side) still makes progress. A panic in one worker poisons the
+//! [`Progress`]: the others stop waiting and panic too, and the panic reaches the caller (a
+//! helper's is caught and raised again in the caller once every worker has stopped, and the
+//! helper lives on).
 
 use std::any::Any;
 use std::cell::UnsafeCell;

@@ -14,19 +14,30 @@
 //! panels (32 columns) in sixteen 16-lane registers: 148–160 GFLOP/s on one core of the
 //! AVX-512 VM against 100–110 for the AVX2 block (`[64, 512] × [512, 2048 or 8000]`). The
 //! kernel is chosen at run time (AVX-512, else AVX2+FMA, else the same loops in portable
-//! code). Single-threaded: callers split the columns over threads
-//! (packing one `PackedB` per thread), which is what keeps two cores busy on a 64-row product.
+//! code), capped by `S2S_CPU_ISA` ([`crate::fastmath::isa`]); a test runs every block the CPU
+//! has, not only the one dispatched. Single-threaded: callers split the columns over threads
+//! (packing one `PackedB` per thread), which is what keeps two cores busy on a 64-row product
+//! (`gemm` runs one at single-thread speed).
 //!
 //! Two things matter once the weights no longer fit in L2 (a decoder step's weights, 20–50
-//! MiB, come from L3 at every step). Each panel row is its own 64-byte cache line, so no
-//! 16-lane load straddles two lines; and while one block of `B` is multiplied, every row
-//! block fetches its share of the next block into L2, so the first row block of the next
-//! block does not wait on L3 line by line. On the AVX-512 VM, `[64, 1280] × [1280, 8000]`
-//! with the weight in L3: 228 → 260 GFLOP/s (aligned lines) → 292 (prefetch), two cores.
+//! MiB, come from L3 at every step). Each panel row is its own 64-byte cache line
+//! (`#[repr(align(64))]`), so no 16-lane load straddles two lines; and while one block of `B`
+//! is multiplied, every row block fetches its share of the next block into L2 (`prefetcht1`),
+//! so the first row block of the next block does not wait on L3 line by line. On the AVX-512
+//! VM, `[64, 1280] × [1280, 8000]` with the weight in L3: 228 → 260 GFLOP/s (aligned lines)
+//! → 292 (prefetch), two cores.
 //! [`PackedB::matmul_par_add`] also cuts the rows into blocks of 256, so a block of `A` stays
 //! in L2 while the panels pass: at 1536 rows (an encoder's input projection while decoding)
 //! `[1536, 512] × [512, 2048]` went 260 → 326 GFLOP/s (burn's `gemm`: 319), and
 //! `[1536, 512] × [512, 8000]` 180 → 245 (`gemm`: 205).
+//!
+//! [`PackedB::from_row_blocks`] packs [`PACK_ROWS`] rows at a time into uninitialised lines,
+//! each written once: packing row by row scattered each row over every panel of a zeroed
+//! buffer. [`PackedB::product`] writes its result once too, never zero-filled first. A bias or
+//! other base ([`PackedB::matmul_par_add`]) is added per panel, right after the panel's columns
+//! are finished and while they are in cache, not in a pass over the whole output afterwards
+//! (4.5 % of a beam-5 profile: the `[320, 8000]` logits read back from memory); the same
+//! addition, so the same bits (a test covers row and `k` blocks).
 //!
 //! # Shapes
 //! - `A`: `[m, k]` row-major (row stride `lda`), `B`: `[k, n]` packed, `C`: `[m, n]` (row

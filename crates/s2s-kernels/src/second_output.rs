@@ -3,12 +3,14 @@
 //! burn's autodiff node has one output. A kernel that writes two (the LSTM step's `h'` and
 //! `c'`, the RNN attention's context and weights) used to return them side by side and
 //! narrow them: each narrow's backward zero-filled and slice-assigned the whole output's
-//! gradient, and an add joined the two. Here the second output is a child node of the
-//! first whose backward registers nothing and leaves its gradient in a [`SecondGrad`] slot,
-//! which the first node's backward takes (burn runs a node's children first). So the first
+//! gradient, an add joined the two, and forward copied each strided half. Here each output
+//! has its own buffer, and the second output is a child node of the first whose backward
+//! registers nothing and leaves its gradient in a [`SecondGrad`] slot, which the first
+//! node's backward takes (burn runs a node's children first). So the first
 //! output must reach the loss wherever the second does, or its backward finds no gradient:
 //! true of any LSTM recurrence (`c'` reaches the loss only through the next step's gates,
-//! which read `h'`) and of the attention here (no loss reads the weights).
+//! which read `h'`) and of the attention here (no loss reads the weights). The tests of the
+//! kernels that use it cover the second output reaching no loss.
 
 use std::sync::{Arc, Mutex};
 

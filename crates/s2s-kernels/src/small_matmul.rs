@@ -5,20 +5,35 @@
 //! `[512, 8000]` for the output layer. burn's CPU backend hands such a product to `gemm` with
 //! its own threading, which gains nothing below a few hundred rows (measured on the 2-core
 //! AVX2 VM: `[64, 512] × [512, 2048]` at ~55 GFLOP/s with 1 thread or 2), and `gemm` re-packs
-//! the whole weight on every call (16 % of greedy decoding time). [`matmul`] on flex:
+//! the whole weight on every call (16 % of greedy decoding time). Every product of a linear
+//! layer comes here (`ops::linear`). [`matmul`] on flex:
 //!
-//! - **Decoding** (no autodiff): the weight is packed once for [`PackedB`] and kept (see
-//!   [`packed`]); its columns are cut into one range per thread.
+//! - **Decoding** (no autodiff): the weight is packed once for [`PackedB`] and kept in a small
+//!   LRU cache (128 MiB, see [`packed`]) whose entries hold a handle on the weight's storage:
+//!   a weight cannot be freed, reused or written in place while its entry lives, so a hit is
+//!   always the same values. Its columns are cut into one range per thread. Any row count
+//!   takes this path, so an encoder's input projection (`[batch·src, d]`, 1536 rows on the
+//!   benchmark shape) is packed too; its row blocks of 256 keep a block of `A` in L2. Only
+//!   weights may take it: a tensor made afresh at every call (the Transformer's side-by-side
+//!   `[W_Q | W_K | W_V]`) goes through [`matmul_fresh`], never packed, or it would churn the
+//!   cache. [`add_matmul`] adds a sum inside the product (`x W + b`, `x W_x + h W_h` and layer
+//!   0's `xe + x W_feed` are one call): each thread adds the base to the columns it has just
+//!   computed, so the result has the bits of the composed sum (tested) without a tensor or
+//!   pass of its own.
 //! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
 //!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
 //!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, `∂W = xᵀ ∂y` through burn,
 //!   whose threading suits its `d_in` rows — or, for a weight wrapped by
 //!   [`crate::deferred_grad::defer_grad`], once for all steps. Weights change with every
-//!   optimiser step, so nothing is kept packed.
+//!   optimiser step, so nothing is kept packed (training never uses the cache), and
+//!   [`add_matmul`] composes the sum.
 //!
 //! Larger products (while training, and for tensors computed afresh, [`matmul_fresh`]) go to
-//! `gemm` with its own threads ([`matmul_2d`]: burn's product, without its output copy);
-//! other backends to burn.
+//! `gemm` with its own threads ([`matmul_2d`]: burn's product, without its output copy; see
+//! [`crate::flex_gemm`]). On a cubecl device (without burn's fusion) the product is burn's, as
+//! a node of its own while training, and [`add_bias`] is a node too, so that a deferred
+//! weight's or bias's gradient waits for all steps ([`crate::deferred_grad`]); other backends
+//! go to burn.
 //!
 //! # Shapes
 //! - `x`: `[rows, d_in]`, `W`: `[d_in, d_out]` → `[rows, d_out]`

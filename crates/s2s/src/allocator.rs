@@ -11,9 +11,14 @@
 //!   bench shape).
 //! - [`LargeBlocks`], the global allocator: glibc maps anything larger afresh on every use (a
 //!   `[1536, 8000]` logits tensor and its gradient, 49 MB each, page-faulted at every step).
-//!   Freed blocks of 32 MiB or more are kept, up to [`KEPT_BYTES`], and handed out again to
-//!   requests of the same size or up to a quarter smaller. Every request of 64 KiB or more
-//!   also starts on a cache line ([`lined`]).
+//!   Freed blocks of 32 MiB or more are kept, up to [`KEPT_BYTES`] (1 GiB), and handed out
+//!   again, best fit, to requests of the same size or up to a quarter smaller. Every request
+//!   of 64 KiB or more also starts on a cache line ([`lined`]; never less aligned than asked
+//!   for, and `alloc`, `realloc` and `dealloc` apply the same rule, so a block goes back as it
+//!   came): on glibc's 16-byte boundaries each of the LSTM layer's streamed runs began and
+//!   ended in a partly written line. The lining lives here, in the binary's allocator, not in
+//!   the kernels, so every tensor buffer gets it and the libraries stay on the standard
+//!   allocator.
 //!
 //! `S2S_MALLOC_DEFAULTS=1` turns both off (to compare); the lining stays (it changes where a
 //! block starts, not which memory is reused).
@@ -21,8 +26,9 @@
 //! Kept over a well-kept allocator because it measured better: jemalloc 5.3 (the `jemalloc`
 //! feature) with nothing purged (`_RJEM_MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1`)
 //! trained the Transformer 13 % slower and the LSTM as fast, and at its defaults both ~25 %
-//! slower, spending 3–8× our system time returning and refaulting pages (docs/benchmarks.md,
-//! "CPU: the allocator").
+//! slower, spending 3–8× our system time returning and refaulting pages (whole processes:
+//! 10 % slower nothing purged, 29 % at its defaults; docs/benchmarks.md, "CPU: the
+//! allocator").
 //!
 //! It also counts, once [`LargeBlocks::count_from_now`] is called, the bytes requested and not
 //! yet freed and their peak: the course's peak-memory probe (`s2s_course::probes::peak_bytes`).
