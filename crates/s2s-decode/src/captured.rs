@@ -24,7 +24,7 @@
 //! (the studio), sampling, and the CPU, which launches no kernels.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_kernels::graph::{GraphError, Recorder, StepGraph, write_ids};
+use s2s_kernels::gpu::graph::{GraphError, Recorder, StepGraph, write_ids};
 use s2s_models::Source;
 
 use crate::beam::{BeamConfig, BeamSteps, device_tops, split_tops};

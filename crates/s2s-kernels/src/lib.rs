@@ -6,61 +6,31 @@
 //! the tensor's device, or its plain-tensor [`reference`] when [`mode`] says so
 //! (`--kernels reference`, `S2S_KERNELS=reference`). The crate knows no model type.
 //!
-//! Behind [`ops`]: fused CPU kernels on burn's flex backend (`fused_*`, [`packed_gemm`],
-//! [`small_matmul`], [`lockstep`], [`fastmath`]), cubecl kernels for wgpu (`gpu_*`,
-//! [`cube_launch`], [`second_output`]), and custom autodiff nodes ([`deferred_grad`]).
+//! Behind [`ops`], one folder per operation, each with its CPU kernel (on burn's flex backend)
+//! and its GPU kernel (cubecl, for wgpu): [`lstm`], [`attention`] (the recurrent decoders' and
+//! the Transformer's multi-head attention), [`softmax`], [`layer_norm`], [`dropout`], [`loss`],
+//! [`optimizer`], [`tanh`]; and what they share: matrix products ([`gemm`]), the CPU's vector
+//! math ([`cpu`]) and GPU launches, captured steps and timing ([`gpu`]).
 //! `docs/kernels.md` says why each exists, what it replaces and how it is tested.
 
 pub mod mode;
 pub mod ops;
 pub mod reference;
 
-pub mod attention_step;
-pub mod clip;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod cube_launch;
-pub mod deferred_grad;
+pub mod attention;
+pub mod cpu;
 pub mod dropout;
-pub mod dropout_mask;
-pub mod fastmath;
-pub mod flex_data;
-pub mod flex_gemm;
-pub mod fused_adam;
-pub mod fused_attention;
-pub mod fused_layer_norm;
-pub mod fused_loss;
-pub mod fused_lstm;
-pub mod fused_softmax;
-pub mod fused_tanh;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_attend;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_attention;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_cat;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_dropout;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_layer_norm;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu_lstm_cell;
-pub mod gpu_steps;
-pub mod graph;
-pub mod host_clock;
-#[cfg(not(feature = "gpu-tuned"))]
-pub mod launch_probe;
-pub mod lockstep;
-pub mod loss_sum;
-mod multi_head;
-pub mod packed_gemm;
-#[cfg(not(feature = "gpu-tuned"))]
-pub(crate) mod second_output;
-pub mod small_matmul;
-pub mod step_cache;
-pub mod step_scalars;
+pub mod gemm;
+pub mod gpu;
+pub mod layer_norm;
+pub mod loss;
+pub mod lstm;
+pub mod optimizer;
+pub mod softmax;
+pub mod tanh;
+
 #[doc(hidden)]
 pub mod testing;
-pub mod top_k;
 
 pub use mode::Kernels;
 

@@ -11,14 +11,14 @@ use burn::module::Module;
 use burn::nn::{Dropout, LayerNorm, Linear};
 use burn::tensor::{Device, Int, Tensor};
 
-use crate::flex_data::is_flex;
+use crate::cpu::flex_data::is_flex;
 use crate::mode;
 use crate::reference;
 
-pub use crate::multi_head::{
+pub use crate::attention::multi_head::{
     Heads, KeyValue, attend_heads, attend_heads_cached, project_kv, project_qkv, self_attend_heads,
 };
-pub use crate::step_cache::{SourceRows, StepCache};
+pub use crate::attention::step_cache::{SourceRows, StepCache};
 
 /// True when the GPU kernels can run on `device`: a cubecl device, without burn's fusion.
 fn gpu_kernels(device: &Device) -> bool {
@@ -37,7 +37,7 @@ pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
     if mode::reference() {
         return reference::matmul_rows(x, w);
     }
-    reference::as_rows(x, w.dims()[1], |x| crate::small_matmul::matmul(x, w))
+    reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul(x, w))
 }
 
 /// [`matmul_rows`] for a `W` computed afresh at every call (weights joined side by side):
@@ -46,7 +46,7 @@ pub fn matmul_rows_fresh<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D
     if mode::reference() {
         return reference::matmul_rows(x, w);
     }
-    reference::as_rows(x, w.dims()[1], |x| crate::small_matmul::matmul_fresh(x, w))
+    reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul_fresh(x, w))
 }
 
 /// `x W + b` over the last dimension: while decoding on the CPU the bias is added inside the
@@ -58,10 +58,10 @@ pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> 
     }
     if x.is_autodiff() {
         return reference::as_rows(x, w.dims()[1], |x| {
-            crate::small_matmul::add_bias(crate::small_matmul::matmul(x, w), b)
+            crate::gemm::small::add_bias(crate::gemm::small::matmul(x, w), b)
         });
     }
-    reference::as_rows(x, w.dims()[1], |x| crate::small_matmul::add_matmul(b.unsqueeze::<2>(), x, w))
+    reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::add_matmul(b.unsqueeze::<2>(), x, w))
 }
 
 /// A `Linear` layer, `x W + b`, through [`affine_rows`] / [`matmul_rows`].
@@ -103,7 +103,7 @@ pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     if mode::reference() {
         return reference::add_matmul(base, x, w);
     }
-    crate::small_matmul::add_matmul(base, x, w)
+    crate::gemm::small::add_matmul(base, x, w)
 }
 
 /// `[a | b | …]` along the last axis of 2-D tensors with the same rows; on a GPU two or three
@@ -114,7 +114,7 @@ pub fn cat_columns(mut parts: Vec<Tensor<2>>) -> Tensor<2> {
     }
     #[cfg(not(feature = "gpu-tuned"))]
     if !mode::reference() && matches!(parts.len(), 2 | 3) && gpu_kernels(&parts[0].device()) {
-        return crate::gpu_cat::cat_columns(parts);
+        return crate::gpu::cat::cat_columns(parts);
     }
     reference::cat_columns(parts)
 }
@@ -146,7 +146,7 @@ pub fn tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     if mode::reference() || (cfg!(feature = "gpu-tuned") && !is_flex(&x.device())) {
         return reference::tanh(x);
     }
-    crate::fused_tanh::tanh(x)
+    crate::tanh::tanh(x)
 }
 
 /// `softmax` over the last dimension: one fused pass per row on the CPU.
@@ -154,7 +154,7 @@ pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     if mode::reference() || !is_flex(&x.device()) {
         return reference::softmax(x);
     }
-    crate::fused_softmax::softmax(x)
+    crate::softmax::cpu::softmax(x)
 }
 
 /// `log_softmax` over the last dimension: one fused pass per row on the CPU.
@@ -162,7 +162,7 @@ pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     if mode::reference() || !is_flex(&x.device()) {
         return reference::log_softmax(x);
     }
-    crate::fused_softmax::log_softmax(x)
+    crate::softmax::cpu::log_softmax(x)
 }
 
 /// Each row's best token (the first of equal scores, as f32: ids are exact below 2²⁴) and its
@@ -173,7 +173,7 @@ pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
     if mode::reference() || !kernel || logits.is_autodiff() {
         return reference::best_log_prob_pairs(logits);
     }
-    crate::fused_softmax::best_log_prob_pairs(logits)
+    crate::softmax::cpu::best_log_prob_pairs(logits)
 }
 
 /// [`best_log_prob_pairs`] read back to the host: (best tokens, their log-probabilities).
@@ -190,13 +190,13 @@ pub fn lstm_step(xw: Tensor<2>, h: Tensor<2>, w_hidden: Tensor<2>, c: Tensor<2>)
         return reference::lstm_step(xw, h, w_hidden, c);
     }
     if is_flex(&xw.device()) {
-        let gates = crate::small_matmul::add_matmul(xw, h, w_hidden);
-        return crate::fused_lstm::lstm_gates(gates, c);
+        let gates = crate::gemm::small::add_matmul(xw, h, w_hidden);
+        return crate::lstm::cpu::lstm_gates(gates, c);
     }
     #[cfg(not(feature = "gpu-tuned"))]
-    return crate::gpu_lstm_cell::lstm_gates(xw, crate::small_matmul::matmul(h, w_hidden), c);
+    return crate::lstm::gpu::lstm_gates(xw, crate::gemm::small::matmul(h, w_hidden), c);
     #[cfg(feature = "gpu-tuned")]
-    return reference::lstm_gates(xw + crate::small_matmul::matmul(h, w_hidden), c);
+    return reference::lstm_gates(xw + crate::gemm::small::matmul(h, w_hidden), c);
 }
 
 /// One direction of an LSTM layer over a padded sequence ([`reference::lstm_layer`]): on the
@@ -214,11 +214,11 @@ pub fn lstm_layer(
         return reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
     }
     if is_flex(&xw.device()) {
-        return crate::fused_lstm::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
+        return crate::lstm::cpu::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
     }
     #[cfg(not(feature = "gpu-tuned"))]
     if xw.dims()[1] > 0 {
-        return crate::gpu_lstm_cell::lstm_layer(xw, w_hidden, h0, c0, keep, reverse);
+        return crate::lstm::gpu::lstm_layer(xw, w_hidden, h0, c0, keep, reverse);
     }
     reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse)
 }
@@ -228,7 +228,7 @@ pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
     if mode::reference() {
         return reference::dot_scores(q, keys);
     }
-    crate::attention_step::dot_scores(q, keys)
+    crate::attention::step::dot_scores(q, keys)
 }
 
 /// Additive scores `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's).
@@ -236,7 +236,7 @@ pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2
     if mode::reference() {
         return reference::additive_scores(q, keys, v);
     }
-    crate::attention_step::additive_scores(q, keys, v)
+    crate::attention::step::additive_scores(q, keys, v)
 }
 
 /// The masked softmax of `scores` and the context: (context `[batch, d]`, weights
@@ -248,10 +248,10 @@ pub fn attend(scores: Tensor<2>, values: &Tensor<3>, key_mask: &Tensor<2>) -> (T
     }
     #[cfg(not(feature = "gpu-tuned"))]
     if gpu_kernels(&scores.device()) {
-        return crate::gpu_attend::attend(scores, key_mask, values);
+        return crate::attention::rnn_gpu::attend(scores, key_mask, values);
     }
     let weights = softmax(scores + key_mask.clone());
-    (crate::attention_step::weighted_sum(weights.clone(), values), weights)
+    (crate::attention::step::weighted_sum(weights.clone(), values), weights)
 }
 
 /// Layer normalisation over the last dimension: one fused pass per row (and its own
@@ -260,7 +260,7 @@ pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
     if mode::reference() || (cfg!(feature = "gpu-tuned") && !is_flex(&x.device())) {
         return reference::layer_norm(norm, x);
     }
-    crate::fused_layer_norm::layer_norm(norm, x)
+    crate::layer_norm::cpu::layer_norm(norm, x)
 }
 
 /// Dropout with `d`'s probability: a counter-based mask, one multiplication, on the CPU; one
@@ -311,7 +311,7 @@ pub fn scaled_dot_product(
 /// True when the fused attention kernels run on `device` with this mask shape.
 fn attention_kernels(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
     let kernels = is_flex(device) || cfg!(not(feature = "gpu-tuned"));
-    !mode::reference() && kernels && crate::fused_attention::mask_fits(mask.dims(), batch, tq, tk)
+    !mode::reference() && kernels && crate::attention::fused::mask_fits(mask.dims(), batch, tq, tk)
 }
 
 /// The fused kernels' dropout on the attention weights: the mask's seed and the share kept.
@@ -334,14 +334,14 @@ pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropou
         return scaled_dot_product(q, k, v, Some(mask), d).0;
     }
     let drop = attention_dropout(d, &device);
-    crate::fused_attention::self_attention(qkv, mask, heads, drop).0
+    crate::attention::fused::self_attention(qkv, mask, heads, drop).0
 }
 
 /// Attention of one query position per row while decoding: `q` `[rows, heads·d_k]` to
 /// `keys`/`values` (`[held, heads, len, d_k]` or `[held, len, heads·d_k]`, read in place)
 /// under the additive `mask` `[held or 1, len]`, row `r` reading row `source[r]` of them
 /// (`None`: row `r`): (output `[rows, heads·d_k]`, weights
-/// `[rows, heads, len]`) from one CPU kernel ([`crate::attention_step::heads_step`]); `None`
+/// `[rows, heads, len]`) from one CPU kernel ([`crate::attention::step::heads_step`]); `None`
 /// where it does not run (a GPU, autodiff, `--kernels reference`): compose the operations.
 pub fn heads_step<const D: usize>(
     q: Tensor<2>,
@@ -354,7 +354,7 @@ pub fn heads_step<const D: usize>(
     if !heads_step_runs(&q.device()) {
         return None;
     }
-    crate::attention_step::heads_step(q, keys, values, mask, source, heads)
+    crate::attention::step::heads_step(q, keys, values, mask, source, heads)
 }
 
 /// True when [`heads_step`] runs its kernel on `device` (flex without autodiff, fast kernels).
@@ -381,7 +381,7 @@ pub fn cross_attention(
         return scaled_dot_product(q, k, v, Some(mask), d);
     }
     let drop = attention_dropout(d, &device);
-    crate::fused_attention::cross_attention(q, kv, mask, heads, drop)
+    crate::attention::fused::cross_attention(q, kv, mask, heads, drop)
 }
 
 /// `x[:, t, :]` for every step `t` of `x` (`[batch, time, d]`); on a GPU one gradient write a
@@ -390,7 +390,7 @@ pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
     if mode::reference() {
         return reference::time_steps(x);
     }
-    crate::gpu_steps::time_steps(x)
+    crate::gpu::steps::time_steps(x)
 }
 
 /// `[batch, time, d]` from `time` steps `[batch, d]` (at least one); on a GPU eight steps a
@@ -399,7 +399,7 @@ pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
     if mode::reference() {
         return reference::stack_steps(parts);
     }
-    crate::gpu_steps::stack_steps(parts)
+    crate::gpu::steps::stack_steps(parts)
 }
 
 /// `w` with the gradients of its uses at every decoder step summed once, after all steps (one
@@ -408,7 +408,7 @@ pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {
     if mode::reference() {
         return w;
     }
-    crate::deferred_grad::defer_grad(w)
+    crate::gemm::deferred_grad::defer_grad(w)
 }
 
 /// A copy of `module` whose parameters go through [`defer_grad`]: what a decoder loop runs at
@@ -417,7 +417,7 @@ pub fn for_steps<M: Module>(module: &M) -> M {
     if mode::reference() {
         return reference::for_steps(module);
     }
-    crate::deferred_grad::for_steps(module)
+    crate::gemm::deferred_grad::for_steps(module)
 }
 
 /// The sum of every element, `[1]`. On the CPU, burn's `sum`. On a GPU, a reduction along one
@@ -445,7 +445,7 @@ pub fn label_smoothed_xent(
         return reference::label_smoothed_xent(logits, targets, keep, epsilon);
     }
     let [batch, tgt, vocab] = logits.dims();
-    let rows = crate::fused_loss::smoothed_xent(
+    let rows = crate::loss::cpu::smoothed_xent(
         logits.reshape([batch * tgt, vocab]),
         targets.reshape([batch * tgt]).float(),
         keep.clone().reshape([batch * tgt]),
@@ -454,8 +454,8 @@ pub fn label_smoothed_xent(
     (rows.clone().narrow(1, 1, 1).sum(), rows.narrow(1, 0, 1).sum())
 }
 
-pub use crate::clip::{clip_global_norm, global_norm, scale_grads};
-pub use crate::fused_adam::{FusedAdam, step as adam_step};
+pub use crate::optimizer::adam::{FusedAdam, step as adam_step};
+pub use crate::optimizer::clip::{clip_global_norm, global_norm, scale_grads};
 
 thread_local! {
     /// [`constant`]'s tensors, by key, shape and device.
@@ -469,7 +469,7 @@ const MAX_CONSTANTS: usize = 4096;
 /// A tensor that depends only on `key` and `dims` (positions, a causal mask), built by `build`
 /// once per thread and GPU device and shared after; on the CPU (flex) built every time, as
 /// cheap as a copy there. On a GPU building it is a host → device write, which a captured
-/// step (replayed from a graph, [`crate::graph`]) may not do, and which costs a transfer a
+/// step (replayed from a graph, [`crate::gpu::graph`]) may not do, and which costs a transfer a
 /// step otherwise.
 pub fn constant<const D: usize>(
     key: &str,

@@ -5,7 +5,7 @@
 //!
 //! Dropout is the one place where a reference reads something of the kernels': the mask. A
 //! reference draws the same seed from the same source and builds the same mask on the host
-//! ([`crate::dropout_mask::mask`] on the CPU, the GPU kernels' hash elsewhere), then multiplies, so
+//! ([`crate::dropout::mask::mask`] on the CPU, the GPU kernels' hash elsewhere), then multiplies, so
 //! a model trained on the references draws the masks it would draw on the kernels.
 
 use burn::module::Module;

@@ -15,8 +15,8 @@ use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec}
 use serde::{Deserialize, Serialize};
 
 use crate::captured::{FixedBatchTrainer, StepInputs};
-use s2s_kernels::flex_data::is_flex;
-use s2s_kernels::host_clock::Snapshot;
+use s2s_kernels::cpu::flex_data::is_flex;
+use s2s_kernels::gpu::host_clock::Snapshot;
 use s2s_kernels::ops::FusedAdam;
 
 /// The benchmark configuration shipped with the project.
@@ -135,7 +135,7 @@ pub enum BenchError {
     Unknown(&'static str, String),
     /// The captured step could not be recorded or replayed.
     #[error(transparent)]
-    Graph(s2s_kernels::graph::GraphError),
+    Graph(s2s_kernels::gpu::graph::GraphError),
     /// The model cannot be built.
     #[error(transparent)]
     Model(#[from] s2s_models::ModelError),
@@ -219,7 +219,7 @@ pub struct BenchResult {
     /// GPU work queued in one phase may finish in the next.
     pub train_phase_ms: BTreeMap<String, f64>,
     /// Host CPU milliseconds per timed training step spent launching it: the calling thread
-    /// plus cubecl's device-service threads ([`s2s_kernels::host_clock`]). On a GPU a
+    /// plus cubecl's device-service threads ([`s2s_kernels::gpu::host_clock`]). On a GPU a
     /// launch-bound step costs this much whatever the GPU does; on lavapipe it excludes the
     /// driver's execution of the dispatches. `None` on the CPU backend, which launches nothing.
     pub train_host_ms: Option<f64>,

@@ -219,7 +219,7 @@ mod tests {
     }
 
     /// The fused self-attention on wgpu (lavapipe where there is no GPU) — `[W^Q | W^K | W^V]`
-    /// joined by `gpu_cat`, the attention kernels — equals flex's: the output and the
+    /// joined by `gpu::cat`, the attention kernels — equals flex's: the output and the
     /// gradients of the three projections' weights and biases.
     #[test]
     fn fused_self_attention_on_wgpu_equals_flex() {

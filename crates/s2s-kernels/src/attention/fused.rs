@@ -1,0 +1,690 @@
+//! Scaled dot-product attention over all heads as one CPU kernel, forward and backward
+//! (Vaswani et al., 2017, eq. 1).
+//!
+//! Per sentence `b` and head `h`, with `Q`, `K`, `V` that head's columns of the projections,
+//! additive mask `M` (0 or −∞) and dropout mask `D` (`1/keep` or 0):
+//!
+//! `P = softmax(QKᵀ/√d_k + M)`, `O = (P ⊙ D) V`
+//!
+//! and back, from `∂O`: `∂V = (P ⊙ D)ᵀ ∂O`, `∂P = (∂O Vᵀ) ⊙ D`,
+//! `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂Q = ∂S K/√d_k`, `∂K = ∂Sᵀ Q/√d_k`.
+//!
+//! Composed from burn's operations, one attention layer of the Transformer benchmark shape
+//! took ~20 ms forward and backward beyond its projections, and the three `narrow`s that
+//! split the fused `[Q | K | V]` projection another ~13 ms (each one's backward writes a
+//! full-width zero gradient and the three are summed): the heads are split and merged by
+//! copies, the scores scaled, masked and dropped out as separate passes, and every product is
+//! 512 tiny batched `gemm` calls. Here the kernel reads each head's columns of the projection
+//! in place, writes its output straight into the merged `[batch, t, d_model]` layout, and its
+//! backward writes `∂[Q | K | V]` as one tensor; one task per sentence and head. Only `P` (the
+//! weights, which callers also get) is kept for the backward; the dropout mask is drawn
+//! again from its seed — element for element the mask [`crate::dropout::forward`] would
+//! draw from the same seed, so the two paths agree exactly (tested).
+//!
+//! A burn `#[backend_extension]` for flex, and for cubecl runtimes through
+//! [`crate::attention::gpu`]'s kernels; under burn's fusion (`gpu-tuned`) the operations are
+//! composed ([`crate::reference::scaled_dot_product`]). It runs whenever the projections are
+//! one product (teacher-forced training; cross-attention in decoding when the memory has over
+//! 1,024 rows) and the mask is `[batch or 1, 1, t_q or 1, t_k]`. The weights returned beside
+//! the output carry no gradient (they are for inspection: heat maps, alignment); the output's
+//! gradient is exact.
+//!
+//! # Shapes
+//! - self-attention: `qkv` `[batch, t, 3·d_model]` (`[Q | K | V]`) → `[batch, t, d_model]`
+//! - cross-attention: `q` `[batch, t_q, d_model]`, `kv` `[batch, t_k, 2·d_model]` (`[K | V]`)
+//! - mask: additive, `[batch or 1, 1, t_q or 1, t_k]`; weights `[batch, heads, t_q, t_k]`
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::{AutodiffBackend, Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::tensor::{Tensor, TensorData};
+use rayon::prelude::*;
+
+use crate::cpu::fastmath::exp;
+use crate::cpu::flex_data::{contiguous, f32s};
+use crate::gemm::packed::SendPtr;
+
+/// The fused attention as a burn backend extension (flex, and cubecl runtimes without
+/// fusion: [`crate::attention::gpu`]; see the module doc).
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
+pub trait FusedAttention: burn::backend::Backend {
+    /// Self-attention from `[Q | K | V]`: `(output, weights)`. `drop` is the dropout mask's
+    /// seed and the share kept (`1`: no dropout).
+    fn self_attention(
+        qkv: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Attention from queries `q` to `[K | V]`: `(output, weights)`.
+    fn cross_attention(
+        q: FloatTensor<Self>,
+        kv: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// One operand's columns in a row-major `[batch, t, width]` buffer: head `h`'s row `i` of
+/// sentence `b` starts at `((b·t + i)·width + offset + h·d_k)`.
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    data: &'a [f32],
+    t: usize,
+    width: usize,
+    offset: usize,
+}
+
+impl Operand<'_> {
+    #[inline]
+    fn row(&self, b: usize, h: usize, i: usize, dk: usize) -> &[f32] {
+        let at = (b * self.t + i) * self.width + self.offset + h * dk;
+        &self.data[at..at + dk]
+    }
+
+    /// Head `h` of sentence `b`, rows `0..t`, transposed: `[d_k, t]`.
+    fn transposed(&self, b: usize, h: usize, t: usize, dk: usize) -> Vec<f32> {
+        let mut out = vec![0f32; dk * t];
+        for j in 0..t {
+            for (c, &x) in self.row(b, h, j, dk).iter().enumerate() {
+                out[c * t + j] = x;
+            }
+        }
+        out
+    }
+}
+
+/// Sizes of one call.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    batch: usize,
+    heads: usize,
+    tq: usize,
+    tk: usize,
+    dk: usize,
+}
+
+/// The additive mask, broadcast: element `(b, i, j)` at `b·sb + i·si + j`.
+struct Mask<'a> {
+    data: &'a [f32],
+    sb: usize,
+    si: usize,
+}
+
+/// Reads the mask's layout; `None` when it is not `[batch or 1, 1, t_q or 1, t_k]`.
+fn mask_strides(mask: &FlexTensor, d: Dims) -> Option<(usize, usize)> {
+    let dims = mask.layout().shape().dims::<4>();
+    let [mb, _, mq, mk] = dims;
+    mask_fits(dims, d.batch, d.tq, d.tk)
+        .then(|| (if mb == 1 { 0 } else { mq * mk }, if mq == 1 { 0 } else { mk }))
+}
+
+/// True when the fused kernel takes a mask of these dimensions (`[batch, heads, t_q, t_k]`
+/// of the scores it is added to).
+pub fn mask_fits(mask: [usize; 4], batch: usize, tq: usize, tk: usize) -> bool {
+    let [mb, mh, mq, mk] = mask;
+    (mb == batch || mb == 1) && mh == 1 && (mq == tq || mq == 1) && mk == tk
+}
+
+/// One call's dropout mask, drawn element by element from its seed as
+/// [`crate::dropout::mask::mask`] draws it; all ones without dropout.
+#[derive(Clone, Copy)]
+struct DropMask {
+    seed: u64,
+    threshold: u32,
+    scale: f32,
+    on: bool,
+}
+
+impl DropMask {
+    /// From `(seed, keep)`.
+    fn new((seed, keep): (u64, f32)) -> Self {
+        Self { seed, threshold: crate::dropout::mask::threshold(keep), scale: 1.0 / keep, on: keep < 1.0 }
+    }
+
+    /// Element `e` (of `[batch, heads, t_q, t_k]`).
+    #[inline]
+    fn at(&self, e: usize) -> f32 {
+        if self.on { crate::dropout::mask::element(self.seed, e, self.threshold, self.scale) } else { 1.0 }
+    }
+}
+
+/// `(output [batch, t_q, heads·d_k], weights [batch, heads, t_q, t_k])`.
+fn forward(
+    q: Operand,
+    k: Operand,
+    v: Operand,
+    mask: &Mask,
+    d: Dims,
+    drop: (u64, f32),
+) -> (Vec<f32>, Vec<f32>) {
+    let Dims { batch, heads, tq, tk, dk } = d;
+    let drop = DropMask::new(drop);
+    let width = heads * dk;
+    let scale = 1.0 / (dk as f32).sqrt();
+    let mut out = vec![0f32; batch * tq * width];
+    let mut weights = vec![0f32; batch * heads * tq * tk];
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    weights.par_chunks_mut(tq * tk).enumerate().for_each(|(bh, w)| {
+        // Compiled for this CPU's vector unit ([`crate::cpu::fastmath::wide`]): `exp` fuses its
+        // multiply-adds, which baseline x86-64 code would run in software.
+        crate::cpu::fastmath::wide(
+            #[inline(always)]
+            || {
+                let out_ptr = &out_ptr;
+                let (b, h) = (bh / heads, bh % heads);
+                // Kᵀ, so each score row is a sum of scaled rows (no reductions).
+                let kt = k.transposed(b, h, tk, dk);
+                let mut o = vec![0f32; dk];
+                for i in 0..tq {
+                    let s = &mut w[i * tk..(i + 1) * tk];
+                    s.fill(0.0);
+                    for (c, &x) in q.row(b, h, i, dk).iter().enumerate() {
+                        for (s, &y) in s.iter_mut().zip(&kt[c * tk..(c + 1) * tk]) {
+                            *s += x * y;
+                        }
+                    }
+                    let m = &mask.data[b * mask.sb + i * mask.si..][..tk];
+                    let mut max = f32::NEG_INFINITY;
+                    for (s, &m) in s.iter_mut().zip(m) {
+                        *s = *s * scale + m;
+                        max = max.max(*s);
+                    }
+                    let mut sum = 0.0;
+                    for s in s.iter_mut() {
+                        *s = exp(*s - max);
+                        sum += *s;
+                    }
+                    let inv = 1.0 / sum;
+                    o.fill(0.0);
+                    let e0 = (bh * tq + i) * tk;
+                    for (j, s) in s.iter_mut().enumerate() {
+                        *s *= inv;
+                        let p = *s * drop.at(e0 + j);
+                        if p != 0.0 {
+                            for (o, &y) in o.iter_mut().zip(v.row(b, h, j, dk)) {
+                                *o += p * y;
+                            }
+                        }
+                    }
+                    // SAFETY: task (b, h) alone writes columns h·d_k.. of row (b, i); `out` outlives
+                    // the loop.
+                    unsafe {
+                        let dst = out_ptr.0.add((b * tq + i) * width + h * dk);
+                        std::ptr::copy_nonoverlapping(o.as_ptr(), dst, dk);
+                    }
+                }
+            },
+        )
+    });
+    (out, weights)
+}
+
+/// Where the backward writes `∂Q`, `∂K`, `∂V`: like [`Operand`], mutable.
+#[derive(Clone, Copy)]
+struct Target {
+    ptr: *mut f32,
+    t: usize,
+    width: usize,
+    offset: usize,
+}
+
+/// `∂Q`, `∂K`, `∂V` from `∂O` (`[batch, t_q, heads·d_k]`) and the kept weights `P`.
+///
+/// # Safety
+/// The targets point into buffers of `[batch, t, width]` that outlive the call; no two of
+/// them overlap in the columns they cover.
+#[allow(clippy::too_many_arguments)]
+unsafe fn backward(
+    q: Operand,
+    k: Operand,
+    v: Operand,
+    p: &[f32],
+    grad: &[f32],
+    d: Dims,
+    drop: (u64, f32),
+    dq: Target,
+    dkk: Target,
+    dv: Target,
+) {
+    let Dims { batch, heads, tq, tk, dk } = d;
+    let drop = DropMask::new(drop);
+    let scale = 1.0 / (dk as f32).sqrt();
+    let go = Operand { data: grad, t: tq, width: heads * dk, offset: 0 };
+    let targets = [SendTarget(dq), SendTarget(dkk), SendTarget(dv)];
+    (0..batch * heads).into_par_iter().for_each(|bh| {
+        let targets = &targets;
+        let (b, h) = (bh / heads, bh % heads);
+        let vt = v.transposed(b, h, tk, dk);
+        let mut g_k = vec![0f32; tk * dk];
+        let mut g_v = vec![0f32; tk * dk];
+        let (mut dp, mut dq_row, mut mask) = (vec![0f32; tk], vec![0f32; dk], vec![0f32; tk]);
+        for i in 0..tq {
+            let p = &p[(bh * tq + i) * tk..][..tk];
+            let e0 = (bh * tq + i) * tk;
+            for (j, m) in mask.iter_mut().enumerate() {
+                *m = drop.at(e0 + j);
+            }
+            let g = go.row(b, h, i, dk);
+            // ∂(P⊙D) = ∂O Vᵀ, and ∂V += (P⊙D)ᵀ ∂O.
+            dp.fill(0.0);
+            for (c, &x) in g.iter().enumerate() {
+                for (s, &y) in dp.iter_mut().zip(&vt[c * tk..(c + 1) * tk]) {
+                    *s += x * y;
+                }
+            }
+            for j in 0..tk {
+                let pd = p[j] * mask[j];
+                if pd != 0.0 {
+                    for (a, &x) in g_v[j * dk..(j + 1) * dk].iter_mut().zip(g) {
+                        *a += pd * x;
+                    }
+                }
+            }
+            // ∂S = P ⊙ (∂P − Σ P ⊙ ∂P), scaled by 1/√d_k for ∂Q and ∂K.
+            let mut dot = 0.0;
+            for j in 0..tk {
+                dp[j] *= mask[j];
+                dot += p[j] * dp[j];
+            }
+            dq_row.fill(0.0);
+            let qi = q.row(b, h, i, dk);
+            for j in 0..tk {
+                let ds = p[j] * (dp[j] - dot) * scale;
+                if ds != 0.0 {
+                    for (a, &x) in dq_row.iter_mut().zip(k.row(b, h, j, dk)) {
+                        *a += ds * x;
+                    }
+                    for (a, &x) in g_k[j * dk..(j + 1) * dk].iter_mut().zip(qi) {
+                        *a += ds * x;
+                    }
+                }
+            }
+            // SAFETY: task (b, h) alone writes these columns (see the function's contract).
+            unsafe { targets[0].write(b, h, i, dk, &dq_row) };
+        }
+        for j in 0..tk {
+            // SAFETY: as above.
+            unsafe {
+                targets[1].write(b, h, j, dk, &g_k[j * dk..(j + 1) * dk]);
+                targets[2].write(b, h, j, dk, &g_v[j * dk..(j + 1) * dk]);
+            }
+        }
+    });
+}
+
+/// A [`Target`] shared by the tasks, which write disjoint columns.
+struct SendTarget(Target);
+// SAFETY: every task writes only its own head's columns.
+unsafe impl Sync for SendTarget {}
+
+impl SendTarget {
+    /// Writes head `h`'s row `i` of sentence `b`.
+    ///
+    /// # Safety
+    /// No other thread writes those elements meanwhile; the buffer holds them.
+    unsafe fn write(&self, b: usize, h: usize, i: usize, dk: usize, row: &[f32]) {
+        let t = self.0;
+        unsafe {
+            let dst = t.ptr.add((b * t.t + i) * t.width + t.offset + h * dk);
+            std::ptr::copy_nonoverlapping(row.as_ptr(), dst, dk);
+        }
+    }
+}
+
+/// `[batch, t, width]` of a 3-D tensor.
+fn dims3(t: &FlexTensor) -> [usize; 3] {
+    t.layout().shape().dims::<3>()
+}
+
+/// `(batch, t_q, t_k, d_model)` of a call from the operands' `[batch, t, width]`: `q` is
+/// `[Q | K | V]` when `kv` is `None`, else `q` and `[K | V]` (checked; shared with
+/// [`crate::attention::gpu`]).
+pub(crate) fn sizes(q: [usize; 3], kv: Option<[usize; 3]>, heads: usize) -> (usize, usize, usize, usize) {
+    let [batch, tq, qw] = q;
+    let (tk, d_model) = match kv {
+        Some([kb, tk, kw]) => {
+            assert!(kb == batch && kw % 2 == 0, "fused attention: kv must be [batch, t_k, 2·d_model]");
+            assert_eq!(qw, kw / 2, "fused attention: q and kv widths disagree");
+            (tk, qw)
+        }
+        None => {
+            assert_eq!(qw % 3, 0, "fused attention: qkv must be [batch, t, 3·d_model]");
+            (tq, qw / 3)
+        }
+    };
+    assert!(heads > 0 && d_model % heads == 0, "fused attention: heads must divide d_model");
+    (batch, tq, tk, d_model)
+}
+
+/// The operands of one call: `(q, k, v)` tensors (contiguous, shared), their offsets, dims.
+struct Call {
+    q: FlexTensor,
+    kv: Option<FlexTensor>,
+    mask: FlexTensor,
+    dims: Dims,
+    drop: (u64, f32),
+}
+
+impl Call {
+    fn new(
+        q: &FlexTensor,
+        kv: Option<&FlexTensor>,
+        mask: &FlexTensor,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> Self {
+        let (batch, tq, tk, d_model) = sizes(dims3(q), kv.map(dims3), heads);
+        let dims = Dims { batch, heads, tq, tk, dk: d_model / heads };
+        Self { q: contiguous(q), kv: kv.map(contiguous), mask: contiguous(mask), dims, drop }
+    }
+
+    /// `(q, k, v)` as operands.
+    fn operands(&self) -> (Operand<'_>, Operand<'_>, Operand<'_>) {
+        let d = self.dims;
+        let dm = d.heads * d.dk;
+        let qs = self.q.as_slice::<f32>().expect("contiguous");
+        match &self.kv {
+            Some(kv) => {
+                let ks = kv.as_slice::<f32>().expect("contiguous");
+                (
+                    Operand { data: qs, t: d.tq, width: dm, offset: 0 },
+                    Operand { data: ks, t: d.tk, width: 2 * dm, offset: 0 },
+                    Operand { data: ks, t: d.tk, width: 2 * dm, offset: dm },
+                )
+            }
+            None => (
+                Operand { data: qs, t: d.tq, width: 3 * dm, offset: 0 },
+                Operand { data: qs, t: d.tq, width: 3 * dm, offset: dm },
+                Operand { data: qs, t: d.tq, width: 3 * dm, offset: 2 * dm },
+            ),
+        }
+    }
+
+    fn forward(&self) -> (FlexTensor, FlexTensor) {
+        let d = self.dims;
+        let (sb, si) =
+            mask_strides(&self.mask, d).expect("fused attention: mask must be [batch|1, 1, t_q|1, t_k]");
+        let mask = Mask { data: self.mask.as_slice::<f32>().expect("contiguous"), sb, si };
+        let (q, k, v) = self.operands();
+        let (out, w) = forward(q, k, v, &mask, d, self.drop);
+        (
+            FlexTensor::from_data(TensorData::new(out, [d.batch, d.tq, d.heads * d.dk])),
+            FlexTensor::from_data(TensorData::new(w, [d.batch, d.heads, d.tq, d.tk])),
+        )
+    }
+
+    /// `(∂q, ∂kv)` (`∂kv` `None` for self-attention, whose `∂qkv` is the first).
+    fn backward(&self, weights: &FlexTensor, grad: &FlexTensor) -> (FlexTensor, Option<FlexTensor>) {
+        let d = self.dims;
+        let dm = d.heads * d.dk;
+        let (q, k, v) = self.operands();
+        let (p, g) = (f32s(weights), f32s(grad));
+        let mut gq = vec![0f32; self.q.layout().shape().num_elements()];
+        let mut gkv = self.kv.as_ref().map(|kv| vec![0f32; kv.layout().shape().num_elements()]);
+        let tq = Target { ptr: gq.as_mut_ptr(), t: d.tq, width: q.width, offset: 0 };
+        let (tk, tv) = match &mut gkv {
+            Some(buf) => (
+                Target { ptr: buf.as_mut_ptr(), t: d.tk, width: 2 * dm, offset: 0 },
+                Target { ptr: buf.as_mut_ptr(), t: d.tk, width: 2 * dm, offset: dm },
+            ),
+            None => (Target { offset: dm, ..tq }, Target { offset: 2 * dm, ..tq }),
+        };
+        // SAFETY: the targets cover disjoint columns of buffers sized like the operands.
+        unsafe { backward(q, k, v, &p, &g, d, self.drop, tq, tk, tv) };
+        let gq = FlexTensor::from_data(TensorData::new(gq, self.q.layout().shape().clone()));
+        let gkv = gkv.map(|buf| {
+            FlexTensor::from_data(TensorData::new(
+                buf,
+                self.kv.as_ref().expect("kv").layout().shape().clone(),
+            ))
+        });
+        (gq, gkv)
+    }
+}
+
+impl FusedAttention for Flex {
+    fn self_attention(
+        qkv: FlexTensor,
+        mask: FlexTensor,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FlexTensor, FlexTensor) {
+        Call::new(&qkv, None, &mask, heads, drop).forward()
+    }
+
+    fn cross_attention(
+        q: FlexTensor,
+        kv: FlexTensor,
+        mask: FlexTensor,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FlexTensor, FlexTensor) {
+        Call::new(&q, Some(&kv), &mask, heads, drop).forward()
+    }
+}
+
+#[derive(Debug)]
+struct AttentionBackward;
+
+impl<const N: usize> Backward<Flex, N> for AttentionBackward {
+    /// The call's operands and the weights `P`.
+    type State = (CallState, FlexTensor);
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (state, weights) = ops.state;
+        let call = state.0;
+        let (gq, gkv) = call.backward(&weights, &grad);
+        let mut parents = ops.parents.into_iter();
+        if let Some(Some(node)) = parents.next() {
+            grads.register::<Flex>(node.id, gq);
+        }
+        if let (Some(Some(node)), Some(gkv)) = (parents.next(), gkv) {
+            grads.register::<Flex>(node.id, gkv);
+        }
+    }
+}
+
+/// [`Call`] as backward state.
+struct CallState(Call);
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "fused attention {:?}", self.0.dims)
+    }
+}
+
+impl Clone for CallState {
+    fn clone(&self) -> Self {
+        let c = &self.0;
+        CallState(Call { q: c.q.clone(), kv: c.kv.clone(), mask: c.mask.clone(), dims: c.dims, drop: c.drop })
+    }
+}
+
+impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
+    fn self_attention(
+        qkv: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (x, node) = qkv.into_parts();
+        let call = Call::new(&x, None, &mask.into_primitive(), heads, drop);
+        let (out, weights) = call.forward();
+        let out = match AttentionBackward.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((CallState(call), weights.clone()), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        (out, <Self as AutodiffBackend>::from_inner(weights))
+    }
+
+    fn cross_attention(
+        q: FloatTensor<Self>,
+        kv: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (q, q_node) = q.into_parts();
+        let (kv, kv_node) = kv.into_parts();
+        let call = Call::new(&q, Some(&kv), &mask.into_primitive(), heads, drop);
+        let (out, weights) = call.forward();
+        let out = match AttentionBackward.prepare::<C>([q_node, kv_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((CallState(call), weights.clone()), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        (out, <Self as AutodiffBackend>::from_inner(weights))
+    }
+}
+
+/// Self-attention from `qkv` (`[Q | K | V]`, `[batch, t, 3·d_model]`): `(output, weights)`.
+pub fn self_attention(
+    qkv: Tensor<3>,
+    mask: &Tensor<4>,
+    heads: usize,
+    drop: (u64, f32),
+) -> (Tensor<3>, Tensor<4>) {
+    let (o, w) = <Dispatch as FusedAttention>::self_attention(
+        qkv.into_dispatch(),
+        mask.clone().into_dispatch(),
+        heads,
+        drop,
+    );
+    (Tensor::from_dispatch(o), Tensor::from_dispatch(w))
+}
+
+/// Attention from `q` (`[batch, t_q, d_model]`) to `kv` (`[K | V]`, `[batch, t_k,
+/// 2·d_model]`): `(output, weights)`.
+pub fn cross_attention(
+    q: Tensor<3>,
+    kv: Tensor<3>,
+    mask: &Tensor<4>,
+    heads: usize,
+    drop: (u64, f32),
+) -> (Tensor<3>, Tensor<4>) {
+    let (o, w) = <Dispatch as FusedAttention>::cross_attention(
+        q.into_dispatch(),
+        kv.into_dispatch(),
+        mask.clone().into_dispatch(),
+        heads,
+        drop,
+    );
+    (Tensor::from_dispatch(o), Tensor::from_dispatch(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::max_diff;
+    use burn::tensor::{Device, Distribution, Tensor, TensorData};
+
+    /// An additive padding mask `[batch, 1, 1, t]`: sentence `b` keeps its first
+    /// `t − (b mod 3)` positions.
+    fn padding(batch: usize, t: usize, d: &Device) -> Tensor<4> {
+        let v: Vec<f32> = (0..batch)
+            .flat_map(|b| (0..t).map(move |j| if j + b % 3 >= t { f32::NEG_INFINITY } else { 0.0 }))
+            .collect();
+        Tensor::from_data(TensorData::new(v, [batch, 1, 1, t]), d)
+    }
+
+    fn causal(t: usize, d: &Device) -> Tensor<4> {
+        let v: Vec<f32> =
+            (0..t).flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        Tensor::from_data(TensorData::new(v, [1, 1, t, t]), d)
+    }
+
+    /// `[batch, t, width]` columns `offset..offset + heads·d_k` as `[batch, heads, t, d_k]`.
+    fn heads_of(x: Tensor<3>, offset: usize, heads: usize, dk: usize) -> Tensor<4> {
+        let [b, t, _] = x.dims();
+        x.narrow(2, offset, heads * dk).reshape([b, t, heads, dk]).swap_dims(1, 2)
+    }
+
+    /// The equations of the module doc from burn's operations, with the dropout mask drawn
+    /// from `seed` by [`crate::dropout::mask::mask`].
+    fn composed(
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        mask: &Tensor<4>,
+        drop: (u64, f32),
+        mask_of: fn(u64, usize, f32) -> Vec<f32>,
+    ) -> Tensor<3> {
+        let [b, h, tq, dk] = q.dims();
+        let tk = k.dims()[2];
+        let scores = q.matmul(k.swap_dims(2, 3)) / (dk as f32).sqrt() + mask.clone().expand([b, h, tq, tk]);
+        let p = burn::tensor::activation::softmax(scores, 3);
+        let d = Tensor::<4>::from_data(
+            TensorData::new(mask_of(drop.0, b * h * tq * tk, drop.1), [b, h, tq, tk]),
+            &p.device(),
+        );
+        (p * d).matmul(v).swap_dims(1, 2).reshape([b, tq, h * dk])
+    }
+
+    /// The kernels against the composed equations, output and gradients, with padding and
+    /// causal masks, with dropout (the same seed draws the same mask) and without.
+    #[test]
+    fn kernels_equal_the_composed_equations() {
+        kernels_equal_the_composed_equations_on(Device::flex(), crate::dropout::mask::mask);
+    }
+
+    /// The same for the GPU kernels ([`crate::attention::gpu`]) on wgpu (lavapipe where there
+    /// is no GPU), whose dropout mask is their own hash of the seed.
+    #[test]
+    #[cfg(not(feature = "gpu-tuned"))]
+    fn gpu_kernels_equal_the_composed_equations() {
+        let Some(gpu) = crate::testing::wgpu_or_skip() else { return };
+        kernels_equal_the_composed_equations_on(gpu, crate::dropout::gpu::dropout_mask);
+    }
+
+    fn kernels_equal_the_composed_equations_on(plain: Device, mask_of: fn(u64, usize, f32) -> Vec<f32>) {
+        let ad = plain.autodiff();
+        ad.seed(21);
+        let (batch, t, tq, heads, dk) = (5, 13, 4, 3, 8);
+        let dm = heads * dk;
+        let qkv = Tensor::<3>::random([batch, t, 3 * dm], Distribution::Normal(0.0, 1.0), &ad);
+        let q = Tensor::<3>::random([batch, tq, dm], Distribution::Normal(0.0, 1.0), &ad);
+        let r = Tensor::<3>::random([batch, t, dm], Distribution::Normal(0.0, 1.0), &ad);
+        let rq = Tensor::<3>::random([batch, tq, dm], Distribution::Normal(0.0, 1.0), &ad);
+        for drop in [(0, 1.0), (0x5eed, 0.7)] {
+            for (name, mask) in [("padding", padding(batch, t, &ad)), ("causal", causal(t, &ad))] {
+                let run = |fused: bool| {
+                    let x = qkv.clone().require_grad();
+                    let y = if fused {
+                        super::self_attention(x.clone(), &mask, heads, drop).0
+                    } else {
+                        let part = |i| heads_of(x.clone(), i * dm, heads, dk);
+                        composed(part(0), part(1), part(2), &mask, drop, mask_of)
+                    };
+                    let g = (y.clone() * r.clone()).sum().backward();
+                    (y.inner(), x.grad(&g).expect("∂qkv"))
+                };
+                let ((y1, g1), (y2, g2)) = (run(true), run(false));
+                assert!(max_diff(y1, y2) < 1e-5, "self, {name}, {drop:?}: output");
+                assert!(max_diff(g1, g2) < 1e-5, "self, {name}, {drop:?}: ∂qkv");
+            }
+            let mask = padding(batch, t, &ad);
+            let kv = qkv.clone().narrow(2, 0, 2 * dm);
+            let run = |fused: bool| {
+                let (q, kv) = (q.clone().require_grad(), kv.clone().require_grad());
+                let y = if fused {
+                    super::cross_attention(q.clone(), kv.clone(), &mask, heads, drop).0
+                } else {
+                    let part = |i| heads_of(kv.clone(), i * dm, heads, dk);
+                    composed(heads_of(q.clone(), 0, heads, dk), part(0), part(1), &mask, drop, mask_of)
+                };
+                let g = (y.clone() * rq.clone()).sum().backward();
+                (y.inner(), q.grad(&g).expect("∂q"), kv.grad(&g).expect("∂kv"))
+            };
+            let ((y1, q1, kv1), (y2, q2, kv2)) = (run(true), run(false));
+            assert!(max_diff(y1, y2) < 1e-5, "cross, {drop:?}: output");
+            assert!(max_diff(q1, q2) < 1e-5, "cross, {drop:?}: ∂q");
+            assert!(max_diff(kv1, kv2) < 1e-5, "cross, {drop:?}: ∂kv");
+        }
+    }
+}

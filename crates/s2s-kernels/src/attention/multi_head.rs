@@ -1,0 +1,231 @@
+//! Multi-head attention as the models call it (Vaswani et al., 2017, §3.2.2): the projections
+//! `Q = x W^Q`, `K = x W^K`, `V = x W^V`, the keys and values a decoder keeps ([`KeyValue`]),
+//! and the attention of every head, `softmax(Q Kᵀ / √d_k + mask) V`, side by side — through
+//! whichever path is fastest for the case at hand:
+//! - self-attention whose `[Q | K | V]` came from one product ([`crate::ops::linears`], above
+//!   [`crate::ops::CAT_MIN_ROWS`] rows): one fused kernel over all heads
+//!   ([`crate::ops::self_attention`]);
+//! - one query position per row while decoding: the step kernel that reads the keys and
+//!   values where they lie ([`crate::ops::heads_step`]; the self-attention cache's own,
+//!   [`StepCache::attend`]);
+//! - cross-attention to keys and values from one product: the fused kernel
+//!   ([`crate::ops::cross_attention`]);
+//! - otherwise the composed operations ([`crate::ops::scaled_dot_product`]).
+//!
+//! Every path computes the same equation; `tests` in the models' `mha.rs` hold them to the
+//! references and to PyTorch.
+
+use burn::nn::{Dropout, Linear};
+use burn::tensor::{Int, Tensor};
+
+use crate::attention::step_cache::StepCache;
+use crate::ops;
+
+/// How the heads attend: how many, whether the scores are divided by √d_k (the paper's;
+/// unscaled is a teaching ablation), and the dropout on the weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads<'a> {
+    /// Heads `h`.
+    pub count: usize,
+    /// Scores divided by √d_k.
+    pub scaled: bool,
+    /// Dropout on the attention weights.
+    pub dropout: &'a Dropout,
+}
+
+/// The product a [`KeyValue`]'s keys and values are views of, when one product made them.
+#[derive(Debug, Clone)]
+enum Packed {
+    /// `[K | V]` `[rows, t, 2·d_model]`: what the fused cross-attention reads.
+    Kv(Tensor<3>),
+    /// `[Q | K | V]` `[rows, t, 3·d_model]`: what the fused self-attention reads.
+    Qkv(Tensor<3>),
+}
+
+/// Projected keys and values, split into heads: the encoder memory's for cross-attention, or a
+/// step's own before it joins the self-attention cache ([`StepCache`]).
+///
+/// # Shapes
+/// - keys, values: `[rows, heads, t, d_k]`
+#[derive(Debug, Clone)]
+pub struct KeyValue {
+    k: Tensor<4>,
+    v: Tensor<4>,
+    len: usize,
+    packed: Option<Packed>,
+}
+
+impl KeyValue {
+    /// Keys and values `[rows, heads, t, d_k]`.
+    pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
+        let len = k.dims()[2];
+        Self { k, v, len, packed: None }
+    }
+
+    /// Positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True without positions.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keys `[rows, heads, t, d_k]`.
+    pub fn keys(&self) -> Tensor<4> {
+        self.k.clone()
+    }
+
+    /// Values `[rows, heads, t, d_k]`.
+    pub fn values(&self) -> Tensor<4> {
+        self.v.clone()
+    }
+
+    /// Rows `indices` (beam search's reordering).
+    pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
+        let pick = |t: Tensor<3>| t.select(0, indices.clone());
+        KeyValue {
+            k: self.k.select(0, indices.clone()),
+            v: self.v.select(0, indices.clone()),
+            len: self.len,
+            packed: self.packed.map(|p| match p {
+                Packed::Kv(t) => Packed::Kv(pick(t)),
+                Packed::Qkv(t) => Packed::Qkv(pick(t)),
+            }),
+        }
+    }
+}
+
+/// `[b, t, d]` → `[b, h, t, d/h]`.
+fn split(x: Tensor<3>, heads: usize) -> Tensor<4> {
+    let [b, t, d] = x.dims();
+    x.reshape([b, t, heads, d / heads]).swap_dims(1, 2)
+}
+
+/// `Q = x W^Q`, `K = x W^K`, `V = x W^V` of `x` `[batch, t, d_model]`: the queries
+/// `[batch, t, d_model]` and the keys and values split into `heads`.
+pub fn project_qkv(x: Tensor<3>, [wq, wk, wv]: [&Linear; 3], heads: usize) -> (Tensor<3>, KeyValue) {
+    let ([q, k, v], packed) = ops::linears(x, [wq, wk, wv]);
+    (q, KeyValue { packed: packed.map(Packed::Qkv), ..KeyValue::new(split(k, heads), split(v, heads)) })
+}
+
+/// `K = m W^K`, `V = m W^V` of the encoder memory `m` `[batch, src, d_model]`, split into
+/// `heads`, projected once for every decoding step.
+pub fn project_kv(m: Tensor<3>, [wk, wv]: [&Linear; 2], heads: usize) -> KeyValue {
+    let ([k, v], packed) = ops::linears(m, [wk, wv]);
+    KeyValue { packed: packed.map(Packed::Kv), ..KeyValue::new(split(k, heads), split(v, heads)) }
+}
+
+/// Queries as the scaled paths take them: `q` itself, or, unscaled, `√d_k · q`, so that
+/// `(√d_k q) kᵀ / √d_k = q kᵀ` on every path.
+fn queries(q: Tensor<3>, h: Heads) -> Tensor<3> {
+    if h.scaled {
+        return q;
+    }
+    let d_k = q.dims()[2] / h.count;
+    q * (d_k as f32).sqrt()
+}
+
+/// Self-attention: the heads of projected queries `q` `[batch, t, d_model]` to `kv` (their
+/// own keys and values, from [`project_qkv`]) side by side `[batch, t, d_model]`, before
+/// `W^O`. The weights are not kept (see [`attend_heads`] for them).
+pub fn self_attend_heads(q: Tensor<3>, kv: &KeyValue, mask: Option<&Tensor<4>>, h: Heads) -> Tensor<3> {
+    match (&kv.packed, mask) {
+        // The fused kernel reads `Q` inside `[Q | K | V]`: unscaled attention goes around it.
+        (Some(Packed::Qkv(qkv)), Some(m)) if h.scaled => {
+            ops::self_attention(qkv.clone(), m, h.count, h.dropout)
+        }
+        _ => attend_heads(q, kv, mask, None, h).0,
+    }
+}
+
+/// The heads of projected queries `q` `[rows, t_q, d_model]` attending to `kv`, row `r` to row
+/// `rows[r]` of `kv` and of `mask` (`None`: row `r`; beams reading one copy of their
+/// sentence's memory): the heads side by side `[rows, t_q, d_model]` before `W^O`, and the
+/// weights `[rows, heads, t_q, t_k]`. `mask` is added to the scores (0 or −∞), broadcast over
+/// heads and, where its size is 1, over query positions.
+pub fn attend_heads(
+    q: Tensor<3>,
+    kv: &KeyValue,
+    mask: Option<&Tensor<4>>,
+    rows: Option<&Tensor<1, Int>>,
+    h: Heads,
+) -> (Tensor<3>, Tensor<4>) {
+    let q = queries(q, h);
+    if let Some(step) = step(&q, kv, mask, rows, h.count) {
+        return step;
+    }
+    if let Some(rows) = rows {
+        // Where the step kernel does not run: the rows' copies, then the operations below.
+        let kv = kv.clone().select(rows);
+        let mask = mask.map(|m| m.clone().select(0, rows.clone()));
+        return composed(q, &kv, mask.as_ref(), h);
+    }
+    composed(q, kv, mask, h)
+}
+
+/// [`attend_heads`] from queries already scaled, without row sources: the fused cross-attention
+/// where one product made `[K | V]`, else the composed operations.
+fn composed(q: Tensor<3>, kv: &KeyValue, mask: Option<&Tensor<4>>, h: Heads) -> (Tensor<3>, Tensor<4>) {
+    match (&kv.packed, mask) {
+        (Some(Packed::Kv(packed)), Some(m)) => ops::cross_attention(q, packed.clone(), m, h.count, h.dropout),
+        _ => ops::scaled_dot_product(split(q, h.count), kv.keys(), kv.values(), mask, h.dropout),
+    }
+}
+
+/// Decoding's case: one query position per row (`q` `[rows, 1, d_model]`, scaled) to the keys
+/// and values where they lie — `[K | V]` of the memory, or the heads — through one CPU kernel
+/// ([`ops::heads_step`]). `None` for several query positions, and where the kernel does not run.
+fn step(
+    q: &Tensor<3>,
+    kv: &KeyValue,
+    mask: Option<&Tensor<4>>,
+    source: Option<&Tensor<1, Int>>,
+    heads: usize,
+) -> Option<(Tensor<3>, Tensor<4>)> {
+    let [rows, tq, d] = q.dims();
+    if tq != 1 {
+        return None;
+    }
+    let len = kv.len;
+    let mask = match mask {
+        Some(m) => {
+            let [mr, _, mq, mk] = m.dims();
+            if mq != 1 || mk != len {
+                return None;
+            }
+            m.clone().reshape([mr, len])
+        }
+        None => Tensor::zeros([1, len], &q.device()),
+    };
+    let q = q.clone().reshape([rows, d]);
+    let source = source.map(|s| s.clone().float());
+    let (out, weights) = match &kv.packed {
+        Some(Packed::Kv(p)) => {
+            ops::heads_step(q, p.clone().narrow(2, 0, d), p.clone().narrow(2, d, d), mask, source, heads)?
+        }
+        _ => ops::heads_step(q, kv.keys(), kv.values(), mask, source, heads)?,
+    };
+    Some((out.reshape([rows, 1, d]), weights.reshape([rows, heads, 1, len])))
+}
+
+/// A decoder's self-attention to its cache: the heads of projected queries `q`
+/// `[rows, t, d_model]` (the new positions, already appended to `cache`) side by side, and the
+/// weights `[rows, heads, t, len]`; one query position per row through the cache's own kernel
+/// ([`StepCache::attend`]), else the composed operations on its keys and values.
+pub fn attend_heads_cached(
+    q: Tensor<3>,
+    cache: &StepCache,
+    mask: Option<&Tensor<4>>,
+    h: Heads,
+) -> (Tensor<3>, Tensor<4>) {
+    let q = queries(q, h);
+    let [rows, tq, d] = q.dims();
+    if tq == 1 && mask.is_none() {
+        if let Some((out, weights)) = cache.attend(q.clone().reshape([rows, d]), h.count) {
+            return (out.reshape([rows, 1, d]), weights.reshape([rows, h.count, 1, cache.len()]));
+        }
+    }
+    ops::scaled_dot_product(split(q, h.count), cache.keys(), cache.values(), mask, h.dropout)
+}

@@ -1,0 +1,9 @@
+//! Matrix products, shared by every operation: ours for a few rows against weights packed
+//! once (`packed`), the row-split products of training (`small`), `gemm`'s large products
+//! (`flex`), and one product over all steps for a weight every step multiplies
+//! (`deferred_grad`).
+
+pub mod deferred_grad;
+pub mod flex;
+pub mod packed;
+pub mod small;

@@ -1,0 +1,532 @@
+//! `x W` for a few rows at a time: decoder steps.
+//!
+//! Decoder steps multiply a `[batch, d_in]` state (64 rows in the benchmark, 320 in its beam
+//! search) by a large weight: `[512, 2048]` per LSTM layer, `[1024, 512]` for Luong's `W_c`,
+//! `[512, 8000]` for the output layer. burn's CPU backend hands such a product to `gemm` with
+//! its own threading, which gains nothing below a few hundred rows (measured on the 2-core
+//! AVX2 VM: `[64, 512] × [512, 2048]` at ~55 GFLOP/s with 1 thread or 2), and `gemm` re-packs
+//! the whole weight on every call (16 % of greedy decoding time). Every product of a linear
+//! layer comes here (`ops::linear`). [`matmul`] on flex:
+//!
+//! - **Decoding** (no autodiff): the weight is packed once for [`PackedB`] and kept in a small
+//!   LRU cache (128 MiB, see [`packed`]) whose entries hold a handle on the weight's storage:
+//!   a weight cannot be freed, reused or written in place while its entry lives, so a hit is
+//!   always the same values. Its columns are cut into one range per thread. Any row count
+//!   takes this path, so an encoder's input projection (`[batch·src, d]`, 1536 rows on the
+//!   benchmark shape) is packed too; its row blocks of 256 keep a block of `A` in L2. Only
+//!   weights may take it: a tensor made afresh at every call (the Transformer's side-by-side
+//!   `[W_Q | W_K | W_V]`) goes through [`matmul_fresh`], never packed, or it would churn the
+//!   cache. [`add_matmul`] adds a sum inside the product (`x W + b`, `x W_x + h W_h` and layer
+//!   0's `xe + x W_feed` are one call): each thread adds the base to the columns it has just
+//!   computed, so the result has the bits of the composed sum (tested) without a tensor or
+//!   pass of its own.
+//! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
+//!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
+//!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, `∂W = xᵀ ∂y` through burn,
+//!   whose threading suits its `d_in` rows — or, for a weight wrapped by
+//!   [`crate::gemm::deferred_grad::defer_grad`], once for all steps. Weights change with every
+//!   optimiser step, so nothing is kept packed (training never uses the cache), and
+//!   [`add_matmul`] composes the sum.
+//!
+//! Larger products (while training, and for tensors computed afresh, [`matmul_fresh`]) go to
+//! `gemm` with its own threads ([`matmul_2d`]: burn's product, without its output copy; see
+//! [`crate::gemm::flex`]). On a cubecl device (without burn's fusion) the product is burn's, as
+//! a node of its own while training, and [`add_bias`] is a node too, so that a deferred
+//! weight's or bias's gradient waits for all steps ([`crate::gemm::deferred_grad`]); other backends
+//! go to burn.
+//!
+//! # Shapes
+//! - `x`: `[rows, d_in]`, `W`: `[d_in, d_out]` → `[rows, d_out]`
+
+use burn::backend::TensorMetadata;
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::tensor::{Tensor, TensorData};
+use rayon::prelude::*;
+
+use std::sync::{Arc, Mutex};
+
+use crate::cpu::flex_data::f32s;
+use crate::gemm::deferred_grad::{Part, Stash, keep, stash_of};
+use crate::gemm::flex::{gemm_into, matmul_2d, strided};
+use crate::gemm::packed::{PackedB, SendPtr};
+
+/// While training, products with more rows than this go to [`matmul_2d`] (their weights are
+/// not packed ahead, and `gemm`'s own threading pays off from a few hundred rows). Decoding
+/// takes the packed weight at any row count: the encoders' input projections
+/// (`[batch·src, d] × [d, 4·hidden]`) ran at ~160 GFLOP/s through burn there, against ~210
+/// packed (Luong's encoder, 2 layers: 30.4 → 23.2 ms a batch).
+const SPLIT_MAX_ROWS: usize = 256;
+
+/// The column-split product as a burn backend extension (flex only).
+#[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
+pub trait SmallMatmul: burn::backend::Backend {
+    /// `x W` (`[rows, d_in] × [d_in, d_out]`). With `reuse`, `W` is a weight that comes back
+    /// unchanged (decoding): it is packed once and kept (see [`packed`]).
+    fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, reuse: bool) -> FloatTensor<Self>;
+
+    /// `base + x W` for decoding (`W` kept packed as with `reuse`), `base` `[rows, d_out]` or
+    /// `[1, d_out]`: the addition happens inside the product ([`PackedB::matmul_par_add`]).
+    fn add_small_matmul(
+        base: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+}
+
+impl SmallMatmul for Flex {
+    fn small_matmul(x: FlexTensor, w: FlexTensor, reuse: bool) -> FlexTensor {
+        let [m, k] = x.layout().shape().dims::<2>();
+        let [k2, n] = w.layout().shape().dims::<2>();
+        assert_eq!(k, k2, "small_matmul: [m, k] × [k, n] shapes disagree");
+        if !reuse && m > SPLIT_MAX_ROWS {
+            return matmul_2d(&x, &w);
+        }
+        let x = f32s(&x);
+        let out = if reuse {
+            packed(&w).product(&x, m, k, None)
+        } else {
+            let (w, rs, cs) = strided(&w);
+            split_columns(&x, m, k, &w, n, rs, cs)
+        };
+        FlexTensor::from_data(TensorData::new(out, [m, n]))
+    }
+
+    fn add_small_matmul(base: FlexTensor, x: FlexTensor, w: FlexTensor) -> FlexTensor {
+        let [m, k] = x.layout().shape().dims::<2>();
+        let [k2, n] = w.layout().shape().dims::<2>();
+        assert_eq!(k, k2, "add_small_matmul: [m, k] × [k, n] shapes disagree");
+        let rows = base.layout().shape().dims::<2>()[0];
+        assert!(
+            base.layout().shape().dims::<2>()[1] == n && (rows == 1 || rows == m),
+            "add_small_matmul: base shape"
+        );
+        let out = packed(&w).product(&f32s(&x), m, k, Some(&f32s(&base)));
+        FlexTensor::from_data(TensorData::new(out, [m, n]))
+    }
+}
+
+/// `base + x W` composed from the backend's own product and a broadcast add: what the
+/// backends without a fused one run (training never reaches it under autodiff:
+/// [`add_matmul`] composes there itself).
+fn composed_add<B: SmallMatmul>(
+    base: FloatTensor<B>,
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let y = B::small_matmul(x, w, false);
+    let base = B::float_expand(base, y.shape());
+    B::float_add(base, y)
+}
+
+impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
+    fn add_small_matmul(
+        base: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        composed_add::<Self>(base, x, w)
+    }
+
+    fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct SmallMatmulBackward;
+
+        impl Backward<Flex, 2> for SmallMatmulBackward {
+            /// `x`, `W`, and where `∂W` goes when `W` is deferred ([`crate::gemm::deferred_grad`]).
+            type State = (FlexTensor, FlexTensor, Option<Arc<Stash<FlexTensor>>>);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_x, node_w] = ops.parents;
+                let grad = grads.consume::<Flex>(&ops.node);
+                let (x, w, stash) = ops.state;
+                if let Some(node) = node_x {
+                    let [m, n] = grad.layout().shape().dims::<2>();
+                    let k = w.layout().shape().dims::<2>()[0];
+                    let dx = if m > SPLIT_MAX_ROWS {
+                        matmul_2d(&grad, &Flex::float_transpose(w.clone()))
+                    } else {
+                        let dy = f32s(&grad);
+                        // Wᵀ: element (r, c) is W's (c, r).
+                        let (w, rs, cs) = strided(&w);
+                        FlexTensor::from_data(TensorData::new(
+                            split_columns(&dy, m, n, &w, k, cs, rs),
+                            [m, k],
+                        ))
+                    };
+                    grads.register::<Flex>(node.id, dx);
+                }
+                if let Some(node) = node_w {
+                    keep::<Flex>(stash, Part::Product(x, grad), node.id, grads);
+                }
+            }
+        }
+
+        let w_id = w.id();
+        let (x, x_node) = x.into_parts();
+        let (w, w_node) = w.into_parts();
+        match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let out = Flex::small_matmul(x.clone(), w.clone(), false);
+                prep.finish((x, w, stash_of::<Flex>(w_id)), out)
+            }
+            // Weights change with every optimiser step: never kept packed while training.
+            OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),
+        }
+    }
+}
+
+/// `A B` for row-major `A` (`[m, k]`) and `B` (`[k, n]`, element `(r, c)` at
+/// `r·b_rs + c·b_cs`), the columns of `B` cut into one block per thread, each block one
+/// single-threaded `gemm` call writing its columns of the row-major result.
+fn split_columns(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, b_rs: usize, b_cs: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return out;
+    }
+    assert!(
+        a.len() >= m * k && b.len() > (k - 1) * b_rs + (n - 1) * b_cs,
+        "small_matmul: operands too short"
+    );
+    // Blocks of whole 16-column panels, at least 64 columns each.
+    let blocks = rayon::current_num_threads().min(n.div_ceil(64)).max(1);
+    let width = n.div_ceil(blocks).div_ceil(16) * 16;
+    let starts: Vec<usize> = (0..n).step_by(width).collect();
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    starts.par_iter().for_each(|&c0| {
+        let cols = width.min(n - c0);
+        let dst = &out_ptr;
+        // SAFETY: blocks write disjoint column ranges `c0..c0 + cols` of the `[m, n]` output,
+        // which outlives the parallel loop; `a` and `b` are read within `[m, k]` and
+        // `[k, n]` at the strides given (bounds asserted below).
+        unsafe {
+            gemm_into(
+                [m, cols, k],
+                dst.0.add(c0),
+                n,
+                (a.as_ptr(), k, 1),
+                (b.as_ptr().add(c0 * b_cs), b_rs, b_cs),
+                gemm::Parallelism::None,
+            )
+        };
+    });
+    out
+}
+
+/// Packed weights kept for decoding, least recently used first, and their size in bytes.
+static PACKED: Mutex<(Vec<(FlexTensor, Arc<PackedB>)>, usize)> = Mutex::new((Vec::new(), 0));
+
+/// At most this many bytes of packed weights are kept (the largest, a `[512, 8000]` output
+/// layer, takes 16 MiB).
+const PACKED_BYTES: usize = 128 << 20;
+
+/// `w` packed for [`PackedB`], from the cache when the same tensor — the same storage, read
+/// the same way — was packed before. An entry holds a handle on the weight's storage, so the
+/// storage can neither be freed and reused for other data nor written in place (burn copies
+/// storage it does not own alone) while the entry lives: a hit is always the same values.
+/// Decoding multiplies the same few weights at every step; the `gemm` crate re-packs the whole
+/// weight on every call, which took 16 % of greedy decoding time.
+fn packed(w: &FlexTensor) -> Arc<PackedB> {
+    let storage = w.data_arc();
+    let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &storage) && a.layout() == w.layout();
+    let mut cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = cache.0.iter().position(|(t, _)| same(t)) {
+        let entry = cache.0.remove(i);
+        let p = entry.1.clone();
+        cache.0.push(entry);
+        return p;
+    }
+    let [k, n] = w.layout().shape().dims::<2>();
+    let (data, rs, cs) = strided(w);
+    let p = Arc::new(PackedB::from_fn(k, n, |r, c| data[r * rs + c * cs]));
+    cache.1 += 4 * k * n;
+    cache.0.push((w.clone(), p.clone()));
+    while cache.1 > PACKED_BYTES && cache.0.len() > 1 {
+        let (t, _) = cache.0.remove(0);
+        let [k, n] = t.layout().shape().dims::<2>();
+        cache.1 -= 4 * k * n;
+    }
+    p
+}
+
+/// `x W` through the kernels above on flex, else through burn. Without autodiff `W` must be a
+/// weight, which comes back unchanged and is kept packed ([`packed`]), not a tensor computed
+/// afresh each call (for those: [`matmul_fresh`]).
+pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    product(x, w, true)
+}
+
+/// [`matmul`] for a `W` computed afresh (a concatenation of weights, say): never packed or
+/// kept, so it does not push the weights that are out of the cache.
+pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    product(x, w, false)
+}
+
+/// [`matmul`] (`reuse`: `W` is a weight, kept packed while decoding) or [`matmul_fresh`].
+fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
+    if !crate::cpu::flex_data::is_flex(&x.device()) {
+        // Training on a GPU: the node whose weight gradient can be deferred.
+        #[cfg(not(feature = "gpu-tuned"))]
+        if x.is_autodiff() {
+            return Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
+                x.into_dispatch(),
+                w.into_dispatch(),
+                false,
+            ));
+        }
+        return x.matmul(w);
+    }
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
+        x.into_dispatch(),
+        w.into_dispatch(),
+        reuse,
+    ))
+}
+
+/// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`): while training on a GPU a node whose
+/// bias gradient waits for all steps when `b` is deferred ([`crate::gemm::deferred_grad`]), else
+/// burn's broadcast addition.
+pub fn add_bias(y: Tensor<2>, b: Tensor<1>) -> Tensor<2> {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if y.is_autodiff() && !crate::cpu::flex_data::is_flex(&y.device()) {
+        return Tensor::from_dispatch(<Dispatch as gpu::GpuBias>::gpu_add_bias(
+            y.into_dispatch(),
+            b.into_dispatch(),
+        ));
+    }
+    y + b.unsqueeze::<2>()
+}
+
+/// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row). While decoding
+/// on flex the addition happens inside the product (no pass or tensor of its own); elsewhere,
+/// and under autodiff, the two are composed — the same result to the bit.
+pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    if !crate::cpu::flex_data::is_flex(&x.device()) || x.is_autodiff() {
+        return base + matmul(x, w);
+    }
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::add_small_matmul(
+        base.into_dispatch(),
+        x.into_dispatch(),
+        w.into_dispatch(),
+    ))
+}
+
+/// On a GPU: burn's product, as a node of its own while training so that a deferred weight's
+/// gradient waits for all steps ([`crate::gemm::deferred_grad`]).
+#[cfg(not(feature = "gpu-tuned"))]
+mod gpu {
+    use std::sync::Arc;
+
+    use burn::backend::TensorMetadata;
+    use burn::backend::autodiff::Autodiff;
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::ops::FloatTensorOps;
+    use burn::backend::tensor::FloatTensor;
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::tensor::CubeTensor;
+
+    use burn::backend::backend_extension;
+    use burn::tensor::Shape;
+
+    use super::SmallMatmul;
+    use crate::gemm::deferred_grad::{Part, Stash, keep, stash_of};
+
+    type Mm = CubeBackend;
+
+    /// The bias addition as a burn backend extension (cubecl runtimes without fusion).
+    #[backend_extension(Cube, Autodiff)]
+    pub trait GpuBias: burn::backend::Backend {
+        /// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`).
+        fn gpu_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+    }
+
+    /// `y + b` broadcast over the rows.
+    fn add_rows(y: CubeTensor, b: CubeTensor) -> CubeTensor {
+        let d = b.shape()[0];
+        Mm::float_add(y, Mm::float_reshape(b, Shape::from([1, d])))
+    }
+
+    impl GpuBias for CubeBackend {
+        fn gpu_add_bias(y: CubeTensor, b: CubeTensor) -> CubeTensor {
+            add_rows(y, b)
+        }
+    }
+
+    impl<C: CheckpointStrategy> GpuBias for Autodiff<CubeBackend, C> {
+        fn gpu_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+            #[derive(Debug)]
+            struct AddBiasBackward;
+
+            impl Backward<CubeBackend, 2> for AddBiasBackward {
+                /// Where `∂b` goes when `b` is deferred.
+                type State = Option<Arc<Stash<CubeTensor>>>;
+
+                fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                    let [node_y, node_b] = ops.parents;
+                    let grad = grads.consume::<CubeBackend>(&ops.node);
+                    if let Some(node) = node_b {
+                        keep::<CubeBackend>(ops.state, Part::RowSums(grad.clone()), node.id, grads);
+                    }
+                    if let Some(node) = node_y {
+                        grads.register::<CubeBackend>(node.id, grad);
+                    }
+                }
+            }
+
+            let b_id = b.id();
+            let (y, y_node) = y.into_parts();
+            let (b, b_node) = b.into_parts();
+            match AddBiasBackward.prepare::<C>([y_node, b_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish(stash_of::<CubeBackend>(b_id), add_rows(y, b)),
+                OpsKind::UnTracked(prep) => prep.finish(add_rows(y, b)),
+            }
+        }
+    }
+
+    impl SmallMatmul for CubeBackend {
+        fn small_matmul(x: CubeTensor, w: CubeTensor, _reuse: bool) -> CubeTensor {
+            Mm::float_matmul(x, w)
+        }
+
+        fn add_small_matmul(base: CubeTensor, x: CubeTensor, w: CubeTensor) -> CubeTensor {
+            super::composed_add::<Self>(base, x, w)
+        }
+    }
+
+    impl<C: CheckpointStrategy> SmallMatmul for Autodiff<CubeBackend, C> {
+        fn add_small_matmul(
+            base: FloatTensor<Self>,
+            x: FloatTensor<Self>,
+            w: FloatTensor<Self>,
+        ) -> FloatTensor<Self> {
+            super::composed_add::<Self>(base, x, w)
+        }
+
+        fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
+            #[derive(Debug)]
+            struct StepMatmulBackward;
+
+            impl Backward<CubeBackend, 2> for StepMatmulBackward {
+                /// `x`, `W`, and where `∂W` goes when `W` is deferred.
+                type State = (CubeTensor, CubeTensor, Option<Arc<Stash<CubeTensor>>>);
+
+                fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                    let [node_x, node_w] = ops.parents;
+                    let grad = grads.consume::<CubeBackend>(&ops.node);
+                    let (x, w, stash) = ops.state;
+                    if let Some(node) = node_x {
+                        grads.register::<CubeBackend>(
+                            node.id,
+                            Mm::float_matmul(grad.clone(), Mm::float_transpose(w)),
+                        );
+                    }
+                    if let Some(node) = node_w {
+                        keep::<CubeBackend>(stash, Part::Product(x, grad), node.id, grads);
+                    }
+                }
+            }
+
+            let w_id = w.id();
+            let (x, x_node) = x.into_parts();
+            let (w, w_node) = w.into_parts();
+            match StepMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => {
+                    let out = Mm::float_matmul(x.clone(), w.clone());
+                    prep.finish((x, w, stash_of::<CubeBackend>(w_id)), out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(Mm::float_matmul(x, w)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::max_diff;
+    use burn::tensor::{Device, Distribution};
+
+    /// Equals burn's product forward and backward (`∂x`, `∂W` of a random linear function of
+    /// the output), with column counts that leave a partial last block, with row counts for
+    /// every path (split by column, `gemm` on one thread, `gemm` threaded), and without
+    /// autodiff (a weight, and a tensor computed afresh).
+    #[test]
+    fn equals_burns_matmul_forward_and_backward() {
+        let ad = Device::flex().autodiff();
+        ad.seed(3);
+        for (m, k, n) in
+            [(1, 5, 3), (7, 33, 200), (64, 40, 130), (300, 8, 20), (1100, 9, 33), (1100, 200, 40)]
+        {
+            let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &ad);
+            // A transposed weight (as tied embeddings are) is read in place through its strides.
+            let w = if n % 2 == 0 {
+                Tensor::<2>::random([n, k], Distribution::Normal(0.0, 1.0), &ad).transpose()
+            } else {
+                Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), &ad)
+            };
+            let r = Tensor::<2>::random([m, n], Distribution::Normal(0.0, 1.0), &ad);
+            let run = |fast: bool| {
+                let (x, w) = (x.clone().require_grad(), w.clone().require_grad());
+                let y = if fast { matmul(x.clone(), w.clone()) } else { x.clone().matmul(w.clone()) };
+                let grads = (y.clone() * r.clone()).sum().backward();
+                (y.inner(), x.grad(&grads).expect("∂x"), w.grad(&grads).expect("∂W"))
+            };
+            let (y1, dx1, dw1) = run(true);
+            let (y2, dx2, dw2) = run(false);
+            assert!(max_diff(y1, y2) < 1e-4, "{m}x{k}x{n}: y");
+            assert!(max_diff(dx1, dx2) < 1e-4, "{m}x{k}x{n}: ∂x");
+            assert!(max_diff(dw1, dw2) < 1e-4, "{m}x{k}x{n}: ∂W");
+            let (x, w) = (x.inner(), w.inner());
+            assert!(max_diff(matmul(x.clone(), w.clone()), x.clone().matmul(w.clone())) < 1e-4);
+            assert!(max_diff(matmul_fresh(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
+        }
+    }
+
+    /// `add_matmul` while decoding equals burn's product plus the base, bias-shaped or full, to
+    /// the bit.
+    #[test]
+    fn add_matmul_equals_the_composed_sum() {
+        let d = Device::flex();
+        d.seed(5);
+        // Not [24, 70]: the reuse test counts the cache's entries of that shape.
+        let (m, k, n) = (9, 23, 71);
+        let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &d);
+        let w = Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), &d);
+        for rows in [1, m] {
+            let base = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), &d);
+            let fused = add_matmul(base.clone(), x.clone(), w.clone()).into_data();
+            let composed = (base + matmul(x.clone(), w.clone())).into_data();
+            assert_eq!(fused, composed, "base rows {rows}");
+        }
+    }
+
+    /// Without autodiff the weight is packed once and reused: repeated products, and products
+    /// with two views of one storage (rows `0..k` and `k..2k`), equal burn's every time.
+    #[test]
+    fn packed_weights_are_reused_and_never_confused() {
+        let d = Device::flex();
+        d.seed(4);
+        let (m, k, n) = (9, 24, 70);
+        let w = Tensor::<2>::random([2 * k, n], Distribution::Normal(0.0, 1.0), &d);
+        let (top, bottom) = (w.clone().narrow(0, 0, k), w.clone().narrow(0, k, k));
+        for step in 0..3 {
+            let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &d);
+            for part in [&top, &bottom] {
+                let fast = matmul(x.clone(), part.clone());
+                assert!(max_diff(fast, x.clone().matmul(part.clone())) < 1e-4, "step {step}");
+            }
+        }
+        let cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = cache.0.iter().filter(|(t, _)| t.layout().shape().dims::<2>() == [k, n]);
+        assert_eq!(ours.count(), 2, "one packed entry per view, none per step");
+    }
+}

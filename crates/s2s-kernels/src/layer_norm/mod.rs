@@ -1,0 +1,5 @@
+//! Layer normalisation: the fused CPU kernel (`cpu`) and the GPU kernels (`gpu`).
+
+pub mod cpu;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu;

@@ -1,0 +1,7 @@
+//! The LSTM: the cell's gate math and the whole layer, on the CPU (`cpu`, with its threads in
+//! lockstep, `lockstep`) and on a GPU (`gpu`).
+
+pub mod cpu;
+#[cfg(not(feature = "gpu-tuned"))]
+pub mod gpu;
+pub mod lockstep;
