@@ -402,6 +402,23 @@ pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
     crate::gpu::steps::stack_steps(parts)
 }
 
+/// A recurrence unrolled over the time axis of `inputs` (`[batch, time, d]`, teacher forcing):
+/// `step` runs on each step's slice `[batch, d]` in order, and each part it returns (`[batch,
+/// d_i]`, as many every step) is stacked over the steps, `[batch, time, d_i]`, in the order
+/// returned. On a GPU the slices and the stacks are a few launches ([`time_steps`],
+/// [`stack_steps`]).
+pub fn unroll(inputs: Tensor<3>, mut step: impl FnMut(Tensor<2>) -> Vec<Tensor<2>>) -> Vec<Tensor<3>> {
+    let mut parts: Vec<Vec<Tensor<2>>> = Vec::new();
+    for x in time_steps(inputs) {
+        let out = step(x);
+        parts.resize_with(out.len(), Vec::new);
+        for (all, part) in parts.iter_mut().zip(out) {
+            all.push(part);
+        }
+    }
+    parts.into_iter().map(stack_steps).collect()
+}
+
 /// `w` with the gradients of its uses at every decoder step summed once, after all steps (one
 /// product where autodiff would add a product a step); `w` itself under the references.
 pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {

@@ -224,31 +224,34 @@ impl AttentionRnn {
         (rows > self.emb).then(|| cell0.input_rows(self.emb, rows - self.emb))
     }
 
-    /// One decoder step. `xe` is layer 0's projection of the embedding part of its input
-    /// (bias included), `feed_w` the [`Self::feed_weight`].
+    /// One decoder step. `xe` is layer 0's projection of `E y_{t−1}` (bias included) and
+    /// `feed_w` the [`Self::feed_weight`]: the input projection of the concatenation
+    /// `[E y_{t−1}; x] W = E y_{t−1} W_e + x W_x` is `xe` plus `x W_x`.
     fn step(&self, xe: Tensor<2>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
-        // `xe + x W_feed`: layer 0's whole input projection.
-        let add_feed = |xe: Tensor<2>, x: Tensor<2>| {
+        // Layer 0's input projection of `[E y_{t−1}; x]`, from `E y_{t−1}`'s part `xe`.
+        let concat = |xe: Tensor<2>, x: Tensor<2>| {
             ops::add_matmul(xe, x, feed_w.expect("the input has a fed part").clone())
         };
         match self.style {
             AttentionStyle::Bahdanau => {
+                // cₜ from s_{t−1}; sₜ = RNN([E y_{t−1}; cₜ], s_{t−1})
                 let query = state.layers.last().expect("decoder layers").h.clone();
                 let (ctx, weights) = self.attention.attend(query, keys, memory, &state.key_mask); // [N, H], [N, S]
-                let xw = add_feed(xe, ctx.clone());
-                let (s, layers) = self.decoder.step(xw, &state.layers);
+                let (s, layers) = self.decoder.step(concat(xe, ctx.clone()), &state.layers);
                 state.layers = layers;
                 StepOut { readout: vec![s, ctx], weights }
             }
             AttentionStyle::Luong => {
-                let xw = match &state.feed {
-                    Some(feed) => add_feed(xe, feed.clone()),
+                // sₜ = RNN([E y_{t−1}; h̃_{t−1}], s_{t−1}) (E y_{t−1} alone without input feeding)
+                let input = match &state.feed {
+                    Some(h_tilde) => concat(xe, h_tilde.clone()),
                     None => xe,
                 };
-                let (s, layers) = self.decoder.step(xw, &state.layers);
+                let (s, layers) = self.decoder.step(input, &state.layers);
                 state.layers = layers;
+                // cₜ from sₜ; h̃ₜ = tanh(W_c [cₜ; sₜ])
                 let (ctx, weights) = self.attention.attend(s.clone(), keys, memory, &state.key_mask);
                 let combine = self.combine.as_ref().expect("Luong has W_c");
                 let h_tilde = tanh(ops::linear(combine, ops::cat_columns(vec![ctx, s]))); // [N, H]
@@ -267,12 +270,9 @@ impl AttentionRnn {
         // once (`ops::defer_grad`), not added step by step.
         state.memory = state.memory.map(defer_grad);
         state.keys = state.keys.map(defer_grad);
-        let tgt = tgt_in.dims()[1];
         let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
-        let cell0 = &self.decoder.forward_cells[0];
-        // The embedding part of layer 0's input projection (bias included), for every step in
-        // one matmul.
-        let ye = cell0.project_first(y.clone()); // [B, T, G·H]
+        // Layer 0's projection of every step's `E y_{t−1}` in one product (bias included).
+        let ye = self.decoder.forward_cells[0].project_first(y.clone()); // [B, T, G·H]
         // What every step multiplies, with their weight gradients summed over the steps in one
         // product each (`ops::for_steps`).
         let stepper = AttentionRnn {
@@ -282,25 +282,18 @@ impl AttentionRnn {
             ..self.clone()
         };
         let feed_w = self.feed_weight().map(defer_grad);
-        let mut readouts: Vec<Vec<Tensor<2>>> = Vec::new(); // per part, per step
-        let mut weights = Vec::with_capacity(tgt);
-        // Each step's slice (`ops::time_steps`).
-        for xe in ops::time_steps(ye) {
+        // The decoder over the target: the readout's parts, then the weights, `[B, T, ·]` each.
+        let mut parts = ops::unroll(ye, |xe| {
             let out = stepper.step(xe, feed_w.as_ref(), &mut state);
-            readouts.resize_with(out.readout.len(), || Vec::with_capacity(tgt));
-            for (all, part) in readouts.iter_mut().zip(out.readout) {
-                all.push(part);
-            }
-            weights.push(out.weights);
-        }
-        // The readout's parts stacked over the steps, then joined once: `[B, T, d_out]`.
-        let mut parts: Vec<Tensor<3>> = readouts.into_iter().map(ops::stack_steps).collect();
+            out.readout.into_iter().chain([out.weights]).collect()
+        });
+        let weights = parts.pop().expect("the weights");
         if self.style == AttentionStyle::Bahdanau {
             parts.push(y);
         }
-        let readout = ops::cat_features(parts);
+        let readout = ops::cat_features(parts); // [B, T, d_out]
         let logits = ops::linear(&self.output, ops::dropout(&self.dropout, readout));
-        Forward { logits, attention: Some(ops::stack_steps(weights)) }
+        Forward { logits, attention: Some(weights) }
     }
 
     /// One incremental step.
