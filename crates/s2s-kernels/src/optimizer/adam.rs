@@ -12,8 +12,9 @@
 //! this kernel reads `θ`, `g`, `m`, `v` once and writes `θ`, `m`, `v` in place when it holds
 //! them alone. On cubecl runtimes (wgpu) it is one kernel launch per parameter
 //! ([`cube_adam`]) instead of thirteen: a GPU step there is bound by launches, not by bytes
-//! (burn's Adam took ~33 ms of the Transformer's ~100 ms step on an H100); batched
-//! ([`FusedAdam::batched`], stepped through [`step`]) one launch serves up to 64 parameters,
+//! (burn's Adam took 36.8 ms of the Transformer's ~100 ms step on an H100, one kernel a
+//! parameter 4.2 ms); batched ([`FusedAdam::batched`], stepped through [`step`]) one launch
+//! serves up to 64 parameters,
 //! a kernel over a cubecl `Sequence` of their buffers. With burn's fusion
 //! on (`gpu-tuned`) burn fuses its own Adam and that one runs. The state is burn's
 //! `AdamState`, so checkpoints keep their format.
