@@ -24,7 +24,8 @@
 #                     $OUT/capture.txt
 #             tasks   `s2s bench --device wgpu` with CUBECL_WGPU_MAX_TASKS at 32, 128, 512:
 #                     $OUT/max-tasks.jsonl
-#             multi30k  experiments/multi30k-gpu.toml (the Transformer 3 minutes, Luong 2) on
+#             multi30k  experiments/multi30k-gpu.toml (its minutes set to the time left: the
+#                     Transformer 60 %, Luong 40 %, or MULTI30K_ONLY=transformer|luong alone) on
 #                     the GPU: $OUT/multi30k/<model>/ with test2016 hypotheses, scores and the
 #                     metrics (not the checkpoints)
 #   or:     command `scripts/gpu-session.sh device [WHAT]`: the same, packed into
