@@ -7,27 +7,29 @@
 //! (`--kernels reference`, `S2S_KERNELS=reference`). The crate knows no model type.
 //!
 //! Behind [`ops`], one folder per operation, each with its CPU kernel (on burn's flex backend)
-//! and its GPU kernel (cubecl, for wgpu): [`lstm`], [`attention`] (the recurrent decoders' and
-//! the Transformer's multi-head attention), [`softmax`], [`layer_norm`], [`dropout`], [`loss`],
-//! [`optimizer`], [`tanh`]; and what they share: matrix products ([`gemm`]), the CPU's vector
+//! and its GPU kernel (cubecl, for wgpu): [`lstm`], `attention` (the recurrent decoders' and
+//! the Transformer's multi-head attention), [`softmax`], `layer_norm`, `dropout`, [`loss`],
+//! [`optimizer`], `tanh`; and what they share: matrix products ([`gemm`]), the CPU's vector
 //! math ([`cpu`]) and GPU launches, captured steps and timing ([`gpu`]).
+//! Only what other crates call is public: [`ops`], [`mode`], [`reference`], the captured steps
+//! and timing in [`gpu`], and what the benchmarks and tests reach directly.
 //! `docs/kernels.md` says why each exists, what it replaces and how it is tested.
 
 pub mod mode;
 pub mod ops;
 pub mod reference;
 
-pub mod attention;
+pub(crate) mod attention;
 pub mod cpu;
-pub mod dropout;
+pub(crate) mod dropout;
 pub mod gemm;
 pub mod gpu;
-pub mod layer_norm;
+pub(crate) mod layer_norm;
 pub mod loss;
 pub mod lstm;
 pub mod optimizer;
 pub mod softmax;
-pub mod tanh;
+pub(crate) mod tanh;
 
 #[doc(hidden)]
 pub mod testing;

@@ -3,7 +3,7 @@
 //! (`flex`), and one product over all steps for a weight every step multiplies
 //! (`deferred_grad`).
 
-pub mod deferred_grad;
+pub(crate) mod deferred_grad;
 pub mod flex;
 pub mod packed;
-pub mod small;
+pub(crate) mod small;

@@ -4,14 +4,14 @@
 //! (`host_clock`, `launch_probe`).
 
 #[cfg(not(feature = "gpu-tuned"))]
-pub mod cat;
+pub(crate) mod cat;
 pub mod graph;
 pub mod host_clock;
 #[cfg(not(feature = "gpu-tuned"))]
-pub mod launch;
+pub(crate) mod launch;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod launch_probe;
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod second_output;
 pub mod step_scalars;
-pub mod steps;
+pub(crate) mod steps;

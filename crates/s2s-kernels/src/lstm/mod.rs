@@ -3,5 +3,5 @@
 
 pub mod cpu;
 #[cfg(not(feature = "gpu-tuned"))]
-pub mod gpu;
-pub mod lockstep;
+pub(crate) mod gpu;
+pub(crate) mod lockstep;

@@ -2,4 +2,4 @@
 //! global norm (`clip`).
 
 pub mod adam;
-pub mod clip;
+pub(crate) mod clip;
