@@ -118,7 +118,8 @@ pub struct CapturedSearch<'m, M: Incremental> {
 
 /// Records what `run` launches, after an eager warm-up that fills the memory pools (a
 /// warm-up that grew them is repeated, as cubecl sizes a pool's pages by the largest
-/// allocation so far).
+/// allocation so far; a recording that ran out of room is repeated after the pool of the
+/// largest pages grows).
 fn capture<T>(device: &Device, run: impl Fn() -> T) -> Result<(StepGraph, T), GraphError> {
     for tries in 0.. {
         let recorder = Recorder::prepare(device)?;
@@ -127,7 +128,15 @@ fn capture<T>(device: &Device, run: impl Fn() -> T) -> Result<(StepGraph, T), Gr
             recorder.cancel();
             continue;
         }
-        return recorder.record(run);
+        let recorded = recorder.record(&run);
+        // A recording may need more room than its warm-up did (a beam link's `[rows, vocabulary]`
+        // log-probabilities, seen on the H100 and on lavapipe): give the pool of the largest
+        // pages more, and try again.
+        if recorded.is_err() && tries < 4 {
+            s2s_kernels::gpu::graph::grow_largest_pool(device);
+            continue;
+        }
+        return recorded;
     }
     unreachable!("the loop returns")
 }

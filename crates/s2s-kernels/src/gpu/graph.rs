@@ -72,6 +72,37 @@ fn pools(client: &Client) -> Vec<u64> {
     report.streams.iter().flat_map(|s| s.pools.dynamic.iter().map(|p| p.largest_alloc)).collect()
 }
 
+/// Adds pages to the calling stream's pool of the largest allocations: twice as many
+/// allocations of that size as it holds pages, each written (so that it exists), held at once,
+/// then freed (the pages stay). A recording may add no page, and one can need more room than
+/// the warm-up before it did (not yet understood; a captured beam link on the H100 and on
+/// lavapipe): after such a refusal the caller grows the pool and records again.
+pub fn grow_largest_pool(device: &Device) {
+    #[cfg(not(feature = "gpu-tuned"))]
+    {
+        let Ok(like) = crate::gpu::launch::cube_of(Tensor::<1>::zeros([1], device).into_dispatch()) else {
+            return;
+        };
+        let report = like.client.memory_report(cubecl::MemoryScope::CurrentStream);
+        let Some((size, pages)) = report
+            .streams
+            .iter()
+            .flat_map(|s| s.pools.dynamic.iter().map(|p| (p.largest_alloc, p.pages)))
+            .max_by_key(|&(size, _)| size)
+        else {
+            return;
+        };
+        let floats = (size as usize / 4).max(1);
+        let held: Vec<Tensor<1>> = (0..2 * pages.max(1)).map(|_| Tensor::zeros([floats], device)).collect();
+        for t in &held {
+            let _ = t.clone().slice([0..1]).into_data();
+        }
+        drop(held);
+    }
+    #[cfg(feature = "gpu-tuned")]
+    let _ = device;
+}
+
 /// Bytes the device's memory holds (every stream, every pool), for reports.
 pub fn device_bytes_reserved(device: &Device) -> Option<u64> {
     #[cfg(feature = "gpu-tuned")]
