@@ -251,9 +251,14 @@ where
         }
     }
 
-    /// How a batch of shape `key` runs: eagerly once its shape failed.
-    fn run_for(&self, key: Key) -> Run {
-        if self.refused.contains(&key) { Run::Eager } else { self.run }
+    /// Runs `search` for a batch of shape `key` as this search runs — eagerly once the shape
+    /// failed — and, should its graphs fail, refuses the shape and runs it again eagerly.
+    fn or_eager<T>(&mut self, key: Key, search: impl Fn(&mut Self, Run) -> Result<T, GraphError>) -> T {
+        let run = if self.refused.contains(&key) { Run::Eager } else { self.run };
+        search(self, run).unwrap_or_else(|e| {
+            self.refuse(key, e);
+            search(self, Run::Eager).expect("an eager search launches no graph")
+        })
     }
 
     /// Drops `key`'s chain and decodes that shape eagerly from now on. A failed recording
@@ -323,15 +328,7 @@ where
     pub fn greedy(&mut self, ids: &[u32], lens: &[usize], len: usize, limit: MaxLength) -> Vec<Hypothesis> {
         let p = pad(ids, lens, len);
         let key = Key { beam: 0, sentences: p.lens.len(), src_len: p.src_len };
-        let run = self.run_for(key);
-        match self.greedy_padded(&p, lens, limit, run, key) {
-            Ok(hyps) => hyps,
-            Err(e) => {
-                self.refuse(key, e);
-                self.greedy_padded(&p, lens, limit, Run::Eager, key)
-                    .expect("an eager search launches no graph")
-            }
-        }
+        self.or_eager(key, |s, run| s.greedy_padded(&p, lens, limit, run, key))
     }
 
     fn greedy_padded(
@@ -412,14 +409,7 @@ where
     ) -> Vec<Vec<Hypothesis>> {
         let p = pad(ids, lens, len);
         let key = Key { beam: cfg.beam.max(1), sentences: p.lens.len(), src_len: p.src_len };
-        let run = self.run_for(key);
-        match self.beam_padded(&p, lens, cfg, run, key) {
-            Ok(hyps) => hyps,
-            Err(e) => {
-                self.refuse(key, e);
-                self.beam_padded(&p, lens, cfg, Run::Eager, key).expect("an eager search launches no graph")
-            }
-        }
+        self.or_eager(key, |s, run| s.beam_padded(&p, lens, cfg, run, key))
     }
 
     fn beam_padded(

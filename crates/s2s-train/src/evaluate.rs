@@ -118,28 +118,23 @@ where
         };
     for idx in Batcher::new(&examples, batch).ordered() {
         let b = Batch::collate(&examples, &idx);
-        if let Some(c) = captured.as_mut().filter(|_| capturable) {
-            let hyps: Vec<Vec<Hypothesis>> = match search {
-                Search::Greedy { limit, .. } => {
-                    c.greedy(&b.src, &b.src_lens, b.src_len, *limit).into_iter().map(|h| vec![h]).collect()
+        let hyps: Vec<Vec<Hypothesis>> = match (captured.as_mut().filter(|_| capturable), search) {
+            (Some(c), Search::Greedy { limit, .. }) => {
+                c.greedy(&b.src, &b.src_lens, b.src_len, *limit).into_iter().map(|h| vec![h]).collect()
+            }
+            (Some(c), Search::Beam(cfg)) => c.beam(&b.src, &b.src_lens, b.src_len, cfg),
+            (_, search) => {
+                let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
+                match search {
+                    Search::Greedy { limit, attention } => {
+                        greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
+                    }
+                    Search::Beam(cfg) => beam_search(model, &src, cfg),
+                    Search::Sample(cfg) => {
+                        let index: Vec<u64> = idx.iter().map(|&i| cfg.first_index + i as u64).collect();
+                        sample(model, &src, cfg, &index).into_iter().map(|h| vec![h]).collect()
+                    }
                 }
-                Search::Beam(cfg) => c.beam(&b.src, &b.src_lens, b.src_len, cfg),
-                Search::Sample(_) => unreachable!("sampling is not captured"),
-            };
-            for (h, &i) in hyps.into_iter().zip(&idx) {
-                out[i] = h;
-            }
-            continue;
-        }
-        let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
-        let hyps: Vec<Vec<Hypothesis>> = match search {
-            Search::Greedy { limit, attention } => {
-                greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
-            }
-            Search::Beam(cfg) => beam_search(model, &src, cfg),
-            Search::Sample(cfg) => {
-                let index: Vec<u64> = idx.iter().map(|&i| cfg.first_index + i as u64).collect();
-                sample(model, &src, cfg, &index).into_iter().map(|h| vec![h]).collect()
             }
         };
         for (h, &i) in hyps.into_iter().zip(&idx) {

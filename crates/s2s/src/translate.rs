@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use s2s_data::{BatchConfig, Tokenizers, normalize};
-use s2s_decode::{BeamConfig, CapturedSearch, Ensemble, Hypothesis, LengthPenalty, Run, SampleConfig};
+use s2s_decode::{
+    BeamConfig, CapturedSearch, DecodeCaptureStats, Ensemble, Hypothesis, Incremental, LengthPenalty, Run,
+    SampleConfig,
+};
 use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
 use s2s_train::config::Capture;
@@ -243,13 +246,17 @@ enum Kept<'t> {
 impl Kept<'_> {
     /// Says on stderr what the captured search did, when it ran.
     fn report(&self) {
+        fn what<'a, M: Incremental>(
+            c: &'a Option<CapturedSearch<'_, M>>,
+        ) -> (Option<DecodeCaptureStats>, Option<&'a str>)
+        where
+            M::State: Clone,
+        {
+            (c.as_ref().map(CapturedSearch::stats), c.as_ref().and_then(|c| c.first_refusal()))
+        }
         let (stats, refusal) = match self {
-            Kept::Single(c) => {
-                (c.as_ref().map(CapturedSearch::stats), c.as_ref().and_then(|c| c.first_refusal()))
-            }
-            Kept::Ensemble(_, c) => {
-                (c.as_ref().map(CapturedSearch::stats), c.as_ref().and_then(|c| c.first_refusal()))
-            }
+            Kept::Single(c) => what(c),
+            Kept::Ensemble(_, c) => what(c),
         };
         if let Some(s) = stats {
             eprintln!(

@@ -99,8 +99,8 @@ impl KeyValue {
 
 /// `[b, t, d]` → `[b, h, t, d/h]`.
 fn split(x: Tensor<3>, heads: usize) -> Tensor<4> {
-    let [b, t, d] = x.dims();
-    x.reshape([b, t, heads, d / heads]).swap_dims(1, 2)
+    let d = x.dims()[2];
+    crate::reference::heads_of(x, 0, heads, d / heads)
 }
 
 /// `Q = x W^Q`, `K = x W^K`, `V = x W^V` of `x` `[batch, t, d_model]`: the queries
