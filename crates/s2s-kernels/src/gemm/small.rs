@@ -22,7 +22,8 @@
 //!   pass of its own.
 //! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
 //!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
-//!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, `∂W = xᵀ ∂y` through burn,
+//!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, from one row-major `Wᵀ` that
+//!   every step's backward by that `W` shares ([`transposed`]), `∂W = xᵀ ∂y` through burn,
 //!   whose threading suits its `d_in` rows — or, for a weight wrapped by
 //!   [`crate::gemm::deferred_grad::defer_grad`], once for all steps. Weights change with every
 //!   optimiser step, so nothing is kept packed (training never uses the cache), and
@@ -44,13 +45,13 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::flex::FlexTensor;
+use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::cpu::flex_data::f32s;
 use crate::gemm::deferred_grad::{Part, Stash, keep, stash_of};
@@ -139,13 +140,14 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
         struct SmallMatmulBackward;
 
         impl Backward<Flex, 2> for SmallMatmulBackward {
-            /// `x`, `W`, and where `∂W` goes when `W` is deferred ([`crate::gemm::deferred_grad`]).
-            type State = (FlexTensor, FlexTensor, Option<Arc<Stash<FlexTensor>>>);
+            /// `x`, `W`, where `∂W` goes when `W` is deferred ([`crate::gemm::deferred_grad`]),
+            /// and `Wᵀ` shared with the other steps' products by the same `W` ([`transposed`]).
+            type State = (FlexTensor, FlexTensor, Option<Arc<Stash<FlexTensor>>>, Transposed);
 
             fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let [node_x, node_w] = ops.parents;
                 let grad = grads.consume::<Flex>(&ops.node);
-                let (x, w, stash) = ops.state;
+                let (x, w, stash, w_t) = ops.state;
                 if let Some(node) = node_x {
                     let [m, n] = grad.layout().shape().dims::<2>();
                     let k = w.layout().shape().dims::<2>()[0];
@@ -153,12 +155,9 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                         matmul_2d(&grad, &Flex::float_transpose(w.clone()))
                     } else {
                         let dy = f32s(&grad);
-                        // Wᵀ: element (r, c) is W's (c, r).
-                        let (w, rs, cs) = strided(&w);
-                        FlexTensor::from_data(TensorData::new(
-                            split_columns(&dy, m, n, &w, k, cs, rs),
-                            [m, k],
-                        ))
+                        // `Wᵀ` `[n, k]`, row-major, made by the first step's backward to need it.
+                        let w_t = w_t.get_or_init(|| f32s(&Flex::float_transpose(w.clone())).into_owned());
+                        FlexTensor::from_data(TensorData::new(split_columns(&dy, m, n, w_t, k, k, 1), [m, k]))
                     };
                     grads.register::<Flex>(node.id, dx);
                 }
@@ -174,12 +173,40 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
         match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let out = Flex::small_matmul(x.clone(), w.clone(), false);
-                prep.finish((x, w, stash_of::<Flex>(w_id)), out)
+                let w_t = transposed(&w);
+                prep.finish((x, w, stash_of::<Flex>(w_id), w_t), out)
             }
             // Weights change with every optimiser step: never kept packed while training.
             OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),
         }
     }
+}
+
+/// `Wᵀ` as a row-major copy, made once by the first backward step that needs it.
+type Transposed = Arc<OnceLock<Vec<f32>>>;
+
+/// The [`Transposed`] of every weight whose products' backward steps are still to run, by its
+/// storage's address and layout. An entry lives only as long as some backward step holds its
+/// `Wᵀ`; such a step also holds `W`, so `W`'s storage can neither be freed (and its address
+/// reused) nor written in place (burn writes in place only storage it holds alone) while the
+/// entry lives: a live entry always describes the same values.
+static TRANSPOSED: Mutex<Vec<(usize, Layout, Weak<OnceLock<Vec<f32>>>)>> = Mutex::new(Vec::new());
+
+/// The `Wᵀ` shared by every product by `w` in one teacher-forced pass. A decoder multiplies
+/// each step's state by the same weights (`[64, 512] × [512, 2048]` per LSTM layer); the
+/// backward `∂x = ∂y Wᵀ` of each step had `gemm` gather `W` column by column (its operand
+/// packing, ~11 % of Luong's training step) at every step. Made once and read contiguously,
+/// `gemm` computes the same sums in the same order: the results are the same to the bit.
+fn transposed(w: &FlexTensor) -> Transposed {
+    let key = Arc::as_ptr(&w.data_arc()) as usize;
+    let mut all = TRANSPOSED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = all.iter().find(|(k, l, _)| *k == key && l == w.layout()).and_then(|e| e.2.upgrade()) {
+        return t;
+    }
+    all.retain(|e| e.2.strong_count() > 0);
+    let t = Transposed::default();
+    all.push((key, w.layout().clone(), Arc::downgrade(&t)));
+    t
 }
 
 /// `A B` for row-major `A` (`[m, k]`) and `B` (`[k, n]`, element `(r, c)` at
@@ -488,6 +515,37 @@ mod tests {
             let (x, w) = (x.inner(), w.inner());
             assert!(max_diff(matmul(x.clone(), w.clone()), x.clone().matmul(w.clone())) < 1e-4);
             assert!(max_diff(matmul_fresh(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
+        }
+    }
+
+    /// Steps that multiply by one weight share its `Wᵀ` ([`transposed`]) in the backward pass,
+    /// and nothing else does: two products by `W` and one by `Wᵀ`, a view of the same storage
+    /// read the other way, give burn's `∂x` each; so does a second pass after `W`'s storage
+    /// was written in place (flex writes in place storage held alone), which must not read the
+    /// first pass's `Wᵀ`.
+    #[test]
+    fn steps_share_the_transpose_of_their_weight_and_never_a_stale_one() {
+        let ad = Device::flex().autodiff();
+        ad.seed(5);
+        let (m, k) = (16, 48);
+        let mut w = Tensor::<2>::random([k, k], Distribution::Normal(0.0, 1.0), &ad).inner();
+        for pass in 0..3 {
+            let xs: Vec<_> =
+                (0..3).map(|_| Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &ad)).collect();
+            let run = |fast: bool| {
+                let w = Tensor::from_inner(w.clone()).require_grad();
+                let xs: Vec<_> = xs.iter().map(|x| x.clone().require_grad()).collect();
+                let mul = |x: Tensor<2>, w: Tensor<2>| if fast { matmul(x, w) } else { x.matmul(w) };
+                let y = mul(xs[0].clone(), w.clone())
+                    + mul(xs[1].clone(), w.clone()) * 2.0
+                    + mul(xs[2].clone(), w.clone().transpose()).sin();
+                let grads = y.sum().backward();
+                xs.iter().map(|x| x.grad(&grads).expect("∂x")).collect::<Vec<_>>()
+            };
+            for (i, (fast, burn)) in run(true).into_iter().zip(run(false)).enumerate() {
+                assert!(max_diff(fast, burn) < 1e-4, "pass {pass}, product {i}: ∂x");
+            }
+            w = w.mul_scalar(-0.5).add_scalar(0.25);
         }
     }
 
