@@ -6,8 +6,8 @@
 //! the tensor's device, or its plain-tensor [`reference`] when [`mode`] says so
 //! (`--kernels reference`, `S2S_KERNELS=reference`). The crate knows no model type.
 //!
-//! Behind [`ops`], one folder per operation, each with its CPU kernel (on burn's flex backend)
-//! and its GPU kernel (cubecl, for wgpu): [`lstm`], `attention` (the recurrent decoders' and
+//! Behind [`ops`], one folder per operation, each with its reference (`reference.rs`), its CPU
+//! kernel (on burn's flex backend) and its GPU kernel (cubecl, for wgpu): [`lstm`], `attention` (the recurrent decoders' and
 //! the Transformer's multi-head attention), [`softmax`], `layer_norm`, `dropout`, [`loss`],
 //! [`optimizer`], `tanh`; and what they share: matrix products ([`gemm`]), the CPU's vector
 //! math ([`cpu`]) and GPU launches, captured steps and timing ([`gpu`]).

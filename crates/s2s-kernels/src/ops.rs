@@ -1,8 +1,9 @@
-//! The operations the models call: one function per operation, each of which picks what
-//! runs — its plain-tensor reference ([`crate::reference`]) under `--kernels reference`, else
-//! the kernel for the tensor's device (the fused CPU kernels on flex, the cubecl kernels on a
-//! GPU, the reference where neither applies). This is the one place that branches on the
-//! device; `docs/kernels.md` says why each kernel exists and how it is tested.
+//! The operations the models call: one function per operation, each a `match` on the
+//! [`Route`] of its tensors' device — its plain-tensor reference ([`crate::reference`]) under
+//! `--kernels reference`, the fused CPU kernels on flex, the cubecl kernels on a GPU, the
+//! reference where no kernel applies. The matches are the table of what runs where, and this
+//! is the one place that branches on the device; `docs/kernels.md` says why each kernel exists
+//! and how it is tested.
 //!
 //! Every function has the semantics of its reference, to rounding (the kernels sum in another
 //! order and use vectorised `exp`/`tanh` approximations; see `docs/kernels.md`).
@@ -20,9 +21,31 @@ pub use crate::attention::multi_head::{
 };
 pub use crate::attention::step_cache::{SourceRows, StepCache};
 
-/// True when the GPU kernels can run on `device`: a cubecl device, without burn's fusion.
-fn gpu_kernels(device: &Device) -> bool {
-    cfg!(not(feature = "gpu-tuned")) && !is_flex(device)
+/// Which implementation of an operation runs on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `--kernels reference` ([`mode`]): the plain-tensor equations, on any device.
+    Reference,
+    /// flex, the CPU backend: the fused CPU kernels.
+    Cpu,
+    /// A cubecl device (wgpu): the GPU kernels.
+    Gpu,
+    /// A cubecl device under burn's fusion (the `gpu-tuned` feature): its fused-stream tensors
+    /// take none of our GPU kernels, so the references run there, fused by burn.
+    Fused,
+}
+
+/// The [`Route`] of `device` under the current [`mode`].
+pub fn route(device: &Device) -> Route {
+    if mode::reference() {
+        Route::Reference
+    } else if is_flex(device) {
+        Route::Cpu
+    } else if cfg!(feature = "gpu-tuned") {
+        Route::Fused
+    } else {
+        Route::Gpu
+    }
 }
 
 /// True when `device` is the CPU backend (flex): where a search loop is cheapest a step at a
@@ -34,34 +57,39 @@ pub fn is_cpu(device: &Device) -> bool {
 /// `x W` over the last dimension, as one 2-D product over all leading positions; a few rows
 /// (decoder steps) through the CPU's small-product kernel, the weight kept packed.
 pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
-    if mode::reference() {
-        return reference::matmul_rows(x, w);
+    match route(&x.device()) {
+        Route::Reference => reference::matmul_rows(x, w),
+        Route::Cpu | Route::Gpu | Route::Fused => {
+            reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul(x, w))
+        }
     }
-    reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul(x, w))
 }
 
 /// [`matmul_rows`] for a `W` computed afresh at every call (weights joined side by side):
 /// never packed or kept.
 pub fn matmul_rows_fresh<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
-    if mode::reference() {
-        return reference::matmul_rows(x, w);
+    match route(&x.device()) {
+        Route::Reference => reference::matmul_rows(x, w),
+        Route::Cpu | Route::Gpu | Route::Fused => {
+            reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul_fresh(x, w))
+        }
     }
-    reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul_fresh(x, w))
 }
 
 /// `x W + b` over the last dimension: while decoding on the CPU the bias is added inside the
 /// product; while training on a GPU a node whose gradients a decoder loop can defer
 /// ([`for_steps`]).
 pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> Tensor<D> {
-    if mode::reference() {
-        return reference::affine_rows(x, w, b);
-    }
-    if x.is_autodiff() {
-        return reference::as_rows(x, w.dims()[1], |x| {
+    let d_out = w.dims()[1];
+    match route(&x.device()) {
+        Route::Reference => reference::affine_rows(x, w, b),
+        _ if x.is_autodiff() => reference::as_rows(x, d_out, |x| {
             crate::gemm::small::add_bias(crate::gemm::small::matmul(x, w), b)
-        });
+        }),
+        Route::Cpu | Route::Gpu | Route::Fused => {
+            reference::as_rows(x, d_out, |x| crate::gemm::small::add_matmul(b.unsqueeze::<2>(), x, w))
+        }
     }
-    reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::add_matmul(b.unsqueeze::<2>(), x, w))
 }
 
 /// A `Linear` layer, `x W + b`, through [`affine_rows`] / [`matmul_rows`].
@@ -100,10 +128,10 @@ pub fn linears<const N: usize>(x: Tensor<3>, layers: [&Linear; N]) -> ([Tensor<3
 /// `base + x W` (`base` `[rows, d_out]` or `[1, d_out]`): while decoding on the CPU the
 /// addition happens inside the product.
 pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
-    if mode::reference() {
-        return reference::add_matmul(base, x, w);
+    match route(&x.device()) {
+        Route::Reference => reference::add_matmul(base, x, w),
+        Route::Cpu | Route::Gpu | Route::Fused => crate::gemm::small::add_matmul(base, x, w),
     }
-    crate::gemm::small::add_matmul(base, x, w)
 }
 
 /// `[a | b | …]` along the last axis of 2-D tensors with the same rows; on a GPU two or three
@@ -112,11 +140,11 @@ pub fn cat_columns(mut parts: Vec<Tensor<2>>) -> Tensor<2> {
     if parts.len() == 1 {
         return parts.remove(0);
     }
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !mode::reference() && matches!(parts.len(), 2 | 3) && gpu_kernels(&parts[0].device()) {
-        return crate::gpu::cat::cat_columns(parts);
+    match route(&parts[0].device()) {
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if matches!(parts.len(), 2 | 3) => crate::gpu::cat::cat_columns(parts),
+        _ => reference::cat_columns(parts),
     }
-    reference::cat_columns(parts)
 }
 
 /// `[a | b | …]` along the last axis of `[batch, time, dᵢ]` tensors, joined as rows by
@@ -125,7 +153,7 @@ pub fn cat_features(mut parts: Vec<Tensor<3>>) -> Tensor<3> {
     if parts.len() == 1 {
         return parts.remove(0);
     }
-    if mode::reference() {
+    if route(&parts[0].device()) == Route::Reference {
         return reference::cat_features(parts);
     }
     let [batch, time, _] = parts[0].dims();
@@ -143,37 +171,36 @@ pub fn cat_features(mut parts: Vec<Tensor<3>>) -> Tensor<3> {
 
 /// `tanh(x)`: a vectorised kernel on the CPU, one launch each way on a GPU.
 pub fn tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if mode::reference() || (cfg!(feature = "gpu-tuned") && !is_flex(&x.device())) {
-        return reference::tanh(x);
+    match route(&x.device()) {
+        Route::Cpu | Route::Gpu => crate::tanh::tanh(x),
+        Route::Reference | Route::Fused => reference::tanh(x),
     }
-    crate::tanh::tanh(x)
 }
 
 /// `softmax` over the last dimension: one fused pass per row on the CPU.
 pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if mode::reference() || !is_flex(&x.device()) {
-        return reference::softmax(x);
+    match route(&x.device()) {
+        Route::Cpu => crate::softmax::cpu::softmax(x),
+        Route::Reference | Route::Gpu | Route::Fused => reference::softmax(x),
     }
-    crate::softmax::cpu::softmax(x)
 }
 
 /// `log_softmax` over the last dimension: one fused pass per row on the CPU.
 pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if mode::reference() || !is_flex(&x.device()) {
-        return reference::log_softmax(x);
+    match route(&x.device()) {
+        Route::Cpu => crate::softmax::cpu::log_softmax(x),
+        Route::Reference | Route::Gpu | Route::Fused => reference::log_softmax(x),
     }
-    crate::softmax::cpu::log_softmax(x)
 }
 
 /// Each row's best token (the first of equal scores, as f32: ids are exact below 2²⁴) and its
 /// log-probability, `[rows, 2]`, left on the device: one pass per row on the CPU, one launch
 /// on a GPU (without autodiff).
 pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
-    let kernel = is_flex(&logits.device()) || gpu_kernels(&logits.device());
-    if mode::reference() || !kernel || logits.is_autodiff() {
-        return reference::best_log_prob_pairs(logits);
+    match route(&logits.device()) {
+        Route::Cpu | Route::Gpu if !logits.is_autodiff() => crate::softmax::cpu::best_log_prob_pairs(logits),
+        _ => reference::best_log_prob_pairs(logits),
     }
-    crate::softmax::cpu::best_log_prob_pairs(logits)
 }
 
 /// [`best_log_prob_pairs`] read back to the host: (best tokens, their log-probabilities).
@@ -186,17 +213,13 @@ pub fn best_log_probs(logits: Tensor<2>) -> (Vec<i64>, Vec<f32>) {
 /// `h' = σ(o)⊙tanh(c')` ([`reference::lstm_gates`]). Returns `(h', c')`. On the CPU one fused
 /// pass after the product; on a GPU one kernel that also adds the two parts.
 pub fn lstm_step(xw: Tensor<2>, h: Tensor<2>, w_hidden: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    if mode::reference() {
-        return reference::lstm_step(xw, h, w_hidden, c);
+    match route(&xw.device()) {
+        Route::Reference => reference::lstm_step(xw, h, w_hidden, c),
+        Route::Cpu => crate::lstm::cpu::lstm_gates(crate::gemm::small::add_matmul(xw, h, w_hidden), c),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::lstm::gpu::lstm_gates(xw, crate::gemm::small::matmul(h, w_hidden), c),
+        _ => reference::lstm_gates(xw + crate::gemm::small::matmul(h, w_hidden), c),
     }
-    if is_flex(&xw.device()) {
-        let gates = crate::gemm::small::add_matmul(xw, h, w_hidden);
-        return crate::lstm::cpu::lstm_gates(gates, c);
-    }
-    #[cfg(not(feature = "gpu-tuned"))]
-    return crate::lstm::gpu::lstm_gates(xw, crate::gemm::small::matmul(h, w_hidden), c);
-    #[cfg(feature = "gpu-tuned")]
-    return reference::lstm_gates(xw + crate::gemm::small::matmul(h, w_hidden), c);
 }
 
 /// One direction of an LSTM layer over a padded sequence ([`reference::lstm_layer`]): on the
@@ -210,82 +233,83 @@ pub fn lstm_layer(
     dense: usize,
     reverse: bool,
 ) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
-    if mode::reference() {
-        return reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
+    match route(&xw.device()) {
+        Route::Cpu => crate::lstm::cpu::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if xw.dims()[1] > 0 => crate::lstm::gpu::lstm_layer(xw, w_hidden, h0, c0, keep, reverse),
+        _ => reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse),
     }
-    if is_flex(&xw.device()) {
-        return crate::lstm::cpu::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse);
-    }
-    #[cfg(not(feature = "gpu-tuned"))]
-    if xw.dims()[1] > 0 {
-        return crate::lstm::gpu::lstm_layer(xw, w_hidden, h0, c0, keep, reverse);
-    }
-    reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse)
 }
 
 /// Dot scores `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general).
 pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-    if mode::reference() {
-        return reference::dot_scores(q, keys);
+    match route(&q.device()) {
+        Route::Reference => reference::dot_scores(q, keys),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::attention::rnn_gpu::dot_scores(q, keys),
+        _ => crate::attention::step::dot_scores(q, keys),
     }
-    crate::attention::step::dot_scores(q, keys)
 }
 
 /// Additive scores `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's).
 pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
-    if mode::reference() {
-        return reference::additive_scores(q, keys, v);
+    match route(&q.device()) {
+        Route::Reference => reference::additive_scores(q, keys, v),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::attention::rnn_gpu::additive_scores(q, keys, v),
+        _ => crate::attention::step::additive_scores(q, keys, v),
     }
-    crate::attention::step::additive_scores(q, keys, v)
 }
 
 /// The masked softmax of `scores` and the context: (context `[batch, d]`, weights
 /// `[batch, src]`); on a GPU the mask, softmax and sum are kernels with no launch of the
 /// mask's own.
 pub fn attend(scores: Tensor<2>, values: &Tensor<3>, key_mask: &Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    if mode::reference() {
-        return reference::attend(scores, values, key_mask);
+    match route(&scores.device()) {
+        Route::Reference => reference::attend(scores, values, key_mask),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::attention::rnn_gpu::attend(scores, key_mask, values),
+        _ => {
+            let weights = softmax(scores + key_mask.clone());
+            (crate::attention::step::weighted_sum(weights.clone(), values), weights)
+        }
     }
-    #[cfg(not(feature = "gpu-tuned"))]
-    if gpu_kernels(&scores.device()) {
-        return crate::attention::rnn_gpu::attend(scores, key_mask, values);
-    }
-    let weights = softmax(scores + key_mask.clone());
-    (crate::attention::step::weighted_sum(weights.clone(), values), weights)
 }
 
 /// Layer normalisation over the last dimension: one fused pass per row (and its own
 /// backward) on the CPU and on a GPU.
 pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
-    if mode::reference() || (cfg!(feature = "gpu-tuned") && !is_flex(&x.device())) {
-        return reference::layer_norm(norm, x);
+    match route(&x.device()) {
+        Route::Cpu => crate::layer_norm::cpu::layer_norm(norm, x),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::layer_norm::gpu::layer_norm(norm, x),
+        _ => reference::layer_norm(norm, x),
     }
-    crate::layer_norm::cpu::layer_norm(norm, x)
 }
 
 /// Dropout with `d`'s probability: a counter-based mask, one multiplication, on the CPU; one
 /// kernel each way on a GPU.
 pub fn dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    if mode::reference() {
-        return reference::dropout(d, x);
+    match route(&x.device()) {
+        Route::Reference => reference::dropout(d, x),
+        Route::Cpu | Route::Gpu | Route::Fused => crate::dropout::forward(d, x),
     }
-    crate::dropout::forward(d, x)
 }
 
 /// `dropout(relu(x))`: one kernel each way on a GPU.
 pub fn relu_dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    if mode::reference() {
-        return reference::relu_dropout(d, x);
+    match route(&x.device()) {
+        Route::Reference => reference::relu_dropout(d, x),
+        Route::Cpu | Route::Gpu | Route::Fused => crate::dropout::relu_then(d, x),
     }
-    crate::dropout::relu_then(d, x)
 }
 
 /// `x + dropout(y)` (a residual connection): one kernel each way on a GPU.
 pub fn add_dropout<const D: usize>(d: &Dropout, x: Tensor<D>, y: Tensor<D>) -> Tensor<D> {
-    if mode::reference() {
-        return reference::add_dropout(d, x, y);
+    match route(&x.device()) {
+        Route::Reference => reference::add_dropout(d, x, y),
+        Route::Cpu | Route::Gpu | Route::Fused => crate::dropout::add_then(d, x, y),
     }
-    crate::dropout::add_then(d, x, y)
 }
 
 /// Restarts the host's stream of GPU dropout seeds (the trainer calls it beside
@@ -310,8 +334,8 @@ pub fn scaled_dot_product(
 
 /// True when the fused attention kernels run on `device` with this mask shape.
 fn attention_kernels(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
-    let kernels = is_flex(device) || cfg!(not(feature = "gpu-tuned"));
-    !mode::reference() && kernels && crate::attention::fused::mask_fits(mask.dims(), batch, tq, tk)
+    matches!(route(device), Route::Cpu | Route::Gpu)
+        && crate::attention::fused::mask_fits(mask.dims(), batch, tq, tk)
 }
 
 /// The fused kernels' dropout on the attention weights: the mask's seed and the share kept.
@@ -359,7 +383,7 @@ pub fn heads_step<const D: usize>(
 
 /// True when [`heads_step`] runs its kernel on `device` (flex without autodiff, fast kernels).
 pub fn heads_step_runs(device: &Device) -> bool {
-    !mode::reference() && is_flex(device) && !device.is_autodiff()
+    route(device) == Route::Cpu && !device.is_autodiff()
 }
 
 /// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`
@@ -387,19 +411,19 @@ pub fn cross_attention(
 /// `x[:, t, :]` for every step `t` of `x` (`[batch, time, d]`); on a GPU one gradient write a
 /// step.
 pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
-    if mode::reference() {
-        return reference::time_steps(x);
+    match route(&x.device()) {
+        Route::Reference => reference::time_steps(x),
+        Route::Cpu | Route::Gpu | Route::Fused => crate::gpu::steps::time_steps(x),
     }
-    crate::gpu::steps::time_steps(x)
 }
 
 /// `[batch, time, d]` from `time` steps `[batch, d]` (at least one); on a GPU eight steps a
 /// launch.
 pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
-    if mode::reference() {
-        return reference::stack_steps(parts);
+    match route(&parts[0].device()) {
+        Route::Reference => reference::stack_steps(parts),
+        Route::Cpu | Route::Gpu | Route::Fused => crate::gpu::steps::stack_steps(parts),
     }
-    crate::gpu::steps::stack_steps(parts)
 }
 
 /// A recurrence unrolled over the time axis of `inputs` (`[batch, time, d]`, teacher forcing):
@@ -422,10 +446,10 @@ pub fn unroll(inputs: Tensor<3>, mut step: impl FnMut(Tensor<2>) -> Vec<Tensor<2
 /// `w` with the gradients of its uses at every decoder step summed once, after all steps (one
 /// product where autodiff would add a product a step); `w` itself under the references.
 pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {
-    if mode::reference() {
-        return w;
+    match route(&w.device()) {
+        Route::Reference => w,
+        Route::Cpu | Route::Gpu | Route::Fused => crate::gemm::deferred_grad::defer_grad(w),
     }
-    crate::gemm::deferred_grad::defer_grad(w)
 }
 
 /// A copy of `module` whose parameters go through [`defer_grad`]: what a decoder loop runs at
@@ -458,7 +482,7 @@ pub fn label_smoothed_xent(
     keep: &Tensor<2>,
     epsilon: f64,
 ) -> (Tensor<1>, Tensor<1>) {
-    if mode::reference() || !is_flex(&logits.device()) {
+    if route(&logits.device()) != Route::Cpu {
         return reference::label_smoothed_xent(logits, targets, keep, epsilon);
     }
     let [batch, tgt, vocab] = logits.dims();

@@ -4,6 +4,8 @@
 //! kernels (`gpu` for the heads, `rnn_gpu` for the recurrent decoders) and the decoder's
 //! self-attention cache (`step_cache`).
 
+pub(crate) mod reference;
+
 pub mod fused;
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu;

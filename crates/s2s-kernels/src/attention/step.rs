@@ -441,7 +441,9 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + (whole..x.len()).map(|j| x[j] * y[j]).sum::<f32>()
 }
 
-/// True where the kernels run: flex, without autodiff.
+/// True where the kernels run: flex, without autodiff (elsewhere, and on a GPU under burn's
+/// fusion, the composed operations; [`crate::ops`] sends other GPU tensors to
+/// [`crate::attention::rnn_gpu`]).
 fn fused(t: &Tensor<2>) -> bool {
     is_flex(&t.device()) && !t.is_autodiff()
 }
@@ -449,10 +451,6 @@ fn fused(t: &Tensor<2>) -> bool {
 /// `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general scores, the latter with
 /// `W_a` already applied to the keys).
 pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !is_flex(&q.device()) {
-        return crate::attention::rnn_gpu::dot_scores(q, keys);
-    }
     if !fused(&q) {
         // Σ_k keys ⊙ q rather than a batched [S, k] × [k, 1] product per sentence: one
         // element-wise pass beats `batch` tiny matrix products on the CPU.
@@ -467,10 +465,6 @@ pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
 /// `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's score network, `q` the projected
 /// query with its bias, `v` `[d, 1]`).
 pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !is_flex(&q.device()) {
-        return crate::attention::rnn_gpu::additive_scores(q, keys, v);
-    }
     if !fused(&q) {
         let [b, s, a] = keys.dims();
         // vᵀ tanh(·) as one [B·S, A] × [A, 1] product (a batched [S, A] × [A, 1] per sentence,

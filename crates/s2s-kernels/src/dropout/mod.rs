@@ -15,6 +15,8 @@
 //! device's generator would read it back, a synchronisation at every dropout site. Other
 //! backends (`gpu-tuned`) use burn's `Dropout::forward`.
 
+pub(crate) mod reference;
+
 #[cfg(not(feature = "gpu-tuned"))]
 pub mod gpu;
 pub mod mask;

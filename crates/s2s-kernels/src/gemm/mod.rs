@@ -3,6 +3,8 @@
 //! (`flex`), and one product over all steps for a weight every step multiplies
 //! (`deferred_grad`).
 
+pub(crate) mod reference;
+
 pub(crate) mod deferred_grad;
 pub mod flex;
 pub mod packed;

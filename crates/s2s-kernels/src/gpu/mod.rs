@@ -3,6 +3,8 @@
 //! (`cat`), a second output of a custom backward (`second_output`), and the host's clock
 //! (`host_clock`, `launch_probe`).
 
+pub(crate) mod reference;
+
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod cat;
 pub mod graph;

@@ -20,7 +20,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
-use burn::nn::{LayerNorm, LayerNormConfig};
+use burn::nn::LayerNorm;
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
@@ -178,28 +178,14 @@ fn backward(
     (FlexTensor::from_data(TensorData::new(dx, shape)), dgamma, dbeta)
 }
 
-/// burn's `LayerNorm` epsilon, which every norm of this crate is built with
-/// (`LayerNormConfig::new(d)`); the module keeps its own private.
-fn epsilon() -> f64 {
-    LayerNormConfig::new(1).epsilon
-}
-
-/// `norm(x)`: the fused kernel on flex devices, [`crate::layer_norm::gpu`]'s on a GPU, burn's
-/// `LayerNorm::forward` under burn's fusion (`gpu-tuned`).
+/// `norm(x)` on flex: one fused pass per row, with its own backward.
 pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
-    let gamma = norm.gamma.val();
-    let beta = norm.beta.as_ref().map(|b| b.val()).unwrap_or_else(|| gamma.zeros_like());
-    if !crate::cpu::flex_data::is_flex(&x.device()) {
-        #[cfg(not(feature = "gpu-tuned"))]
-        return crate::layer_norm::gpu::layer_norm(x, gamma, beta, epsilon());
-        #[cfg(feature = "gpu-tuned")]
-        return norm.forward(x);
-    }
+    let (gamma, beta, epsilon) = super::parameters(norm);
     Tensor::from_dispatch(<Dispatch as FusedLayerNorm>::fused_layer_norm(
         x.into_dispatch(),
         gamma.into_dispatch(),
         beta.into_dispatch(),
-        epsilon(),
+        epsilon,
     ))
 }
 
@@ -208,9 +194,10 @@ mod tests {
     use super::*;
     use crate::test_support::max_diff;
     use burn::module::Param;
+    use burn::nn::LayerNormConfig;
     use burn::tensor::Device;
 
-    /// Equal to burn's `LayerNorm`, output and the gradients of `x`, `γ` and `β`, on an autodiff
+    /// [`crate::ops::layer_norm`] (this kernel on flex) equal to burn's `LayerNorm`, output and the gradients of `x`, `γ` and `β`, on an autodiff
     /// device and without, for a width that is a whole number of lanes and one that is not.
     #[test]
     fn equals_burns_layer_norm() {
@@ -247,7 +234,8 @@ mod tests {
             let norm = make_norm(&d);
             let run = |fused: bool| {
                 let x = x.clone().require_grad();
-                let y = if fused { layer_norm(&norm, x.clone()) } else { norm.forward(x.clone()) };
+                let y =
+                    if fused { crate::ops::layer_norm(&norm, x.clone()) } else { norm.forward(x.clone()) };
                 let g = (y.clone() * r.clone()).sum().backward();
                 let beta = norm.beta.as_ref().expect("β").val();
                 (
@@ -266,7 +254,7 @@ mod tests {
             let norm_plain = make_norm(&plain);
             let x = Tensor::<3>::from_data(x.into_data(), &plain);
             assert!(
-                max_diff(layer_norm(&norm_plain, x.clone()), norm_plain.forward(x)) < 1e-5,
+                max_diff(crate::ops::layer_norm(&norm_plain, x.clone()), norm_plain.forward(x)) < 1e-5,
                 "{shape:?}: no autodiff"
             );
         }

@@ -22,6 +22,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
+use burn::nn::LayerNorm;
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
@@ -224,14 +225,10 @@ impl<C: CheckpointStrategy> GpuLayerNorm for Autodiff<CubeBackend, C> {
     }
 }
 
-/// `γ ⊙ (x − μ)/√(σ² + ε) + β` over the last dimension on a cubecl device (not flex; not with
-/// `gpu-tuned`).
-pub fn layer_norm<const D: usize>(
-    x: Tensor<D>,
-    gamma: Tensor<1>,
-    beta: Tensor<1>,
-    epsilon: f64,
-) -> Tensor<D> {
+/// `norm(x)`, `γ ⊙ (x − μ)/√(σ² + ε) + β` over the last dimension, on a cubecl device (not
+/// flex; not with `gpu-tuned`).
+pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
+    let (gamma, beta, epsilon) = super::parameters(norm);
     Tensor::from_dispatch(<Dispatch as GpuLayerNorm>::gpu_layer_norm(
         x.into_dispatch(),
         gamma.into_dispatch(),

@@ -8,6 +8,8 @@
 //! four — Luong's `h̃ₜ = tanh(W_c [cₜ; sₜ])` at every decoder step); under burn's fusion
 //! (`gpu-tuned`) burn's `tanh`.
 
+pub(crate) mod reference;
+
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
