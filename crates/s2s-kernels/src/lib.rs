@@ -28,6 +28,7 @@ pub(crate) mod layer_norm;
 pub mod loss;
 pub mod lstm;
 pub mod optimizer;
+pub(crate) mod own_backward;
 pub mod softmax;
 pub(crate) mod tanh;
 

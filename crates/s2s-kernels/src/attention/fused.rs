@@ -35,10 +35,7 @@
 //! - mask: additive, `[batch or 1, 1, t_q or 1, t_k]`; weights `[batch, heads, t_q, t_k]`
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{AutodiffBackend, Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
@@ -47,6 +44,7 @@ use rayon::prelude::*;
 use crate::cpu::fastmath::exp;
 use crate::cpu::flex_data::{contiguous, f32s};
 use crate::gemm::packed::SendPtr;
+use crate::own_backward::WithBackward;
 
 /// The fused attention as a burn backend extension (flex, and cubecl runtimes without
 /// fusion: [`crate::attention::gpu`]; see the module doc).
@@ -470,26 +468,16 @@ impl FusedAttention for Flex {
     }
 }
 
-#[derive(Debug)]
-struct AttentionBackward;
-
-impl<const N: usize> Backward<Flex, N> for AttentionBackward {
-    /// The call's operands and the weights `P`.
-    type State = (CallState, FlexTensor);
-
-    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad = grads.consume::<Flex>(&ops.node);
-        let (state, weights) = ops.state;
-        let call = state.0;
-        let (gq, gkv) = call.backward(&weights, &grad);
-        let mut parents = ops.parents.into_iter();
-        if let Some(Some(node)) = parents.next() {
-            grads.register::<Flex>(node.id, gq);
-        }
-        if let (Some(Some(node)), Some(gkv)) = (parents.next(), gkv) {
-            grads.register::<Flex>(node.id, gkv);
-        }
-    }
+/// The backward of both attentions: the gradient of `q` (or of `[Q | K | V]`) and, for
+/// cross-attention, of `[K | V]`, from the call's operands and the weights `P` it kept.
+fn attention_backward<const N: usize>(
+    (state, weights): (CallState, FlexTensor),
+    dy: FlexTensor,
+    _: [bool; N],
+) -> [Option<FlexTensor>; N] {
+    let (gq, gkv) = state.0.backward(&weights, &dy);
+    let mut gradients = [Some(gq), gkv].into_iter();
+    std::array::from_fn(|_| gradients.next().flatten())
 }
 
 /// [`Call`] as backward state.
@@ -515,14 +503,20 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (x, node) = qkv.into_parts();
-        let call = Call::new(&x, None, &mask.into_primitive(), heads, drop);
-        let (out, weights) = call.forward();
-        let out = match AttentionBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((CallState(call), weights.clone()), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        };
-        (out, <Self as AutodiffBackend>::from_inner(weights))
+        let mask = mask.into_primitive();
+        let mut weights = None;
+        let out = Self::with_backward(
+            [qkv],
+            |[x], keep| {
+                let call = Call::new(&x, None, &mask, heads, drop);
+                let (out, w) = call.forward();
+                weights = Some(w.clone());
+                // The call's operands and the weights `P`.
+                (out, keep.then(|| (CallState(call), w)))
+            },
+            attention_backward::<1>,
+        );
+        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
     }
 
     fn cross_attention(
@@ -532,15 +526,19 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (q, q_node) = q.into_parts();
-        let (kv, kv_node) = kv.into_parts();
-        let call = Call::new(&q, Some(&kv), &mask.into_primitive(), heads, drop);
-        let (out, weights) = call.forward();
-        let out = match AttentionBackward.prepare::<C>([q_node, kv_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((CallState(call), weights.clone()), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        };
-        (out, <Self as AutodiffBackend>::from_inner(weights))
+        let mask = mask.into_primitive();
+        let mut weights = None;
+        let out = Self::with_backward(
+            [q, kv],
+            |[q, kv], keep| {
+                let call = Call::new(&q, Some(&kv), &mask, heads, drop);
+                let (out, w) = call.forward();
+                weights = Some(w.clone());
+                (out, keep.then(|| (CallState(call), w)))
+            },
+            attention_backward::<2>,
+        );
+        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
     }
 }
 

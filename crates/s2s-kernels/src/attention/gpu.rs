@@ -25,10 +25,7 @@
 //!   t_k]` → output `[batch, t_q, d_model]`, weights `[batch, heads, t_q, t_k]`
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{AutodiffBackend, tensor::FloatTensor};
 use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
@@ -40,6 +37,7 @@ use cubecl::prelude::*;
 use crate::attention::fused::FusedAttention;
 use crate::dropout::gpu::mask_in;
 use crate::gpu::launch::{empty, launch_dims};
+use crate::own_backward::WithBackward;
 
 /// The sizes and layout of one call, on the host and as the kernels take them.
 #[derive(CubeLaunch, CubeType, Clone, Copy, Debug)]
@@ -430,25 +428,16 @@ impl FusedAttention for CubeBackend {
     }
 }
 
-#[derive(Debug)]
-struct AttentionBackward;
-
-impl<const N: usize> Backward<CubeBackend, N> for AttentionBackward {
-    /// The call and the weights `P`.
-    type State = (Call, CubeTensor);
-
-    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad = grads.consume::<CubeBackend>(&ops.node);
-        let (call, weights) = ops.state;
-        let (gq, gkv) = call.backward(weights, grad);
-        let mut parents = ops.parents.into_iter();
-        if let Some(Some(node)) = parents.next() {
-            grads.register::<CubeBackend>(node.id, gq);
-        }
-        if let (Some(Some(node)), Some(gkv)) = (parents.next(), gkv) {
-            grads.register::<CubeBackend>(node.id, gkv);
-        }
-    }
+/// The backward of both attentions: the gradient of `q` (or of `[Q | K | V]`) and, for
+/// cross-attention, of `[K | V]`, from the call and the weights `P` it kept.
+fn attention_backward<const N: usize>(
+    (call, weights): (Call, CubeTensor),
+    dy: CubeTensor,
+    _: [bool; N],
+) -> [Option<CubeTensor>; N] {
+    let (gq, gkv) = call.backward(weights, dy);
+    let mut gradients = [Some(gq), gkv].into_iter();
+    std::array::from_fn(|_| gradients.next().flatten())
 }
 
 impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
@@ -458,14 +447,20 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (x, node) = qkv.into_parts();
-        let call = Call::new(x, None, mask.into_primitive(), heads, drop);
-        let (out, weights) = call.forward();
-        let out = match AttentionBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((call, weights.clone()), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        };
-        (out, <Self as AutodiffBackend>::from_inner(weights))
+        let mask = mask.into_primitive();
+        let mut weights = None;
+        let out = Self::with_backward(
+            [qkv],
+            |[x], keep| {
+                let call = Call::new(x, None, mask, heads, drop);
+                let (out, w) = call.forward();
+                weights = Some(w.clone());
+                // The call and the weights `P`.
+                (out, keep.then(|| (call, w)))
+            },
+            attention_backward::<1>,
+        );
+        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
     }
 
     fn cross_attention(
@@ -475,14 +470,18 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (q, q_node) = q.into_parts();
-        let (kv, kv_node) = kv.into_parts();
-        let call = Call::new(q, Some(kv), mask.into_primitive(), heads, drop);
-        let (out, weights) = call.forward();
-        let out = match AttentionBackward.prepare::<C>([q_node, kv_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((call, weights.clone()), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        };
-        (out, <Self as AutodiffBackend>::from_inner(weights))
+        let mask = mask.into_primitive();
+        let mut weights = None;
+        let out = Self::with_backward(
+            [q, kv],
+            |[q, kv], keep| {
+                let call = Call::new(q, Some(kv), mask, heads, drop);
+                let (out, w) = call.forward();
+                weights = Some(w.clone());
+                (out, keep.then(|| (call, w)))
+            },
+            attention_backward::<2>,
+        );
+        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
     }
 }

@@ -29,10 +29,7 @@
 //! - `x`: any shape → the same shape
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{backend_extension, tensor::FloatTensor};
 use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
@@ -42,6 +39,7 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::gpu::launch::{empty, launch_dims};
+use crate::own_backward::WithBackward;
 
 /// A 32-bit integer hash (lowbias32, C. Wellons).
 #[cube]
@@ -255,67 +253,38 @@ impl GpuDropout for CubeBackend {
 
 impl<C: CheckpointStrategy> GpuDropout for Autodiff<CubeBackend, C> {
     fn gpu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct DropoutBackward;
-
-        impl Backward<CubeBackend, 1> for DropoutBackward {
-            /// The mask's seed and keep share: `D` is recomputed.
-            type State = (u64, f32);
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node] = ops.parents;
-                let grad = grads.consume::<CubeBackend>(&ops.node);
-                if let Some(node) = node {
-                    let (seed, keep) = ops.state;
-                    grads.register::<CubeBackend>(node.id, apply(grad, seed, keep));
-                }
-            }
-        }
-
-        let (x, node) = x.into_parts();
-        match DropoutBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((seed, keep), apply(x, seed, keep)),
-            OpsKind::UnTracked(prep) => prep.finish(apply(x, seed, keep)),
-        }
+        Self::with_backward(
+            [x],
+            // Keeps the mask's seed and keep share: `D` is recomputed.
+            |[x], _| (apply(x, seed, keep), Some((seed, keep))),
+            |(seed, keep), dy, _| [Some(apply(dy, seed, keep))],
+        )
     }
 
     fn gpu_relu_dropout(x: FloatTensor<Self>, seed: u64, keep: f32) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct ReluDropoutBackward;
-
-        impl Backward<CubeBackend, 1> for ReluDropoutBackward {
-            /// The output (positive exactly where the unit was positive and kept) and `1/keep`.
-            type State = (CubeTensor, f32);
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node] = ops.parents;
-                let dy = into_contiguous(grads.consume::<CubeBackend>(&ops.node));
-                if let Some(node) = node {
-                    let (y, scale) = ops.state;
-                    let dx = empty(&y, y.meta.shape().clone());
-                    let (count, dim) = launch_dims(&y, y.meta.num_elements());
-                    relu_dropout_backward::launch(
-                        &y.client.clone(),
-                        count,
-                        dim,
-                        y.into_buffer_arg(),
-                        dy.into_buffer_arg(),
-                        dx.clone().into_buffer_arg(),
-                        scale,
-                    );
-                    grads.register::<CubeBackend>(node.id, dx);
-                }
-            }
-        }
-
-        let (x, node) = x.into_parts();
-        match ReluDropoutBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
+        Self::with_backward(
+            [x],
+            |[x], keep_state| {
                 let y = apply_with(x, seed, keep, true);
-                prep.finish((y.clone(), 1.0 / keep), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(apply_with(x, seed, keep, true)),
-        }
+                // The output (positive exactly where the unit was positive and kept) and `1/keep`.
+                (y.clone(), keep_state.then(|| (y, 1.0 / keep)))
+            },
+            |(y, scale): (CubeTensor, f32), dy, _| {
+                let dy = into_contiguous(dy);
+                let dx = empty(&y, y.meta.shape().clone());
+                let (count, dim) = launch_dims(&y, y.meta.num_elements());
+                relu_dropout_backward::launch(
+                    &y.client.clone(),
+                    count,
+                    dim,
+                    y.into_buffer_arg(),
+                    dy.into_buffer_arg(),
+                    dx.clone().into_buffer_arg(),
+                    scale,
+                );
+                [Some(dx)]
+            },
+        )
     }
 
     fn gpu_add_dropout(
@@ -324,31 +293,15 @@ impl<C: CheckpointStrategy> GpuDropout for Autodiff<CubeBackend, C> {
         seed: u64,
         keep: f32,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct AddDropoutBackward;
-
-        impl Backward<CubeBackend, 2> for AddDropoutBackward {
-            /// The mask's seed and keep share: `D` is recomputed.
-            type State = (u64, f32);
-
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [x_node, y_node] = ops.parents;
-                let grad = grads.consume::<CubeBackend>(&ops.node);
-                let (seed, keep) = ops.state;
-                if let Some(node) = y_node {
-                    grads.register::<CubeBackend>(node.id, apply(grad.clone(), seed, keep));
-                }
-                if let Some(node) = x_node {
-                    grads.register::<CubeBackend>(node.id, grad);
-                }
-            }
-        }
-
-        let ((x, x_node), (y, y_node)) = (x.into_parts(), y.into_parts());
-        match AddDropoutBackward.prepare::<C>([x_node, y_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((seed, keep), add_apply(x, y, seed, keep)),
-            OpsKind::UnTracked(prep) => prep.finish(add_apply(x, y, seed, keep)),
-        }
+        Self::with_backward(
+            [x, y],
+            // Keeps the mask's seed and keep share: `D` is recomputed.
+            |[x, y], _| (add_apply(x, y, seed, keep), Some((seed, keep))),
+            |(seed, keep), dy, [_, y_needed]| {
+                let dy_of_y = y_needed.then(|| apply(dy.clone(), seed, keep));
+                [Some(dy), dy_of_y]
+            },
+        )
     }
 }
 

@@ -14,10 +14,7 @@
 //! is built with.
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::nn::LayerNorm;
@@ -26,6 +23,7 @@ use rayon::prelude::*;
 
 use crate::cpu::fastmath::{LANES, lane_fold, lane_fold_map};
 use crate::cpu::flex_data::f32s;
+use crate::own_backward::WithBackward;
 
 /// The fused layer norm as a burn backend extension (flex only).
 #[backend_extension(Flex, Autodiff)]
@@ -52,42 +50,20 @@ impl<C: CheckpointStrategy> FusedLayerNorm for Autodiff<Flex, C> {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct FusedLayerNormBackward;
-
-        impl Backward<Flex, 3> for FusedLayerNormBackward {
-            /// `x`, `γ`, and `(μ, 1/√(σ² + ε))` of every row.
-            type State = (FlexTensor, FlexTensor, FlexTensor);
-
-            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_x, node_gamma, node_beta] = ops.parents;
-                let dy = grads.consume::<Flex>(&ops.node);
-                let (x, gamma, stats) = ops.state;
+        Self::with_backward(
+            [x, gamma, beta],
+            |[x, gamma, beta], keep| {
+                let (y, stats) = forward(&x, &gamma, &beta, epsilon);
+                // `x`, `γ`, and `(μ, 1/√(σ² + ε))` of every row.
+                (y, keep.then_some((x, gamma, stats)))
+            },
+            |(x, gamma, stats), dy, _| {
                 let (dx, dgamma, dbeta) = backward(&x, &gamma, &stats, &dy);
                 let d = dgamma.len();
-                if let Some(node) = node_x {
-                    grads.register::<Flex>(node.id, dx);
-                }
-                if let Some(node) = node_gamma {
-                    grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dgamma, [d])));
-                }
-                if let Some(node) = node_beta {
-                    grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dbeta, [d])));
-                }
-            }
-        }
-
-        let (x, x_node) = x.into_parts();
-        let (gamma, gamma_node) = gamma.into_parts();
-        let (beta, beta_node) = beta.into_parts();
-        match FusedLayerNormBackward.prepare::<C>([x_node, gamma_node, beta_node]).compute_bound().stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let (y, stats) = forward(&x, &gamma, &beta, epsilon);
-                prep.finish((x, gamma, stats), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(&x, &gamma, &beta, epsilon).0),
-        }
+                let vector = |v| Some(FlexTensor::from_data(TensorData::new(v, [d])));
+                [Some(dx), vector(dgamma), vector(dbeta)]
+            },
+        )
     }
 }
 

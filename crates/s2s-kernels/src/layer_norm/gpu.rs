@@ -17,10 +17,7 @@
 //!   per row: `[rows, 2]`
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
 use burn::nn::LayerNorm;
 use burn::tensor::{DType, Tensor};
@@ -31,6 +28,7 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::gpu::launch::{empty, launch_dims};
+use crate::own_backward::WithBackward;
 
 /// The layer norm as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
@@ -191,37 +189,19 @@ impl<C: CheckpointStrategy> GpuLayerNorm for Autodiff<CubeBackend, C> {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct NormBackward;
-
-        impl Backward<CubeBackend, 3> for NormBackward {
-            /// `x`, `γ`, and `(μ, 1/√(σ² + ε))` of every row.
-            type State = (CubeTensor, CubeTensor, CubeTensor);
-
-            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_x, node_gamma, node_beta] = ops.parents;
-                let dy = grads.consume::<CubeBackend>(&ops.node);
-                let (x, gamma, stats) = ops.state;
-                let [dx, d_gamma, d_beta] = backward(x, gamma, stats, dy);
-                for (node, g) in [(node_x, dx), (node_gamma, d_gamma), (node_beta, d_beta)] {
-                    if let Some(node) = node {
-                        grads.register::<CubeBackend>(node.id, g);
-                    }
+        Self::with_backward(
+            [x, gamma, beta],
+            |[x, gamma, beta], keep| {
+                if !keep {
+                    return (forward(x, gamma, beta, epsilon).0, None);
                 }
-            }
-        }
-
-        let (x, x_node) = x.into_parts();
-        let (gamma, gamma_node) = gamma.into_parts();
-        let (beta, beta_node) = beta.into_parts();
-        match NormBackward.prepare::<C>([x_node, gamma_node, beta_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
                 let x = into_contiguous(x);
                 let (y, stats) = forward(x.clone(), gamma.clone(), beta, epsilon);
-                prep.finish((x, gamma, stats), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(x, gamma, beta, epsilon).0),
-        }
+                // `x`, `γ`, and `(μ, 1/√(σ² + ε))` of every row.
+                (y, Some((x, gamma, stats)))
+            },
+            |(x, gamma, stats), dy, _| backward(x, gamma, stats, dy).map(Some),
+        )
     }
 }
 

@@ -20,11 +20,9 @@
 
 use crate::cpu::fastmath::{exp, wide};
 use crate::cpu::flex_data::{contiguous, f32s};
+use crate::own_backward::WithBackward;
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
@@ -55,35 +53,21 @@ impl<C: CheckpointStrategy> SmoothedXent for Autodiff<Flex, C> {
         keep: FloatTensor<Self>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct SmoothedXentBackward;
-
-        impl Backward<Flex, 1> for SmoothedXentBackward {
-            /// The logits, targets, mask and ε, and each row's log-sum-exp.
-            type State = (FlexTensor, Vec<u32>, Vec<f32>, f64, Vec<f32>);
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node] = ops.parents;
-                let grad = grads.consume::<Flex>(&ops.node);
-                let (logits, targets, keep, epsilon, lse) = ops.state;
-                if let Some(node) = node {
-                    let shape = dims2(&logits);
-                    let rows = Rows { logits, targets, keep, epsilon, shape };
-                    grads.register::<Flex>(node.id, rows.backward(&lse, &f32s(&grad)));
-                }
-            }
-        }
-
-        let (x, node) = logits.into_parts();
         let (t, k) = (targets.into_primitive(), keep.into_primitive());
-        match SmoothedXentBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
+        Self::with_backward(
+            [logits],
+            |[x], keep| {
                 let rows = Rows::new(&x, &t, &k, epsilon);
                 let (out, lse) = rows.forward();
-                prep.finish((rows.logits, rows.targets, rows.keep, epsilon, lse), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(Rows::new(&x, &t, &k, epsilon).forward().0),
-        }
+                // The logits, targets, mask and ε, and each row's log-sum-exp.
+                (out, keep.then(|| (rows.logits, rows.targets, rows.keep, epsilon, lse)))
+            },
+            |(logits, targets, keep, epsilon, lse), dy, _| {
+                let shape = dims2(&logits);
+                let rows = Rows { logits, targets, keep, epsilon, shape };
+                [Some(rows.backward(&lse, &f32s(&dy)))]
+            },
+        )
     }
 }
 

@@ -90,10 +90,7 @@
 //! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `[h' | c']`: `[batch, 2·hidden]`
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
@@ -105,6 +102,7 @@ use std::ops::Range;
 use crate::cpu::flex_data::{contiguous, f32s};
 use crate::gemm::packed::{PackedB, SendPtr};
 use crate::lstm::lockstep::{self, Slot};
+use crate::own_backward::WithBackward;
 
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
 #[backend_extension(Flex, Autodiff)]
@@ -152,36 +150,15 @@ impl LstmGates for Flex {
 
 impl<C: CheckpointStrategy> LstmGates for Autodiff<Flex, C> {
     fn lstm_gates(gates: FloatTensor<Self>, c: FloatTensor<Self>) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct LstmGatesBackward;
-
-        impl Backward<Flex, 2> for LstmGatesBackward {
-            /// The forward inputs; the activations are recomputed (cheaper than storing four).
-            type State = (FlexTensor, FlexTensor);
-
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_gates, node_c] = ops.parents;
-                let grad = grads.consume::<Flex>(&ops.node);
-                let (gates, c) = ops.state;
-                let (d_gates, d_c) = backward(&gates, &c, &grad);
-                if let Some(node) = node_gates {
-                    grads.register::<Flex>(node.id, d_gates);
-                }
-                if let Some(node) = node_c {
-                    grads.register::<Flex>(node.id, d_c);
-                }
-            }
-        }
-
-        let (g, g_node) = gates.into_parts();
-        let (c, c_node) = c.into_parts();
-        match LstmGatesBackward.prepare::<C>([g_node, c_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let out = Flex::lstm_gates(g.clone(), c.clone());
-                prep.finish((g, c), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(Flex::lstm_gates(g, c)),
-        }
+        Self::with_backward(
+            [gates, c],
+            // Keeps the forward inputs; the activations are recomputed (cheaper than storing four).
+            |[gates, c], keep| (Flex::lstm_gates(gates.clone(), c.clone()), keep.then_some((gates, c))),
+            |(gates, c), dy, _| {
+                let (d_gates, d_c) = backward(&gates, &c, &dy);
+                [Some(d_gates), Some(d_c)]
+            },
+        )
     }
 
     fn lstm_layer(
@@ -193,38 +170,17 @@ impl<C: CheckpointStrategy> LstmGates for Autodiff<Flex, C> {
         dense: usize,
         reverse: bool,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct LstmLayerBackward;
-
-        impl Backward<Flex, 4> for LstmLayerBackward {
-            /// The layer (inputs, mask, direction) and what its forward pass saved.
-            type State = (Layer, Saved);
-
-            fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_xw, node_w, node_h0, node_c0] = ops.parents;
-                let grad = grads.consume::<Flex>(&ops.node);
-                let (layer, saved) = ops.state;
-                let [d_xw, d_w, d_h0, d_c0] = layer_backward(&layer, saved, &grad);
-                for (node, g) in [(node_xw, d_xw), (node_w, d_w), (node_h0, d_h0), (node_c0, d_c0)] {
-                    if let Some(node) = node {
-                        grads.register::<Flex>(node.id, g);
-                    }
-                }
-            }
-        }
-
-        let (xw, xw_node) = xw.into_parts();
-        let (w, w_node) = w_hidden.into_parts();
-        let (h0, h0_node) = h0.into_parts();
-        let (c0, c0_node) = c0.into_parts();
-        let layer = Layer::new(&xw, w, &keep.into_primitive(), dense, reverse);
-        match LstmLayerBackward.prepare::<C>([xw_node, w_node, h0_node, c0_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (out, saved) = layer_forward(&layer, &h0, &c0, true);
-                prep.finish((layer, saved.expect("saved for backward")), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(layer_forward(&layer, &h0, &c0, false).0),
-        }
+        let keep = keep.into_primitive();
+        Self::with_backward(
+            [xw, w_hidden, h0, c0],
+            |[xw, w, h0, c0], track| {
+                let layer = Layer::new(&xw, w, &keep, dense, reverse);
+                let (out, saved) = layer_forward(&layer, &h0, &c0, track);
+                // The layer (inputs, mask, direction) and what its forward pass saved.
+                (out, saved.map(|saved| (layer, saved)))
+            },
+            |(layer, saved), dy, _| layer_backward(&layer, saved, &dy).map(Some),
+        )
     }
 }
 

@@ -12,10 +12,7 @@
 //! `#[backend_extension]` for flex; other backends keep burn's functions.
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
@@ -24,6 +21,7 @@ use std::mem::MaybeUninit;
 
 use crate::cpu::fastmath::{exp, lane_fold, lane_fold_map};
 use crate::cpu::flex_data::f32s;
+use crate::own_backward::WithBackward;
 
 /// Each row's best entry and its log-probability as a burn backend extension (flex, and
 /// cubecl without fusion; decoding).
@@ -215,48 +213,33 @@ impl FastSoftmax for Flex {
 
 impl<C: CheckpointStrategy> FastSoftmax for Autodiff<Flex, C> {
     fn fast_softmax(x: FloatTensor<Self>, log: bool) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct FastSoftmaxBackward;
-
-        impl Backward<Flex, 1> for FastSoftmaxBackward {
-            /// The output `y`, and whether it is `log_softmax`.
-            type State = (FlexTensor, bool);
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node] = ops.parents;
-                let grad = grads.consume::<Flex>(&ops.node);
-                let (y, log) = ops.state;
-                if let Some(node) = node {
-                    let dx = rows(
-                        &y,
-                        Some(&grad),
-                        #[inline(always)]
-                        |y, g, out| {
-                            if log {
-                                let total = lane_fold(g, 0.0, |a, b| a + b);
-                                fill(out, y.iter().zip(g).map(|(&y, &g)| g - exp(y) * total));
-                            } else {
-                                let out = fill(out, y.iter().zip(g).map(|(&y, &g)| g * y));
-                                let dot = lane_fold(out, 0.0, |a, b| a + b);
-                                for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
-                                    *o = y * (g - dot);
-                                }
-                            }
-                        },
-                    );
-                    grads.register::<Flex>(node.id, dx);
-                }
-            }
-        }
-
-        let (x, node) = x.into_parts();
-        match FastSoftmaxBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
+        Self::with_backward(
+            [x],
+            |[x], keep| {
                 let y = Flex::fast_softmax(x, log);
-                prep.finish((y.clone(), log), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(Flex::fast_softmax(x, log)),
-        }
+                // The output `y`, and whether it is `log_softmax`.
+                (y.clone(), keep.then_some((y, log)))
+            },
+            |(y, log), dy, _| {
+                [Some(rows(
+                    &y,
+                    Some(&dy),
+                    #[inline(always)]
+                    |y, g, out| {
+                        if log {
+                            let total = lane_fold(g, 0.0, |a, b| a + b);
+                            fill(out, y.iter().zip(g).map(|(&y, &g)| g - exp(y) * total));
+                        } else {
+                            let out = fill(out, y.iter().zip(g).map(|(&y, &g)| g * y));
+                            let dot = lane_fold(out, 0.0, |a, b| a + b);
+                            for ((o, &y), &g) in out.iter_mut().zip(y).zip(g) {
+                                *o = y * (g - dot);
+                            }
+                        }
+                    },
+                ))]
+            },
+        )
     }
 }
 

@@ -11,16 +11,14 @@
 pub(crate) mod reference;
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
 use crate::cpu::flex_data::f32s;
+use crate::own_backward::WithBackward;
 
 /// The vectorised `tanh` as a burn backend extension (flex, and cubecl without fusion).
 #[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
@@ -42,38 +40,22 @@ impl FastTanh for Flex {
 
 impl<C: CheckpointStrategy> FastTanh for Autodiff<Flex, C> {
     fn fast_tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct FastTanhBackward;
-
-        impl Backward<Flex, 1> for FastTanhBackward {
-            /// The output `y`.
-            type State = FlexTensor;
-
-            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node] = ops.parents;
-                let grad = grads.consume::<Flex>(&ops.node);
-                if let Some(node) = node {
-                    grads.register::<Flex>(
-                        node.id,
-                        map(
-                            &ops.state,
-                            Some(&grad),
-                            #[inline(always)]
-                            |y, g| g * (1.0 - y * y),
-                        ),
-                    );
-                }
-            }
-        }
-
-        let (x, node) = x.into_parts();
-        match FastTanhBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
+        Self::with_backward(
+            [x],
+            |[x], keep| {
                 let y = Flex::fast_tanh(x);
-                prep.finish(y.clone(), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(Flex::fast_tanh(x)),
-        }
+                // The output `y`.
+                (y.clone(), keep.then_some(y))
+            },
+            |y, dy, _| {
+                [Some(map(
+                    &y,
+                    Some(&dy),
+                    #[inline(always)]
+                    |y, g| g * (1.0 - y * y),
+                ))]
+            },
+        )
     }
 }
 
@@ -112,10 +94,7 @@ pub fn tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
     use burn::backend::autodiff::Autodiff;
-    use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-    use burn::backend::autodiff::grads::Gradients;
-    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
     use burn::backend::tensor::FloatTensor;
     use burn::tensor::DType;
     use burn_cubecl::CubeBackend;
@@ -125,6 +104,7 @@ mod gpu {
     use cubecl::prelude::*;
 
     use crate::gpu::launch::{empty, launch_dims};
+    use crate::own_backward::WithBackward;
 
     /// `y = tanh(x)`, one element per thread.
     #[cube(launch)]
@@ -161,41 +141,28 @@ mod gpu {
 
     impl<C: CheckpointStrategy> super::FastTanh for Autodiff<CubeBackend, C> {
         fn fast_tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
-            #[derive(Debug)]
-            struct TanhBackward;
-
-            impl Backward<CubeBackend, 1> for TanhBackward {
-                /// The output `y` (contiguous).
-                type State = CubeTensor;
-
-                fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node] = ops.parents;
-                    let dy = into_contiguous(grads.consume::<CubeBackend>(&ops.node));
-                    if let Some(node) = node {
-                        let y = ops.state;
-                        let dx = empty(&y, y.meta.shape().clone());
-                        let (count, dim) = launch_dims(&y, y.meta.num_elements());
-                        tanh_backward::launch(
-                            &y.client.clone(),
-                            count,
-                            dim,
-                            y.into_buffer_arg(),
-                            dy.into_buffer_arg(),
-                            dx.clone().into_buffer_arg(),
-                        );
-                        grads.register::<CubeBackend>(node.id, dx);
-                    }
-                }
-            }
-
-            let (x, node) = x.into_parts();
-            match TanhBackward.prepare::<C>([node]).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => {
+            Self::with_backward(
+                [x],
+                |[x], keep| {
                     let y = forward(x);
-                    prep.finish(y.clone(), y)
-                }
-                OpsKind::UnTracked(prep) => prep.finish(forward(x)),
-            }
+                    // The output `y` (contiguous).
+                    (y.clone(), keep.then_some(y))
+                },
+                |y: CubeTensor, dy, _| {
+                    let dy = into_contiguous(dy);
+                    let dx = empty(&y, y.meta.shape().clone());
+                    let (count, dim) = launch_dims(&y, y.meta.num_elements());
+                    tanh_backward::launch(
+                        &y.client.clone(),
+                        count,
+                        dim,
+                        y.into_buffer_arg(),
+                        dy.into_buffer_arg(),
+                        dx.clone().into_buffer_arg(),
+                    );
+                    [Some(dx)]
+                },
+            )
         }
     }
 }

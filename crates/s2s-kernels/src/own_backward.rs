@@ -1,0 +1,95 @@
+//! An operation with a backward of its own, on any backend: what every kernel's autodiff
+//! needs — track the inputs, keep what the backward reads, hand each input that needs one its
+//! gradient — written once, for the CPU kernels (flex) and the GPU kernels (cubecl) alike. A
+//! kernel gives its forward and its backward as two functions; [`with_backward`] does the rest.
+//!
+//! burn's own operations do the same with a `Backward` type each (burn-autodiff's `ops/`); so
+//! did each kernel here until the plumbing was written once.
+
+use std::fmt;
+
+use burn::backend::Backend;
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::tensor::FloatTensor;
+
+/// A backward: from what the forward kept and the output's gradient, the gradient of each
+/// input — `None` where `needed[i]` is false (that input is a constant) and for any other
+/// input it declines to compute.
+pub(crate) type BackwardFn<B, S, const N: usize> =
+    fn(S, FloatTensor<B>, [bool; N]) -> [Option<FloatTensor<B>>; N];
+
+/// The graph node of a [`WithBackward::with_backward`] operation.
+struct OwnBackward<B: Backend, S, const N: usize>(BackwardFn<B, S, N>);
+
+impl<B: Backend, S, const N: usize> fmt::Debug for OwnBackward<B, S, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OwnBackward")
+    }
+}
+
+impl<B, S, const N: usize> Backward<B, N> for OwnBackward<B, S, N>
+where
+    B: Backend,
+    S: Clone + Send + fmt::Debug + 'static,
+{
+    type State = S;
+
+    fn backward(self, ops: Ops<S, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let needed = ops.parents.each_ref().map(Option::is_some);
+        let gradients = (self.0)(ops.state, dy, needed);
+        for (node, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let (Some(node), Some(gradient)) = (node, gradient) {
+                grads.register::<B>(node.id, gradient);
+            }
+        }
+    }
+}
+
+/// An autodiff backend's operations with a backward of their own: `Self::with_backward` in a
+/// kernel's `impl … for Autodiff<Flex, C>` (or `Autodiff<CubeBackend, C>`).
+pub(crate) trait WithBackward: Backend {
+    /// The backend the kernels run on.
+    type Inner: Backend;
+
+    /// `forward` on the inputs with `backward` as its gradient. `forward` gets the inputs and
+    /// whether anything will need a gradient (`keep`); it returns the output and, when `keep`,
+    /// what `backward` reads (`None` otherwise, which saves keeping it).
+    ///
+    /// # Panics
+    /// When `forward` returns no state although `keep` was true.
+    fn with_backward<S: Clone + Send + fmt::Debug + 'static, const N: usize>(
+        inputs: [FloatTensor<Self>; N],
+        forward: impl FnOnce([FloatTensor<Self::Inner>; N], bool) -> (FloatTensor<Self::Inner>, Option<S>),
+        backward: BackwardFn<Self::Inner, S, N>,
+    ) -> FloatTensor<Self>;
+}
+
+impl<B: Backend, C: CheckpointStrategy> WithBackward for Autodiff<B, C> {
+    type Inner = B;
+
+    fn with_backward<S: Clone + Send + fmt::Debug + 'static, const N: usize>(
+        inputs: [FloatTensor<Self>; N],
+        forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Option<S>),
+        backward: BackwardFn<B, S, N>,
+    ) -> FloatTensor<Self> {
+        let mut values = Vec::with_capacity(N);
+        let nodes = inputs.map(|t| {
+            let (value, node) = t.into_parts();
+            values.push(value);
+            node
+        });
+        let values: [FloatTensor<B>; N] = values.try_into().unwrap_or_else(|_| unreachable!("N values"));
+        match OwnBackward(backward).prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, state) = forward(values, true);
+                prep.finish(state.expect("a forward kept what its backward reads"), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(values, false).0),
+        }
+    }
+}
