@@ -7,20 +7,32 @@
 //! did each kernel here until the plumbing was written once.
 
 use std::fmt;
+use std::sync::Arc;
 
 use burn::backend::Backend;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
+
+use crate::gemm::deferred_grad::{Deferrable, Part, Stash, keep, stash_of};
 
 /// A backward: from what the forward kept and the output's gradient, the gradient of each
 /// input — `None` where `needed[i]` is false (that input is a constant) and for any other
 /// input it declines to compute.
 pub(crate) type BackwardFn<B, S, const N: usize> =
     fn(S, FloatTensor<B>, [bool; N]) -> [Option<FloatTensor<B>>; N];
+
+/// A backward whose gradients may wait for a decoder's last step: for each input, the part
+/// of its gradient this step gives ([`Part`]: a tensor of its shape, or a product or row sums
+/// that a deferred weight's wrapper sums once over all steps, `gemm::deferred_grad`).
+pub(crate) type DeferrableFn<B, S, const N: usize> =
+    fn(S, FloatTensor<B>, [bool; N]) -> [Option<Part<FloatTensor<B>>>; N];
+
+/// Each input's stash where its gradient waits (`None`: registered at once).
+type Stashes<B, const N: usize> = [Option<Arc<Stash<FloatTensor<B>>>>; N];
 
 /// The graph node of a [`WithBackward::with_backward`] operation.
 struct OwnBackward<B: Backend, S, const N: usize>(BackwardFn<B, S, N>);
@@ -50,6 +62,35 @@ where
     }
 }
 
+/// The graph node of a [`WithBackward::with_deferrable_backward`] operation.
+struct DeferrableBackward<B: Backend, S, const N: usize>(DeferrableFn<B, S, N>);
+
+impl<B: Backend, S, const N: usize> fmt::Debug for DeferrableBackward<B, S, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeferrableBackward")
+    }
+}
+
+impl<B, S, const N: usize> Backward<B, N> for DeferrableBackward<B, S, N>
+where
+    B: Deferrable,
+    S: Clone + Send + fmt::Debug + 'static,
+{
+    type State = (S, Stashes<B, N>);
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let needed = ops.parents.each_ref().map(Option::is_some);
+        let (state, stashes) = ops.state;
+        let parts = (self.0)(state, dy, needed);
+        for ((node, part), stash) in ops.parents.into_iter().zip(parts).zip(stashes) {
+            if let (Some(node), Some(part)) = (node, part) {
+                keep::<B>(stash, part, node.id, grads);
+            }
+        }
+    }
+}
+
 /// An autodiff backend's operations with a backward of their own: `Self::with_backward` in a
 /// kernel's `impl … for Autodiff<Flex, C>` (or `Autodiff<CubeBackend, C>`).
 pub(crate) trait WithBackward: Backend {
@@ -67,6 +108,19 @@ pub(crate) trait WithBackward: Backend {
         forward: impl FnOnce([FloatTensor<Self::Inner>; N], bool) -> (FloatTensor<Self::Inner>, Option<S>),
         backward: BackwardFn<Self::Inner, S, N>,
     ) -> FloatTensor<Self>;
+
+    /// [`Self::with_backward`] for an operation inside a decoder loop: the gradient of each
+    /// input marked `deferred` that is a deferred tensor (a weight or memory every step reads,
+    /// `gemm::deferred_grad`) waits in its wrapper's stash, to be summed once after the last
+    /// step; every other gradient is registered at once.
+    fn with_deferrable_backward<S: Clone + Send + fmt::Debug + 'static, const N: usize>(
+        inputs: [FloatTensor<Self>; N],
+        deferred: [bool; N],
+        forward: impl FnOnce([FloatTensor<Self::Inner>; N], bool) -> (FloatTensor<Self::Inner>, Option<S>),
+        backward: DeferrableFn<Self::Inner, S, N>,
+    ) -> FloatTensor<Self>
+    where
+        Self::Inner: Deferrable;
 }
 
 impl<B: Backend, C: CheckpointStrategy> WithBackward for Autodiff<B, C> {
@@ -77,13 +131,7 @@ impl<B: Backend, C: CheckpointStrategy> WithBackward for Autodiff<B, C> {
         forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Option<S>),
         backward: BackwardFn<B, S, N>,
     ) -> FloatTensor<Self> {
-        let mut values = Vec::with_capacity(N);
-        let nodes = inputs.map(|t| {
-            let (value, node) = t.into_parts();
-            values.push(value);
-            node
-        });
-        let values: [FloatTensor<B>; N] = values.try_into().unwrap_or_else(|_| unreachable!("N values"));
+        let (values, nodes) = parts::<B, C, N>(inputs);
         match OwnBackward(backward).prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let (y, state) = forward(values, true);
@@ -92,4 +140,41 @@ impl<B: Backend, C: CheckpointStrategy> WithBackward for Autodiff<B, C> {
             OpsKind::UnTracked(prep) => prep.finish(forward(values, false).0),
         }
     }
+
+    fn with_deferrable_backward<S: Clone + Send + fmt::Debug + 'static, const N: usize>(
+        inputs: [FloatTensor<Self>; N],
+        deferred: [bool; N],
+        forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Option<S>),
+        backward: DeferrableFn<B, S, N>,
+    ) -> FloatTensor<Self>
+    where
+        B: Deferrable,
+    {
+        let mut i = 0;
+        let stashes: Stashes<B, N> = inputs.each_ref().map(|t| {
+            i += 1;
+            if deferred[i - 1] { stash_of::<B>(t.id()) } else { None }
+        });
+        let (values, nodes) = parts::<B, C, N>(inputs);
+        match DeferrableBackward(backward).prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, state) = forward(values, true);
+                prep.finish((state.expect("a forward kept what its backward reads"), stashes), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(values, false).0),
+        }
+    }
+}
+
+/// The inputs' values and graph nodes.
+fn parts<B: Backend, C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+) -> ([FloatTensor<B>; N], [NodeGuard; N]) {
+    let mut values = Vec::with_capacity(N);
+    let nodes = inputs.map(|t| {
+        let (value, node) = t.into_parts();
+        values.push(value);
+        node
+    });
+    (values.try_into().unwrap_or_else(|_| unreachable!("N values")), nodes)
 }

@@ -32,10 +32,7 @@
 use std::sync::Arc;
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 use burn_cubecl::CubeBackend;
@@ -44,9 +41,10 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::cube;
 use cubecl::prelude::*;
 
-use crate::gemm::deferred_grad::{Part, Stash, keep, stash_of};
+use crate::gemm::deferred_grad::Part;
 use crate::gpu::launch::{empty, launch_dims};
 use crate::gpu::second_output::{SecondGrad, second_output};
+use crate::own_backward::WithBackward;
 
 /// Softmax and context as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
@@ -534,47 +532,32 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         mask: FloatTensor<Self>,
         values: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        #[derive(Debug)]
-        struct AttendBackward;
-
-        impl Backward<CubeBackend, 2> for AttendBackward {
-            /// `α`, the values, where `∂α` arrives, and where `∂values` goes when the values
-            /// are deferred (`gemm::deferred_grad`: the memory every decoder step reads).
-            type State = (CubeTensor, CubeTensor, Arc<SecondGrad>, Option<Arc<Stash<CubeTensor>>>);
-
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_scores, node_values] = ops.parents;
-                let dc = grads.consume::<CubeBackend>(&ops.node);
-                let (weights, values, slot, stash) = ops.state;
-                let da = slot.take();
-                let (d_scores, d_values) = backward(weights, values, dc, da);
-                if let Some(node) = node_scores {
-                    grads.register::<CubeBackend>(node.id, d_scores);
-                }
-                if let Some(node) = node_values {
-                    keep::<CubeBackend>(stash, Part::Whole(d_values), node.id, grads);
-                }
-            }
-        }
-
-        let (e, e_node) = scores.into_parts();
         // A constant: no gradient.
-        let (mask, _) = mask.into_parts();
-        let v_stash = stash_of::<CubeBackend>(values.id());
-        let (v, v_node) = values.into_parts();
-        let (ctx, slot, weights) =
-            match AttendBackward.prepare::<C>([e_node, v_node]).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => {
-                    let v = into_contiguous(v);
-                    let (ctx, weights) = forward(e, mask, v.clone());
-                    let slot = Arc::new(SecondGrad::default());
-                    (prep.finish((weights.clone(), v, slot.clone(), v_stash), ctx), slot, weights)
-                }
-                OpsKind::UnTracked(prep) => {
+        let mask = mask.into_primitive();
+        let mut second = None;
+        let ctx = Self::with_deferrable_backward(
+            [scores, values],
+            // The values' gradient waits when they are deferred (the memory every step reads).
+            [false, true],
+            |[e, v], keep| {
+                if !keep {
                     let (ctx, weights) = forward(e, mask, v);
-                    (prep.finish(ctx), Arc::default(), weights)
+                    second = Some((Arc::default(), weights));
+                    return (ctx, None);
                 }
-            };
+                let v = into_contiguous(v);
+                let (ctx, weights) = forward(e, mask, v.clone());
+                let slot = Arc::new(SecondGrad::default());
+                second = Some((slot.clone(), weights.clone()));
+                // `α`, the values, and where `∂α` arrives.
+                (ctx, Some((weights, v, slot)))
+            },
+            |(weights, values, slot): (CubeTensor, CubeTensor, Arc<SecondGrad>), dc, _| {
+                let (d_scores, d_values) = backward(weights, values, dc, slot.take());
+                [Some(Part::Whole(d_scores)), Some(Part::Whole(d_values))]
+            },
+        );
+        let (slot, weights) = second.expect("the forward ran");
         let weights = second_output::<C>(&ctx, slot, weights);
         (ctx, weights)
     }
@@ -584,78 +567,36 @@ impl<C: CheckpointStrategy> GpuAttend for Autodiff<CubeBackend, C> {
         keys: FloatTensor<Self>,
         v: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct AdditiveBackward;
-
-        impl Backward<CubeBackend, 3> for AdditiveBackward {
-            /// `q`, `keys` and `v` (contiguous; `tanh` is recomputed), and where `∂keys` and
-            /// `∂v` go when deferred (`gemm::deferred_grad`: every decoder step reads them).
-            type State = (CubeTensor, CubeTensor, CubeTensor, [Option<Arc<Stash<CubeTensor>>>; 2]);
-
-            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_q, node_keys, node_v] = ops.parents;
-                let de = grads.consume::<CubeBackend>(&ops.node);
-                let (q, keys, v, [keys_stash, v_stash]) = ops.state;
-                let [d_q, d_keys, d_v] = additive_backward_call(q, keys, v, de);
-                if let Some(node) = node_q {
-                    grads.register::<CubeBackend>(node.id, d_q);
+        Self::with_deferrable_backward(
+            [q, keys, v],
+            // `∂keys` and `∂v` wait when deferred: every decoder step reads them.
+            [false, true, true],
+            |[q, keys, v], keep| {
+                if !keep {
+                    return (additive_forward_call(q, keys, v), None);
                 }
-                for (node, g, stash) in [(node_keys, d_keys, keys_stash), (node_v, d_v, v_stash)] {
-                    if let Some(node) = node {
-                        keep::<CubeBackend>(stash, Part::Whole(g), node.id, grads);
-                    }
-                }
-            }
-        }
-
-        let stashes = [stash_of::<CubeBackend>(keys.id()), stash_of::<CubeBackend>(v.id())];
-        let (q, q_node) = q.into_parts();
-        let (keys, keys_node) = keys.into_parts();
-        let (v, v_node) = v.into_parts();
-        match AdditiveBackward.prepare::<C>([q_node, keys_node, v_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
+                // `q`, `keys` and `v`, contiguous; `tanh` is recomputed.
                 let (q, keys, v) = (into_contiguous(q), into_contiguous(keys), into_contiguous(v));
-                let e = additive_forward_call(q.clone(), keys.clone(), v.clone());
-                prep.finish((q, keys, v, stashes), e)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(additive_forward_call(q, keys, v)),
-        }
+                (additive_forward_call(q.clone(), keys.clone(), v.clone()), Some((q, keys, v)))
+            },
+            |(q, keys, v), de, _| additive_backward_call(q, keys, v, de).map(|g| Some(Part::Whole(g))),
+        )
     }
 
     fn gpu_dot_scores(q: FloatTensor<Self>, keys: FloatTensor<Self>) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct DotBackward;
-
-        impl Backward<CubeBackend, 2> for DotBackward {
-            /// `q` and `keys` (contiguous), and where `∂keys` goes when deferred
-            /// (`gemm::deferred_grad`: every decoder step reads them).
-            type State = (CubeTensor, CubeTensor, Option<Arc<Stash<CubeTensor>>>);
-
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_q, node_keys] = ops.parents;
-                let de = grads.consume::<CubeBackend>(&ops.node);
-                let (q, keys, stash) = ops.state;
-                let [d_q, d_keys] = dot_backward_call(q, keys, de);
-                if let Some(node) = node_q {
-                    grads.register::<CubeBackend>(node.id, d_q);
+        Self::with_deferrable_backward(
+            [q, keys],
+            // `∂keys` waits when deferred: every decoder step reads them.
+            [false, true],
+            |[q, keys], keep| {
+                if !keep {
+                    return (dot_forward_call(q, keys), None);
                 }
-                if let Some(node) = node_keys {
-                    keep::<CubeBackend>(stash, Part::Whole(d_keys), node.id, grads);
-                }
-            }
-        }
-
-        let stash = stash_of::<CubeBackend>(keys.id());
-        let (q, q_node) = q.into_parts();
-        let (keys, keys_node) = keys.into_parts();
-        match DotBackward.prepare::<C>([q_node, keys_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
                 let (q, keys) = (into_contiguous(q), into_contiguous(keys));
-                let e = dot_forward_call(q.clone(), keys.clone());
-                prep.finish((q, keys, stash), e)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(dot_forward_call(q, keys)),
-        }
+                (dot_forward_call(q.clone(), keys.clone()), Some((q, keys)))
+            },
+            |(q, keys), de, _| dot_backward_call(q, keys, de).map(|g| Some(Part::Whole(g))),
+        )
     }
 }
 

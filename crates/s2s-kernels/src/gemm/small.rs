@@ -41,10 +41,7 @@
 
 use burn::backend::TensorMetadata;
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
@@ -54,9 +51,10 @@ use rayon::prelude::*;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::cpu::flex_data::f32s;
-use crate::gemm::deferred_grad::{Part, Stash, keep, stash_of};
+use crate::gemm::deferred_grad::Part;
 use crate::gemm::flex::{gemm_into, matmul_2d, strided};
 use crate::gemm::packed::{PackedB, SendPtr};
+use crate::own_backward::WithBackward;
 
 /// While training, products with more rows than this go to [`matmul_2d`] (their weights are
 /// not packed ahead, and `gemm`'s own threading pays off from a few hundred rows). Decoding
@@ -136,49 +134,37 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
     }
 
     fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct SmallMatmulBackward;
-
-        impl Backward<Flex, 2> for SmallMatmulBackward {
-            /// `x`, `W`, where `∂W` goes when `W` is deferred ([`crate::gemm::deferred_grad`]),
-            /// and `Wᵀ` shared with the other steps' products by the same `W` ([`transposed`]).
-            type State = (FlexTensor, FlexTensor, Option<Arc<Stash<FlexTensor>>>, Transposed);
-
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_x, node_w] = ops.parents;
-                let grad = grads.consume::<Flex>(&ops.node);
-                let (x, w, stash, w_t) = ops.state;
-                if let Some(node) = node_x {
-                    let [m, n] = grad.layout().shape().dims::<2>();
-                    let k = w.layout().shape().dims::<2>()[0];
-                    let dx = if m > SPLIT_MAX_ROWS {
-                        matmul_2d(&grad, &Flex::float_transpose(w.clone()))
-                    } else {
-                        let dy = f32s(&grad);
-                        // `Wᵀ` `[n, k]`, row-major, made by the first step's backward to need it.
-                        let w_t = w_t.get_or_init(|| f32s(&Flex::float_transpose(w.clone())).into_owned());
-                        FlexTensor::from_data(TensorData::new(split_columns(&dy, m, n, w_t, k, k, 1), [m, k]))
-                    };
-                    grads.register::<Flex>(node.id, dx);
+        Self::with_deferrable_backward(
+            [x, w],
+            // `∂W` waits when `W` is deferred ([`crate::gemm::deferred_grad`]).
+            [false, true],
+            |[x, w], keep| {
+                if !keep {
+                    // Weights change with every optimiser step: never kept packed while training.
+                    return (Flex::small_matmul(x, w, false), None);
                 }
-                if let Some(node) = node_w {
-                    keep::<Flex>(stash, Part::Product(x, grad), node.id, grads);
-                }
-            }
-        }
-
-        let w_id = w.id();
-        let (x, x_node) = x.into_parts();
-        let (w, w_node) = w.into_parts();
-        match SmallMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
                 let out = Flex::small_matmul(x.clone(), w.clone(), false);
+                // `x`, `W`, and `Wᵀ` shared with the other steps' products by the same `W`.
                 let w_t = transposed(&w);
-                prep.finish((x, w, stash_of::<Flex>(w_id), w_t), out)
-            }
-            // Weights change with every optimiser step: never kept packed while training.
-            OpsKind::UnTracked(prep) => prep.finish(Flex::small_matmul(x, w, false)),
-        }
+                (out, Some((x, w, w_t)))
+            },
+            |(x, w, w_t), dy, [x_needed, _]| {
+                let dx = x_needed.then(|| {
+                    let [m, n] = dy.layout().shape().dims::<2>();
+                    let k = w.layout().shape().dims::<2>()[0];
+                    if m > SPLIT_MAX_ROWS {
+                        return matmul_2d(&dy, &Flex::float_transpose(w));
+                    }
+                    // `Wᵀ` `[n, k]`, row-major, made by the first step's backward to need it.
+                    let w_t = w_t.get_or_init(|| f32s(&Flex::float_transpose(w)).into_owned());
+                    FlexTensor::from_data(TensorData::new(
+                        split_columns(&f32s(&dy), m, n, w_t, k, k, 1),
+                        [m, k],
+                    ))
+                });
+                [dx.map(Part::Whole), Some(Part::Product(x, dy))]
+            },
+        )
     }
 }
 
@@ -348,14 +334,10 @@ pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
 /// gradient waits for all steps ([`crate::gemm::deferred_grad`]).
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
-    use std::sync::Arc;
 
     use burn::backend::TensorMetadata;
     use burn::backend::autodiff::Autodiff;
-    use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-    use burn::backend::autodiff::grads::Gradients;
-    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
     use burn::backend::ops::FloatTensorOps;
     use burn::backend::tensor::FloatTensor;
     use burn_cubecl::CubeBackend;
@@ -365,7 +347,8 @@ mod gpu {
     use burn::tensor::Shape;
 
     use super::SmallMatmul;
-    use crate::gemm::deferred_grad::{Part, Stash, keep, stash_of};
+    use crate::gemm::deferred_grad::Part;
+    use crate::own_backward::WithBackward;
 
     type Mm = CubeBackend;
 
@@ -390,32 +373,13 @@ mod gpu {
 
     impl<C: CheckpointStrategy> GpuBias for Autodiff<CubeBackend, C> {
         fn gpu_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-            #[derive(Debug)]
-            struct AddBiasBackward;
-
-            impl Backward<CubeBackend, 2> for AddBiasBackward {
-                /// Where `∂b` goes when `b` is deferred.
-                type State = Option<Arc<Stash<CubeTensor>>>;
-
-                fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node_y, node_b] = ops.parents;
-                    let grad = grads.consume::<CubeBackend>(&ops.node);
-                    if let Some(node) = node_b {
-                        keep::<CubeBackend>(ops.state, Part::RowSums(grad.clone()), node.id, grads);
-                    }
-                    if let Some(node) = node_y {
-                        grads.register::<CubeBackend>(node.id, grad);
-                    }
-                }
-            }
-
-            let b_id = b.id();
-            let (y, y_node) = y.into_parts();
-            let (b, b_node) = b.into_parts();
-            match AddBiasBackward.prepare::<C>([y_node, b_node]).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => prep.finish(stash_of::<CubeBackend>(b_id), add_rows(y, b)),
-                OpsKind::UnTracked(prep) => prep.finish(add_rows(y, b)),
-            }
+            Self::with_deferrable_backward(
+                [y, b],
+                // `∂b` waits when `b` is deferred.
+                [false, true],
+                |[y, b], _| (add_rows(y, b), Some(())),
+                |(), dy, [y_needed, _]| [y_needed.then(|| Part::Whole(dy.clone())), Some(Part::RowSums(dy))],
+            )
         }
     }
 
@@ -439,39 +403,22 @@ mod gpu {
         }
 
         fn small_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>, _reuse: bool) -> FloatTensor<Self> {
-            #[derive(Debug)]
-            struct StepMatmulBackward;
-
-            impl Backward<CubeBackend, 2> for StepMatmulBackward {
-                /// `x`, `W`, and where `∂W` goes when `W` is deferred.
-                type State = (CubeTensor, CubeTensor, Option<Arc<Stash<CubeTensor>>>);
-
-                fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                    let [node_x, node_w] = ops.parents;
-                    let grad = grads.consume::<CubeBackend>(&ops.node);
-                    let (x, w, stash) = ops.state;
-                    if let Some(node) = node_x {
-                        grads.register::<CubeBackend>(
-                            node.id,
-                            Mm::float_matmul(grad.clone(), Mm::float_transpose(w)),
-                        );
+            Self::with_deferrable_backward(
+                [x, w],
+                // `∂W` waits when `W` is deferred.
+                [false, true],
+                |[x, w], keep| {
+                    if !keep {
+                        return (Mm::float_matmul(x, w), None);
                     }
-                    if let Some(node) = node_w {
-                        keep::<CubeBackend>(stash, Part::Product(x, grad), node.id, grads);
-                    }
-                }
-            }
-
-            let w_id = w.id();
-            let (x, x_node) = x.into_parts();
-            let (w, w_node) = w.into_parts();
-            match StepMatmulBackward.prepare::<C>([x_node, w_node]).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => {
-                    let out = Mm::float_matmul(x.clone(), w.clone());
-                    prep.finish((x, w, stash_of::<CubeBackend>(w_id)), out)
-                }
-                OpsKind::UnTracked(prep) => prep.finish(Mm::float_matmul(x, w)),
-            }
+                    (Mm::float_matmul(x.clone(), w.clone()), Some((x, w)))
+                },
+                |(x, w), dy, [x_needed, _]| {
+                    let dx =
+                        x_needed.then(|| Part::Whole(Mm::float_matmul(dy.clone(), Mm::float_transpose(w))));
+                    [dx, Some(Part::Product(x, dy))]
+                },
+            )
         }
     }
 }
