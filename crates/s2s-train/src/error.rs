@@ -37,6 +37,17 @@ pub enum TrainError {
         /// The loss.
         value: f64,
     },
+    /// The device failed while computing a step (a GPU out of memory, or over a software
+    /// Vulkan device's limits): nothing of the step was applied.
+    #[error(
+        "the device failed while computing step {step} ({message}); the last checkpoint is kept — a batch may exceed the device's memory or limits (lavapipe's among them): lower max_tokens (--max-tokens) and resume"
+    )]
+    Device {
+        /// Step.
+        step: u64,
+        /// What the device said.
+        message: String,
+    },
     /// Data-layer failure.
     #[error(transparent)]
     Data(#[from] s2s_data::DataError),

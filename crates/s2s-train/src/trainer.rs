@@ -147,30 +147,47 @@ fn checkpoint_error(dir: &Path, path: PathBuf, e: burn::store::RecordError) -> T
     TrainError::Checkpoint { path, message }
 }
 
+/// One device's part of a micro-step: its gradients, its loss summed over the batch's tokens,
+/// and the token count.
+type Shard = (GradientsParams, f64, u64);
+
+/// The innermost cause of a device's error report (cubecl's runs to a thousand lines of
+/// skipped kernels before it, e.g. `can't allocate buffer of size: 408131584`), else its first
+/// line.
+fn root_cause(report: &str) -> String {
+    let lines: Vec<&str> = report.lines().map(str::trim).collect();
+    let cause = lines.iter().rposition(|l| *l == "Caused by:").and_then(|i| {
+        lines[i + 1..].iter().find(|l| !l.is_empty() && !l.starts_with("No backtrace") && **l != "Asked at:")
+    });
+    cause.or(lines.first()).map(|l| l.to_string()).unwrap_or_default()
+}
+
 /// Forward and backward of one micro-step: `shards[d]` (a batch and its dropout seed) on
 /// `devices[d]`, each device in its own thread on its own copy of the weights (burn's
 /// `Module::fork`), the gradients brought back to `devices[0]` — the main-device scheme of
-/// burn-train's multi-device strategy (docs/scaling.md). Returns, in device order, the
-/// gradients, the label-smoothed loss summed over the batch's tokens, and the token count.
+/// burn-train's multi-device strategy (docs/scaling.md). Returns each device's [`Shard`], in
+/// device order, or what a device said when it failed.
 fn shard_gradients(
     model: &Model,
     devices: &[Device],
     shards: &[(Batch, u64)],
     spec: &TrainSpec,
     scale: f64,
-) -> Vec<(GradientsParams, f64, u64)> {
-    let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| {
+) -> Result<Vec<Shard>, String> {
+    let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| -> Result<Shard, String> {
         let b = DeviceBatch::new(batch, device);
         device.seed(*seed);
         s2s_kernels::ops::reseed(*seed); // the GPU masks' host stream (see its doc)
         let out = model.forward(&b.src, b.tgt_in.clone());
         let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
         let loss = l.smoothed.div_scalar(b.tokens as f64 * scale);
-        let sum = loss.clone().into_scalar::<f32>() as f64 * b.tokens as f64 * scale;
-        (GradientsParams::from_grads(loss.backward(), model), sum, b.tokens as u64)
+        // The first read-back of the step: where a device that failed says so.
+        let sum = loss.clone().try_into_scalar::<f32>().map_err(|e| root_cause(&e.to_string()))? as f64;
+        let sum = sum * b.tokens as f64 * scale;
+        Ok((GradientsParams::from_grads(loss.backward(), model), sum, b.tokens as u64))
     };
     if devices.len() == 1 {
-        return vec![step(model, &devices[0], &shards[0])];
+        return Ok(vec![step(model, &devices[0], &shards[0])?]);
     }
     std::thread::scope(|s| {
         let workers: Vec<_> = devices
@@ -181,9 +198,9 @@ fn shard_gradients(
                 let replica = if d == 0 { model.clone() } else { model.clone().fork(device) };
                 let main = &devices[0];
                 s.spawn(move || {
-                    let (grads, loss, tokens) = step(&replica, device, shard);
+                    let (grads, loss, tokens) = step(&replica, device, shard)?;
                     let grads = if d == 0 { grads } else { grads.to_device(main, &replica) };
-                    (grads, loss, tokens)
+                    Ok((grads, loss, tokens))
                 })
             })
             .collect();
@@ -442,9 +459,9 @@ impl<'j, 'a> Run<'j, 'a> {
                 let seed = step_seed(spec.seed, self.st.step, (micro * n + d) as u64);
                 shards.push((self.job.data.train.collate(indices)?, seed));
             }
-            for (grads, loss, tokens) in
-                shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64)
-            {
+            let shards = shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64)
+                .map_err(|message| TrainError::Device { step: self.st.step + 1, message })?;
+            for (grads, loss, tokens) in shards {
                 step_loss += loss;
                 step_tokens += tokens;
                 acc.accumulate(self.model(), grads);
@@ -667,4 +684,19 @@ fn save(
         let opath = dir.join("optimizer.bpk");
         optim.save(&opath).map_err(|e| TrainError::Checkpoint { path: opath.clone(), message: e.to_string() })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// A device's report (the shape cubecl's takes on lavapipe) is reduced to its innermost
+    /// cause; a report without causes to its first line.
+    #[test]
+    fn a_device_report_is_reduced_to_its_innermost_cause() {
+        let report = "Execution(An error happened during execution\nCaused by:\n  skipped `KernelBinop`: \
+                      it needed memory 6265, which carried the failure\nCaused by:\n  An IO error happened\n\
+                      Caused by:\n  can't allocate buffer of size: 408131584\nNo backtrace available\n\
+                      Asked at:\nNo backtrace available)";
+        assert_eq!(super::root_cause(report), "can't allocate buffer of size: 408131584");
+        assert_eq!(super::root_cause("out of memory\nsecond line"), "out of memory");
+    }
 }
