@@ -36,10 +36,7 @@
 use std::sync::Arc;
 
 use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{Dispatch, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Shape, Slice, Tensor};
@@ -51,6 +48,7 @@ use cubecl::prelude::*;
 
 use crate::gpu::launch::{empty, launch_dims};
 use crate::gpu::second_output::{SecondGrad, second_output};
+use crate::own_backward::WithBackward;
 
 /// The gate math as a burn backend extension (cubecl runtimes without fusion).
 #[backend_extension(Cube, Autodiff)]
@@ -488,48 +486,29 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
         hw: FloatTensor<Self>,
         c: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        #[derive(Debug)]
-        struct GatesBackward;
-
-        impl Backward<CubeBackend, 3> for GatesBackward {
-            /// The forward inputs (the activations are recomputed, cheaper than storing four)
-            /// and where `∂c'` arrives.
-            type State = (CubeTensor, CubeTensor, CubeTensor, Arc<SecondGrad>);
-
-            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_xw, node_hw, node_c] = ops.parents;
-                let dh = grads.consume::<CubeBackend>(&ops.node);
-                let (xw, hw, c, cell) = ops.state;
-                let dc = cell.take();
-                let (d_gates, d_c) = backward(xw, hw, c, dh, dc);
-                // The sum's two parts share its gradient.
-                if let Some(node) = node_hw {
-                    grads.register::<CubeBackend>(node.id, d_gates.clone());
-                }
-                if let Some(node) = node_xw {
-                    grads.register::<CubeBackend>(node.id, d_gates);
-                }
-                if let Some(node) = node_c {
-                    grads.register::<CubeBackend>(node.id, d_c);
-                }
-            }
-        }
-
-        let (xw, xw_node) = xw.into_parts();
-        let (hw, hw_node) = hw.into_parts();
-        let (c, c_node) = c.into_parts();
-        let (h_out, cell, c_out) =
-            match GatesBackward.prepare::<C>([xw_node, hw_node, c_node]).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => {
-                    let (h_out, c_out) = forward(xw.clone(), hw.clone(), c.clone());
-                    let cell = Arc::new(SecondGrad::default());
-                    (prep.finish((xw, hw, c, cell.clone()), h_out), cell, c_out)
-                }
-                OpsKind::UnTracked(prep) => {
+        let mut second = None;
+        let h_out = Self::with_backward(
+            [xw, hw, c],
+            |[xw, hw, c], keep| {
+                if !keep {
                     let (h_out, c_out) = forward(xw, hw, c);
-                    (prep.finish(h_out), Arc::default(), c_out)
+                    second = Some((Arc::default(), c_out));
+                    return (h_out, None);
                 }
-            };
+                let (h_out, c_out) = forward(xw.clone(), hw.clone(), c.clone());
+                let cell = Arc::new(SecondGrad::default());
+                second = Some((cell.clone(), c_out));
+                // The forward inputs (the activations are recomputed, cheaper than storing
+                // four) and where `∂c'` arrives.
+                (h_out, Some((xw, hw, c, cell)))
+            },
+            |(xw, hw, c, cell): (CubeTensor, CubeTensor, CubeTensor, Arc<SecondGrad>), dh, _| {
+                let (d_gates, d_c) = backward(xw, hw, c, dh, cell.take());
+                // The sum's two parts share its gradient.
+                [Some(d_gates.clone()), Some(d_gates), Some(d_c)]
+            },
+        );
+        let (cell, c_out) = second.expect("the forward ran");
         let c_out = second_output::<C>(&h_out, cell, c_out);
         (h_out, c_out)
     }
@@ -542,36 +521,15 @@ impl<C: CheckpointStrategy> GpuLstmGates for Autodiff<CubeBackend, C> {
         keep: FloatTensor<Self>,
         reverse: bool,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct LayerBackward;
-
-        impl Backward<CubeBackend, 4> for LayerBackward {
-            type State = LayerSaved;
-
-            fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_xw, node_w, node_h0, node_c0] = ops.parents;
-                let grad = grads.consume::<CubeBackend>(&ops.node);
-                let [d_xw, d_w, d_h0, d_c0] = layer_backward(ops.state, grad);
-                for (node, g) in [(node_xw, d_xw), (node_w, d_w), (node_h0, d_h0), (node_c0, d_c0)] {
-                    if let Some(node) = node {
-                        grads.register::<CubeBackend>(node.id, g);
-                    }
-                }
-            }
-        }
-
-        let (xw, xw_node) = xw.into_parts();
-        let (w, w_node) = w_hidden.into_parts();
-        let (h0, h0_node) = h0.into_parts();
-        let (c0, c0_node) = c0.into_parts();
         let keep = keep.into_primitive();
-        match LayerBackward.prepare::<C>([xw_node, w_node, h0_node, c0_node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
+        Self::with_backward(
+            [xw, w_hidden, h0, c0],
+            |[xw, w, h0, c0], track| {
                 let (out, saved) = layer_forward(xw, w, h0, c0, keep, reverse);
-                prep.finish(saved, out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(layer_forward(xw, w, h0, c0, keep, reverse).0),
-        }
+                (out, track.then_some(saved))
+            },
+            |saved: LayerSaved, dy, _| layer_backward(saved, dy).map(Some),
+        )
     }
 }
 
