@@ -37,14 +37,14 @@
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
-use burn::backend::{AutodiffBackend, Dispatch, Flex, backend_extension, tensor::FloatTensor};
+use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
+use crate::attention::{AttentionCall, with_own_backward};
 use crate::cpu::fastmath::exp;
 use crate::cpu::flex_data::{contiguous, f32s};
 use crate::gemm::packed::SendPtr;
-use crate::own_backward::WithBackward;
 
 /// The fused attention as a burn backend extension (flex, and cubecl runtimes without
 /// fusion: [`crate::attention::gpu`]; see the module doc).
@@ -468,18 +468,6 @@ impl FusedAttention for Flex {
     }
 }
 
-/// The backward of both attentions: the gradient of `q` (or of `[Q | K | V]`) and, for
-/// cross-attention, of `[K | V]`, from the call's operands and the weights `P` it kept.
-fn attention_backward<const N: usize>(
-    (state, weights): (CallState, FlexTensor),
-    dy: FlexTensor,
-    _: [bool; N],
-) -> [Option<FlexTensor>; N] {
-    let (gq, gkv) = state.0.backward(&weights, &dy);
-    let mut gradients = [Some(gq), gkv].into_iter();
-    std::array::from_fn(|_| gradients.next().flatten())
-}
-
 /// [`Call`] as backward state.
 struct CallState(Call);
 
@@ -496,6 +484,20 @@ impl Clone for CallState {
     }
 }
 
+impl AttentionCall<Flex> for CallState {
+    fn new(q: FlexTensor, kv: Option<FlexTensor>, mask: FlexTensor, heads: usize, drop: (u64, f32)) -> Self {
+        CallState(Call::new(&q, kv.as_ref(), &mask, heads, drop))
+    }
+
+    fn forward(&self) -> (FlexTensor, FlexTensor) {
+        self.0.forward()
+    }
+
+    fn backward(&self, weights: FlexTensor, dy: FlexTensor) -> (FlexTensor, Option<FlexTensor>) {
+        self.0.backward(&weights, &dy)
+    }
+}
+
 impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
     fn self_attention(
         qkv: FloatTensor<Self>,
@@ -503,20 +505,7 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let mask = mask.into_primitive();
-        let mut weights = None;
-        let out = Self::with_backward(
-            [qkv],
-            |[x], keep| {
-                let call = Call::new(&x, None, &mask, heads, drop);
-                let (out, w) = call.forward();
-                weights = Some(w.clone());
-                // The call's operands and the weights `P`.
-                (out, keep.then(|| (CallState(call), w)))
-            },
-            attention_backward::<1>,
-        );
-        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
+        with_own_backward::<Flex, C, CallState, 1>([qkv], mask, heads, drop)
     }
 
     fn cross_attention(
@@ -526,19 +515,7 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let mask = mask.into_primitive();
-        let mut weights = None;
-        let out = Self::with_backward(
-            [q, kv],
-            |[q, kv], keep| {
-                let call = Call::new(&q, Some(&kv), &mask, heads, drop);
-                let (out, w) = call.forward();
-                weights = Some(w.clone());
-                (out, keep.then(|| (CallState(call), w)))
-            },
-            attention_backward::<2>,
-        );
-        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
+        with_own_backward::<Flex, C, CallState, 2>([q, kv], mask, heads, drop)
     }
 }
 

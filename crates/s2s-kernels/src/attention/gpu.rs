@@ -26,7 +26,7 @@
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::{AutodiffBackend, tensor::FloatTensor};
+use burn::backend::tensor::FloatTensor;
 use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
@@ -35,9 +35,9 @@ use cubecl::cube;
 use cubecl::prelude::*;
 
 use crate::attention::fused::FusedAttention;
+use crate::attention::{AttentionCall, with_own_backward};
 use crate::dropout::gpu::mask_in;
 use crate::gpu::launch::{empty, launch_dims};
-use crate::own_backward::WithBackward;
 
 /// The sizes and layout of one call, on the host and as the kernels take them.
 #[derive(CubeLaunch, CubeType, Clone, Copy, Debug)]
@@ -428,16 +428,18 @@ impl FusedAttention for CubeBackend {
     }
 }
 
-/// The backward of both attentions: the gradient of `q` (or of `[Q | K | V]`) and, for
-/// cross-attention, of `[K | V]`, from the call and the weights `P` it kept.
-fn attention_backward<const N: usize>(
-    (call, weights): (Call, CubeTensor),
-    dy: CubeTensor,
-    _: [bool; N],
-) -> [Option<CubeTensor>; N] {
-    let (gq, gkv) = call.backward(weights, dy);
-    let mut gradients = [Some(gq), gkv].into_iter();
-    std::array::from_fn(|_| gradients.next().flatten())
+impl AttentionCall<CubeBackend> for Call {
+    fn new(q: CubeTensor, kv: Option<CubeTensor>, mask: CubeTensor, heads: usize, drop: (u64, f32)) -> Self {
+        Call::new(q, kv, mask, heads, drop)
+    }
+
+    fn forward(&self) -> (CubeTensor, CubeTensor) {
+        Call::forward(self)
+    }
+
+    fn backward(&self, weights: CubeTensor, dy: CubeTensor) -> (CubeTensor, Option<CubeTensor>) {
+        Call::backward(self, weights, dy)
+    }
 }
 
 impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
@@ -447,20 +449,7 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let mask = mask.into_primitive();
-        let mut weights = None;
-        let out = Self::with_backward(
-            [qkv],
-            |[x], keep| {
-                let call = Call::new(x, None, mask, heads, drop);
-                let (out, w) = call.forward();
-                weights = Some(w.clone());
-                // The call and the weights `P`.
-                (out, keep.then(|| (call, w)))
-            },
-            attention_backward::<1>,
-        );
-        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
+        with_own_backward::<CubeBackend, C, Call, 1>([qkv], mask, heads, drop)
     }
 
     fn cross_attention(
@@ -470,18 +459,6 @@ impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
         heads: usize,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let mask = mask.into_primitive();
-        let mut weights = None;
-        let out = Self::with_backward(
-            [q, kv],
-            |[q, kv], keep| {
-                let call = Call::new(q, Some(kv), mask, heads, drop);
-                let (out, w) = call.forward();
-                weights = Some(w.clone());
-                (out, keep.then(|| (call, w)))
-            },
-            attention_backward::<2>,
-        );
-        (out, <Self as AutodiffBackend>::from_inner(weights.expect("the forward ran")))
+        with_own_backward::<CubeBackend, C, Call, 2>([q, kv], mask, heads, drop)
     }
 }
