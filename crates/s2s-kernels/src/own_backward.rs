@@ -1,10 +1,9 @@
 //! An operation with a backward of its own, on any backend: what every kernel's autodiff
 //! needs — track the inputs, keep what the backward reads, hand each input that needs one its
 //! gradient — written once, for the CPU kernels (flex) and the GPU kernels (cubecl) alike. A
-//! kernel gives its forward and its backward as two functions; [`with_backward`] does the rest.
-//!
-//! burn's own operations do the same with a `Backward` type each (burn-autodiff's `ops/`); so
-//! did each kernel here until the plumbing was written once.
+//! kernel gives its forward and its backward as two functions;
+//! [`WithBackward::with_backward`] (or `with_deferrable_backward`, inside a decoder loop) does
+//! the rest. burn's own operations write a `Backward` type each (burn-autodiff's `ops/`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -131,14 +130,7 @@ impl<B: Backend, C: CheckpointStrategy> WithBackward for Autodiff<B, C> {
         forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Option<S>),
         backward: BackwardFn<B, S, N>,
     ) -> FloatTensor<Self> {
-        let (values, nodes) = parts::<B, C, N>(inputs);
-        match OwnBackward(backward).prepare::<C>(nodes).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (y, state) = forward(values, true);
-                prep.finish(state.expect("a forward kept what its backward reads"), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(values, false).0),
-        }
+        run::<B, C, _, S, N>(OwnBackward(backward), inputs, forward, |state| state)
     }
 
     fn with_deferrable_backward<S: Clone + Send + fmt::Debug + 'static, const N: usize>(
@@ -150,31 +142,37 @@ impl<B: Backend, C: CheckpointStrategy> WithBackward for Autodiff<B, C> {
     where
         B: Deferrable,
     {
-        let mut i = 0;
-        let stashes: Stashes<B, N> = inputs.each_ref().map(|t| {
-            i += 1;
-            if deferred[i - 1] { stash_of::<B>(t.id()) } else { None }
-        });
-        let (values, nodes) = parts::<B, C, N>(inputs);
-        match DeferrableBackward(backward).prepare::<C>(nodes).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (y, state) = forward(values, true);
-                prep.finish((state.expect("a forward kept what its backward reads"), stashes), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(values, false).0),
-        }
+        let stashes: Stashes<B, N> =
+            std::array::from_fn(|i| if deferred[i] { stash_of::<B>(inputs[i].id()) } else { None });
+        run::<B, C, _, S, N>(DeferrableBackward(backward), inputs, forward, |state| (state, stashes))
     }
 }
 
-/// The inputs' values and graph nodes.
-fn parts<B: Backend, C: CheckpointStrategy, const N: usize>(
+/// `forward` on the inputs' values as one graph node, `node`; when an input is tracked, what
+/// `forward` kept becomes the node's state through `kept`.
+fn run<B, C, T, S, const N: usize>(
+    node: T,
     inputs: [FloatTensor<Autodiff<B, C>>; N],
-) -> ([FloatTensor<B>; N], [NodeGuard; N]) {
+    forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Option<S>),
+    kept: impl FnOnce(S) -> T::State,
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: Backend,
+    C: CheckpointStrategy,
+    T: Backward<B, N>,
+{
     let mut values = Vec::with_capacity(N);
-    let nodes = inputs.map(|t| {
+    let nodes: [NodeGuard; N] = inputs.map(|t| {
         let (value, node) = t.into_parts();
         values.push(value);
         node
     });
-    (values.try_into().unwrap_or_else(|_| unreachable!("N values")), nodes)
+    let values: [FloatTensor<B>; N] = values.try_into().unwrap_or_else(|_| unreachable!("N values"));
+    match node.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (y, state) = forward(values, true);
+            prep.finish(kept(state.expect("a forward kept what its backward reads")), y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(values, false).0),
+    }
 }

@@ -144,8 +144,10 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
                     return (Flex::small_matmul(x, w, false), None);
                 }
                 let out = Flex::small_matmul(x.clone(), w.clone(), false);
-                // `x`, `W`, and `Wᵀ` shared with the other steps' products by the same `W`.
-                let w_t = transposed(&w);
+                // `x`, `W`, and `Wᵀ` shared with the other steps' products by the same `W`
+                // (larger products take `gemm`'s threads and never read it).
+                let rows = x.layout().shape().dims::<2>()[0];
+                let w_t = if rows > SPLIT_MAX_ROWS { Transposed::default() } else { transposed(&w) };
                 (out, Some((x, w, w_t)))
             },
             |(x, w, w_t), dy, [x_needed, _]| {
