@@ -14,6 +14,10 @@
 //!
 //! Every path computes the same equation; `tests` in the models' `mha.rs` hold them to the
 //! references and to PyTorch.
+//!
+//! A decoder step projects `Q`, `K` and `V` with the three weights separately, so each stays
+//! in the packed-weight cache (`gemm::small`); above `CAT_MIN_ROWS` rows one product by
+//! `[W^Q | W^K | W^V]`, joined at each call, is cheaper.
 
 use burn::nn::{Dropout, Linear};
 use burn::tensor::{Int, Tensor};

@@ -15,6 +15,17 @@
 //! flex; elsewhere the same operations are composed. The sums run in another order than
 //! burn's, so results agree to rounding.
 //!
+//! # The Transformer's decoding step
+//!
+//! `heads_step` is the attention of one new position, self and cross, for every row and head
+//! in one kernel. It reads the keys and values where they lie — the self-attention cache
+//! (per position through its tree, `step_cache`) and the memory's `[K | V]`, each row reading
+//! its sentence's row through an index (`step_cache::SourceRows`) — so nothing is copied per
+//! head or per hypothesis. For `d_k` of 16, 32 and 64 a head runs `Head::blocks`: the general
+//! loop's operations in the same order, arranged for the vector unit (a test holds their bits
+//! equal). Tried and not kept: copying `K` transposed into a scratch row per head, to
+//! vectorise over positions, was slower.
+//!
 //! # Shapes
 //! - `q`: `[batch, d]`, `keys` / `values`: `[batch, src, d]`, `v`: `[d, 1]`
 //! - scores and weights: `[batch, src]`, context: `[batch, d]`

@@ -16,7 +16,10 @@
 //!   (320 rows × 3 layers × 2 × up to 3 MB), and the rows' copies crowded the cache the
 //!   attention reads.
 //!
-//! Both give the attention the same values at the same positions, so the same bits.
+//! Both give the attention the same values at the same positions, so the same bits. A test
+//! grows both layouts through beam openings and reorderings against a concatenation of the
+//! steps, attention included. The memory is shared the same way: `SourceRows` names the
+//! sentence whose memory each decoding row reads, one copy per sentence on the CPU.
 //!
 //! # Shapes
 //! - keys and values in and out: `[rows, heads, t, d_k]`

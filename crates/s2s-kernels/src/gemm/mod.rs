@@ -2,6 +2,10 @@
 //! once (`packed`), the row-split products of training (`small`), `gemm`'s large products
 //! (`flex`), and one product over all steps for a weight every step multiplies
 //! (`deferred_grad`).
+//!
+//! A projection of a rank-3 input is one 2-D product, `[rows, d_in] × W` (`ops::matmul_rows`,
+//! which every `Linear` goes through by `ops::linear`): burn would broadcast `W` into one
+//! small product per sentence.
 
 pub(crate) mod reference;
 

@@ -14,6 +14,15 @@
 //!   ([`crate::gpu::step_scalars`]);
 //! - every buffer it reads or writes stays alive and in place while the graph lives: the
 //!   parameters and Adam's moments are updated in place.
+//!
+//! Constant tensors (positions, the causal mask) are uploaded once per device
+//! (`ops::constant`), since a recording may not write host data. A replay equals the eager
+//! step to the bit because a GPU step is deterministic: whole-tensor sums (the loss, the
+//! clip's norm) go through `ops::sum_all`, a reduction along one axis, since burn's `sum` adds
+//! its workgroups' partial sums with atomics in whatever order they finish, and Adam turns
+//! those ulps into full-size steps of weights the loss hardly depends on. A recording can need
+//! more pool room than its warm-up did (not understood; seen for a beam link's
+//! log-probabilities): `grow_largest_pool` lets the caller grow the pool and record again.
 
 use burn::tensor::{Device, Tensor};
 use burn_cubecl::tensor::CubeTensor;

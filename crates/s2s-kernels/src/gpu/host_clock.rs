@@ -3,13 +3,17 @@
 //! A GPU step launched through burn + wgpu costs host time in two places: the thread that
 //! builds the step (tensor operations, autodiff, kernel arguments) and cubecl's device-service
 //! threads (`DS…`), which resolve, encode and submit each launch. On lavapipe (Mesa's software
-//! Vulkan) the dispatches themselves also run on the host, in the driver's threads, so wall
-//! time there measures lavapipe; the CPU time of our own threads measures us, the same on a
-//! GPU. [`Snapshot`] reads every thread's CPU time from Linux's `/proc/self/task/*/schedstat`
+//! Vulkan) the dispatches themselves also run on the host, so wall time there measures
+//! lavapipe; the CPU time of our own threads measures us, the same on a GPU. [`Snapshot`]
+//! reads every thread's CPU time from Linux's `/proc/self/task/*/schedstat`
 //! (nanoseconds; `stat`'s clock ticks where that is missing) and [`Snapshot::since`] splits the
 //! difference into the calling thread, the device-service threads and the rest.
 //!
 //! Off Linux every figure is zero: [`HostTime::measured`] says so.
+//!
+//! On lavapipe each dispatch runs inline on the device-service thread that submits it, so that
+//! thread's time includes lavapipe's work: `scripts/capture-host-time.sh --perf` samples it
+//! with perf and takes lavapipe's share out. On a GPU the plain figure is ours.
 
 use std::collections::BTreeMap;
 

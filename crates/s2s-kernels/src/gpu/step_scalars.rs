@@ -14,6 +14,10 @@
 //! These are host → device writes between replays (one small copy each, no launch), not
 //! counters advanced on the device: the host knows the step and the schedule anyway, and a
 //! resumed run needs nothing restored but what the eager trainer restores.
+//!
+//! `s2s-train`'s `tests/captured.rs` holds replayed steps with dropout to the eager ones, every
+//! loss and parameter to the bit; freezing the seeds or Adam's coefficients at their captured
+//! values fails it within the first steps.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -28,6 +28,9 @@
 //! and gradients in place into whole-sequence buffers at the step's offset, so autodiff
 //! records no per-step slice.
 //!
+//! Not built: fewer launches a layer-step would need the recurrent product inside the step
+//! kernel (a persistent kernel), whose grid-wide wait Vulkan does not promise to honour.
+//!
 //! # Shapes
 //! - gates: `[batch, 4·hidden]`, `c`: `[batch, hidden]` → `h'`, `c'`: `[batch, hidden]`
 //! - layer: `xw` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, `h0`, `c0`

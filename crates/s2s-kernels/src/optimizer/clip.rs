@@ -8,6 +8,11 @@
 //! ([`crate::optimizer::adam`]). The scaling is in place: each gradient is taken out of
 //! `GradientsParams` held alone and contiguous. One launch a parameter for the clip and Adam
 //! was 268 of the Transformer's 797 launches a step.
+//!
+//! On a GPU nothing is read back: one thread computes `‖g‖` and the factor
+//! `min(1, max_norm/‖g‖)` in f32, and the scaling kernel, launched whether or not it clips,
+//! reads the factor from its buffer; the norm is read only when asked (`Norm`). So a step can
+//! be captured, and an eager step waits for the device once less.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;

@@ -10,6 +10,12 @@
 //! `Σ exp(x − max)` through the vectorised [`crate::cpu::fastmath::exp`] in 16 lanes
 //! ([`crate::cpu::fastmath::lane_fold`]), and the output — with rows in parallel. A burn
 //! `#[backend_extension]` for flex; other backends keep burn's functions.
+//!
+//! Greedy search's choice, each row's best token and its log-probability
+//! (`best_log_prob_pairs`), is one pass a row here and one launch on a GPU: a cube a row, 64
+//! units striding over the vocabulary for the maximum and its first index, then
+//! `Σ exp(x − max)`, reduced in shared memory. 256 units a row were slower (most units idle
+//! through more barrier rounds on a small vocabulary).
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;

@@ -7,6 +7,11 @@
 //! host then copied out to pick from. [`TopLogProbs`] computes each row's `log Σ exp` (the
 //! fused `log_softmax`'s own, so the values have its bits), writes the row's log-probabilities
 //! into a scratch row that stays in the cache, and keeps its `n` best: `[rows, 2n]` comes back.
+//!
+//! Off the CPU, beam search takes each row's `2·beam` best on the device with burn's top-k
+//! (cubecl's keeps ties in index order, as `top` does) and reads back `[rows, 4·beam]`; on the
+//! CPU the host picks, since reading back costs nothing there and `top` is faster than a sort.
+//! A test runs both picks on every model kind and compares the n-best lists.
 
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
