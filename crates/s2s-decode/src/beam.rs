@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::greedy::{BOS, EOS, Hypothesis};
 use crate::incremental::Incremental;
 use crate::limits::MaxLength;
-use s2s_kernels::softmax::top_k::top;
+use s2s_kernels::ops::top;
 
 /// The length normalisation of finished hypotheses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -420,15 +420,15 @@ pub(crate) fn split_tops<'a>(rows: impl Iterator<Item = &'a [f32]>, w: usize) ->
 /// On the device: burn's `topk_with_indices` (cubecl's top-k reduction keeps ties in index
 /// order, like [`top`]), and the values and ids come back in one read, the ids as floats
 /// (exact below 2²⁴). On the CPU: one kernel from the logits
-/// ([`s2s_kernels::softmax::top_k::top_log_probs`]). Otherwise the whole tensor comes back and [`top`]
+/// ([`s2s_kernels::ops::top_log_probs`]). Otherwise the whole tensor comes back and [`top`]
 /// picks on the host.
 fn row_tops(step: &s2s_models::Step, n: usize, on_device: bool) -> (usize, Vec<f32>, Vec<u32>) {
     let [rows, vocab] = step.logits.dims();
     let w = n.min(vocab);
     if !on_device {
         // On the CPU, one pass per row from the logits: no `[rows, vocab]` log-probabilities
-        // written and read back (`s2s_kernels::softmax::top_k`).
-        if let Some((lp, ids)) = s2s_kernels::softmax::top_k::top_log_probs(step.logits.clone(), n) {
+        // written and read back (`ops::top_log_probs`).
+        if let Some((lp, ids)) = s2s_kernels::ops::top_log_probs(step.logits.clone(), n) {
             return (w, lp, ids);
         }
     }

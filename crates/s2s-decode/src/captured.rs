@@ -24,7 +24,7 @@
 //! (the studio), sampling, and the CPU, which launches no kernels.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_kernels::gpu::graph::{GraphError, Recorder, StepGraph, write_ids};
+use s2s_kernels::capture::{GraphError, Recorder, StepGraph, write_ids};
 use s2s_models::Source;
 
 use crate::beam::{BeamConfig, BeamSteps, device_tops, split_tops};
@@ -133,7 +133,7 @@ fn capture<T>(device: &Device, run: impl Fn() -> T) -> Result<(StepGraph, T), Gr
         // log-probabilities, seen on the H100 and on lavapipe): give the pool of the largest
         // pages more, and try again.
         if recorded.is_err() && tries < 4 {
-            s2s_kernels::gpu::graph::grow_largest_pool(device);
+            s2s_kernels::capture::grow_largest_pool(device);
             continue;
         }
         return recorded;

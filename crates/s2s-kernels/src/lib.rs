@@ -7,12 +7,13 @@
 //! (`--kernels reference`, `S2S_KERNELS=reference`). The crate knows no model type.
 //!
 //! Behind [`ops`], one folder per operation, each with its reference (`reference.rs`), its CPU
-//! kernel (on burn's flex backend) and its GPU kernel (cubecl, for wgpu): [`lstm`], `attention` (the recurrent decoders' and
-//! the Transformer's multi-head attention), [`softmax`], `layer_norm`, `dropout`, [`loss`],
-//! [`optimizer`], `tanh`; and what they share: matrix products ([`gemm`]), the CPU's vector
-//! math ([`cpu`]) and GPU launches, captured steps and timing ([`gpu`]).
-//! Only what other crates call is public: [`ops`], [`mode`], [`reference`], the captured steps
-//! and timing in [`gpu`], and what the benchmarks and tests reach directly.
+//! kernel (on burn's flex backend) and its GPU kernel (cubecl, for wgpu): `lstm`, `attention`
+//! (the recurrent decoders' and the Transformer's multi-head attention), `softmax`,
+//! `layer_norm`, `dropout`, `loss`, `optimizer`, `tanh`; and what they share: matrix products
+//! (`gemm`), the CPU's vector math (`cpu`) and GPU launches, captured steps and timing (`gpu`).
+//! Only what other crates call is public: [`ops`], [`mode`] and [`reference`]; [`capture`], the
+//! few calls a captured GPU step needs beyond its operations; and [`bench`], the entry points
+//! the benchmarks time directly.
 //! `docs/kernels.md` says why each exists, what it replaces and how it is tested.
 
 pub mod mode;
@@ -20,17 +21,41 @@ pub mod ops;
 pub mod reference;
 
 pub(crate) mod attention;
-pub mod cpu;
+pub(crate) mod cpu;
 pub(crate) mod dropout;
-pub mod gemm;
-pub mod gpu;
+pub(crate) mod gemm;
+pub(crate) mod gpu;
 pub(crate) mod layer_norm;
-pub mod loss;
-pub mod lstm;
-pub mod optimizer;
+pub(crate) mod loss;
+pub(crate) mod lstm;
+pub(crate) mod optimizer;
 pub(crate) mod own_backward;
-pub mod softmax;
+pub(crate) mod softmax;
 pub(crate) mod tanh;
+
+/// What a captured step needs beyond its operations: recording and replaying it
+/// (`gpu::graph`), writing a new batch into its inputs, keeping its scalars and its loss on the
+/// device. The trainer's and the searches' captured steps call these; see
+/// `docs/decisions.md`, "Captured steps".
+pub mod capture {
+    pub use crate::gpu::graph::{
+        GraphError, Recorder, StepGraph, device_bytes_reserved, grow_largest_pool, write_floats, write_ids,
+    };
+    pub use crate::gpu::step_scalars::require_in_place;
+    pub use crate::loss::sum::LossSum;
+}
+
+/// What `s2s bench` times directly rather than through a model: the CPU's products and LSTM
+/// layer beside the machine's best product rate (`s2s bench --lstm-step`), the host's CPU time
+/// per thread, and the cost of one GPU launch (`s2s bench --launch-probe`).
+pub mod bench {
+    pub use crate::gemm::flex::matmul_2d;
+    pub use crate::gemm::packed::PackedB;
+    pub use crate::gpu::host_clock::{HostTime, Snapshot};
+    #[cfg(not(feature = "gpu-tuned"))]
+    pub use crate::gpu::launch_probe::{ProbeConfig, launch_probe};
+    pub use crate::lstm::cpu::lstm_layer;
+}
 
 #[doc(hidden)]
 pub mod testing;

@@ -9,6 +9,12 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+/// Which code the kernels compile to on this machine: the CPU kernels' instruction set
+/// (`isa`, capped by `S2S_CPU_ISA`), burn's products' (`gemm_isa`), and a GPU device's
+/// kernel compiler (`gpu_compiler`).
+pub use crate::cpu::fastmath::{Isa, gemm_isa, isa};
+pub use crate::gpu::graph::compiler as gpu_compiler;
+
 /// The implementation behind the operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kernels {

@@ -3,6 +3,10 @@
 
 use burn::tensor::{Device, DeviceKind, Tensor};
 
+/// Adam's step with an explicit clipping factor, and the per-parameter step, for the
+/// optimizer's GPU tests.
+pub use crate::optimizer::adam::{AdamStep, step_with_cap};
+
 /// A wgpu device (lavapipe where there is no GPU), or `None` — and the test skips, saying so
 /// — where no Vulkan adapter answers; under `CI=true` a missing adapter fails the test.
 pub fn wgpu_or_skip() -> Option<Device> {

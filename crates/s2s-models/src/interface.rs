@@ -65,9 +65,9 @@ impl Source {
         let [rows, len] = self.ids.dims();
         assert_eq!((lens.len(), ids.len()), (rows, rows * len), "a source of another shape");
         let (keep, key_mask) = Self::masks(lens, len);
-        s2s_kernels::gpu::graph::write_ids(&self.ids, ids);
-        s2s_kernels::gpu::graph::write_floats(&self.keep, &keep);
-        s2s_kernels::gpu::graph::write_floats(&self.key_mask, &key_mask);
+        s2s_kernels::capture::write_ids(&self.ids, ids);
+        s2s_kernels::capture::write_floats(&self.keep, &keep);
+        s2s_kernels::capture::write_floats(&self.key_mask, &key_mask);
         self.lens = lens.to_vec();
     }
 

@@ -276,7 +276,7 @@ mod tests {
         }
     }
 
-    /// The same for the GPU layer (`s2s_kernels::lstm::gpu::lstm_layer`) on wgpu (lavapipe
+    /// The same for the GPU layer (`ops::lstm_layer` on a GPU) on wgpu (lavapipe
     /// where there is no GPU), against the step-by-step loop on the same device.
     #[test]
     fn gpu_lstm_layer_equals_the_step_by_step_loop() {

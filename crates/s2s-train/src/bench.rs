@@ -15,9 +15,9 @@ use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec}
 use serde::{Deserialize, Serialize};
 
 use crate::captured::{FixedBatchTrainer, StepInputs};
-use s2s_kernels::cpu::flex_data::is_flex;
-use s2s_kernels::gpu::host_clock::Snapshot;
+use s2s_kernels::bench::Snapshot;
 use s2s_kernels::ops::FusedAdam;
+use s2s_kernels::ops::is_cpu;
 
 /// The benchmark configuration shipped with the project.
 pub const MODELS_JSON: &str = include_str!("../../../experiments/bench/models.json");
@@ -135,7 +135,7 @@ pub enum BenchError {
     Unknown(&'static str, String),
     /// The captured step could not be recorded or replayed.
     #[error(transparent)]
-    Graph(s2s_kernels::gpu::graph::GraphError),
+    Graph(s2s_kernels::capture::GraphError),
     /// The model cannot be built.
     #[error(transparent)]
     Model(#[from] s2s_models::ModelError),
@@ -219,7 +219,7 @@ pub struct BenchResult {
     /// GPU work queued in one phase may finish in the next.
     pub train_phase_ms: BTreeMap<String, f64>,
     /// Host CPU milliseconds per timed training step spent launching it: the calling thread
-    /// plus cubecl's device-service threads ([`s2s_kernels::gpu::host_clock`]). On a GPU a
+    /// plus cubecl's device-service threads ([`s2s_kernels::bench::Snapshot`]). On a GPU a
     /// launch-bound step costs this much whatever the GPU does; on lavapipe it excludes the
     /// driver's execution of the dispatches. `None` on the CPU backend, which launches nothing.
     pub train_host_ms: Option<f64>,
@@ -310,7 +310,7 @@ pub fn bench(
     let train_tokens_per_s =
         if train_steps == 0 { 0.0 } else { (train_steps * n * t) as f64 / t0.elapsed().as_secs_f64() };
     let host = Snapshot::now().since(&host0);
-    let gpu_host = host.measured && !is_flex(device);
+    let gpu_host = host.measured && !is_cpu(device);
     let per_step = |s: f64| 1e3 * s / train_steps.max(1) as f64;
     let train_host_ms = gpu_host.then(|| per_step(host.launch_s()));
     let train_host_split_ms = gpu_host.then(|| {
@@ -357,7 +357,7 @@ pub fn bench(
     }
     let decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
     let host = Snapshot::now().since(&host0);
-    let decode_host_ms = (host.measured && !is_flex(device)).then(|| 1e3 * host.launch_s() / passes as f64);
+    let decode_host_ms = (host.measured && !is_cpu(device)).then(|| 1e3 * host.launch_s() / passes as f64);
     let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
     let beam_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
         Some(c) => drop(c.beam(&src_ids, &lens, s, &cfg)),

@@ -2,11 +2,11 @@
 //! ([`CapturedSteps`]) and the fixed-batch trainer `s2s bench --capture` times
 //! ([`FixedBatchTrainer`]); `tests/captured.rs` holds both equal to eager training.
 //!
-//! A captured step ([`s2s_kernels::gpu::graph`]) is recorded once per batch shape, after a warm-up
+//! A captured step ([`s2s_kernels::capture`]) is recorded once per batch shape, after a warm-up
 //! step, and each later step of that shape writes only what changes — the batch's token ids
 //! and masks into the graph's input buffers ([`StepInputs::write`]), its dropout seeds and
-//! Adam's coefficients ([`s2s_kernels::gpu::step_scalars`]) — then replays the launches: forward,
-//! label-smoothed loss, backward, global-norm clip and Adam, the parameters and moments
+//! Adam's coefficients (kept on the device, `s2s_kernels::capture::require_in_place`) — then
+//! replays the launches: forward, label-smoothed loss, backward, global-norm clip and Adam, the parameters and moments
 //! updated in place. The loss is divided by the token count the device sums from the target
 //! mask (a host scalar would be frozen at capture). The trainer pads each batch to a bucket
 //! shape ([`s2s_data::bucket`]) so that a run meets few shapes; at most `capture_graphs`
@@ -19,8 +19,7 @@ use std::time::Instant;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::Batch;
-use s2s_kernels::gpu::graph::{GraphError, Recorder, StepGraph};
-use s2s_kernels::loss::sum::LossSum;
+use s2s_kernels::capture::{GraphError, LossSum, Recorder, StepGraph};
 use s2s_kernels::ops::{FusedAdam, clip_global_norm};
 use s2s_models::{Model, Source};
 use serde::Serialize;
@@ -73,7 +72,7 @@ impl StepInputs {
 
     /// Writes `b` (of this shape) into these buffers, for the next replay.
     pub fn write(&mut self, b: &Batch) {
-        use s2s_kernels::gpu::graph::{write_floats, write_ids};
+        use s2s_kernels::capture::{write_floats, write_ids};
         let [rows, s] = self.src.ids.dims();
         assert_eq!(
             (b.size(), b.src_len, b.tgt_len),
@@ -421,9 +420,8 @@ impl CapturedSteps {
         self.entries.push(Entry { shape: (rows, s, t), inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());
-        self.stats.device_bytes =
-            s2s_kernels::gpu::graph::device_bytes_reserved(&device.inner()).unwrap_or(0);
-        s2s_kernels::gpu::step_scalars::require_in_place(true);
+        self.stats.device_bytes = s2s_kernels::capture::device_bytes_reserved(&device.inner()).unwrap_or(0);
+        s2s_kernels::capture::require_in_place(true);
         Ok(model)
     }
 
@@ -436,6 +434,6 @@ impl CapturedSteps {
 
 impl Drop for CapturedSteps {
     fn drop(&mut self) {
-        s2s_kernels::gpu::step_scalars::require_in_place(false);
+        s2s_kernels::capture::require_in_place(false);
     }
 }

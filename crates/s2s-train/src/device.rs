@@ -56,7 +56,7 @@ pub fn select(choice: DeviceChoice) -> (Device, String) {
 /// `avx2 kernels`, or `avx2 kernels, gemm avx512` where burn's products use another set than
 /// our kernels.
 fn cpu_isa() -> String {
-    use s2s_kernels::cpu::fastmath::{gemm_isa, isa};
+    use s2s_kernels::mode::{gemm_isa, isa};
     match (isa(), gemm_isa()) {
         (ours, gemm) if ours == gemm => format!("{} kernels", ours.name()),
         (ours, gemm) => format!("{} kernels, gemm {}", ours.name(), gemm.name()),
@@ -66,7 +66,7 @@ fn cpu_isa() -> String {
 /// Which compiler a GPU device's kernels go through: `wgpu<spirv>` (cubecl's SPIR-V compiler,
 /// on a Vulkan adapter that supports it) or `wgpu<wgsl>`.
 fn compiler_of(device: &Device) -> &'static str {
-    s2s_kernels::gpu::graph::compiler(device).unwrap_or("unknown compiler")
+    s2s_kernels::mode::gpu_compiler(device).unwrap_or("unknown compiler")
 }
 
 /// `n` devices of `choice` for data-parallel training (`devices = n`): the first `n` physical

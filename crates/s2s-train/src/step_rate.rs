@@ -20,9 +20,7 @@ use std::time::Instant;
 
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{Device, Tensor, TensorData};
-use s2s_kernels::gemm::flex::matmul_2d;
-use s2s_kernels::gemm::packed::PackedB;
-use s2s_kernels::lstm::cpu::lstm_layer;
+use s2s_kernels::bench::{PackedB, lstm_layer, matmul_2d};
 use serde::Serialize;
 
 /// One product of the best-rate candidates.

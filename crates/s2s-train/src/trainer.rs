@@ -261,7 +261,7 @@ fn captured_steps(
     if spec.capture == Capture::Off {
         return Ok(None);
     }
-    let on_gpu = !s2s_kernels::cpu::flex_data::is_flex(&devices[0]) && !cfg!(feature = "gpu-tuned");
+    let on_gpu = !s2s_kernels::ops::is_cpu(&devices[0]) && !cfg!(feature = "gpu-tuned");
     let blockers: Vec<&str> = [
         (!on_gpu, "a GPU device (--device wgpu; the CPU backend launches no kernels)"),
         (devices.len() > 1, "devices = 1"),

@@ -120,7 +120,7 @@ fn wgpu_matches_the_cpu() {
 /// elsewhere is left as it was.
 #[test]
 fn adam_kernel_on_wgpu_matches_the_cpu() {
-    use s2s_kernels::optimizer::adam::FusedAdam;
+    use s2s_kernels::ops::FusedAdam;
     let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
     let cpu = Device::flex();
     // With burn's fusion (`gpu-tuned`) the kernel is not used (burn's fused Adam runs) and a
@@ -140,7 +140,7 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
     let batched = |cap: usize| {
         let mut optim = burn::optim::ModuleOptimizer::from(FusedAdam::new(0.9, 0.999, 1e-5, 0.0).batched());
         move |m: s2s_models::Model, g: GradientsParams| {
-            s2s_kernels::optimizer::adam::step_with_cap(&mut optim, 1e-2, m, g, cap)
+            s2s_kernels::testing::step_with_cap(&mut optim, 1e-2, m, g, cap)
         }
     };
     let (a, _) = losses(start, &cpu.clone().autodiff(), ours());
@@ -180,7 +180,7 @@ fn adam_kernel_on_wgpu_matches_the_cpu() {
 fn direct_kernel_matches_the_cpu(cpu: &Device, gpu: &Device) {
     use burn::backend::Dispatch;
     use burn::tensor::Distribution;
-    use s2s_kernels::optimizer::adam::AdamStep;
+    use s2s_kernels::testing::AdamStep;
     let normal = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), cpu);
     let (p, g, m) = (normal([37, 300]), normal([37, 300]), normal([37, 300]));
     let v = normal([37, 300]).abs();

@@ -145,7 +145,7 @@ fn launch_probe(_: &burn::tensor::Device, _: &str, _: &BenchArgs) -> Result<()> 
 /// `s2s bench --launch-probe`: host µs a launch, eager and replayed, with `--steps` rounds.
 #[cfg(not(feature = "gpu-tuned"))]
 fn launch_probe(device: &burn::tensor::Device, device_name: &str, a: &BenchArgs) -> Result<()> {
-    use s2s_kernels::gpu::launch_probe::{ProbeConfig, launch_probe};
+    use s2s_kernels::bench::{ProbeConfig, launch_probe};
     let cfg = ProbeConfig { kernels: a.probe_kernels, elems: a.probe_elems, rounds: a.steps.max(1) };
     let r = launch_probe(device, cfg)?;
     if a.json {
