@@ -6,8 +6,8 @@
 //! step, and each later step of that shape writes only what changes — the batch's token ids
 //! and masks into the graph's input buffers ([`StepInputs::write`]), its dropout seeds and
 //! Adam's coefficients (kept on the device, `s2s_kernels::capture::require_in_place`) — then
-//! replays the launches: forward, label-smoothed loss, backward, global-norm clip and Adam, the parameters and moments
-//! updated in place. The loss is divided by the token count the device sums from the target
+//! replays the launches: forward, label-smoothed loss, backward, global-norm clip and Adam,
+//! the parameters and moments updated in place. The loss is divided by the token count the device sums from the target
 //! mask (a host scalar would be frozen at capture). The trainer pads each batch to a bucket
 //! shape ([`s2s_data::bucket`]) so that a run meets few shapes; at most `capture_graphs`
 //! graphs stay alive, the least recently used dropped past it.
