@@ -85,6 +85,7 @@ pub fn stop_recording() -> usize {
 }
 
 /// True while a step is recorded on this thread.
+#[cfg_attr(feature = "gpu-tuned", allow(dead_code))] // read by our GPU kernels, not built there
 pub fn recording() -> bool {
     RECORDING.with(|r| r.borrow().is_some())
 }
@@ -101,6 +102,7 @@ pub fn require_in_place(on: bool) {
 }
 
 /// Whether Adam must update in place: while recording, or while graphs are alive.
+#[cfg_attr(feature = "gpu-tuned", allow(dead_code))] // read by our GPU kernels, not built there
 pub fn in_place_required() -> bool {
     recording() || IN_PLACE.with(|c| c.get())
 }

@@ -60,6 +60,7 @@ pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
 
 /// Steps a [`stack_steps`] launch writes (and autodiff node takes) on a GPU: the eight
 /// arguments `p0`…`p7` of its extension.
+#[cfg_attr(feature = "gpu-tuned", allow(dead_code))] // our GPU kernels' only, not built there
 pub const GROUP: usize = 8;
 
 /// `[batch, time, d]` from `time` steps `[batch, d]` (at least one): burn's `stack` along
