@@ -263,26 +263,32 @@ impl AttentionRnn {
         }
     }
 
-    /// Teacher-forced logits and attention weights.
-    pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
-        let mut state = self.encode_state(src);
-        // Every step reads the memory and the keys whole: on a GPU their gradients are summed
-        // once (`ops::defer_grad`), not added step by step.
+    /// What every teacher-forced step reads and no step changes, each read through the kernels'
+    /// step-invariant handles: the decoder, the attention and `W_c`, whose weight gradients are
+    /// summed over the steps in one product each (`ops::for_steps`), and the encoder's memory
+    /// and keys and layer 0's fed weight, whose gradients are summed once after the last step
+    /// (`ops::defer_grad`), not added step by step. Returns the model the steps run, their
+    /// state and the fed weight.
+    fn for_steps(&self, mut state: RnnState) -> (AttentionRnn, RnnState, Option<Tensor<2>>) {
         state.memory = state.memory.map(defer_grad);
         state.keys = state.keys.map(defer_grad);
-        let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
-        // Layer 0's projection of every step's `E y_{t−1}` in one product (bias included).
-        let ye = self.decoder.forward_cells[0].project_first(y.clone()); // [B, T, G·H]
-        // What every step multiplies, with their weight gradients summed over the steps in one
-        // product each (`ops::for_steps`).
         let stepper = AttentionRnn {
             decoder: for_steps(&self.decoder),
             attention: for_steps(&self.attention),
             combine: self.combine.as_ref().map(for_steps),
             ..self.clone()
         };
-        let feed_w = self.feed_weight().map(defer_grad);
-        // The decoder over the target: the readout's parts, then the weights, `[B, T, ·]` each.
+        (stepper, state, self.feed_weight().map(defer_grad))
+    }
+
+    /// Teacher-forced logits and attention weights.
+    pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
+        let (stepper, mut state, feed_w) = self.for_steps(self.encode_state(src));
+        let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
+        // Layer 0's projection of every step's `E y_{t−1}` in one product (bias included).
+        let ye = self.decoder.forward_cells[0].project_first(y.clone()); // [B, T, G·H]
+        // The decoder over the target, step by step (`Self::step`): the readout's parts, then
+        // the weights, `[B, T, ·]` each.
         let mut parts = ops::unroll(ye, |xe| {
             let out = stepper.step(xe, feed_w.as_ref(), &mut state);
             out.readout.into_iter().chain([out.weights]).collect()
