@@ -42,7 +42,7 @@ use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
 use crate::attention::{AttentionCall, with_own_backward};
-use crate::cpu::fastmath::exp;
+use crate::cpu::fastmath::LANES;
 use crate::cpu::flex_data::{contiguous, f32s};
 use crate::gemm::packed::SendPtr;
 
@@ -88,10 +88,15 @@ impl Operand<'_> {
 
     /// Head `h` of sentence `b`, rows `0..t`, transposed: `[d_k, t]`.
     fn transposed(&self, b: usize, h: usize, t: usize, dk: usize) -> Vec<f32> {
-        let mut out = vec![0f32; dk * t];
+        self.transposed_padded(b, h, t, t, dk)
+    }
+
+    /// As [`Operand::transposed`], each row `pad ≥ t` long, zero past `t`: `[d_k, pad]`.
+    fn transposed_padded(&self, b: usize, h: usize, t: usize, pad: usize, dk: usize) -> Vec<f32> {
+        let mut out = vec![0f32; dk * pad];
         for j in 0..t {
             for (c, &x) in self.row(b, h, j, dk).iter().enumerate() {
-                out[c * t + j] = x;
+                out[c * pad + j] = x;
             }
         }
         out
@@ -177,16 +182,26 @@ fn forward(
             || {
                 let out_ptr = &out_ptr;
                 let (b, h) = (bh / heads, bh % heads);
-                // Kᵀ, so each score row is a sum of scaled rows (no reductions).
-                let kt = k.transposed(b, h, tk, dk);
+                // Kᵀ, so each score row is a sum of scaled rows (no reductions), its rows
+                // padded to whole blocks of `LANES` positions, whose sums stay in registers
+                // while `c` runs (the same additions in the same order as one row at a time).
+                let tkp = tk.div_ceil(LANES) * LANES;
+                let kt = k.transposed_padded(b, h, tk, tkp, dk);
                 let mut o = vec![0f32; dk];
+                let mut p = vec![0f32; tk];
                 for i in 0..tq {
                     let s = &mut w[i * tk..(i + 1) * tk];
-                    s.fill(0.0);
-                    for (c, &x) in q.row(b, h, i, dk).iter().enumerate() {
-                        for (s, &y) in s.iter_mut().zip(&kt[c * tk..(c + 1) * tk]) {
-                            *s += x * y;
+                    let qi = q.row(b, h, i, dk);
+                    for j0 in (0..tk).step_by(LANES) {
+                        let mut acc = [0f32; LANES];
+                        for (c, &x) in qi.iter().enumerate() {
+                            let kc = &kt[c * tkp + j0..][..LANES];
+                            for (a, &y) in acc.iter_mut().zip(kc) {
+                                *a += x * y;
+                            }
                         }
+                        let n = (tk - j0).min(LANES);
+                        s[j0..j0 + n].copy_from_slice(&acc[..n]);
                     }
                     let m = &mask.data[b * mask.sb + i * mask.si..][..tk];
                     let mut max = f32::NEG_INFINITY;
@@ -194,23 +209,13 @@ fn forward(
                         *s = *s * scale + m;
                         max = max.max(*s);
                     }
-                    let mut sum = 0.0;
-                    for s in s.iter_mut() {
-                        *s = exp(*s - max);
-                        sum += *s;
-                    }
-                    let inv = 1.0 / sum;
-                    o.fill(0.0);
+                    let inv = 1.0 / super::step::softmax_numerators(s, max);
                     let e0 = (bh * tq + i) * tk;
-                    for (j, s) in s.iter_mut().enumerate() {
+                    for (j, (s, p)) in s.iter_mut().zip(p.iter_mut()).enumerate() {
                         *s *= inv;
-                        let p = *s * drop.at(e0 + j);
-                        if p != 0.0 {
-                            for (o, &y) in o.iter_mut().zip(v.row(b, h, j, dk)) {
-                                *o += p * y;
-                            }
-                        }
+                        *p = *s * drop.at(e0 + j);
                     }
+                    weighted_sum(&p, |j| v.row(b, h, j, dk), &mut o);
                     // SAFETY: task (b, h) alone writes columns h·d_k.. of row (b, i); `out` outlives
                     // the loop.
                     unsafe {
@@ -222,6 +227,32 @@ fn forward(
         )
     });
     (out, weights)
+}
+
+/// `o = Σⱼ pⱼ vⱼ` over the positions whose `pⱼ` is not zero, added in order of `j` (`vⱼ` =
+/// `v(j)`, as long as `o`); in blocks of [`LANES`] columns held in registers across the
+/// positions where `o`'s length allows, the same additions in the same order.
+#[inline(always)]
+fn weighted_sum<'a>(p: &[f32], v: impl Fn(usize) -> &'a [f32], o: &mut [f32]) {
+    let dk = o.len();
+    if dk % LANES != 0 {
+        o.fill(0.0);
+        for (j, &p) in p.iter().enumerate().filter(|(_, p)| **p != 0.0) {
+            for (o, &y) in o.iter_mut().zip(v(j)) {
+                *o += p * y;
+            }
+        }
+        return;
+    }
+    for (d0, ob) in (0..dk).step_by(LANES).zip(o.chunks_exact_mut(LANES)) {
+        let mut acc = [0f32; LANES];
+        for (j, &p) in p.iter().enumerate().filter(|(_, p)| **p != 0.0) {
+            for (a, &y) in acc.iter_mut().zip(&v(j)[d0..d0 + LANES]) {
+                *a += p * y;
+            }
+        }
+        ob.copy_from_slice(&acc);
+    }
 }
 
 /// Where the backward writes `∂Q`, `∂K`, `∂V`: like [`Operand`], mutable.

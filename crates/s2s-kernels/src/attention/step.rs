@@ -295,14 +295,31 @@ impl<K: Fn(usize) -> usize, V: Fn(usize) -> usize> Head<'_, K, V> {
 }
 
 /// `w[j] = exp(w[j] − max)` in place; their sum, added in order.
+///
+/// Two passes: the exponentials alone, in whole blocks of [`LANES`] (the tail computed as a
+/// block of its own, padded), so that every one runs in vector registers, each lane computing
+/// what the scalar code computes; then the sum, in the same order as one loop would add it
+/// (an ordered sum is no vector reduction: in one loop with it, the exponentials stayed
+/// scalar, and so did a tail shorter than a block). The same bits.
 #[inline(always)]
-fn softmax_numerators(w: &mut [f32], max: f32) -> f32 {
-    let mut sum = 0.0;
-    for s in w.iter_mut() {
-        *s = exp(*s - max);
-        sum += *s;
+pub(super) fn softmax_numerators(w: &mut [f32], max: f32) -> f32 {
+    let numerators = |b: &mut [f32; LANES]| {
+        for s in b.iter_mut() {
+            *s = exp(*s - max);
+        }
+    };
+    let mut blocks = w.chunks_exact_mut(LANES);
+    for b in &mut blocks {
+        numerators(b.try_into().expect("a whole block"));
     }
-    sum
+    let tail = blocks.into_remainder();
+    if !tail.is_empty() {
+        let mut pad = [0f32; LANES];
+        pad[..tail.len()].copy_from_slice(tail);
+        numerators(&mut pad);
+        tail.copy_from_slice(&pad[..tail.len()]);
+    }
+    w.iter().fold(0.0, |sum, &s| sum + s)
 }
 
 /// Sentences per rayon task (a sentence is ~12k multiply-adds on the benchmark shape).
