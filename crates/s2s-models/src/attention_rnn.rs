@@ -269,7 +269,7 @@ impl AttentionRnn {
     /// and keys and layer 0's fed weight, whose gradients are summed once after the last step
     /// (`ops::defer_grad`), not added step by step. Returns the model the steps run, their
     /// state and the fed weight.
-    fn for_steps(&self, mut state: RnnState) -> (AttentionRnn, RnnState, Option<Tensor<2>>) {
+    fn step_reads(&self, mut state: RnnState) -> (AttentionRnn, RnnState, Option<Tensor<2>>) {
         state.memory = state.memory.map(defer_grad);
         state.keys = state.keys.map(defer_grad);
         let stepper = AttentionRnn {
@@ -283,7 +283,7 @@ impl AttentionRnn {
 
     /// Teacher-forced logits and attention weights.
     pub fn forward(&self, src: &Source, tgt_in: Tensor<2, Int>) -> Forward {
-        let (stepper, mut state, feed_w) = self.for_steps(self.encode_state(src));
+        let (stepper, mut state, feed_w) = self.step_reads(self.encode_state(src));
         let y = self.tgt_embed.forward(tgt_in); // [B, T, E]
         // Layer 0's projection of every step's `E y_{t−1}` in one product (bias included).
         let ye = self.decoder.forward_cells[0].project_first(y.clone()); // [B, T, G·H]
