@@ -62,14 +62,15 @@ bin=${S2S_BIN:-target/release/s2s}
 [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
 # KEEP_JSON=DIR keeps the raw JSON lines there as they are produced (ours.jsonl, torch.jsonl,
 # ours-captured.jsonl, ct2.jsonl) and PyTorch's stderr (torch.stderr), so that a run cut short
-# keeps what it measured. DEADLINE=S skips the runs that would start after S seconds of this
-# script (bash's $SECONDS), cuts the one under way there, and prints the table of what was
-# measured.
+# keeps what it measured (base.jsonl too, with S2S_BIN_BASE). DEADLINE=S skips the runs that
+# would start after S seconds of this script (bash's $SECONDS), cuts the one under way there,
+# and prints the table of what was measured. RUN_TIMEOUT=S cuts any one run after S seconds (a
+# build that hangs on a driver loses that run, not the rest).
 tmp=$(mktemp -d); refs=$(mktemp -d)
 trap 'rm -rf "$tmp" "$refs"' EXIT
 keep=${KEEP_JSON:-$tmp}; mkdir -p "$keep"
 ours=$keep/ours.jsonl; theirs=$keep/torch.jsonl; replayed=$keep/ours-captured.jsonl; anchor=$keep/ct2.jsonl
-based=$tmp/base.jsonl; errs=$keep/torch.stderr
+based=$keep/base.jsonl; errs=$keep/torch.stderr
 ours_busy=$keep/ours-busy.jsonl; theirs_busy=$keep/torch-busy.jsonl
 : > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
 # A process spinning on CPU 0 while "$@" runs.
@@ -83,12 +84,12 @@ with_busy_core() {
 late() { [ -n "${DEADLINE:-}" ] && [ "$SECONDS" -ge "$DEADLINE" ]; }
 # Each run is cut at the deadline too (what it printed before stays).
 bounded() {
+  local left=${RUN_TIMEOUT:-}
   if [ -n "${DEADLINE:-}" ]; then
-    local left=$((DEADLINE - SECONDS)); [ "$left" -gt 0 ] || left=1
-    timeout "$left" "$@"
-  else
-    "$@"
+    local until=$((DEADLINE - SECONDS)); [ "$until" -gt 0 ] || until=1
+    [ -n "$left" ] && [ "$left" -lt "$until" ] || left=$until
   fi
+  if [ -n "$left" ]; then timeout "$left" "$@"; else "$@"; fi
 }
 cp "$shared/bench/"*.py "$shared/bench/models.json" "$refs/"
 ours_shapes=()
@@ -97,7 +98,8 @@ for _ in $(seq "$rounds"); do
   for m in ${models//,/ }; do
     if late; then echo "DEADLINE reached: $m and what follows skipped" >&2; break 2; fi
     if [ -n "${S2S_BIN_BASE:-}" ]; then
-      bounded "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$based"
+      bounded "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$based" \
+        || echo "s2s bench (base build) failed on $m" >&2
     fi
     bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$ours" \
       || echo "s2s bench failed on $m" >&2
@@ -148,6 +150,13 @@ def table(ours, title, torch=torch):
 table(ours, "")
 if base:
   table(base, "The base build (S2S_BIN_BASE), same rounds:")
+  # Both builds train the same seeded model on the same batch: their last losses agree to
+  # rounding when both compute the step right.
+  print("\n| model | last training loss, this build | base | this / base (train tok/s) |\n|---|---|---|---|")
+  for m, o in ours.items():
+    b = base.get(m, [])
+    loss = lambda runs: next((f"{r['train_loss']:.5f}" for r in runs if r.get("train_loss") is not None), "-")
+    print(f"| {m} | {loss(o)} | {loss(b)} | {ratio(o, b, 'train_tokens_per_s')} |")
 if replayed:
   table(replayed, "Ours with training and decoding steps replayed from captured graphs (--capture on), same rounds:")
   for m, r in replayed.items():

@@ -3,8 +3,9 @@
 # that is lent a GPU machine. That machine reaches nothing outside, has PyTorch but no Vulkan
 # loader and no Rust, so the binary is built here and carried with the loader's packages.
 #
-#   here:   scripts/gpu-session.sh pack
-#           builds `s2s` (release, default features), writes .devbin/ (the stripped binary,
+#   here:   [SPIRV=1] scripts/gpu-session.sh pack
+#           builds `s2s` (release, default features; with SPIRV=1 also `--features spirv`, packed
+#           as .devbin/s2s-spirv.xz), writes .devbin/ (the stripped binary,
 #           xz-packed, ../shared/bench and ../shared/datasets/multi30k, the bench shapes) and
 #           .gl/ (Debian's Vulkan loader and GL dispatch packages), lists both in
 #           .git/info/exclude so they are never committed, and prints what travels.
@@ -18,6 +19,10 @@
 #             bench   scripts/bench-vs-torch.sh --device wgpu --capture against PyTorch on CUDA,
 #                     at the reference shape and at ~4,096 target tokens
 #                     (experiments/bench/multi30k-4k.json): $OUT/bench-*.md and raw JSON lines
+#             spirv   the SPIR-V build (packed with SPIRV=1) beside the WGSL build and PyTorch on
+#                     CUDA at ~4,096 target tokens, with both builds' last training losses, and
+#                     its launch probe: $OUT/bench-spirv.md, $OUT/spirv-probe.jsonl; a later
+#                     multi30k step trains with it if its losses agree and it is faster
 #             kernels scripts/gpu-kernel-time.sh at ~4,096 target tokens: each training step's
 #                     device time per kernel: $OUT/kernel-time.txt
 #             capture `s2s bench --capture on` per model at both shapes, errors included:
@@ -44,11 +49,18 @@ LOADER="libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2"
 
 pack() {
   local target=${CARGO_TARGET_DIR:-target}
-  cargo build --release -p s2s
   mkdir -p .devbin/shared/datasets .gl .git/info
   for d in /.devbin/ /.gl/; do
     grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
   done
+  # SPIRV=1: a second binary built with the `spirv` feature, for the `spirv` step. Built first,
+  # so that the default build is the one left in target/release.
+  if [ "${SPIRV:-0}" = 1 ]; then
+    cargo build --release -p s2s --features spirv
+    strip -o .devbin/s2s-spirv "$target/release/s2s"
+    xz -f -T2 .devbin/s2s-spirv
+  fi
+  cargo build --release -p s2s
   strip -o .devbin/s2s "$target/release/s2s"
   xz -f -T2 .devbin/s2s
   local shared=${S2S_SHARED:-../shared}
@@ -118,8 +130,11 @@ run() {
   local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
   export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
-  local bin=/tmp/s2s-gpu-session
+  local bin=/tmp/s2s-gpu-session spirv=/tmp/s2s-gpu-session-spirv
   xz -dc .devbin/s2s.xz > "$bin" && chmod +x "$bin"
+  if [ -f .devbin/s2s-spirv.xz ]; then xz -dc .devbin/s2s-spirv.xz > "$spirv" && chmod +x "$spirv"; fi
+  # The binary the multi30k step trains with; the spirv step may choose the SPIR-V build.
+  local train_bin=$bin
   {
     echo "commit $(cat .devbin/commit 2>/dev/null || echo unknown), $(date -u +%FT%TZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
@@ -148,6 +163,34 @@ run() {
             scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
               --shapes "$file" --capture | tee "$out/bench-$shape.md"
         done;;
+      spirv)
+        # The SPIR-V build (cubecl's own compiler: push-constant addresses, cooperative-matrix
+        # products) beside the default WGSL build and PyTorch on CUDA, at ~4,096 target tokens;
+        # each run cut at RUN_TIMEOUT, as the driver may refuse or hang on a kernel. The two
+        # builds' last training losses show whether SPIR-V computes the step right; if every
+        # model agrees and SPIR-V trains the Transformer faster, the multi30k step uses it.
+        [ -x "$spirv" ] || { echo "no SPIR-V build packed (SPIRV=1 scripts/gpu-session.sh pack)"; continue; }
+        timeout 60 "$spirv" bench --device wgpu --launch-probe --probe-kernels 200 --steps 20 --json \
+          2> "$out/spirv-probe.stderr" | tee "$out/spirv-probe.jsonl" || true
+        grep -i device "$out/spirv-probe.stderr" || tail -5 "$out/spirv-probe.stderr"
+        local keep=$out/bench-spirv
+        mkdir -p "$keep"
+        S2S_SHARED=.devbin/shared S2S_BIN=$spirv S2S_BIN_BASE=$bin TORCH_DEVICE=${TORCH_DEVICE:-cuda} \
+          KEEP_JSON=$keep DEADLINE=$((bench_budget - SECONDS)) RUN_TIMEOUT=${RUN_TIMEOUT:-75} \
+          scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
+            --shapes experiments/bench/multi30k-4k.json | tee "$out/bench-spirv.md"
+        if python3 - "$keep/ours.jsonl" "$keep/base.jsonl" <<'PY'
+import json, sys
+load = lambda p: {d["model"]: d for d in map(json.loads, open(p))}
+spirv, wgsl = load(sys.argv[1]), load(sys.argv[2])
+same = lambda a, b: a is not None and b is not None and abs(a - b) <= 1e-2 * max(1.0, abs(b))
+ok = bool(wgsl) and all(m in spirv and same(spirv[m].get("train_loss"), w.get("train_loss")) for m, w in wgsl.items())
+t = "transformer"
+faster = t in spirv and t in wgsl and spirv[t]["train_tokens_per_s"] > wgsl[t]["train_tokens_per_s"]
+print(f"SPIR-V losses agree with WGSL's: {ok}; SPIR-V trains the Transformer faster: {faster}")
+sys.exit(0 if ok and faster else 1)
+PY
+        then train_bin=$spirv; echo "multi30k trains with the SPIR-V build"; fi;;
       kernels)
         # Where a training step's device time goes, per kernel (cubecl's profiling log).
         S2S_BIN=$bin timeout $((budget - SECONDS)) scripts/gpu-kernel-time.sh --models "$models" \
@@ -189,12 +232,12 @@ run() {
         # Captured steps are on by default on a GPU (capture = "auto"); should one fail, the
         # runs resume from their checkpoints with every step eager, and the log says so.
         rm -rf /tmp/multi30k-gpu
-        if ! timeout $((budget - SECONDS)) "$bin" experiment run /tmp/multi30k-gpu.toml --device auto \
+        if ! timeout $((budget - SECONDS)) "$train_bin" experiment run /tmp/multi30k-gpu.toml --device auto \
           --out /tmp/multi30k-gpu --quiet ${only:+--only "$only"} 2> >(tee "$out/multi30k-stderr.txt" >&2); then
           if grep -q "captured step" "$out/multi30k-stderr.txt" && [ $((budget - SECONDS)) -gt 30 ]; then
             echo "captured steps failed: resuming with capture = off" | tee -a "$out/multi30k-stderr.txt" >&2
             sed -i 's/^\[train\]$/[train]\ncapture = "off"/' /tmp/multi30k-gpu.toml
-            timeout $((budget - SECONDS)) "$bin" experiment run /tmp/multi30k-gpu.toml --device auto \
+            timeout $((budget - SECONDS)) "$train_bin" experiment run /tmp/multi30k-gpu.toml --device auto \
               --out /tmp/multi30k-gpu --quiet ${only:+--only "$only"} 2>> "$out/multi30k-stderr.txt" || true
           fi
         fi
@@ -206,7 +249,7 @@ run() {
           cp "$run"/test/hypotheses.txt "$run"/test/scores.json "$out/multi30k/$name/" 2>/dev/null || true
         done
         cp /tmp/multi30k-gpu/report.md "$out/multi30k/" 2>/dev/null || true;;
-      *) echo "unknown step $w (driver, auto, probe, bench, kernels, capture, tasks, multi30k)" >&2; exit 2;;
+      *) echo "unknown step $w (driver, auto, probe, bench, spirv, kernels, capture, tasks, multi30k)" >&2; exit 2;;
     esac
   done
   echo "done at ${SECONDS}s"
@@ -229,5 +272,5 @@ case "${1:-}" in
   pack) pack;;
   device) shift; device "$@";;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [spirv] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
 esac

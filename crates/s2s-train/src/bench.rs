@@ -208,6 +208,10 @@ pub struct BenchResult {
     pub params: usize,
     /// Training target tokens per second.
     pub train_tokens_per_s: f64,
+    /// The last timed training step's loss (same seed and batch on every backend, so two
+    /// builds or devices that compute the same step agree to rounding); `None` without training.
+    #[serde(default)]
+    pub train_loss: Option<f32>,
     /// Greedy decoding sentences per second.
     pub decode_sentences_per_s: f64,
     /// Beam-5 decoding sentences per second.
@@ -307,6 +311,7 @@ pub fn bench(
         trainer.step(!capture, Some(&mut phase_s)).map_err(BenchError::Graph)?;
     }
     trainer.sync();
+    let train_loss = (train_steps > 0).then(|| trainer.loss());
     let train_tokens_per_s =
         if train_steps == 0 { 0.0 } else { (train_steps * n * t) as f64 / t0.elapsed().as_secs_f64() };
     let host = Snapshot::now().since(&host0);
@@ -327,6 +332,7 @@ pub fn bench(
             device: device_name.to_string(),
             params,
             train_tokens_per_s,
+            train_loss,
             decode_sentences_per_s: 0.0,
             beam5_sentences_per_s: 0.0,
             peak_rss_mib: peak_rss_mib(),
@@ -376,6 +382,7 @@ pub fn bench(
         device: device_name.to_string(),
         params,
         train_tokens_per_s,
+        train_loss,
         decode_sentences_per_s,
         beam5_sentences_per_s,
         peak_rss_mib: peak_rss_mib(),
