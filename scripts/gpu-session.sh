@@ -38,6 +38,7 @@
 #           Every step's output also goes to $OUT/log.txt; the machine's description to env.txt.
 #           JSON lines are written as they are produced, so a timeout keeps what was measured;
 #           the run stops starting new work after BUDGET seconds (default 480: 8 minutes).
+# TRAIN_BUILD=spirv makes the multi30k step train with the SPIR-V build without the spirv step.
 # Steps and models can be narrowed for a try-out: STEPS=2 MODELS=lstm scripts/gpu-session.sh run
 # runs on any machine with a Vulkan driver (lavapipe too) and python3 with torch; TORCH_DEVICE
 # (default cuda) names PyTorch's device.
@@ -135,6 +136,7 @@ run() {
   if [ -f .devbin/s2s-spirv.xz ]; then xz -dc .devbin/s2s-spirv.xz > "$spirv" && chmod +x "$spirv"; fi
   # The binary the multi30k step trains with; the spirv step may choose the SPIR-V build.
   local train_bin=$bin
+  [ "${TRAIN_BUILD:-}" = spirv ] && [ -x "$spirv" ] && train_bin=$spirv
   {
     echo "commit $(cat .devbin/commit 2>/dev/null || echo unknown), $(date -u +%FT%TZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"

@@ -11,9 +11,12 @@
 //! naga elsewhere; the device line says `wgpu<spirv>`). It is not the default and not tested
 //! against flex: cubecl-spirv 0.11.3 emits invalid SPIR-V for cubek's tiled matmul
 //! (`MatmulEntry`, the first product of any step), a workgroup variable declared as a pointer
-//! to a pointer and indexed as the array. `spirv-val` rejects it, lavapipe segfaults compiling
-//! it (Mesa 22.3 and 25.0.7), and whether an NVIDIA driver accepts it is untried.
-//! `scripts/spirv-check.sh` validates each kernel of a step. The fix belongs in cubecl.
+//! to a pointer and indexed as the array. `spirv-val` rejects it and lavapipe segfaults
+//! compiling it (Mesa 22.3 and 25.0.7); NVIDIA's driver (580, H200) accepts it and every
+//! model's training step gives the WGSL build's loss (`scripts/gpu-session.sh spirv`).
+//! f32 products still run on the CUDA cores: cubek's cooperative-matrix routine takes f32 as
+//! tf32, which Vulkan does not offer. `scripts/spirv-check.sh` validates each kernel of a
+//! step. The fix belongs in cubecl.
 //!
 //! # cubecl, for whoever writes the next kernel
 //!
