@@ -49,21 +49,61 @@ enum Packed {
 /// Projected keys and values, split into heads: the encoder memory's for cross-attention, or a
 /// step's own before it joins the self-attention cache ([`StepCache`]).
 ///
+/// Where one product made them ([`Packed`]), the fused kernels read that product and the
+/// heads are split only if something asks for them ([`keys`](Self::keys)): splitting copies
+/// (a view of columns cannot be reshaped in place), 5 % of a Transformer's encoder pass while
+/// decoding, for heads the fused kernels never read.
+///
 /// # Shapes
 /// - keys, values: `[rows, heads, t, d_k]`
 #[derive(Debug, Clone)]
 pub struct KeyValue {
-    k: Tensor<4>,
-    v: Tensor<4>,
+    k: HeadSplit,
+    v: HeadSplit,
     len: usize,
     packed: Option<Packed>,
+}
+
+/// Keys or values split into heads `[rows, heads, t, d_k]`, or not yet: `[rows, t, d_model]`
+/// columns of a [`Packed`] product and the number of heads.
+#[derive(Debug, Clone)]
+enum HeadSplit {
+    Done(Tensor<4>),
+    Later(Tensor<3>, usize),
+}
+
+impl HeadSplit {
+    fn get(&self) -> Tensor<4> {
+        match self {
+            HeadSplit::Done(t) => t.clone(),
+            HeadSplit::Later(t, heads) => split(t.clone(), *heads),
+        }
+    }
+
+    fn select(self, indices: &Tensor<1, Int>) -> HeadSplit {
+        match self {
+            HeadSplit::Done(t) => HeadSplit::Done(t.select(0, indices.clone())),
+            HeadSplit::Later(t, heads) => HeadSplit::Later(t.select(0, indices.clone()), heads),
+        }
+    }
 }
 
 impl KeyValue {
     /// Keys and values `[rows, heads, t, d_k]`.
     pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
         let len = k.dims()[2];
-        Self { k, v, len, packed: None }
+        Self { k: HeadSplit::Done(k), v: HeadSplit::Done(v), len, packed: None }
+    }
+
+    /// `k`, `v` `[rows, t, d_model]` split into `heads`: at once, or, where `packed` made them,
+    /// when asked for.
+    fn projected(k: Tensor<3>, v: Tensor<3>, heads: usize, packed: Option<Packed>) -> Self {
+        let len = k.dims()[1];
+        let (k, v) = match packed {
+            Some(_) => (HeadSplit::Later(k, heads), HeadSplit::Later(v, heads)),
+            None => (HeadSplit::Done(split(k, heads)), HeadSplit::Done(split(v, heads))),
+        };
+        Self { k, v, len, packed }
     }
 
     /// Positions.
@@ -78,20 +118,20 @@ impl KeyValue {
 
     /// Keys `[rows, heads, t, d_k]`.
     pub fn keys(&self) -> Tensor<4> {
-        self.k.clone()
+        self.k.get()
     }
 
     /// Values `[rows, heads, t, d_k]`.
     pub fn values(&self) -> Tensor<4> {
-        self.v.clone()
+        self.v.get()
     }
 
     /// Rows `indices` (beam search's reordering).
     pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
         let pick = |t: Tensor<3>| t.select(0, indices.clone());
         KeyValue {
-            k: self.k.select(0, indices.clone()),
-            v: self.v.select(0, indices.clone()),
+            k: self.k.select(indices),
+            v: self.v.select(indices),
             len: self.len,
             packed: self.packed.map(|p| match p {
                 Packed::Kv(t) => Packed::Kv(pick(t)),
@@ -111,14 +151,14 @@ fn split(x: Tensor<3>, heads: usize) -> Tensor<4> {
 /// `[batch, t, d_model]` and the keys and values split into `heads`.
 pub fn project_qkv(x: Tensor<3>, [wq, wk, wv]: [&Linear; 3], heads: usize) -> (Tensor<3>, KeyValue) {
     let ([q, k, v], packed) = ops::linears(x, [wq, wk, wv]);
-    (q, KeyValue { packed: packed.map(Packed::Qkv), ..KeyValue::new(split(k, heads), split(v, heads)) })
+    (q, KeyValue::projected(k, v, heads, packed.map(Packed::Qkv)))
 }
 
 /// `K = m W^K`, `V = m W^V` of the encoder memory `m` `[batch, src, d_model]`, split into
 /// `heads`, projected once for every decoding step.
 pub fn project_kv(m: Tensor<3>, [wk, wv]: [&Linear; 2], heads: usize) -> KeyValue {
     let ([k, v], packed) = ops::linears(m, [wk, wv]);
-    KeyValue { packed: packed.map(Packed::Kv), ..KeyValue::new(split(k, heads), split(v, heads)) }
+    KeyValue::projected(k, v, heads, packed.map(Packed::Kv))
 }
 
 /// Queries as the scaled paths take them: `q` itself, or, unscaled, `√d_k · q`, so that
