@@ -46,6 +46,27 @@ enum Packed {
     Qkv(Tensor<3>),
 }
 
+impl Packed {
+    /// Its keys (`value` false) or values, split into `heads` `[rows, heads, t, d_k]`.
+    fn heads(&self, value: bool, heads: usize) -> Tensor<4> {
+        let (t, parts) = match self {
+            Packed::Kv(t) => (t, 2),
+            Packed::Qkv(t) => (t, 3),
+        };
+        let d = t.dims()[2] / parts;
+        // `K` is the second-to-last block, `V` the last.
+        let block = parts - 2 + usize::from(value);
+        crate::reference::heads_of(t.clone(), block * d, heads, d / heads)
+    }
+
+    fn select(self, indices: &Tensor<1, Int>) -> Packed {
+        match self {
+            Packed::Kv(t) => Packed::Kv(t.select(0, indices.clone())),
+            Packed::Qkv(t) => Packed::Qkv(t.select(0, indices.clone())),
+        }
+    }
+}
+
 /// Projected keys and values, split into heads: the encoder memory's for cross-attention, or a
 /// step's own before it joins the self-attention cache ([`StepCache`]).
 ///
@@ -58,52 +79,44 @@ enum Packed {
 /// - keys, values: `[rows, heads, t, d_k]`
 #[derive(Debug, Clone)]
 pub struct KeyValue {
-    k: HeadSplit,
-    v: HeadSplit,
+    store: Store,
+    heads: usize,
     len: usize,
-    packed: Option<Packed>,
 }
 
-/// Keys or values split into heads `[rows, heads, t, d_k]`, or not yet: `[rows, t, d_model]`
-/// columns of a [`Packed`] product and the number of heads.
+/// Where a [`KeyValue`]'s keys and values are.
 #[derive(Debug, Clone)]
-enum HeadSplit {
-    Done(Tensor<4>),
-    Later(Tensor<3>, usize),
-}
-
-impl HeadSplit {
-    fn get(&self) -> Tensor<4> {
-        match self {
-            HeadSplit::Done(t) => t.clone(),
-            HeadSplit::Later(t, heads) => split(t.clone(), *heads),
-        }
-    }
-
-    fn select(self, indices: &Tensor<1, Int>) -> HeadSplit {
-        match self {
-            HeadSplit::Done(t) => HeadSplit::Done(t.select(0, indices.clone())),
-            HeadSplit::Later(t, heads) => HeadSplit::Later(t.select(0, indices.clone()), heads),
-        }
-    }
+enum Store {
+    /// Split into heads, `[rows, heads, t, d_k]` each.
+    Heads(Tensor<4>, Tensor<4>),
+    /// Columns of one product, split when asked for.
+    Packed(Packed),
 }
 
 impl KeyValue {
     /// Keys and values `[rows, heads, t, d_k]`.
     pub fn new(k: Tensor<4>, v: Tensor<4>) -> Self {
-        let len = k.dims()[2];
-        Self { k: HeadSplit::Done(k), v: HeadSplit::Done(v), len, packed: None }
+        let [_, heads, len, _] = k.dims();
+        Self { store: Store::Heads(k, v), heads, len }
     }
 
-    /// `k`, `v` `[rows, t, d_model]` split into `heads`: at once, or, where `packed` made them,
-    /// when asked for.
+    /// `k`, `v` `[rows, t, d_model]` (views of `packed`, where one product made them) in
+    /// `heads`: split at once, or, with `packed`, when asked for.
     fn projected(k: Tensor<3>, v: Tensor<3>, heads: usize, packed: Option<Packed>) -> Self {
         let len = k.dims()[1];
-        let (k, v) = match packed {
-            Some(_) => (HeadSplit::Later(k, heads), HeadSplit::Later(v, heads)),
-            None => (HeadSplit::Done(split(k, heads)), HeadSplit::Done(split(v, heads))),
+        let store = match packed {
+            Some(p) => Store::Packed(p),
+            None => Store::Heads(split(k, heads), split(v, heads)),
         };
-        Self { k, v, len, packed }
+        Self { store, heads, len }
+    }
+
+    /// The product the keys and values are views of, if one made them.
+    fn packed(&self) -> Option<&Packed> {
+        match &self.store {
+            Store::Packed(p) => Some(p),
+            Store::Heads(..) => None,
+        }
     }
 
     /// Positions.
@@ -118,26 +131,27 @@ impl KeyValue {
 
     /// Keys `[rows, heads, t, d_k]`.
     pub fn keys(&self) -> Tensor<4> {
-        self.k.get()
+        match &self.store {
+            Store::Heads(k, _) => k.clone(),
+            Store::Packed(p) => p.heads(false, self.heads),
+        }
     }
 
     /// Values `[rows, heads, t, d_k]`.
     pub fn values(&self) -> Tensor<4> {
-        self.v.get()
+        match &self.store {
+            Store::Heads(_, v) => v.clone(),
+            Store::Packed(p) => p.heads(true, self.heads),
+        }
     }
 
     /// Rows `indices` (beam search's reordering).
     pub fn select(self, indices: &Tensor<1, Int>) -> KeyValue {
-        let pick = |t: Tensor<3>| t.select(0, indices.clone());
-        KeyValue {
-            k: self.k.select(indices),
-            v: self.v.select(indices),
-            len: self.len,
-            packed: self.packed.map(|p| match p {
-                Packed::Kv(t) => Packed::Kv(pick(t)),
-                Packed::Qkv(t) => Packed::Qkv(pick(t)),
-            }),
-        }
+        let store = match self.store {
+            Store::Heads(k, v) => Store::Heads(k.select(0, indices.clone()), v.select(0, indices.clone())),
+            Store::Packed(p) => Store::Packed(p.select(indices)),
+        };
+        KeyValue { store, ..self }
     }
 }
 
@@ -175,7 +189,7 @@ fn queries(q: Tensor<3>, h: Heads) -> Tensor<3> {
 /// own keys and values, from [`project_qkv`]) side by side `[batch, t, d_model]`, before
 /// `W^O`. The weights are not kept (see [`attend_heads`] for them).
 pub fn self_attend_heads(q: Tensor<3>, kv: &KeyValue, mask: Option<&Tensor<4>>, h: Heads) -> Tensor<3> {
-    match (&kv.packed, mask) {
+    match (kv.packed(), mask) {
         // The fused kernel reads `Q` inside `[Q | K | V]`: unscaled attention goes around it.
         (Some(Packed::Qkv(qkv)), Some(m)) if h.scaled => {
             ops::self_attention(qkv.clone(), m, h.count, h.dropout)
@@ -212,7 +226,7 @@ pub fn attend_heads(
 /// [`attend_heads`] from queries already scaled, without row sources: the fused cross-attention
 /// where one product made `[K | V]`, else the composed operations.
 fn composed(q: Tensor<3>, kv: &KeyValue, mask: Option<&Tensor<4>>, h: Heads) -> (Tensor<3>, Tensor<4>) {
-    match (&kv.packed, mask) {
+    match (kv.packed(), mask) {
         (Some(Packed::Kv(packed)), Some(m)) => ops::cross_attention(q, packed.clone(), m, h.count, h.dropout),
         _ => ops::scaled_dot_product(split(q, h.count), kv.keys(), kv.values(), mask, h.dropout),
     }
@@ -245,7 +259,7 @@ fn step(
     };
     let q = q.clone().reshape([rows, d]);
     let source = source.map(|s| s.clone().float());
-    let (out, weights) = match &kv.packed {
+    let (out, weights) = match kv.packed() {
         Some(Packed::Kv(p)) => {
             ops::heads_step(q, p.clone().narrow(2, 0, d), p.clone().narrow(2, d, d), mask, source, heads)?
         }
