@@ -2,7 +2,7 @@
 # Side-by-side throughput: `s2s bench --json` and ../shared/bench/torch_ref.py on the same
 # machine, then the ratio per model (ours / PyTorch).
 #   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer] [--rounds R] [--ct2]
-#                             [--shapes FILE] [--capture] [--isa avx2|avx512] [--busy]
+#                             [--shapes FILE] [--capture] [--isa avx2|avx512] [--busy] [--doc LABEL]
 # Each round runs every model once with ours, then once with PyTorch, model by model, so the
 # two meet the same machine state; with R > 1 the table shows the median of each figure and
 # the range of the per-round ratios (shared VMs drift 10-30 % between runs).
@@ -23,11 +23,16 @@
 # --busy also runs both sides again in every round with a competing process spinning on CPU 0
 # (`taskset -c 0`, stopped after each run), as on a laptop or VM whose other work takes a core
 # away now and then, and prints what share of its quiet throughput each side keeps.
+# --doc LABEL also writes the tables into docs/benchmarks.md, in place of the block this script
+# wrote there before for the same device, machine LABEL (e.g. "Zen 3 EPYC VM") and ISA cap,
+# headed by the date, the peers' versions, the commit and this command (a new block goes at the
+# end of the file): the docs' tables are the script's output, regenerated, never pasted.
 # S2S_BIN_BASE=PATH also runs a second build of ours in every round, just before the first,
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0
+args="$*"
+device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --capture) capture=1; shift;;
     --isa) isa=$2; shift 2;;
     --busy) busy=1; shift;;
+    --doc) doc=$2; shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -120,7 +126,7 @@ for _ in $(seq "$rounds"); do
     fi
   done
 done
-python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" "$ours_busy" "$theirs_busy" <<'PY'
+python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" "$ours_busy" "$theirs_busy" <<'PY' | tee "$tmp/tables.md"
 import json, statistics, sys
 def load(path):
     runs = {}
@@ -187,4 +193,25 @@ if ct2:
     if o:
       print(f"| {label} | {med(o, 'decode_sentences_per_s'):.1f} | {med(ct2, 'decode_sentences_per_s'):.1f} | {ratio(o, ct2, 'decode_sentences_per_s')} "
             f"| {med(o, 'beam5_sentences_per_s'):.1f} | {med(ct2, 'beam5_sentences_per_s'):.1f} | {ratio(o, ct2, 'beam5_sentences_per_s')} |")
+PY
+[ -n "$doc" ] || exit 0
+# The block's key names what it measured; its header says when, on what, and how.
+key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}"
+versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="")' 2>/dev/null || echo "PyTorch ?")
+[ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo "+changes")
+header="$(date -u +%F) · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $args\` · medians of $rounds round(s), per-round ratio ranges in brackets"
+python3 - docs/benchmarks.md "$key" "$header" "$tmp/tables.md" <<'PY'
+import re, sys
+path, key, header, tables = sys.argv[1:]
+begin, end = f"<!-- {key} -->", f"<!-- end {key} -->"
+block = f"{begin}\n{header}\n\n{open(tables).read().strip()}\n{end}"
+text = open(path).read()
+pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+if pattern.search(text):
+    text = pattern.sub(lambda _: block, text)
+else:
+    text = text.rstrip("\n") + f"\n\n## {key}\n\n{block}\n"
+open(path, "w").write(text)
+print(f"docs: {path} <- {key}", file=sys.stderr)
 PY
