@@ -31,7 +31,8 @@
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-args="$*"
+# This command as typed (arguments with spaces quoted), for the docs' header.
+args=; for a in "$@"; do case "$a" in *' '*) args+=" \"$a\"";; *) args+=" $a";; esac; done; args=${args# }
 device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -97,6 +98,8 @@ bounded() {
   fi
   if [ -n "$left" ]; then timeout "$left" "$@"; else "$@"; fi
 }
+# The commit measured (with "+changes" when the working tree differs from it), read before the runs.
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo "+changes")
 cp "$shared/bench/"*.py "$shared/bench/models.json" "$refs/"
 ours_shapes=()
 if [ -n "$shapes" ]; then cp "$shapes" "$refs/models.json"; ours_shapes=(--shapes "$shapes"); fi
@@ -199,7 +202,6 @@ PY
 key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}"
 versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="")' 2>/dev/null || echo "PyTorch ?")
 [ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)
-commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo "+changes")
 header="$(date -u +%F) · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $args\` · medians of $rounds round(s), per-round ratio ranges in brackets"
 python3 - docs/benchmarks.md "$key" "$header" "$tmp/tables.md" <<'PY'
 import re, sys
