@@ -27,13 +27,15 @@
 # wrote there before for the same device, machine LABEL (e.g. "Zen 3 EPYC VM") and ISA cap,
 # headed by the date, the peers' versions, the commit and this command (a new block goes at the
 # end of the file): the docs' tables are the script's output, regenerated, never pasted.
+# --from DIR prints (and with --doc writes) the tables of a run kept with KEEP_JSON=DIR, running
+# nothing: the same options as that run, so that the header names what it ran.
 # S2S_BIN_BASE=PATH also runs a second build of ours in every round, just before the first,
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # This command as typed (arguments with spaces quoted), for the docs' header.
 args=; for a in "$@"; do case "$a" in *' '*) args+=" \"$a\"";; *) args+=" $a";; esac; done; args=${args# }
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=
+device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=; from=
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --isa) isa=$2; shift 2;;
     --busy) busy=1; shift;;
     --doc) doc=$2; shift 2;;
+    --from) from=$(realpath "$2"); shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -55,7 +58,7 @@ case "$isa" in
     upper=$(echo "$isa" | tr a-z A-Z)
     export S2S_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$isa ONEDNN_MAX_CPU_ISA=$upper CT2_FORCE_CPU_ISA=$upper
     [ "$isa" = avx2 ] && export MKL_ENABLE_INSTRUCTIONS=AVX2
-    if [ "$isa" = avx2 ] && [ -z "${S2S_BIN:-}" ] && grep -q avx512f /proc/cpuinfo; then
+    if [ "$isa" = avx2 ] && [ -z "${S2S_BIN:-}" ] && [ -z "$from" ] && grep -q avx512f /proc/cpuinfo; then
       echo "building s2s without gemm's AVX-512 kernels (target/release/s2s-avx2)" >&2
       cargo build --release -p s2s --no-default-features >&2
       cp target/release/s2s target/release/s2s-avx2
@@ -66,7 +69,7 @@ case "$isa" in
 esac
 shared=${S2S_SHARED:-../shared}
 bin=${S2S_BIN:-target/release/s2s}
-[ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
+[ -x "$bin" ] || [ -n "$from" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
 # KEEP_JSON=DIR keeps the raw JSON lines there as they are produced (ours.jsonl, torch.jsonl,
 # ours-captured.jsonl, ct2.jsonl) and PyTorch's stderr (torch.stderr), so that a run cut short
 # keeps what it measured (base.jsonl too, with S2S_BIN_BASE). DEADLINE=S skips the runs that
@@ -75,11 +78,19 @@ bin=${S2S_BIN:-target/release/s2s}
 # build that hangs on a driver loses that run, not the rest).
 tmp=$(mktemp -d); refs=$(mktemp -d)
 trap 'rm -rf "$tmp" "$refs"' EXIT
-keep=${KEEP_JSON:-$tmp}; mkdir -p "$keep"
+keep=${from:-${KEEP_JSON:-$tmp}}; mkdir -p "$keep"
 ours=$keep/ours.jsonl; theirs=$keep/torch.jsonl; replayed=$keep/ours-captured.jsonl; anchor=$keep/ct2.jsonl
 based=$keep/base.jsonl; errs=$keep/torch.stderr
 ours_busy=$keep/ours-busy.jsonl; theirs_busy=$keep/torch-busy.jsonl
-: > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
+if [ -z "$from" ]; then
+  : > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
+  # When, at what commit (with "+changes" where the working tree differs from it), how many
+  # rounds and by what command this run measured: --from and --doc read it back.
+  echo "$(date -u +%F) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo "+changes") $rounds $args" \
+    > "$keep/measured"
+else
+  rounds=0   # tables only
+fi
 # A process spinning on CPU 0 while "$@" runs.
 with_busy_core() {
   taskset -c 0 sh -c 'while :; do :; done' &
@@ -98,8 +109,6 @@ bounded() {
   fi
   if [ -n "$left" ]; then timeout "$left" "$@"; else "$@"; fi
 }
-# The commit measured (with "+changes" when the working tree differs from it), read before the runs.
-commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo "+changes")
 cp "$shared/bench/"*.py "$shared/bench/models.json" "$refs/"
 ours_shapes=()
 if [ -n "$shapes" ]; then cp "$shapes" "$refs/models.json"; ours_shapes=(--shapes "$shapes"); fi
@@ -179,13 +188,15 @@ if replayed:
     print(f"| {m} | {host(e):.2f} | {host(r):.2f} | {host(e) / host(r) if host(r) else 0:.2f}× |")
 ours_busy, torch_busy = load(sys.argv[6]), load(sys.argv[7])
 if ours_busy:
-  table(ours_busy, "With a competing process spinning on CPU 0, same rounds (PyTorch busy too):", torch_busy)
+  # What share of its quiet throughput each side keeps beside the spinning process, and the
+  # ratios of the busy runs.
   kept = lambda busy, quiet, key: f"{med(busy, key) / med(quiet, key):.2f}" if med(quiet, key) else "-"
-  print("\n| model | training kept, ours | torch | greedy kept, ours | torch |\n|---|---|---|---|---|")
+  print("\nWith a competing process spinning on CPU 0, same rounds: the share of its quiet throughput each side kept\n")
+  print("| model | training kept, ours | torch | ratio, busy | greedy kept, ours | torch | ratio, busy |\n|---|---|---|---|---|---|---|")
   for m, b in ours_busy.items():
     q, tb, tq = ours.get(m, []), torch_busy.get(m, []), torch.get(m, [])
-    print(f"| {m} | {kept(b, q, 'train_tokens_per_s')} | {kept(tb, tq, 'train_tokens_per_s')} "
-          f"| {kept(b, q, 'decode_sentences_per_s')} | {kept(tb, tq, 'decode_sentences_per_s')} |")
+    print(f"| {m} | {kept(b, q, 'train_tokens_per_s')} | {kept(tb, tq, 'train_tokens_per_s')} | {ratio(b, tb, 'train_tokens_per_s')} "
+          f"| {kept(b, q, 'decode_sentences_per_s')} | {kept(tb, tq, 'decode_sentences_per_s')} | {ratio(b, tb, 'decode_sentences_per_s')} |")
 ct2 = load(sys.argv[4]).get("transformer", [])
 if ct2:
   print(f"\nCTranslate2 ({ct2[0]['engine']}), the same Transformer, same rounds:\n")
@@ -202,7 +213,8 @@ PY
 key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}"
 versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="")' 2>/dev/null || echo "PyTorch ?")
 [ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)
-header="$(date -u +%F) · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $args\` · medians of $rounds round(s), per-round ratio ranges in brackets"
+read -r day commit rounds ran < "$keep/measured"
+header="$day · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $ran\` · medians of $rounds round(s), per-round ratio ranges in brackets"
 python3 - docs/benchmarks.md "$key" "$header" "$tmp/tables.md" <<'PY'
 import re, sys
 path, key, header, tables = sys.argv[1:]
