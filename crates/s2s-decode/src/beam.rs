@@ -263,19 +263,6 @@ pub(crate) fn run(
     let watching = observer.watching();
     let k = cfg.beam.max(1);
     let batch = lens.len();
-    let mut active: Vec<Search> = (0..batch)
-        .map(|s| Search {
-            sentence: s,
-            limit: cfg.max_length.for_source(lens[s]),
-            live: vec![Live {
-                tokens: Vec::new(),
-                score: 0.0,
-                attention: cfg.attention.then(Vec::new),
-                row: s,
-            }],
-            finished: Vec::new(),
-        })
-        .collect();
     let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); batch];
     let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>| {
         let mut f = s.finished;
@@ -284,7 +271,8 @@ pub(crate) fn run(
         done[s.sentence] = f;
     };
     // Sentences whose limit is 0 finish empty at once.
-    let (zero, rest): (Vec<Search>, Vec<Search>) = active.into_iter().partition(|s| s.limit == 0);
+    let (zero, mut active): (Vec<Search>, Vec<Search>) =
+        (0..batch).map(|s| Search::start(s, lens[s], cfg)).partition(|s| s.limit == 0);
     for mut s in zero {
         s.finished.push(Hypothesis {
             tokens: Vec::new(),
@@ -293,7 +281,6 @@ pub(crate) fn run(
         });
         finish(s, &mut done);
     }
-    active = rest;
     // The first step keeps the encoded rows of the sentences left, when some finished at once.
     let mut select: Option<Vec<i64>> = None;
     if active.len() < batch && !active.is_empty() {
@@ -307,76 +294,18 @@ pub(crate) fn run(
             .iter()
             .flat_map(|s| s.live.iter().map(|h| *h.tokens.last().unwrap_or(&BOS) as i64))
             .collect();
-        let rows = last.len();
         let sentences: Vec<usize> = active.iter().flat_map(|s| s.live.iter().map(|_| s.sentence)).collect();
         // Row r's best tokens: ids[r·w + j] with log-probability lp[r·w + j], best first.
         let (w, lp, ids, att) = steps.step(select.take(), &sentences, last, 2 * k);
         let mut still = Vec::with_capacity(active.len());
-        let mut origin: Vec<i64> = Vec::with_capacity(rows);
+        let mut origin: Vec<i64> = Vec::with_capacity(sentences.len());
         for mut s in active {
-            // The 2K best (score, live index, token, log-probability) over this sentence's rows.
-            let mut cands: Vec<(f64, usize, u32, f32)> = Vec::with_capacity(s.live.len() * 2 * k);
-            for (i, h) in s.live.iter().enumerate() {
-                let at = h.row * w..(h.row + 1) * w;
-                cands.extend(
-                    lp[at.clone()].iter().zip(&ids[at]).map(|(&l, &t)| (h.score + l as f64, i, t, l)),
-                );
-            }
-            cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-            cands.truncate(2 * k);
-            let mut fates = vec![Fate::Pruned; if watching { cands.len() } else { 0 }];
-            let mut live = Vec::with_capacity(k);
-            for (rank, &(score, i, t, _)) in cands.iter().enumerate() {
-                if live.len() == k {
-                    break;
-                }
-                let parent = &s.live[i];
-                let mut attention = parent.attention.clone();
-                if let (Some(a), Some(store)) = (&att, attention.as_mut()) {
-                    let r = parent.row;
-                    store.push(a[r * src_len..r * src_len + lens[s.sentence]].to_vec());
-                }
-                if t == EOS {
-                    if rank < k {
-                        let len = parent.tokens.len() + 1;
-                        let norm = score / cfg.penalty.divisor(len, cfg.alpha);
-                        s.finished.push(Hypothesis { tokens: parent.tokens.clone(), score: norm, attention });
-                        if let Some(f) = fates.get_mut(rank) {
-                            *f = Fate::Finished;
-                        }
-                    }
-                    continue;
-                }
-                let mut tokens = parent.tokens.clone();
-                tokens.push(t);
-                let fate = if tokens.len() >= s.limit {
-                    let norm = score / cfg.penalty.divisor(tokens.len(), cfg.alpha);
-                    s.finished.push(Hypothesis { tokens, score: norm, attention });
-                    Fate::Finished
-                } else {
-                    live.push(Live { tokens, score, attention, row: parent.row });
-                    Fate::Kept
-                };
-                if let Some(f) = fates.get_mut(rank) {
-                    *f = fate;
-                }
-            }
+            let ranked = s.ranked(&lp, &ids, w, k);
+            let len = lens[s.sentence];
+            let row_attention = |row: usize| att.as_ref().map(|a| &a[row * src_len..row * src_len + len]);
+            let (live, fates) = s.extend(&ranked, row_attention, cfg, watching);
             if watching {
-                let beam: Vec<(&[u32], f64)> =
-                    s.live.iter().map(|h| (h.tokens.as_slice(), h.score)).collect();
-                let ranked: Vec<Candidate> = cands
-                    .iter()
-                    .zip(&fates)
-                    .map(|(&(score, i, token, log_prob), &fate)| Candidate {
-                        parent: i,
-                        token,
-                        log_prob,
-                        score,
-                        normalized: score / cfg.penalty.divisor(s.live[i].tokens.len() + 1, cfg.alpha),
-                        fate,
-                    })
-                    .collect();
-                observer.step(s.sentence, &beam, &ranked);
+                s.show(observer, &ranked, &fates, cfg);
             }
             s.live = live;
             if s.finished.len() >= k || s.live.is_empty() {
@@ -393,6 +322,100 @@ pub(crate) fn run(
         select = Some(origin);
     }
     done
+}
+
+/// A continuation of one sentence's beam: (score, live index, token, log-probability).
+type Ranked = (f64, usize, u32, f32);
+
+impl Search {
+    /// Sentence `sentence` (of `len` source tokens) before its first step: one empty
+    /// hypothesis on the encoder's row `sentence`.
+    fn start(sentence: usize, len: usize, cfg: &BeamConfig) -> Self {
+        let root =
+            Live { tokens: Vec::new(), score: 0.0, attention: cfg.attention.then(Vec::new), row: sentence };
+        Search { sentence, limit: cfg.max_length.for_source(len), live: vec![root], finished: Vec::new() }
+    }
+
+    /// The `2K` best continuations over this sentence's live hypotheses, best first (ties to
+    /// the earlier hypothesis, then the lower token), from each row's best `w` tokens `ids`
+    /// with log-probabilities `lp` (`[rows, w]`).
+    fn ranked(&self, lp: &[f32], ids: &[u32], w: usize, k: usize) -> Vec<Ranked> {
+        let mut cands: Vec<Ranked> = Vec::with_capacity(self.live.len() * 2 * k);
+        for (i, h) in self.live.iter().enumerate() {
+            let at = h.row * w..(h.row + 1) * w;
+            cands.extend(lp[at.clone()].iter().zip(&ids[at]).map(|(&l, &t)| (h.score + l as f64, i, t, l)));
+        }
+        cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        cands.truncate(2 * k);
+        cands
+    }
+
+    /// The next beam: the `ranked` continuations, best first, until `K` are live. A `</s>`
+    /// among the first `K` finishes its hypothesis (scored `score / lp(len)`), and so does one
+    /// that reaches the length limit; `row_attention(row)` is the step's cross-attention of a
+    /// row. Returns the beam and, when `watching`, each candidate's fate.
+    fn extend<'a>(
+        &mut self,
+        ranked: &[Ranked],
+        row_attention: impl Fn(usize) -> Option<&'a [f32]>,
+        cfg: &BeamConfig,
+        watching: bool,
+    ) -> (Vec<Live>, Vec<Fate>) {
+        let k = cfg.beam.max(1);
+        let mut fates = vec![Fate::Pruned; if watching { ranked.len() } else { 0 }];
+        let mut live = Vec::with_capacity(k);
+        for (rank, &(score, i, t, _)) in ranked.iter().enumerate() {
+            if live.len() == k {
+                break;
+            }
+            let parent = &self.live[i];
+            let mut attention = parent.attention.clone();
+            if let (Some(a), Some(store)) = (row_attention(parent.row), attention.as_mut()) {
+                store.push(a.to_vec());
+            }
+            let fate = if t == EOS {
+                if rank >= k {
+                    continue;
+                }
+                let norm = score / cfg.penalty.divisor(parent.tokens.len() + 1, cfg.alpha);
+                self.finished.push(Hypothesis { tokens: parent.tokens.clone(), score: norm, attention });
+                Fate::Finished
+            } else {
+                let mut tokens = parent.tokens.clone();
+                tokens.push(t);
+                if tokens.len() >= self.limit {
+                    let norm = score / cfg.penalty.divisor(tokens.len(), cfg.alpha);
+                    self.finished.push(Hypothesis { tokens, score: norm, attention });
+                    Fate::Finished
+                } else {
+                    live.push(Live { tokens, score, attention, row: parent.row });
+                    Fate::Kept
+                }
+            };
+            if let Some(f) = fates.get_mut(rank) {
+                *f = fate;
+            }
+        }
+        (live, fates)
+    }
+
+    /// Shows `observer` this step: the beam before it and the ranked candidates with their fates.
+    fn show(&self, observer: &mut impl BeamObserver, ranked: &[Ranked], fates: &[Fate], cfg: &BeamConfig) {
+        let beam: Vec<(&[u32], f64)> = self.live.iter().map(|h| (h.tokens.as_slice(), h.score)).collect();
+        let candidates: Vec<Candidate> = ranked
+            .iter()
+            .zip(fates)
+            .map(|(&(score, i, token, log_prob), &fate)| Candidate {
+                parent: i,
+                token,
+                log_prob,
+                score,
+                normalized: score / cfg.penalty.divisor(self.live[i].tokens.len() + 1, cfg.alpha),
+                fate,
+            })
+            .collect();
+        observer.step(self.sentence, &beam, &candidates);
+    }
 }
 
 /// Each row's `min(n, vocab)` best log-probabilities and their ids (as floats, exact below

@@ -11,7 +11,7 @@ use burn::module::Module;
 use burn::tensor::Device;
 use s2s_decode::{BeamConfig, CapturedSearch, MaxLength, Run, beam_search, greedy};
 use s2s_models::attention::LuongScore;
-use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, Source, TransformerSpec};
+use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::captured::{FixedBatchTrainer, StepInputs};
@@ -198,7 +198,7 @@ impl Shape {
 }
 
 /// One model's figures (field names as in `torch_ref.py`'s JSON lines, plus ours).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct BenchResult {
     /// Shape name.
     pub model: String,
@@ -286,88 +286,107 @@ pub fn bench(
     capture: bool,
     jobs: Jobs,
 ) -> Result<BenchResult, BenchError> {
-    let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
     let ad = device.clone().autodiff();
     ad.seed(0);
     let model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
-    let params = model.num_params();
-    let batch = StepInputs::random(b, &ad);
+    let mut result = BenchResult {
+        model: name.to_string(),
+        device: device_name.to_string(),
+        params: model.num_params(),
+        ..Default::default()
+    };
+    let (warm_up, train_steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
+    let model = time_training(&mut result, model, b, (warm_up, train_steps), (device, &ad), capture)?;
+    if jobs != Jobs::Train {
+        time_decoding(&mut result, &model.valid(), b, (steps / 4).max(1), device, capture);
+    }
+    result.peak_rss_mib = peak_rss_mib();
+    Ok(result)
+}
+
+/// [`bench`]'s training on `device` (through its autodiff twin `ad`): `warm_up` untimed
+/// steps, then `steps` timed ones (replayed from a graph captured after the warm-up with
+/// `capture`) on one random batch of shape `b`; fills the training figures of `result` and
+/// returns the trained model.
+fn time_training(
+    result: &mut BenchResult,
+    model: Model,
+    b: BatchShape,
+    (warm_up, steps): (usize, usize),
+    (device, ad): (&Device, &Device),
+    capture: bool,
+) -> Result<Model, BenchError> {
+    let batch = StepInputs::random(b, ad);
     // burn's `AdamConfig` defaults, through the trainer's Adam; clipped at 1 like torch_ref.py.
     let adam = FusedAdam::new(0.9, 0.999, 1e-5, 0.0);
-    let mut trainer = FixedBatchTrainer::new(model, &ad, batch, adam, 1e-4, 1.0, 0);
+    let mut trainer = FixedBatchTrainer::new(model, ad, batch, adam, 1e-4, 1.0, 0);
     let phases = ["forward", "backward", "clip", "adam"];
     let mut phase_s = [0f64; 4];
     // Eager steps read the loss at every step, as the trainer's logging does; replayed ones
     // only at the end.
-    let (warm_up, train_steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
     for _ in 0..warm_up {
         trainer.step(true, None).map_err(BenchError::Graph)?;
     }
-    if capture && train_steps > 0 {
+    if capture && steps > 0 {
         trainer.capture().map_err(BenchError::Graph)?;
     }
     let (host0, t0) = (Snapshot::now(), Instant::now());
-    for _ in 0..train_steps {
+    for _ in 0..steps {
         trainer.step(!capture, Some(&mut phase_s)).map_err(BenchError::Graph)?;
     }
     trainer.sync();
-    let train_loss = (train_steps > 0).then(|| trainer.loss());
-    let train_tokens_per_s =
-        if train_steps == 0 { 0.0 } else { (train_steps * n * t) as f64 / t0.elapsed().as_secs_f64() };
+    result.train_loss = (steps > 0).then(|| trainer.loss());
+    if steps > 0 {
+        result.train_tokens_per_s = (steps * b.sentences * b.tgt_len) as f64 / t0.elapsed().as_secs_f64();
+    }
     let host = Snapshot::now().since(&host0);
     let gpu_host = host.measured && !is_cpu(device);
-    let per_step = |s: f64| 1e3 * s / train_steps.max(1) as f64;
-    let train_host_ms = gpu_host.then(|| per_step(host.launch_s()));
-    let train_host_split_ms = gpu_host.then(|| {
+    let per_step = |s: f64| 1e3 * s / steps.max(1) as f64;
+    result.train_host_ms = gpu_host.then(|| per_step(host.launch_s()));
+    result.train_host_split_ms = gpu_host.then(|| {
         BTreeMap::from([
             ("caller".to_string(), per_step(host.caller_s)),
             ("device_service".to_string(), per_step(host.device_service_s)),
         ])
     });
-    let train_phase_ms = phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), per_step(s))).collect();
+    result.train_phase_ms = phases.iter().zip(phase_s).map(|(p, s)| (p.to_string(), per_step(s))).collect();
+    Ok(trainer.into_model())
+}
 
-    if jobs == Jobs::Train {
-        return Ok(BenchResult {
-            model: name.to_string(),
-            device: device_name.to_string(),
-            params,
-            train_tokens_per_s,
-            train_loss,
-            decode_sentences_per_s: 0.0,
-            beam5_sentences_per_s: 0.0,
-            peak_rss_mib: peak_rss_mib(),
-            train_phase_ms,
-            train_host_ms,
-            train_host_split_ms,
-            decode_host_ms: None,
-            decode_eager_because: None,
-        });
-    }
-    let model = trainer.into_model().valid();
+/// [`bench`]'s decoding: `passes` greedy and then `passes` beam-5 passes over one random
+/// source batch of shape `b`, each after one untimed pass (which, with `capture`, records
+/// the graphs the timed passes replay: `s2s_decode::captured`); fills the decoding figures
+/// of `result`.
+fn time_decoding(
+    result: &mut BenchResult,
+    model: &Model,
+    b: BatchShape,
+    passes: usize,
+    device: &Device,
+    capture: bool,
+) {
+    let (n, s) = (b.sentences, b.src_len);
     let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
     let lens = vec![s; n];
     let src = Source::new(&src_ids, &lens, s, device);
-    let limit = MaxLength { a: 0.0, b: t };
-    let passes = (steps / 4).max(1);
-    // With `capture`, the searches replay their steps from graphs (recorded by the warm-up
-    // pass; `s2s_decode::captured`).
-    let mut captured = capture.then(|| CapturedSearch::new(&model, device, Run::Replay, 4));
+    let limit = MaxLength { a: 0.0, b: b.tgt_len };
+    let mut captured = capture.then(|| CapturedSearch::new(model, device, Run::Replay, 4));
     let greedy_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
         Some(c) => drop(c.greedy(&src_ids, &lens, s, limit)),
-        None => drop(greedy(&model, &src, limit, false)),
+        None => drop(greedy(model, &src, limit, false)),
     };
     greedy_pass(&mut captured);
     let (host0, t0) = (Snapshot::now(), Instant::now());
     for _ in 0..passes {
         greedy_pass(&mut captured);
     }
-    let decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
+    result.decode_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
     let host = Snapshot::now().since(&host0);
-    let decode_host_ms = (host.measured && !is_cpu(device)).then(|| 1e3 * host.launch_s() / passes as f64);
+    result.decode_host_ms = (host.measured && !is_cpu(device)).then(|| 1e3 * host.launch_s() / passes as f64);
     let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
     let beam_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
         Some(c) => drop(c.beam(&src_ids, &lens, s, &cfg)),
-        None => drop(beam_search(&model, &src, &cfg)),
+        None => drop(beam_search(model, &src, &cfg)),
     };
     // Warmed up like greedy: the first pass compiles the search's kernels on a GPU (and
     // records its graphs).
@@ -376,22 +395,8 @@ pub fn bench(
     for _ in 0..passes {
         beam_pass(&mut captured);
     }
-    let beam5_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
-    Ok(BenchResult {
-        model: name.to_string(),
-        device: device_name.to_string(),
-        params,
-        train_tokens_per_s,
-        train_loss,
-        decode_sentences_per_s,
-        beam5_sentences_per_s,
-        peak_rss_mib: peak_rss_mib(),
-        train_phase_ms,
-        train_host_ms,
-        train_host_split_ms,
-        decode_host_ms,
-        decode_eager_because: captured.as_ref().and_then(|c| c.first_refusal()).map(str::to_string),
-    })
+    result.beam5_sentences_per_s = (passes * n) as f64 / t0.elapsed().as_secs_f64();
+    result.decode_eager_because = captured.as_ref().and_then(|c| c.first_refusal()).map(str::to_string);
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! experiment` does for each of its models: prepare the data, write `run.json`, train (or
 //! resume), mark the run finished, evaluate the best checkpoint on the test split.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::tensor::Device;
@@ -11,7 +11,7 @@ use crate::average::average_last as average_last_into;
 use crate::checkpoint::Checkpoints;
 use crate::error::TrainError;
 use crate::evaluate::Search;
-use crate::run::{RunConfig, RunManifest, prepare, read_manifest, write_manifest};
+use crate::run::{Prepared, RunConfig, RunManifest, prepare, read_manifest, write_manifest};
 use crate::testset::{TestScores, evaluate_test};
 use crate::trainer::{TrainJob, TrainOutcome, build_model, load_model, train};
 
@@ -46,13 +46,7 @@ pub fn run_and_test(
         log(&format!("warning: a teaching ablation: {ablation}"));
     }
     let prepared = prepare(cfg, run_dir)?;
-    for (split, r) in &prepared.reports {
-        log(&format!("{split}: {r}"));
-    }
-    if prepared.filter.dropped() > 0 {
-        log(&format!("train filters: {}", prepared.filter));
-    }
-    log(&format!("prepared training data: {}", prepared.data.train.dir().display()));
+    log_prepared(&prepared, log);
     let params = build_model(&cfg.model, &prepared.tokenizers, cfg.train.seed, device)?.num_params();
     log(&format!("model: {} with {params} parameters", cfg.model.kind()));
     let mut manifest = RunManifest {
@@ -88,6 +82,32 @@ pub fn run_and_test(
     }
     manifest.status = "finished".into();
     write_manifest(run_dir, &manifest)?;
+    log_outcome(&outcome, log);
+    let test = match &prepared.test {
+        Some(test) => {
+            let dir = tested_checkpoint(cfg, run_dir, &prepared, &outcome, average_last, log)?;
+            let model =
+                load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
+            Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
+        }
+        None => None,
+    };
+    Ok(RunOutcome { train: outcome, test, params })
+}
+
+/// Logs what preparing the data read, dropped and wrote.
+fn log_prepared(prepared: &Prepared, log: &dyn Fn(&str)) {
+    for (split, r) in &prepared.reports {
+        log(&format!("{split}: {r}"));
+    }
+    if prepared.filter.dropped() > 0 {
+        log(&format!("train filters: {}", prepared.filter));
+    }
+    log(&format!("prepared training data: {}", prepared.data.train.dir().display()));
+}
+
+/// Logs how a finished training run went: skipped batches, captured steps, steps and time.
+fn log_outcome(outcome: &TrainOutcome, log: &dyn Fn(&str)) {
     if outcome.skipped_batches > 0 {
         log(&format!("skipped {} batches with a non-finite loss", outcome.skipped_batches));
     }
@@ -115,27 +135,30 @@ pub fn run_and_test(
         if outcome.stopped_early { " (early stop)" } else { "" },
         outcome.best_step
     ));
-    let test = match &prepared.test {
-        Some(test) => {
-            let mut dir = outcome.best_dir.clone();
-            if average_last > 1 {
-                let kept = Checkpoints::new(run_dir).recent(average_last)?.len();
-                if kept > 1 {
-                    let (avg, record) = average_last_into(run_dir, &cfg.model, &prepared.tokenizers, kept)?;
-                    let steps: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
-                    log(&format!("testing the average of the checkpoints of steps {}", steps.join(", ")));
-                    dir = avg;
-                } else {
-                    log("one checkpoint kept: testing the best one, not an average");
-                }
-            }
-            let model =
-                load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
-            Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
-        }
-        None => None,
-    };
-    Ok(RunOutcome { train: outcome, test, params })
+}
+
+/// The checkpoint the test split scores: the best one, or with `average_last > 1` the average
+/// of the last ones kept (written beside them; the best one when only one was kept).
+fn tested_checkpoint(
+    cfg: &RunConfig,
+    run_dir: &Path,
+    prepared: &Prepared,
+    outcome: &TrainOutcome,
+    average_last: usize,
+    log: &dyn Fn(&str),
+) -> Result<PathBuf, TrainError> {
+    if average_last <= 1 {
+        return Ok(outcome.best_dir.clone());
+    }
+    let kept = Checkpoints::new(run_dir).recent(average_last)?.len();
+    if kept <= 1 {
+        log("one checkpoint kept: testing the best one, not an average");
+        return Ok(outcome.best_dir.clone());
+    }
+    let (avg, record) = average_last_into(run_dir, &cfg.model, &prepared.tokenizers, kept)?;
+    let steps: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
+    log(&format!("testing the average of the checkpoints of steps {}", steps.join(", ")));
+    Ok(avg)
 }
 
 /// Refuses to resume a run directory that has checkpoints with a different data, tokenizer or

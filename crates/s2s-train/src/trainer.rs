@@ -310,60 +310,31 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let mut captured = captured_steps(spec, &devices, &clock)?;
     let mut run = Run::resume(&job, devices, clock)?;
     if run.st.finished {
-        return run.outcome(false, false, None);
+        return run.outcome(Ending::Budget, None);
     }
-
-    let batcher = StreamBatcher::new(&job.data.train, spec.batch);
-    let epoch_len = batcher.epoch_len(spec.seed, 0).div_ceil(run.per_step()) as u64;
-    let max_steps = spec
-        .budget
-        .steps
-        .unwrap_or(u64::MAX)
-        .min(spec.budget.epochs.map(|e| e * epoch_len).unwrap_or(u64::MAX));
-    run.bar = progress_bar(job.progress, max_steps, run.st.step);
-    let started = Instant::now();
-    let wall0 = run.st.wall;
-    // A resumed run continues its epoch with the batches an uninterrupted one would take.
-    let mut batches = batcher.resume(spec.seed, run.st.epoch, run.st.batch_in_epoch);
-    run.window_start = (Instant::now(), run.st.wall);
-    let mut stopped_early = false;
-    let mut interrupted = false;
-    loop {
-        if crate::interrupt::stop_requested() {
-            interrupted = true;
-            break;
-        }
-        let wall = wall0 + started.elapsed().as_secs_f64();
-        let out_of_time = spec.budget.minutes.is_some_and(|m| wall >= m * 60.0);
-        if run.st.step >= max_steps || out_of_time {
-            break;
-        }
-        let per_step = run.per_step();
-        let indices: Vec<Vec<usize>> =
-            (0..per_step).map(|_| next_batch(&mut batches, &batcher, spec.seed, &mut run.st)).collect();
-        match captured.as_mut() {
-            Some(cap) => run.captured_step(cap, &indices[0], max_steps)?,
-            None => {
-                if !run.eager_step(&indices)? {
-                    continue;
-                }
-            }
-        }
-        run.show_progress();
-        if run.st.step % spec.valid_every == 0 {
-            run.st.wall = wall0 + started.elapsed().as_secs_f64();
-            if run.validate()? {
-                stopped_early = true;
-                break;
-            }
-        }
-    }
+    let ending = run.steps(captured.as_mut())?;
     if let Some(cap) = &captured {
         fold_captured_loss(cap, &mut run.st)?;
     }
-    run.st.wall = wall0 + started.elapsed().as_secs_f64();
-    run.finish(interrupted)?;
-    run.outcome(stopped_early, interrupted, captured.map(|c| c.stats.clone()))
+    run.finish(ending == Ending::Interrupted)?;
+    run.outcome(ending, captured.map(|c| c.stats.clone()))
+}
+
+/// Why the steps stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The step or time budget is spent (or a finished run was resumed).
+    Budget,
+    /// Patience ran out: validation stopped improving.
+    Patience,
+    /// A stop was requested (Ctrl-C); the run resumes from here.
+    Interrupted,
+}
+
+/// The step budget: `budget.steps`, or `budget.epochs` of `epoch_len` steps, whichever ends first.
+fn max_steps(spec: &TrainSpec, epoch_len: u64) -> u64 {
+    let steps = spec.budget.steps.unwrap_or(u64::MAX);
+    steps.min(spec.budget.epochs.map(|e| e * epoch_len).unwrap_or(u64::MAX))
 }
 
 /// A run in progress: the model and optimizer, the trainer's state, and where it writes.
@@ -433,6 +404,48 @@ impl<'j, 'a> Run<'j, 'a> {
         })
     }
 
+    /// Steps, eager or `captured`, from where the run stands until it ends; validates and
+    /// checkpoints every `valid_every` steps. A resumed run continues its epoch with the
+    /// batches an uninterrupted one would take.
+    fn steps(&mut self, mut captured: Option<&mut CapturedSteps>) -> Result<Ending, TrainError> {
+        let spec = self.job.spec;
+        let batcher = StreamBatcher::new(&self.job.data.train, spec.batch);
+        let max_steps = max_steps(spec, batcher.epoch_len(spec.seed, 0).div_ceil(self.per_step()) as u64);
+        self.bar = progress_bar(self.job.progress, max_steps, self.st.step);
+        let (started, wall0) = (Instant::now(), self.st.wall);
+        let wall = || wall0 + started.elapsed().as_secs_f64();
+        let mut batches = batcher.resume(spec.seed, self.st.epoch, self.st.batch_in_epoch);
+        self.window_start = (Instant::now(), self.st.wall);
+        let ending = loop {
+            if crate::interrupt::stop_requested() {
+                break Ending::Interrupted;
+            }
+            let out_of_time = spec.budget.minutes.is_some_and(|m| wall() >= m * 60.0);
+            if self.st.step >= max_steps || out_of_time {
+                break Ending::Budget;
+            }
+            let indices: Vec<Vec<usize>> = (0..self.per_step())
+                .map(|_| next_batch(&mut batches, &batcher, spec.seed, &mut self.st))
+                .collect();
+            let stepped = match captured.as_deref_mut() {
+                Some(cap) => self.captured_step(cap, &indices[0], max_steps).map(|()| true)?,
+                None => self.eager_step(&indices)?,
+            };
+            if !stepped {
+                continue;
+            }
+            self.show_progress();
+            if self.st.step.is_multiple_of(spec.valid_every) {
+                self.st.wall = wall();
+                if self.validate()? {
+                    break Ending::Patience;
+                }
+            }
+        };
+        self.st.wall = wall();
+        Ok(ending)
+    }
+
     /// The model between steps.
     fn model(&self) -> &Model {
         self.model.as_ref().expect("the model is back after every step")
@@ -471,21 +484,7 @@ impl<'j, 'a> Run<'j, 'a> {
             step_loss = f64::NAN;
         }
         if !step_loss.is_finite() {
-            if !spec.skip_nonfinite {
-                return Err(TrainError::NonFinite { step: self.st.step + 1, value: step_loss });
-            }
-            self.st.skipped_batches += 1;
-            self.consecutive_skips += 1;
-            if self.consecutive_skips > 100 {
-                return Err(TrainError::NonFinite { step: self.st.step + 1, value: step_loss });
-            }
-            if let Some(bar) = &self.bar {
-                bar.println(format!(
-                    "skipped a batch with a {step_loss} loss before step {}",
-                    self.st.step + 1
-                ));
-            }
-            return Ok(false);
+            return self.skip_nonfinite(step_loss).map(|()| false);
         }
         self.consecutive_skips = 0;
         let mut grads = acc.grads();
@@ -498,6 +497,24 @@ impl<'j, 'a> Run<'j, 'a> {
         self.st.loss_window.0 += step_loss;
         self.st.loss_window.1 += step_tokens;
         Ok(true)
+    }
+
+    /// A batch whose loss is not finite: skipped and counted with `skip_nonfinite` (an error
+    /// after 100 in a row), an error without it.
+    fn skip_nonfinite(&mut self, loss: f64) -> Result<(), TrainError> {
+        let step = self.st.step + 1;
+        if !self.job.spec.skip_nonfinite {
+            return Err(TrainError::NonFinite { step, value: loss });
+        }
+        self.st.skipped_batches += 1;
+        self.consecutive_skips += 1;
+        if self.consecutive_skips > 100 {
+            return Err(TrainError::NonFinite { step, value: loss });
+        }
+        if let Some(bar) = &self.bar {
+            bar.println(format!("skipped a batch with a {loss} loss before step {step}"));
+        }
+        Ok(())
     }
 
     /// One captured step (replayed after its shape's first) on the batch `indices`; its loss
@@ -561,7 +578,7 @@ impl<'j, 'a> Run<'j, 'a> {
     /// An interrupted run only checkpoints where it stands; a finished one validates its last
     /// step (unless that just happened) and is marked finished.
     fn finish(&mut self, interrupted: bool) -> Result<(), TrainError> {
-        if !interrupted && (self.st.step % self.job.spec.valid_every != 0 || self.st.step == 0) {
+        if !interrupted && (!self.st.step.is_multiple_of(self.job.spec.valid_every) || self.st.step == 0) {
             self.validate_and_checkpoint()?;
         }
         self.st.finished = !interrupted;
@@ -574,12 +591,7 @@ impl<'j, 'a> Run<'j, 'a> {
 
     /// How the run ended. An interruption before the first validation has no best checkpoint
     /// yet: the last one stands in.
-    fn outcome(
-        &self,
-        stopped_early: bool,
-        interrupted: bool,
-        capture: Option<CaptureStats>,
-    ) -> Result<TrainOutcome, TrainError> {
+    fn outcome(&self, ending: Ending, capture: Option<CaptureStats>) -> Result<TrainOutcome, TrainError> {
         let best_dir = match self.ckpts.pointed("best")? {
             Some(dir) => dir,
             None => self.ckpts.pointed("last")?.expect("a checkpoint was written"),
@@ -590,8 +602,8 @@ impl<'j, 'a> Run<'j, 'a> {
             best: self.st.best,
             wall: self.st.wall,
             best_dir,
-            stopped_early,
-            interrupted,
+            stopped_early: ending == Ending::Patience,
+            interrupted: ending == Ending::Interrupted,
             skipped_batches: self.st.skipped_batches,
             capture,
         })
@@ -599,21 +611,9 @@ impl<'j, 'a> Run<'j, 'a> {
 
     /// Validates, logs a metrics row, checkpoints; returns (stop early?, ppl, BLEU).
     fn validate_and_checkpoint(&mut self) -> Result<(bool, f64, f64), TrainError> {
-        let valid_model = self.model().valid();
-        let (job, st) = (self.job, &mut self.st);
-        let spec = job.spec;
-        let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, &job.devices[0]);
-        let ppl = s2s_eval::perplexity(sum, tokens);
-        let n = if spec.valid_bleu_sentences == 0 {
-            job.data.valid.len()
-        } else {
-            spec.valid_bleu_sentences.min(job.data.valid.len())
-        };
-        let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
-        let search = Search::Greedy { limit: spec.max_output, attention: false };
-        let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0], false);
-        let text = detokenize(&job.tokenizers.tgt, &hyps);
-        let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
+        let (ppl, bleu) = self.score()?;
+        let spec = self.job.spec;
+        let st = &mut self.st;
         let metric = match spec.stop_metric {
             StopMetric::Bleu => bleu,
             StopMetric::Ppl => -ppl,
@@ -640,16 +640,29 @@ impl<'j, 'a> Run<'j, 'a> {
         };
         st.loss_window = (0.0, 0);
         metrics::append(&self.metrics_path, &row).map_err(|e| TrainError::io(&self.metrics_path, e))?;
-        save(
-            &self.ckpts,
-            st,
-            improved,
-            self.model.as_ref().expect("the model is back after every step"),
-            &self.optim,
-        )?;
-        self.window_start = (Instant::now(), st.wall);
-        let stop = spec.patience > 0 && st.bad_validations >= spec.patience;
+        save(&self.ckpts, &self.st, improved, self.model(), &self.optim)?;
+        self.window_start = (Instant::now(), self.st.wall);
+        let stop = spec.patience > 0 && self.st.bad_validations >= spec.patience;
         Ok((stop, ppl, bleu))
+    }
+
+    /// The model's validation perplexity and its greedy BLEU on the first
+    /// `valid_bleu_sentences` validation pairs (all of them when 0).
+    fn score(&self) -> Result<(f64, f64), TrainError> {
+        let valid_model = self.model().valid();
+        let (job, spec) = (self.job, self.job.spec);
+        let (sum, tokens) = nll(&valid_model, &job.data.valid, spec.batch, &job.devices[0]);
+        let ppl = s2s_eval::perplexity(sum, tokens);
+        let n = match spec.valid_bleu_sentences {
+            0 => job.data.valid.len(),
+            n => n.min(job.data.valid.len()),
+        };
+        let sources: Vec<Vec<u32>> = job.data.valid[..n].iter().map(|e| e.src.clone()).collect();
+        let search = Search::Greedy { limit: spec.max_output, attention: false };
+        let hyps = translate(&valid_model, &sources, spec.batch, &search, &job.devices[0], false);
+        let text = detokenize(&job.tokenizers.tgt, &hyps);
+        let bleu = s2s_eval::corpus_bleu(&text, &[&job.data.valid_refs[..n]])?.score;
+        Ok((ppl, bleu))
     }
 }
 
