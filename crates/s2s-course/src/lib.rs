@@ -83,6 +83,25 @@ pub struct Finding {
     pub figures: Vec<Figure>,
 }
 
+/// Why an experiment could not measure, as the error its helpers return: what failed and
+/// its cause, which become [`Finding::not_run`]'s finding.
+pub struct NotRun {
+    pub because: &'static str,
+    pub why: String,
+}
+
+impl NotRun {
+    pub fn new(because: &'static str, why: impl Into<String>) -> Self {
+        Self { because, why: why.into() }
+    }
+}
+
+impl From<NotRun> for Finding {
+    fn from(n: NotRun) -> Self {
+        Finding::not_run(n.because, n.why)
+    }
+}
+
 impl Finding {
     /// The finding of an experiment that could not measure (`because`, the cause in `why`).
     pub fn not_run(because: &str, why: String) -> Self {

@@ -2,7 +2,7 @@
 //! and what the length penalty α does.
 
 use burn::tensor::Device;
-use s2s_decode::BeamConfig;
+use s2s_decode::{BeamConfig, Hypothesis, MaxLength};
 use s2s_train::evaluate::{Search, detokenize, translate};
 
 use super::{figure, series};
@@ -33,62 +33,141 @@ struct Decoded {
     scores: Vec<f64>,
 }
 
+/// The course's trained model and its test split: sources and references encoded, the
+/// references' text, and each reference's log-probability under the model.
+struct Test {
+    tok: s2s_data::Tokenizers,
+    model: s2s_models::Model,
+    device: Device,
+    max_output: MaxLength,
+    refs: Vec<String>,
+    sources: Vec<Vec<u32>>,
+    references: Vec<Vec<u32>>,
+    reference_scores: Vec<f64>,
+}
+
 fn run(ctx: &Context) -> Finding {
-    let failed = |e: String| Finding::not_run("no trained model to decode with", e);
-    let dir = match super::trained::bahdanau(ctx) {
-        Ok(d) => d,
-        Err(e) => return failed(e),
+    let test = match Test::load(ctx) {
+        Ok(t) => t,
+        Err(e) => return Finding::not_run("no trained model to decode with", e),
     };
-    let cfg = super::trained::config(ctx);
-    let device = Device::flex();
-    let loaded = super::trained::load_best(&dir, &cfg.model, &device);
-    let (tok, model, src, refs) = match loaded {
-        Ok(l) => l,
-        Err(e) => return failed(e),
-    };
-    let sources: Vec<Vec<u32>> = src.iter().map(|s| tok.src.encode(s)).collect();
-    // log P(y | x) of a given output, teacher-forced (`</s>` included), as search sums it.
-    let log_prob = |src: &[u32], tgt: &[u32]| {
+    let beams: Vec<usize> = ctx.budget.pick(vec![1, 2, 3, 5, 10], vec![1, 3, 5]);
+    let by_beam: Vec<(usize, Decoded)> = beams.iter().map(|&k| (k, test.decode(k, 0.0))).collect();
+    let greedy = &by_beam[0].1;
+    let alphas: Vec<(f64, Decoded)> = [0.0, 0.6, 1.0].iter().map(|&a| (a, test.decode(5, a))).collect();
+    let five = &by_beam.iter().find(|(k, _)| *k == 5).expect("beam 5 is measured").1;
+    let scores_hold = by_beam.iter().skip(1).all(|(_, d)| d.mean_score >= greedy.mean_score - 1e-9);
+    let holds = scores_hold && five.bleu >= greedy.bleu && five.errors.1 < greedy.errors.1;
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: because(greedy, five, &alphas, test.sources.len()),
+        not_measured: String::new(),
+        table: table(&by_beam, &alphas),
+        more: Vec::new(),
+        figures: vec![figure(
+            "beam-search.svg",
+            "Test BLEU by beam size (no length penalty)",
+            "beam size",
+            "test BLEU",
+            vec![series("BLEU", by_beam.iter().map(|(k, d)| (*k as f64, d.bleu)).collect())],
+        )],
+    }
+}
+
+impl Test {
+    /// The course's trained model and its test split, or why there is none.
+    fn load(ctx: &Context) -> Result<Self, String> {
+        let dir = super::trained::bahdanau(ctx)?;
+        let cfg = super::trained::config(ctx);
+        let device = Device::flex();
+        let (tok, model, src, refs) = super::trained::load_best(&dir, &cfg.model, &device)?;
+        let sources: Vec<Vec<u32>> = src.iter().map(|s| tok.src.encode(s)).collect();
+        let references: Vec<Vec<u32>> = refs.iter().map(|r| tok.tgt.encode(r)).collect();
+        let mut test = Test {
+            tok,
+            model,
+            device,
+            max_output: cfg.train.max_output,
+            refs,
+            sources,
+            references,
+            reference_scores: Vec::new(),
+        };
+        let reference_scores: Vec<f64> =
+            test.sources.iter().zip(&test.references).map(|(s, r)| test.log_prob(s, r)).collect();
+        test.reference_scores = reference_scores;
+        Ok(test)
+    }
+
+    /// log P(y | x) of a given output, teacher-forced (`</s>` included), as search sums it.
+    fn log_prob(&self, src: &[u32], tgt: &[u32]) -> f64 {
         let example = s2s_data::Example { src: src.to_vec(), tgt: tgt.to_vec() };
-        -s2s_train::evaluate::nll(&model, &[example], s2s_data::BatchConfig::default(), &device).0
-    };
-    let references: Vec<Vec<u32>> = refs.iter().map(|r| tok.tgt.encode(r)).collect();
-    let reference_scores: Vec<f64> = sources.iter().zip(&references).map(|(s, r)| log_prob(s, r)).collect();
-    let decode = |beam: usize, alpha: f64| {
+        -s2s_train::evaluate::nll(&self.model, &[example], s2s_data::BatchConfig::default(), &self.device).0
+    }
+
+    /// The test split decoded by beam search of size `beam` and length penalty `alpha`.
+    fn decode(&self, beam: usize, alpha: f64) -> Decoded {
         let search =
-            Search::Beam(BeamConfig { beam, alpha, max_length: cfg.train.max_output, ..Default::default() });
-        let hyps = translate(&model, &sources, s2s_data::BatchConfig::default(), &search, &device, false);
-        let text = detokenize(&tok.tgt, &hyps);
+            Search::Beam(BeamConfig { beam, alpha, max_length: self.max_output, ..Default::default() });
+        let hyps = translate(
+            &self.model,
+            &self.sources,
+            s2s_data::BatchConfig::default(),
+            &search,
+            &self.device,
+            false,
+        );
+        let text = detokenize(&self.tok.tgt, &hyps);
         let scores: Vec<f64> =
             hyps.iter().map(|h| h.first().map_or(f64::NEG_INFINITY, |h| h.score)).collect();
         let lens: Vec<usize> = hyps.iter().map(|h| h.first().map_or(0, |h| h.tokens.len())).collect();
+        Decoded {
+            errors: self.errors(&hyps),
+            bleu: s2s_eval::corpus_bleu(&text, &[&self.refs]).map(|b| b.score).unwrap_or(f64::NAN),
+            mean_score: scores.iter().sum::<f64>() / scores.len().max(1) as f64,
+            mean_len: lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64,
+            scores,
+        }
+    }
+
+    /// How many outputs are the reference, search errors and model errors.
+    fn errors(&self, hyps: &[Vec<Hypothesis>]) -> (usize, usize, usize) {
         let mut errors = (0, 0, 0);
         for (i, h) in hyps.iter().enumerate() {
             let out = h.first().map_or(&[][..], |h| h.tokens.as_slice());
-            if out == references[i].as_slice() {
+            if out == self.references[i].as_slice() {
                 errors.0 += 1;
-            } else if reference_scores[i] > log_prob(&sources[i], out) + 1e-6 {
+            } else if self.reference_scores[i] > self.log_prob(&self.sources[i], out) + 1e-6 {
                 errors.1 += 1;
             } else {
                 errors.2 += 1;
             }
         }
-        Decoded {
-            errors,
-            bleu: s2s_eval::corpus_bleu(&text, &[&refs]).map(|b| b.score).unwrap_or(f64::NAN),
-            mean_score: scores.iter().sum::<f64>() / scores.len().max(1) as f64,
-            mean_len: lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64,
-            scores,
-        }
-    };
-    let beams: Vec<usize> = ctx.budget.pick(vec![1, 2, 3, 5, 10], vec![1, 3, 5]);
-    let by_beam: Vec<(usize, Decoded)> = beams.iter().map(|&k| (k, decode(k, 0.0))).collect();
+        errors
+    }
+}
+
+/// The share of sentences whose output `d` scores higher than greedy search's.
+fn better(d: &Decoded, greedy: &Decoded) -> f64 {
+    d.scores.iter().zip(&greedy.scores).filter(|(b, g)| **b > **g + 1e-6).count() as f64
+        / d.scores.len().max(1) as f64
+}
+
+/// A table row: `name`'s BLEU, mean log-probability, share above greedy's, length and errors.
+fn row(name: String, d: &Decoded, greedy: &Decoded) -> Vec<String> {
+    vec![
+        name,
+        num(d.bleu),
+        num(d.mean_score),
+        format!("{:.1} %", 100.0 * better(d, greedy)),
+        num(d.mean_len),
+        format!("{} / {} / {}", d.errors.0, d.errors.1, d.errors.2),
+    ]
+}
+
+/// The table: each beam size without length penalty, then beam 5 with each α above 0.
+fn table(by_beam: &[(usize, Decoded)], alphas: &[(f64, Decoded)]) -> Table {
     let greedy = &by_beam[0].1;
-    let better = |d: &Decoded| {
-        d.scores.iter().zip(&greedy.scores).filter(|(b, g)| **b > **g + 1e-6).count() as f64
-            / d.scores.len().max(1) as f64
-    };
-    let alphas: Vec<(f64, Decoded)> = [0.0, 0.6, 1.0].iter().map(|&a| (a, decode(5, a))).collect();
     let mut table = Table {
         header: [
             "search",
@@ -102,58 +181,33 @@ fn run(ctx: &Context) -> Finding {
         .to_vec(),
         rows: vec![],
     };
-    for (k, d) in &by_beam {
+    for (k, d) in by_beam {
         let name = if *k == 1 { "greedy (beam 1)".to_string() } else { format!("beam {k}, α = 0") };
-        table.rows.push(vec![
-            name,
-            num(d.bleu),
-            num(d.mean_score),
-            format!("{:.1} %", 100.0 * better(d)),
-            num(d.mean_len),
-            format!("{} / {} / {}", d.errors.0, d.errors.1, d.errors.2),
-        ]);
+        table.rows.push(row(name, d, greedy));
     }
     for (a, d) in alphas.iter().skip(1) {
-        table.rows.push(vec![
-            format!("beam 5, α = {a}"),
-            num(d.bleu),
-            num(d.mean_score),
-            format!("{:.1} %", 100.0 * better(d)),
-            num(d.mean_len),
-            format!("{} / {} / {}", d.errors.0, d.errors.1, d.errors.2),
-        ]);
+        table.rows.push(row(format!("beam 5, α = {a}"), d, greedy));
     }
-    let five = &by_beam.iter().find(|(k, _)| *k == 5).expect("beam 5 is measured").1;
-    let scores_hold = by_beam.iter().skip(1).all(|(_, d)| d.mean_score >= greedy.mean_score - 1e-9);
-    let holds = scores_hold && five.bleu >= greedy.bleu && five.errors.1 < greedy.errors.1;
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: format!(
-            "beam 5 raises the mean log-probability {} → {} ({:.0} % of sentences score higher) and BLEU {} → {}; \
-             search errors {} → {}, model errors {} → {} (of {} sentences); with α = 1 the outputs are {} tokens \
-             long against {} at α = 0",
-            num(greedy.mean_score),
-            num(five.mean_score),
-            100.0 * better(five),
-            num(greedy.bleu),
-            num(five.bleu),
-            greedy.errors.1,
-            five.errors.1,
-            greedy.errors.2,
-            five.errors.2,
-            sources.len(),
-            num(alphas[2].1.mean_len),
-            num(alphas[0].1.mean_len)
-        ),
-        not_measured: String::new(),
-        table,
-        more: Vec::new(),
-        figures: vec![figure(
-            "beam-search.svg",
-            "Test BLEU by beam size (no length penalty)",
-            "beam size",
-            "test BLEU",
-            vec![series("BLEU", by_beam.iter().map(|(k, d)| (*k as f64, d.bleu)).collect())],
-        )],
-    }
+    table
+}
+
+/// The verdict's sentence: greedy search against beam 5, and α = 1's lengths against α = 0's.
+fn because(greedy: &Decoded, five: &Decoded, alphas: &[(f64, Decoded)], sentences: usize) -> String {
+    format!(
+        "beam 5 raises the mean log-probability {} → {} ({:.0} % of sentences score higher) and BLEU {} → {}; \
+         search errors {} → {}, model errors {} → {} (of {} sentences); with α = 1 the outputs are {} tokens \
+         long against {} at α = 0",
+        num(greedy.mean_score),
+        num(five.mean_score),
+        100.0 * better(five, greedy),
+        num(greedy.bleu),
+        num(five.bleu),
+        greedy.errors.1,
+        five.errors.1,
+        greedy.errors.2,
+        five.errors.2,
+        sentences,
+        num(alphas[2].1.mean_len),
+        num(alphas[0].1.mean_len)
+    )
 }

@@ -43,7 +43,11 @@ fn run(ctx: &Context) -> Finding {
     Finding {
         verdict,
         because,
-        not_measured: if seeds.len() < 3 { "one seed in quick mode: run the full course for three".into() } else { String::new() },
+        not_measured: if seeds.len() < 3 {
+            "one seed in quick mode: run the full course for three".into()
+        } else {
+            String::new()
+        },
         table,
         more: Vec::new(),
         figures: vec![trained::paired_figure(

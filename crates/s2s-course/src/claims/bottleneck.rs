@@ -2,6 +2,7 @@
 //! loses BLEU as sources lengthen; attention does not.
 
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec};
+use s2s_train::testset::TestScores;
 
 use super::{figure, series, trained};
 use crate::{Claim, Context, Finding, Table, Verdict, num};
@@ -19,7 +20,45 @@ pub const CLAIM: Claim = Claim {
     run,
 };
 
+/// A model's label and test scores.
+type Curve = (&'static str, TestScores);
+
 fn run(ctx: &Context) -> Finding {
+    let curves = match measure(ctx) {
+        Ok(c) => c,
+        Err(e) => return Finding::not_run("the runs did not train", e),
+    };
+    let (fixed, attn) = (kept(&curves[0].1), kept(&curves[1].1));
+    let holds = fixed.0 >= 20.0 && fixed.1 < 0.5 * fixed.0 && attn.1 >= 0.8 * attn.0;
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: format!(
+            "from the shortest sources to the longest the fixed-vector model goes {} → {} BLEU, attention {} → {}",
+            num(fixed.0),
+            num(fixed.1),
+            num(attn.0),
+            num(attn.1)
+        ),
+        not_measured: String::new(),
+        table: table(&curves),
+        more: Vec::new(),
+        figures: vec![figure(
+            "bottleneck.svg",
+            "Test BLEU by source length (the buckets' index: 0-9, 10-19, … words)",
+            "source length bucket",
+            "BLEU",
+            curves
+                .iter()
+                .map(|(label, s)| {
+                    series(label, buckets(s).iter().enumerate().map(|(i, b)| (i as f64, b.1)).collect())
+                })
+                .collect(),
+        )],
+    }
+}
+
+/// The fixed-vector and the attention model, trained (or found), and their test scores.
+fn measure(ctx: &Context) -> Result<Vec<Curve>, String> {
     let steps = ctx.budget.pick(3000, 1500);
     let every = ctx.budget.pick(500, 500);
     let models = [
@@ -44,31 +83,30 @@ fn run(ctx: &Context) -> Finding {
         let scores = trained::train(ctx, name, &trained::long_config(spec, steps, every)).and_then(|dir| {
             s2s_train::testset::read_scores(&dir).ok_or_else(|| "no test scores".to_string())
         });
-        match scores {
-            Ok(s) => curves.push((label, s)),
-            Err(e) => return Finding::not_run("the runs did not train", e),
-        }
+        curves.push((label, scores?));
     }
-    // Buckets with at least 5 sentences.
-    let buckets = |s: &s2s_train::testset::TestScores| -> Vec<(String, f64)> {
-        s.bleu_by_source_length
-            .iter()
-            .filter(|b| b.sentences >= 5)
-            .map(|b| (b.bucket.clone(), b.bleu))
-            .collect()
-    };
-    let kept = |i: usize| {
-        let b = buckets(&curves[i].1);
-        (b.first().map_or(f64::NAN, |x| x.1), b.last().map_or(f64::NAN, |x| x.1))
-    };
-    let (fixed, attn) = (kept(0), kept(1));
-    let holds = fixed.0 >= 20.0 && fixed.1 < 0.5 * fixed.0 && attn.1 >= 0.8 * attn.0;
+    Ok(curves)
+}
+
+/// Test BLEU by source-length bucket: buckets with at least 5 sentences.
+fn buckets(s: &TestScores) -> Vec<(String, f64)> {
+    s.bleu_by_source_length.iter().filter(|b| b.sentences >= 5).map(|b| (b.bucket.clone(), b.bleu)).collect()
+}
+
+/// Test BLEU on the shortest and on the longest sources (the first and last [`buckets`]).
+fn kept(s: &TestScores) -> (f64, f64) {
+    let b = buckets(s);
+    (b.first().map_or(f64::NAN, |x| x.1), b.last().map_or(f64::NAN, |x| x.1))
+}
+
+/// The table: each model's BLEU by the attention model's buckets, then over all sentences.
+fn table(curves: &[Curve]) -> Table {
     let names: Vec<String> = buckets(&curves[1].1).into_iter().map(|b| b.0).collect();
     let mut table = Table { header: vec!["source words".into()], rows: vec![] };
     table.header.extend(curves.iter().map(|c| format!("{} BLEU", c.0)));
     for name in &names {
         let mut row = vec![name.clone()];
-        for (_, s) in &curves {
+        for (_, s) in curves {
             row.push(buckets(s).iter().find(|b| &b.0 == name).map_or("–".into(), |b| num(b.1)));
         }
         table.rows.push(row);
@@ -76,29 +114,5 @@ fn run(ctx: &Context) -> Finding {
     let mut total = vec!["all".to_string()];
     total.extend(curves.iter().map(|c| num(c.1.bleu)));
     table.rows.push(total);
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: format!(
-            "from the shortest sources to the longest the fixed-vector model goes {} → {} BLEU, attention {} → {}",
-            num(fixed.0),
-            num(fixed.1),
-            num(attn.0),
-            num(attn.1)
-        ),
-        not_measured: String::new(),
-        table,
-        more: Vec::new(),
-        figures: vec![figure(
-            "bottleneck.svg",
-            "Test BLEU by source length (the buckets' index: 0-9, 10-19, … words)",
-            "source length bucket",
-            "BLEU",
-            curves
-                .iter()
-                .map(|(label, s)| {
-                    series(label, buckets(s).iter().enumerate().map(|(i, b)| (i as f64, b.1)).collect())
-                })
-                .collect(),
-        )],
-    }
+    table
 }

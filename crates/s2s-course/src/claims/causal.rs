@@ -5,7 +5,7 @@
 use s2s_models::{ModelSpec, TransformerSpec};
 
 use super::{figure, series, trained};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "causal-mask",
@@ -21,22 +21,7 @@ pub const CLAIM: Claim = Claim {
 };
 
 fn run(ctx: &Context) -> Finding {
-    let steps = ctx.budget.pick(1200, 300);
-    let every = ctx.budget.pick(100, 50);
-    let model = |causal: bool| {
-        ModelSpec::Transformer(TransformerSpec { causal, ..trained::transformer() })
-    };
-    let runs: Vec<(bool, Result<Vec<trained::Row>, String>)> = [true, false]
-        .into_iter()
-        .map(|causal| {
-            let name = if causal { "transformer-causal" } else { "transformer-unmasked" };
-            (
-                causal,
-                trained::train(ctx, name, &trained::run_config(model(causal), steps, every))
-                    .map(|d| trained::metrics(&d)),
-            )
-        })
-        .collect();
+    let runs = measure(ctx);
     let (masked, unmasked) = match (&runs[0].1, &runs[1].1) {
         (Ok(m), Ok(u)) if !m.is_empty() && !u.is_empty() => (m, u),
         _ => {
@@ -46,17 +31,6 @@ fn run(ctx: &Context) -> Finding {
     };
     let (m, u) = (masked.last().expect("rows"), unmasked.last().expect("rows"));
     let holds = u.1 < m.1 && u.2 < 0.5 * m.2;
-    let mut table = Table {
-        header: ["step", "perplexity, masked", "unmasked", "greedy BLEU, masked", "unmasked"]
-            .map(String::from)
-            .to_vec(),
-        rows: vec![],
-    };
-    for (a, b) in masked.iter().zip(unmasked) {
-        table.rows.push(vec![format!("{}", a.0 as u64), num(a.1), num(b.1), num(a.2), num(b.2)]);
-    }
-    let pts =
-        |rows: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| rows.iter().map(|r| (r.0, f(r))).collect();
     Finding {
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
@@ -68,26 +42,65 @@ fn run(ctx: &Context) -> Finding {
             num(m.2)
         ),
         not_measured: String::new(),
-        table,
+        table: table(masked, unmasked),
         more: Vec::new(),
-        figures: vec![
-            figure(
-                "causal-mask-bleu.svg",
-                "Greedy validation BLEU, with and without the causal mask",
-                "step",
-                "BLEU",
-                vec![series("masked", pts(masked, |r| r.2)), series("unmasked", pts(unmasked, |r| r.2))],
-            ),
-            figure(
-                "causal-mask-ppl.svg",
-                "Teacher-forced validation perplexity (log2), with and without the causal mask",
-                "step",
-                "log2 perplexity",
-                vec![
-                    series("masked", pts(masked, |r| r.1.log2())),
-                    series("unmasked", pts(unmasked, |r| r.1.log2())),
-                ],
-            ),
-        ],
+        figures: figures(masked, unmasked).into(),
     }
+}
+
+/// The masked and the unmasked model's validation rows, each trained (or found), or why not.
+fn measure(ctx: &Context) -> Vec<(bool, Result<Vec<trained::Row>, String>)> {
+    let steps = ctx.budget.pick(1200, 300);
+    let every = ctx.budget.pick(100, 50);
+    let model = |causal: bool| ModelSpec::Transformer(TransformerSpec { causal, ..trained::transformer() });
+    [true, false]
+        .into_iter()
+        .map(|causal| {
+            let name = if causal { "transformer-causal" } else { "transformer-unmasked" };
+            (
+                causal,
+                trained::train(ctx, name, &trained::run_config(model(causal), steps, every))
+                    .map(|d| trained::metrics(&d)),
+            )
+        })
+        .collect()
+}
+
+/// The table: perplexity and greedy BLEU by step, masked beside unmasked.
+fn table(masked: &[trained::Row], unmasked: &[trained::Row]) -> Table {
+    let mut table = Table {
+        header: ["step", "perplexity, masked", "unmasked", "greedy BLEU, masked", "unmasked"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![],
+    };
+    for (a, b) in masked.iter().zip(unmasked) {
+        table.rows.push(vec![format!("{}", a.0 as u64), num(a.1), num(b.1), num(a.2), num(b.2)]);
+    }
+    table
+}
+
+/// The figures of validation BLEU and perplexity by step, masked and unmasked.
+fn figures(masked: &[trained::Row], unmasked: &[trained::Row]) -> [Figure; 2] {
+    let pts =
+        |rows: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| rows.iter().map(|r| (r.0, f(r))).collect();
+    [
+        figure(
+            "causal-mask-bleu.svg",
+            "Greedy validation BLEU, with and without the causal mask",
+            "step",
+            "BLEU",
+            vec![series("masked", pts(masked, |r| r.2)), series("unmasked", pts(unmasked, |r| r.2))],
+        ),
+        figure(
+            "causal-mask-ppl.svg",
+            "Teacher-forced validation perplexity (log2), with and without the causal mask",
+            "step",
+            "log2 perplexity",
+            vec![
+                series("masked", pts(masked, |r| r.1.log2())),
+                series("unmasked", pts(unmasked, |r| r.1.log2())),
+            ],
+        ),
+    ]
 }

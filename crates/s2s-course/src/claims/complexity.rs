@@ -7,7 +7,7 @@ use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
 
 use super::{figure, median_ms, series};
 use crate::probes::{peak_bytes, slope};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Budget, Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "complexity",
@@ -25,8 +25,62 @@ pub const CLAIM: Claim = Claim {
     run,
 };
 
+/// One sentence length's median encode times (ms) and peak bytes allocated, self-attention and
+/// LSTM (None without an allocation counter).
+struct Length {
+    n: usize,
+    attn: f64,
+    rnn: f64,
+    mem: Option<(f64, f64)>,
+}
+
+/// The log-log growth exponents: of time over the last three lengths, and of peak memory.
+struct Exponents {
+    attn: f64,
+    rnn: f64,
+    /// Self-attention's and the LSTM's (None without an allocation counter).
+    mem: Option<(f64, f64)>,
+}
+
 fn run(ctx: &Context) -> Finding {
-    let budget = ctx.budget;
+    let rows = measure(ctx.budget);
+    let last: Vec<&Length> = rows.iter().rev().take(3).collect();
+    let k = exponents(&rows);
+    let mem_holds = k.mem.is_none_or(|(a, r)| a >= 1.5 && r <= 1.3);
+    let holds = k.attn >= 1.5 && k.rnn <= 1.3 && mem_holds;
+    let crossover = rows.iter().find(|r| r.attn > r.rnn).map(|r| r.n);
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: format!(
+            "over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM{}; {}",
+            last[2].n,
+            last[0].n,
+            num(k.attn),
+            num(k.rnn),
+            match k.mem {
+                Some((a, r)) => format!(", peak memory as n^{} and n^{} (n ≥ 128)", num(a), num(r)),
+                None => String::new(),
+            },
+            match crossover {
+                Some(n) => format!("self-attention is the slower from n = {n} on (on this machine)"),
+                None => "self-attention stays the faster at every length measured (on this machine)".into(),
+            }
+        ),
+        not_measured: if k.mem.is_some() {
+            "the crossover length depends on the machine".into()
+        } else {
+            "peak memory: this binary's allocator does not count (run through `s2s course`); the crossover \
+             length depends on the machine"
+                .into()
+        },
+        table: table(&rows),
+        more: Vec::new(),
+        figures: [time_figure(&rows)].into_iter().chain(memory_figure(&rows)).collect(),
+    }
+}
+
+/// Each length's encode times and peak memory, n = 16 … 2,048 (512 in quick mode).
+fn measure(budget: Budget) -> Vec<Length> {
     let (max, runs) = budget.pick((2048, 5), (512, 3));
     let lengths: Vec<usize> = (4..=11).map(|k| 1usize << k).filter(|&n| n <= max).collect();
     let d = Device::flex();
@@ -45,7 +99,6 @@ fn run(ctx: &Context) -> Finding {
     let lstm =
         StackedRnnConfig::encoder(CellKind::Lstm, 64, 64, 1, false, 0.0).expect("a valid size").init(&d);
     let mut rows = Vec::new();
-    let mut mem: Vec<Option<(f64, f64)>> = Vec::new();
     for &n in &lengths {
         let ids: Vec<u32> = (0..n).map(|i| (i * 13 % 96 + 4) as u32).collect();
         let src = Source::new(&ids, &[n], n, &d);
@@ -63,28 +116,79 @@ fn run(ctx: &Context) -> Finding {
         let mem_rnn = peak_bytes(|| {
             let _ = lstm.forward(x.clone(), &keep, n, None).0.into_data();
         });
-        rows.push((n, attn, rnn));
-        mem.push(mem_attn.zip(mem_rnn).map(|(a, r)| (a as f64, r as f64)));
+        rows.push(Length { n, attn, rnn, mem: mem_attn.zip(mem_rnn).map(|(a, r)| (a as f64, r as f64)) });
     }
-    let last: Vec<&(usize, f64, f64)> = rows.iter().rev().take(3).collect();
-    let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
-    let xs = ln(&last.iter().map(|r| r.0 as f64).collect::<Vec<_>>());
-    let k_attn = slope(&xs, &ln(&last.iter().map(|r| r.1).collect::<Vec<_>>()));
-    let k_rnn = slope(&xs, &ln(&last.iter().map(|r| r.2).collect::<Vec<_>>()));
+    rows
+}
+
+/// `v`'s natural logarithms.
+fn ln(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| x.ln()).collect()
+}
+
+/// The growth exponents of time (last three lengths) and of peak memory (every length from 128).
+fn exponents(rows: &[Length]) -> Exponents {
+    let last: Vec<&Length> = rows.iter().rev().take(3).collect();
+    let xs = ln(&last.iter().map(|r| r.n as f64).collect::<Vec<_>>());
+    let k_attn = slope(&xs, &ln(&last.iter().map(|r| r.attn).collect::<Vec<_>>()));
+    let k_rnn = slope(&xs, &ln(&last.iter().map(|r| r.rnn).collect::<Vec<_>>()));
     // Peak memory's exponents over every length from 128 (None without an allocation counter).
-    let from = rows.iter().position(|r| r.0 >= 128).unwrap_or(0);
-    let mem_xs = ln(&rows[from..].iter().map(|r| r.0 as f64).collect::<Vec<_>>());
-    let mem_from: Option<Vec<(f64, f64)>> = mem[from..].iter().cloned().collect();
+    let from = rows.iter().position(|r| r.n >= 128).unwrap_or(0);
+    let mem_xs = ln(&rows[from..].iter().map(|r| r.n as f64).collect::<Vec<_>>());
+    let mem_from: Option<Vec<(f64, f64)>> = rows[from..].iter().map(|r| r.mem).collect();
     let mem_k = mem_from.map(|m| {
         let k = |f: fn(&(f64, f64)) -> f64| slope(&mem_xs, &ln(&m.iter().map(f).collect::<Vec<_>>()));
         (k(|r| r.0), k(|r| r.1))
     });
-    let mem_holds = mem_k.is_none_or(|(a, r)| a >= 1.5 && r <= 1.3);
-    let holds = k_attn >= 1.5 && k_rnn <= 1.3 && mem_holds;
-    let crossover = rows.iter().find(|r| r.1 > r.2).map(|r| r.0);
-    let memory_figure = mem.iter().all(Option::is_some).then(|| {
+    Exponents { attn: k_attn, rnn: k_rnn, mem: mem_k }
+}
+
+/// The table: each length's times, peak memory and attention map's size.
+fn table(rows: &[Length]) -> Table {
+    Table {
+        header: [
+            "n",
+            "self-attention ms",
+            "LSTM ms",
+            "peak KiB allocated, self-attention / LSTM",
+            "attention map (4 heads, f32)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: rows
+            .iter()
+            .map(|Length { n, attn: a, rnn: r, mem: m }| {
+                vec![
+                    n.to_string(),
+                    num(*a),
+                    num(*r),
+                    m.map_or("—".into(), |(a, r)| format!("{} / {}", num(a / 1024.0), num(r / 1024.0))),
+                    format!("{} KiB", num((n * n * 4 * 4) as f64 / 1024.0)),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// The figure of encode time by length (log-log).
+fn time_figure(rows: &[Length]) -> Figure {
+    figure(
+        "complexity.svg",
+        "Encode time by sentence length (log2 n; CPU)",
+        "log2 n",
+        "log2 ms",
+        vec![
+            series("self-attention", rows.iter().map(|r| ((r.n as f64).log2(), r.attn.log2())).collect()),
+            series("LSTM", rows.iter().map(|r| ((r.n as f64).log2(), r.rnn.log2())).collect()),
+        ],
+    )
+}
+
+/// The figure of peak memory by length (log-log), when every length's was counted.
+fn memory_figure(rows: &[Length]) -> Option<Figure> {
+    rows.iter().all(|r| r.mem.is_some()).then(|| {
         let pts = |f: fn(&(f64, f64)) -> f64| {
-            rows.iter().zip(&mem).map(|(r, m)| ((r.0 as f64).log2(), f(&m.expect("measured")).max(1.0).log2())).collect()
+            rows.iter().map(|r| ((r.n as f64).log2(), f(&r.mem.expect("measured")).max(1.0).log2())).collect()
         };
         figure(
             "complexity-memory.svg",
@@ -93,68 +197,5 @@ fn run(ctx: &Context) -> Finding {
             "log2 bytes",
             vec![series("self-attention", pts(|m| m.0)), series("LSTM", pts(|m| m.1))],
         )
-    });
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: format!(
-            "over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM{}; {}",
-            last[2].0,
-            last[0].0,
-            num(k_attn),
-            num(k_rnn),
-            match mem_k {
-                Some((a, r)) => format!(", peak memory as n^{} and n^{} (n ≥ 128)", num(a), num(r)),
-                None => String::new(),
-            },
-            match crossover {
-                Some(n) => format!("self-attention is the slower from n = {n} on (on this machine)"),
-                None => "self-attention stays the faster at every length measured (on this machine)".into(),
-            }
-        ),
-        not_measured: if mem_k.is_some() {
-            "the crossover length depends on the machine".into()
-        } else {
-            "peak memory: this binary's allocator does not count (run through `s2s course`); the crossover \
-             length depends on the machine"
-                .into()
-        },
-        table: Table {
-            header: [
-                "n",
-                "self-attention ms",
-                "LSTM ms",
-                "peak KiB allocated, self-attention / LSTM",
-                "attention map (4 heads, f32)",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: rows
-                .iter()
-                .zip(&mem)
-                .map(|((n, a, r), m)| {
-                    vec![
-                        n.to_string(),
-                        num(*a),
-                        num(*r),
-                        m.map_or("—".into(), |(a, r)| format!("{} / {}", num(a / 1024.0), num(r / 1024.0))),
-                        format!("{} KiB", num((n * n * 4 * 4) as f64 / 1024.0)),
-                    ]
-                })
-                .collect(),
-        },
-        more: Vec::new(),
-        figures: [figure(
-            "complexity.svg",
-            "Encode time by sentence length (log2 n; CPU)",
-            "log2 n",
-            "log2 ms",
-            vec![
-                series("self-attention", rows.iter().map(|r| ((r.0 as f64).log2(), r.1.log2())).collect()),
-                series("LSTM", rows.iter().map(|r| ((r.0 as f64).log2(), r.2.log2())).collect()),
-            ],
-        )]
-        .into_iter()
-        .chain(memory_figure)
-        .collect(),
-    }
+    })
 }

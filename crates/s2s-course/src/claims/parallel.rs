@@ -6,7 +6,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_models::{LstmSpec, ModelSpec, Source, TransformerSpec};
 
 use super::{figure, median_ms, series};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Budget, Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "parallel-training",
@@ -20,12 +20,57 @@ pub const CLAIM: Claim = Claim {
     run,
 };
 
+/// The vocabulary's size, each side.
+const VOCAB: usize = 1000;
+
+/// Sentences a pass.
+const ROWS: usize = 32;
+
+/// One sentence length's training rates, target tokens a second.
+struct Rate {
+    n: usize,
+    lstm: f64,
+    transformer: f64,
+}
+
 fn run(ctx: &Context) -> Finding {
-    let runs = ctx.budget.pick(5, 3);
-    let lengths: Vec<usize> = ctx.budget.pick(vec![8, 16, 32, 64], vec![8, 32]);
     let d = Device::flex().autodiff();
     d.seed(1);
-    let vocab = 1000;
+    let models = models(&d);
+    let params: Vec<usize> = models.iter().map(|m| m.1.num_params()).collect();
+    let results = measure(ctx.budget, &models, &d);
+    let lead: Vec<f64> = results.iter().map(|r| r.transformer / r.lstm).collect();
+    let holds = lead.iter().all(|&l| l > 1.0) && lead.windows(2).all(|w| w[1] >= w[0]);
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: format!(
+            "with {} and {} parameters, the Transformer trains {}× the LSTM's tokens a second at n = {} and {}× at n = {}",
+            params[0],
+            params[1],
+            num(lead[0]),
+            results[0].n,
+            num(lead[lead.len() - 1]),
+            results[results.len() - 1].n
+        ),
+        not_measured: "the same on a GPU, where the gap is the claim's point (`s2s bench` measures both)"
+            .into(),
+        table: Table {
+            header: ["n", "LSTM tokens/s", "Transformer tokens/s", "Transformer ÷ LSTM"]
+                .map(String::from)
+                .to_vec(),
+            rows: results
+                .iter()
+                .zip(&lead)
+                .map(|(r, l)| vec![r.n.to_string(), num(r.lstm), num(r.transformer), num(*l)])
+                .collect(),
+        },
+        more: Vec::new(),
+        figures: vec![rate_figure(&results)],
+    }
+}
+
+/// The LSTM encoder-decoder and the Transformer, named, initialised on `d`.
+fn models(d: &Device) -> Vec<(&'static str, s2s_models::Model)> {
     let lstm =
         ModelSpec::Lstm(LstmSpec { emb: 128, hidden: 256, layers: 2, dropout: 0.0, ..Default::default() });
     let transformer = ModelSpec::Transformer(TransformerSpec {
@@ -38,19 +83,23 @@ fn run(ctx: &Context) -> Finding {
         attention_dropout: 0.0,
         ..Default::default()
     });
-    let models: Vec<(&str, s2s_models::Model)> = [("LSTM", lstm), ("Transformer", transformer)]
+    [("LSTM", lstm), ("Transformer", transformer)]
         .into_iter()
-        .map(|(n, s)| (n, s.init(vocab, vocab, &d).expect("a valid spec")))
-        .collect();
-    let params: Vec<usize> = models.iter().map(|m| m.1.num_params()).collect();
-    let rows = 32;
+        .map(|(n, s)| (n, s.init(VOCAB, VOCAB, d).expect("a valid spec")))
+        .collect()
+}
+
+/// Each model's training rate at each sentence length, from the median forward and backward pass.
+fn measure(budget: Budget, models: &[(&str, s2s_models::Model)], d: &Device) -> Vec<Rate> {
+    let runs = budget.pick(5, 3);
+    let lengths: Vec<usize> = budget.pick(vec![8, 16, 32, 64], vec![8, 32]);
     let mut results = Vec::new();
     for &n in &lengths {
-        let ids: Vec<u32> = (0..rows * n).map(|i| (i * 31 % (vocab - 4) + 4) as u32).collect();
-        let src = Source::new(&ids, &vec![n; rows], n, &d);
+        let ids: Vec<u32> = (0..ROWS * n).map(|i| (i * 31 % (VOCAB - 4) + 4) as u32).collect();
+        let src = Source::new(&ids, &vec![n; ROWS], n, d);
         let tgt = Tensor::<2, Int>::from_data(
-            TensorData::new(ids.iter().map(|&i| i as i64).collect(), [rows, n]),
-            &d,
+            TensorData::new(ids.iter().map(|&i| i as i64).collect(), [ROWS, n]),
+            d,
         );
         let rate: Vec<f64> = models
             .iter()
@@ -58,46 +107,24 @@ fn run(ctx: &Context) -> Finding {
                 let ms = median_ms(runs, || {
                     let _ = m.forward(&src, tgt.clone()).logits.sum().backward();
                 });
-                (rows * n) as f64 / (ms / 1e3)
+                (ROWS * n) as f64 / (ms / 1e3)
             })
             .collect();
-        results.push((n, rate[0], rate[1]));
+        results.push(Rate { n, lstm: rate[0], transformer: rate[1] });
     }
-    let lead: Vec<f64> = results.iter().map(|r| r.2 / r.1).collect();
-    let holds = lead.iter().all(|&l| l > 1.0) && lead.windows(2).all(|w| w[1] >= w[0]);
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: format!(
-            "with {} and {} parameters, the Transformer trains {}× the LSTM's tokens a second at n = {} and {}× at n = {}",
-            params[0],
-            params[1],
-            num(lead[0]),
-            results[0].0,
-            num(lead[lead.len() - 1]),
-            results[results.len() - 1].0
-        ),
-        not_measured: "the same on a GPU, where the gap is the claim's point (`s2s bench` measures both)"
-            .into(),
-        table: Table {
-            header: ["n", "LSTM tokens/s", "Transformer tokens/s", "Transformer ÷ LSTM"]
-                .map(String::from)
-                .to_vec(),
-            rows: results
-                .iter()
-                .zip(&lead)
-                .map(|(r, l)| vec![r.0.to_string(), num(r.1), num(r.2), num(*l)])
-                .collect(),
-        },
-        more: Vec::new(),
-        figures: vec![figure(
-            "parallel-training.svg",
-            "Training tokens a second by sentence length (CPU)",
-            "tokens per sentence",
-            "target tokens / s",
-            vec![
-                series("LSTM", results.iter().map(|r| (r.0 as f64, r.1)).collect()),
-                series("Transformer", results.iter().map(|r| (r.0 as f64, r.2)).collect()),
-            ],
-        )],
-    }
+    results
+}
+
+/// The figure of each model's training rate by sentence length.
+fn rate_figure(results: &[Rate]) -> Figure {
+    figure(
+        "parallel-training.svg",
+        "Training tokens a second by sentence length (CPU)",
+        "tokens per sentence",
+        "target tokens / s",
+        vec![
+            series("LSTM", results.iter().map(|r| (r.n as f64, r.lstm)).collect()),
+            series("Transformer", results.iter().map(|r| (r.n as f64, r.transformer)).collect()),
+        ],
+    )
 }

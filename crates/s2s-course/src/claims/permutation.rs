@@ -55,9 +55,8 @@ fn run(ctx: &Context) -> Finding {
     let sentences = budget.pick(32, 8);
     let (off, off_mean) = gap(false, sentences);
     let (on, on_mean) = gap(true, sentences);
-    let model = |positions: bool| {
-        ModelSpec::Transformer(TransformerSpec { positions, ..trained::transformer() })
-    };
+    let model =
+        |positions: bool| ModelSpec::Transformer(TransformerSpec { positions, ..trained::transformer() });
     let seeds: &[u64] = budget.pick(&[1, 2, 3], &[1]);
     let runs = trained::paired(seeds, |positions, seed| {
         let mut cfg = trained::run_config(model(positions), budget.pick(1200, 300), budget.pick(100, 50));
@@ -74,7 +73,8 @@ fn run(ctx: &Context) -> Finding {
         Ok(r) => r,
         Err(e) => return Finding::not_run("the runs did not train", e),
     };
-    let (trained_verdict, trained_because, trained_table) = trained::judge_paired(&runs, "no positions", "positions");
+    let (trained_verdict, trained_because, trained_table) =
+        trained::judge_paired(&runs, "no positions", "positions");
     let holds = off <= 1e-5 && on >= 0.01 && trained_verdict == Verdict::Holds;
     Finding {
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
@@ -84,7 +84,11 @@ fn run(ctx: &Context) -> Finding {
             num(off),
             num(on)
         ),
-        not_measured: if seeds.len() < 3 { "one seed in quick mode: run the full course for three".into() } else { String::new() },
+        not_measured: if seeds.len() < 3 {
+            "one seed in quick mode: run the full course for three".into()
+        } else {
+            String::new()
+        },
         table: Table {
             header: ["positions", "largest |f(P·x) − P·f(x)|", "mean"].map(String::from).to_vec(),
             rows: vec![

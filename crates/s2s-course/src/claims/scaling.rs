@@ -6,7 +6,7 @@ use s2s_models::{ModelSpec, TransformerSpec};
 
 use super::{figure, series, trained};
 use crate::probes::{ScoreStats, score_stats};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Budget, Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "scaling-factor",
@@ -48,20 +48,80 @@ fn projection_grads(dk: usize) -> [(f64, f64); 2] {
     [grads(&unscaled), grads(&scaled)]
 }
 
+/// The scores' statistics at one d_k, unscaled and divided by √d_k.
+struct Scores {
+    dk: usize,
+    raw: ScoreStats,
+    scaled: ScoreStats,
+}
+
+/// The untrained probes by d_k: the scores' statistics and [`projection_grads`].
+struct Probes {
+    stats: Vec<Scores>,
+    projections: Vec<[(f64, f64); 2]>,
+}
+
 fn run(ctx: &Context) -> Finding {
-    let budget = ctx.budget;
+    let probes = probe(ctx.budget);
+    let table = probe_table(&probes);
+    let seeds: &[u64] = ctx.budget.pick(&[1, 2, 3], &[1]);
+    let runs = match train_pairs(ctx, seeds) {
+        Ok(r) => r,
+        Err(e) => return Finding::not_run("the runs did not train", e),
+    };
+    let (_, bleu_because, trained_table) = trained::judge_paired(&runs, "unscaled", "scaled");
+    let trained_figure = trained::paired_figure(
+        "scaling-bleu.svg",
+        "Test BLEU by seed, d_k = 64, unscaled and scaled attention",
+        &runs,
+        "unscaled",
+        "scaled",
+    );
+    let lower_ppl = runs.iter().filter(|r| r.ppl.1 < r.ppl.0).count();
+    let stats = &probes.stats;
+    let holds = variances_hold(stats)
+        && lower_ppl == runs.len()
+        && falls(stats, |s| s.entropy)
+        && falls(stats, |s| s.jacobian)
+        && flat(stats, |s| s.entropy)
+        && flat(stats, |s| s.jacobian);
+    let mut figures = vec![trained_figure];
+    figures.extend(probe_figures(stats));
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: because(&probes, lower_ppl, runs.len(), &bleu_because),
+        not_measured: if seeds.len() < 3 {
+            "one seed in quick mode: run the full course for three".into()
+        } else {
+            String::new()
+        },
+        table,
+        more: vec![trained_table],
+        figures,
+    }
+}
+
+/// The scores' statistics and the projections' gradients at each d_k (16 … 256).
+fn probe(budget: Budget) -> Probes {
     let queries = budget.pick(2048, 512);
     let dks = [16usize, 32, 64, 128, 256];
     let d = Device::flex();
     d.seed(4);
-    let stats: Vec<(usize, ScoreStats, ScoreStats)> = dks
+    let stats: Vec<Scores> = dks
         .iter()
-        .map(|&dk| {
-            (dk, score_stats(dk, queries, 32, 1.0, &d), score_stats(dk, queries, 32, (dk as f64).sqrt(), &d))
+        .map(|&dk| Scores {
+            dk,
+            raw: score_stats(dk, queries, 32, 1.0, &d),
+            scaled: score_stats(dk, queries, 32, (dk as f64).sqrt(), &d),
         })
         .collect();
     let projections: Vec<[(f64, f64); 2]> = dks.iter().map(|&dk| projection_grads(dk)).collect();
-    let table = Table {
+    Probes { stats, projections }
+}
+
+/// The probes' table: one row per d_k, unscaled beside scaled.
+fn probe_table(probes: &Probes) -> Table {
+    Table {
         header: [
             "d_k",
             "variance unscaled",
@@ -75,10 +135,11 @@ fn run(ctx: &Context) -> Finding {
         ]
         .map(String::from)
         .to_vec(),
-        rows: stats
+        rows: probes
+            .stats
             .iter()
-            .zip(&projections)
-            .map(|((dk, raw, sc), [pu, ps])| {
+            .zip(&probes.projections)
+            .map(|(Scores { dk, raw, scaled: sc }, [pu, ps])| {
                 vec![
                     dk.to_string(),
                     num(raw.variance),
@@ -92,114 +153,110 @@ fn run(ctx: &Context) -> Finding {
                 ]
             })
             .collect(),
-    };
-    let within = |x: f64, target: f64, tol: f64| (x / target - 1.0).abs() <= tol;
-    let variances = stats
-        .iter()
-        .all(|(dk, raw, sc)| within(raw.variance, *dk as f64, 0.15) && within(sc.variance, 1.0, 0.15));
-    let falls = |f: fn(&ScoreStats) -> f64| stats.windows(2).all(|w| f(&w[1].1) < f(&w[0].1));
-    let flat = |f: fn(&ScoreStats) -> f64| stats.iter().all(|s| within(f(&s.2), f(&stats[0].2), 0.10));
-    let model = |scaled: bool| {
-        ModelSpec::Transformer(TransformerSpec {
-            d_model: 64,
-            heads: 1,
-            ffn: 128,
-            enc_layers: 2,
-            dec_layers: 2,
-            scaled,
-            ..Default::default()
-        })
-    };
-    let seeds: &[u64] = budget.pick(&[1, 2, 3], &[1]);
-    let runs = trained::paired(seeds, |scaled, seed| {
+    }
+}
+
+/// Whether `x` is within the fraction `tol` of `target`.
+fn within(x: f64, target: f64, tol: f64) -> bool {
+    (x / target - 1.0).abs() <= tol
+}
+
+/// Whether at every d_k the unscaled variance is within 15 % of d_k and the scaled one of 1.
+fn variances_hold(stats: &[Scores]) -> bool {
+    stats.iter().all(|s| within(s.raw.variance, s.dk as f64, 0.15) && within(s.scaled.variance, 1.0, 0.15))
+}
+
+/// Whether the unscaled `f` falls at each larger d_k.
+fn falls(stats: &[Scores], f: fn(&ScoreStats) -> f64) -> bool {
+    stats.windows(2).all(|w| f(&w[1].raw) < f(&w[0].raw))
+}
+
+/// Whether the scaled `f` stays within 10 % of its value at the smallest d_k.
+fn flat(stats: &[Scores], f: fn(&ScoreStats) -> f64) -> bool {
+    stats.iter().all(|s| within(f(&s.scaled), f(&stats[0].scaled), 0.10))
+}
+
+/// The Transformer with one head (d_k = 64), its scores scaled or not.
+fn model(scaled: bool) -> ModelSpec {
+    ModelSpec::Transformer(TransformerSpec {
+        d_model: 64,
+        heads: 1,
+        ffn: 128,
+        enc_layers: 2,
+        dec_layers: 2,
+        scaled,
+        ..Default::default()
+    })
+}
+
+/// The unscaled and scaled models trained and compared, seed by seed (see [`trained::paired`]).
+fn train_pairs(ctx: &Context, seeds: &[u64]) -> Result<Vec<trained::Paired>, String> {
+    let budget = ctx.budget;
+    trained::paired(seeds, |scaled, seed| {
         let mut cfg = trained::run_config(model(scaled), budget.pick(1200, 300), budget.pick(200, 100));
         cfg.train.seed = seed;
         let name = format!("transformer-dk64-{}-seed{seed}", if scaled { "scaled" } else { "unscaled" });
         trained::train(ctx, &name, &cfg)
-    });
-    let runs = match runs {
-        Ok(r) => r,
-        Err(e) => return Finding::not_run("the runs did not train", e),
-    };
-    let (_, bleu_because, trained_table) = trained::judge_paired(&runs, "unscaled", "scaled");
-    let trained_figure = trained::paired_figure(
-        "scaling-bleu.svg",
-        "Test BLEU by seed, d_k = 64, unscaled and scaled attention",
-        &runs,
-        "unscaled",
-        "scaled",
-    );
-    let lower_ppl = runs.iter().filter(|r| r.ppl.1 < r.ppl.0).count();
-    let holds = variances
-        && lower_ppl == runs.len()
-        && falls(|s| s.entropy)
-        && falls(|s| s.jacobian)
-        && flat(|s| s.entropy)
-        && flat(|s| s.jacobian);
+    })
+}
+
+/// The verdict's sentence: the probes from the smallest d_k to the largest, then the trained runs.
+fn because(probes: &Probes, lower_ppl: usize, runs: usize, bleu_because: &str) -> String {
+    let (stats, projections) = (&probes.stats, &probes.projections);
     let (first, last) = (&stats[0], &stats[stats.len() - 1]);
-    let because = format!(
+    format!(
         "variance/d_k runs {}–{} unscaled, the scaled variance {}–{}; from d_k = {} to {} the unscaled entropy falls \
          {} → {} nats and the Jacobian {} → {}, the scaled ones stay {} → {} and {} → {}; yet the unscaled W^Q's \
          gradient is {}× the scaled one's at d_k = {} and {}× at {} (larger: the scores' √d_k outweighs the \
          flatter softmax at initialisation). Trained with d_k = 64: \
          test perplexity lower with the scaling for {lower_ppl} of {} seeds; {bleu_because}",
-        num(stats.iter().map(|s| s.1.variance / s.0 as f64).fold(f64::INFINITY, f64::min)),
-        num(stats.iter().map(|s| s.1.variance / s.0 as f64).fold(0.0, f64::max)),
-        num(stats.iter().map(|s| s.2.variance).fold(f64::INFINITY, f64::min)),
-        num(stats.iter().map(|s| s.2.variance).fold(0.0, f64::max)),
-        first.0,
-        last.0,
-        num(first.1.entropy),
-        num(last.1.entropy),
-        num(first.1.jacobian),
-        num(last.1.jacobian),
-        num(first.2.entropy),
-        num(last.2.entropy),
-        num(first.2.jacobian),
-        num(last.2.jacobian),
+        num(stats.iter().map(|s| s.raw.variance / s.dk as f64).fold(f64::INFINITY, f64::min)),
+        num(stats.iter().map(|s| s.raw.variance / s.dk as f64).fold(0.0, f64::max)),
+        num(stats.iter().map(|s| s.scaled.variance).fold(f64::INFINITY, f64::min)),
+        num(stats.iter().map(|s| s.scaled.variance).fold(0.0, f64::max)),
+        first.dk,
+        last.dk,
+        num(first.raw.entropy),
+        num(last.raw.entropy),
+        num(first.raw.jacobian),
+        num(last.raw.jacobian),
+        num(first.scaled.entropy),
+        num(last.scaled.entropy),
+        num(first.scaled.jacobian),
+        num(last.scaled.jacobian),
         num(projections[0][0].0 / projections[0][1].0),
-        first.0,
+        first.dk,
         num(projections[projections.len() - 1][0].0 / projections[projections.len() - 1][1].0),
-        last.0,
-        runs.len(),
-    );
-    let pts = |f: &dyn Fn(&(usize, ScoreStats, ScoreStats)) -> f64| {
-        stats.iter().map(|s| (s.0 as f64, f(s))).collect()
-    };
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because,
-        not_measured: if seeds.len() < 3 {
-            "one seed in quick mode: run the full course for three".into()
-        } else {
-            String::new()
-        },
-        table,
-        more: vec![trained_table],
-        figures: vec![
-            trained_figure,
-            figure(
-                "scaling-variance.svg",
-                "Variance of attention scores by d_k",
-                "d_k",
-                "variance",
-                vec![
-                    series("unscaled", pts(&|s| s.1.variance)),
-                    series("scaled by 1/√d_k", pts(&|s| s.2.variance)),
-                ],
-            ),
-            figure(
-                "scaling-entropy.svg",
-                "Softmax entropy and Jacobian norm by d_k",
-                "d_k",
-                "nats / Frobenius norm",
-                vec![
-                    series("entropy, unscaled", pts(&|s| s.1.entropy)),
-                    series("entropy, scaled", pts(&|s| s.2.entropy)),
-                    series("‖J‖, unscaled", pts(&|s| s.1.jacobian)),
-                    series("‖J‖, scaled", pts(&|s| s.2.jacobian)),
-                ],
-            ),
-        ],
-    }
+        last.dk,
+        runs,
+    )
+}
+
+/// The probes' figures: the scores' variance, and the softmax's entropy and Jacobian, by d_k.
+fn probe_figures(stats: &[Scores]) -> [Figure; 2] {
+    let pts = |f: &dyn Fn(&Scores) -> f64| stats.iter().map(|s| (s.dk as f64, f(s))).collect();
+    [
+        figure(
+            "scaling-variance.svg",
+            "Variance of attention scores by d_k",
+            "d_k",
+            "variance",
+            vec![
+                series("unscaled", pts(&|s| s.raw.variance)),
+                series("scaled by 1/√d_k", pts(&|s| s.scaled.variance)),
+            ],
+        ),
+        figure(
+            "scaling-entropy.svg",
+            "Softmax entropy and Jacobian norm by d_k",
+            "d_k",
+            "nats / Frobenius norm",
+            vec![
+                series("entropy, unscaled", pts(&|s| s.raw.entropy)),
+                series("entropy, scaled", pts(&|s| s.scaled.entropy)),
+                series("‖J‖, unscaled", pts(&|s| s.raw.jacobian)),
+                series("‖J‖, scaled", pts(&|s| s.scaled.jacobian)),
+            ],
+        ),
+    ]
 }

@@ -1,13 +1,15 @@
 //! Multi-head attention's heads specialise: trained, some heads of a layer look at the words
 //! next to each one (local heads), others far away (global heads).
 
+use std::path::PathBuf;
+
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::vocab::{BOS, EOS};
 use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
 
 use super::trained;
 use crate::probes::{attention_distance, row_entropy, total_variation};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, NotRun, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "heads-specialise",
@@ -86,54 +88,110 @@ fn heads(
     sums
 }
 
+/// The trained `h`-head model's encoder heads, layer by layer (see [`heads`]).
+struct Encoder {
+    h: usize,
+    layers: Vec<(Vec<Head>, f64)>,
+}
+
+/// One h's test BLEU against four heads', seed by seed.
+struct Bleu {
+    h: usize,
+    rows: Vec<trained::Paired>,
+}
+
+/// What the experiment measured: BLEU by h, and the 4- and 8-head models' encoder heads.
+struct Measured {
+    bleu: Vec<Bleu>,
+    specialised: Vec<Encoder>,
+}
+
 fn run(ctx: &Context) -> Finding {
-    let budget = ctx.budget;
-    let d = Device::flex();
-    let spec = |h: usize| ModelSpec::Transformer(TransformerSpec { heads: h, ..trained::transformer() });
-    let seeds: &[u64] = budget.pick(&[1, 2, 3], &[1]);
-    // The run of h heads and seed `seed`. Four heads is the course's Transformer: seed 1 is the
-    // causal-mask claim's masked model, seeds 2 and 3 the positions claim's, the same runs.
-    let run = |h: usize, seed: u64| {
-        let mut cfg = trained::run_config(spec(h), budget.pick(1200, 300), budget.pick(100, 50));
-        cfg.train.seed = seed;
-        let name = match (h, seed) {
-            (4, 1) => "transformer-causal".to_string(),
-            (4, _) => format!("transformer-seed{seed}"),
-            (_, 1) => format!("transformer-heads{h}"),
-            (_, _) => format!("transformer-heads{h}-seed{seed}"),
-        };
-        trained::train(ctx, &name, &cfg)
+    let seeds: &[u64] = ctx.budget.pick(&[1, 2, 3], &[1]);
+    let Measured { bleu, specialised } = match measure(ctx, seeds) {
+        Ok(m) => m,
+        Err(not_run) => return not_run.into(),
     };
+    let holds = specialised.iter().all(|e| e.layers.iter().all(|(hs, _)| spread(hs) >= 2.0));
+    let bleu_sentence = bleu_summary(&bleu);
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because: format!(
+            "the farthest-looking head over the nearest, per encoder layer: {}; mean test BLEU by h over {} \
+             seeds {bleu_sentence}",
+            spreads(&specialised).join("; "),
+            seeds.len(),
+        ),
+        not_measured: if seeds.len() < 3 {
+            "BLEU by h from one seed in quick mode: run the full course for three; decoder heads".into()
+        } else {
+            "decoder heads".into()
+        },
+        table: head_table(&specialised),
+        more: vec![bleu_table(seeds, &bleu)],
+        figures: vec![distance_figure(&specialised)],
+    }
+}
+
+/// The course's Transformer with `h` heads.
+fn spec(h: usize) -> ModelSpec {
+    ModelSpec::Transformer(TransformerSpec { heads: h, ..trained::transformer() })
+}
+
+/// The run of `h` heads and seed `seed`: its directory (trained now unless it is there, finished).
+fn train_heads(ctx: &Context, h: usize, seed: u64) -> Result<PathBuf, String> {
+    // Four heads is the course's Transformer: seed 1 is the causal-mask claim's masked model,
+    // seeds 2 and 3 the positions claim's, the same runs.
+    let budget = ctx.budget;
+    let mut cfg = trained::run_config(spec(h), budget.pick(1200, 300), budget.pick(100, 50));
+    cfg.train.seed = seed;
+    let name = match (h, seed) {
+        (4, 1) => "transformer-causal".to_string(),
+        (4, _) => format!("transformer-seed{seed}"),
+        (_, 1) => format!("transformer-heads{h}"),
+        (_, _) => format!("transformer-heads{h}-seed{seed}"),
+    };
+    trained::train(ctx, &name, &cfg)
+}
+
+/// BLEU by h and the 4- and 8-head models' encoder heads, or the finding of a run that failed.
+fn measure(ctx: &Context, seeds: &[u64]) -> Result<Measured, NotRun> {
+    let d = Device::flex();
     // Each h against four heads, seed by seed, under the paired bootstrap.
-    let mut bleu: Vec<(usize, Vec<trained::Paired>)> = Vec::new();
+    let mut bleu = Vec::new();
     let mut specialised = Vec::new();
     for h in [1usize, 2, 4, 8, 16] {
-        let rows = match trained::paired(seeds, |favoured, seed| run(if favoured { h } else { 4 }, seed)) {
-            Ok(rows) => rows,
-            Err(e) => return Finding::not_run("the runs did not train", e),
-        };
-        bleu.push((h, rows));
+        let rows =
+            trained::paired(seeds, |favoured, seed| train_heads(ctx, if favoured { h } else { 4 }, seed))
+                .map_err(|e| NotRun::new("the runs did not train", e))?;
+        bleu.push(Bleu { h, rows });
         if h == 4 || h == 8 {
-            let dir = match run(h, 1) {
-                Ok(dir) => dir,
-                Err(e) => return Finding::not_run("the runs did not train", e),
-            };
-            let (tok, model, sources, _) = match trained::load_best(&dir, &spec(h), &d) {
-                Ok(l) => l,
-                Err(e) => return Finding::not_run("a trained model did not load", e),
-            };
-            let Model::Transformer(t) = model else { unreachable!("a Transformer spec") };
-            let ids: Vec<Vec<u32>> =
-                sources.iter().take(budget.pick(200, 50)).map(|s| tok.src.encode(s)).collect();
-            specialised.push((h, heads(&t, &ids, &d)));
+            specialised.push(Encoder { h, layers: encoder_heads(ctx, h, &d)? });
         }
     }
-    let spread = |hs: &[Head]| {
-        let far = hs.iter().map(|h| h.distance).fold(0.0, f64::max);
-        let near = hs.iter().map(|h| h.distance).fold(f64::INFINITY, f64::min);
-        far / near.max(1e-9)
-    };
-    let holds = specialised.iter().all(|(_, layers)| layers.iter().all(|(hs, _)| spread(hs) >= 2.0));
+    Ok(Measured { bleu, specialised })
+}
+
+/// The seed-1 `h`-head model's encoder heads read on the test sources, or the finding of a failure.
+fn encoder_heads(ctx: &Context, h: usize, d: &Device) -> Result<Vec<(Vec<Head>, f64)>, NotRun> {
+    let dir = train_heads(ctx, h, 1).map_err(|e| NotRun::new("the runs did not train", e))?;
+    let (tok, model, sources, _) =
+        trained::load_best(&dir, &spec(h), d).map_err(|e| NotRun::new("a trained model did not load", e))?;
+    let Model::Transformer(t) = model else { unreachable!("a Transformer spec") };
+    let ids: Vec<Vec<u32>> =
+        sources.iter().take(ctx.budget.pick(200, 50)).map(|s| tok.src.encode(s)).collect();
+    Ok(heads(&t, &ids, d))
+}
+
+/// How many times farther the farthest-looking head looks than the nearest.
+fn spread(hs: &[Head]) -> f64 {
+    let far = hs.iter().map(|h| h.distance).fold(0.0, f64::max);
+    let near = hs.iter().map(|h| h.distance).fold(f64::INFINITY, f64::min);
+    far / near.max(1e-9)
+}
+
+/// The heads table: each head's mean distance and entropy, and each layer's heads' TV apart.
+fn head_table(specialised: &[Encoder]) -> Table {
     let mut table = Table {
         header: [
             "model",
@@ -147,7 +205,7 @@ fn run(ctx: &Context) -> Finding {
         .to_vec(),
         rows: vec![],
     };
-    for (h, layers) in &specialised {
+    for Encoder { h, layers } in specialised {
         for (l, (hs, tv)) in layers.iter().enumerate() {
             for (i, head) in hs.iter().enumerate() {
                 table.rows.push(vec![
@@ -161,13 +219,23 @@ fn run(ctx: &Context) -> Finding {
             }
         }
     }
-    let mean = |rows: &[trained::Paired]| rows.iter().map(|r| r.bleu.1).sum::<f64>() / rows.len() as f64;
-    // How many seeds' BLEU differs from four heads' with p < 0.05, and in which direction.
-    let differs = |rows: &[trained::Paired]| {
-        let lower = rows.iter().filter(|r| r.bleu.1 < r.bleu.0 && r.p < 0.05).count();
-        let higher = rows.iter().filter(|r| r.bleu.1 > r.bleu.0 && r.p < 0.05).count();
-        (lower, higher)
-    };
+    table
+}
+
+/// The mean test BLEU of the favoured (h-head) runs.
+fn mean(rows: &[trained::Paired]) -> f64 {
+    rows.iter().map(|r| r.bleu.1).sum::<f64>() / rows.len() as f64
+}
+
+/// How many seeds' BLEU differs from four heads' with p < 0.05, and in which direction.
+fn differs(rows: &[trained::Paired]) -> (usize, usize) {
+    let lower = rows.iter().filter(|r| r.bleu.1 < r.bleu.0 && r.p < 0.05).count();
+    let higher = rows.iter().filter(|r| r.bleu.1 > r.bleu.0 && r.p < 0.05).count();
+    (lower, higher)
+}
+
+/// The BLEU table: each h's test BLEU by seed, its mean, and its difference from four heads.
+fn bleu_table(seeds: &[u64], bleu: &[Bleu]) -> Table {
     let mut bleu_header = vec!["heads h".to_string(), "head size".to_string()];
     bleu_header.extend(seeds.iter().map(|s| format!("BLEU, seed {s}")));
     bleu_header.extend([
@@ -175,11 +243,11 @@ fn run(ctx: &Context) -> Finding {
         "− 4 heads".to_string(),
         "paired bootstrap p by seed".to_string(),
     ]);
-    let bleu_table = Table {
+    Table {
         header: bleu_header,
         rows: bleu
             .iter()
-            .map(|(h, rows)| {
+            .map(|Bleu { h, rows }| {
                 let mut row = vec![h.to_string(), (64 / h).to_string()];
                 row.extend(rows.iter().map(|r| num(r.bleu.1)));
                 row.push(num(mean(rows)));
@@ -193,10 +261,13 @@ fn run(ctx: &Context) -> Finding {
                 row
             })
             .collect(),
-    };
-    let bleu_sentence = bleu
-        .iter()
-        .map(|(h, rows)| {
+    }
+}
+
+/// Each h's mean test BLEU and how many seeds differ significantly from four heads, in words.
+fn bleu_summary(bleu: &[Bleu]) -> String {
+    bleu.iter()
+        .map(|Bleu { h, rows }| {
             let (lower, higher) = differs(rows);
             let tested = if *h == 4 {
                 String::new()
@@ -207,10 +278,14 @@ fn run(ctx: &Context) -> Finding {
             format!("{h}: {}{tested}", num(mean(rows)))
         })
         .collect::<Vec<_>>()
-        .join(", ");
-    let spreads: Vec<String> = specialised
+        .join(", ")
+}
+
+/// Per model, each encoder layer's [`spread`], in words.
+fn spreads(specialised: &[Encoder]) -> Vec<String> {
+    specialised
         .iter()
-        .map(|(h, layers)| {
+        .map(|Encoder { h, layers }| {
             format!(
                 "{h} heads: {}",
                 layers
@@ -221,40 +296,28 @@ fn run(ctx: &Context) -> Finding {
                     .join(", ")
             )
         })
-        .collect();
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: format!(
-            "the farthest-looking head over the nearest, per encoder layer: {}; mean test BLEU by h over {} \
-             seeds {bleu_sentence}",
-            spreads.join("; "),
-            seeds.len(),
-        ),
-        not_measured: if seeds.len() < 3 {
-            "BLEU by h from one seed in quick mode: run the full course for three; decoder heads".into()
-        } else {
-            "decoder heads".into()
-        },
-        table,
-        more: vec![bleu_table],
-        figures: vec![super::figure(
-            "heads-specialise.svg",
-            "Mean attention distance of each encoder head (heads sorted, nearest first)",
-            "head (sorted by distance)",
-            "mean attention distance (tokens)",
-            specialised
-                .iter()
-                .flat_map(|(h, layers)| {
-                    layers.iter().enumerate().map(move |(l, (hs, _))| {
-                        let mut d: Vec<f64> = hs.iter().map(|x| x.distance).collect();
-                        d.sort_by(f64::total_cmp);
-                        super::series(
-                            &format!("{h} heads, layer {}", l + 1),
-                            d.into_iter().enumerate().map(|(i, d)| ((i + 1) as f64, d)).collect(),
-                        )
-                    })
+        .collect()
+}
+
+/// The figure of each encoder layer's heads' mean distances, sorted, nearest first.
+fn distance_figure(specialised: &[Encoder]) -> Figure {
+    super::figure(
+        "heads-specialise.svg",
+        "Mean attention distance of each encoder head (heads sorted, nearest first)",
+        "head (sorted by distance)",
+        "mean attention distance (tokens)",
+        specialised
+            .iter()
+            .flat_map(|Encoder { h, layers }| {
+                layers.iter().enumerate().map(move |(l, (hs, _))| {
+                    let mut d: Vec<f64> = hs.iter().map(|x| x.distance).collect();
+                    d.sort_by(f64::total_cmp);
+                    super::series(
+                        &format!("{h} heads, layer {}", l + 1),
+                        d.into_iter().enumerate().map(|(i, d)| ((i + 1) as f64, d)).collect(),
+                    )
                 })
-                .collect(),
-        )],
-    }
+            })
+            .collect(),
+    )
 }

@@ -14,7 +14,14 @@ use crate::Context;
 /// The course's Transformer (d_model 64, 4 heads, 2 + 2 layers): the causal-mask, positions and
 /// heads claims each vary one field of it and share its seed-1 run (`transformer-causal`).
 pub fn transformer() -> s2s_models::TransformerSpec {
-    s2s_models::TransformerSpec { d_model: 64, heads: 4, ffn: 128, enc_layers: 2, dec_layers: 2, ..Default::default() }
+    s2s_models::TransformerSpec {
+        d_model: 64,
+        heads: 4,
+        ffn: 128,
+        enc_layers: 2,
+        dec_layers: 2,
+        ..Default::default()
+    }
 }
 
 /// The course's shared model: its budget in steps, so the model is the same on any machine.
@@ -114,7 +121,11 @@ fn tested(dir: &std::path::Path) -> Result<(Vec<String>, Vec<String>, f64), Stri
     let lines = |t: String| t.lines().map(str::to_string).collect::<Vec<_>>();
     let scores: serde_json::Value = serde_json::from_str(&read("scores.json")?)
         .map_err(|e| format!("{}: {e}", dir.join("test/scores.json").display()))?;
-    Ok((lines(read("hypotheses.txt")?), lines(read("references.txt")?), scores["ppl"].as_f64().unwrap_or(f64::NAN)))
+    Ok((
+        lines(read("hypotheses.txt")?),
+        lines(read("references.txt")?),
+        scores["ppl"].as_f64().unwrap_or(f64::NAN),
+    ))
 }
 
 /// For each seed, the baseline (`run(false, seed)`) and the favoured model (`run(true, seed)`)
@@ -129,10 +140,20 @@ pub fn paired(
         let (base, favoured) = (tested(&run(false, seed)?)?, tested(&run(true, seed)?)?);
         let systems = [base.0.as_slice(), favoured.0.as_slice()];
         let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 1000, seed: Seed::default() };
-        let columns = s2s_eval::paired_test(&systems, &[base.1.as_slice()], &[MetricConfig::Bleu(BleuConfig::default())], &opts)
-            .map_err(|e| format!("the paired test: {e}"))?;
+        let columns = s2s_eval::paired_test(
+            &systems,
+            &[base.1.as_slice()],
+            &[MetricConfig::Bleu(BleuConfig::default())],
+            &opts,
+        )
+        .map_err(|e| format!("the paired test: {e}"))?;
         let r = &columns[0].results;
-        rows.push(Paired { seed, bleu: (r[0].score, r[1].score), p: r[1].p_value.unwrap_or(1.0), ppl: (base.2, favoured.2) });
+        rows.push(Paired {
+            seed,
+            bleu: (r[0].score, r[1].score),
+            p: r[1].p_value.unwrap_or(1.0),
+            ppl: (base.2, favoured.2),
+        });
     }
     Ok(rows)
 }
@@ -210,7 +231,13 @@ pub fn load_best(
 }
 
 /// Test BLEU by seed of [`paired`] runs, the baseline and the favoured model as two lines.
-pub fn paired_figure(file: &str, caption: &str, rows: &[Paired], base: &str, favoured: &str) -> crate::Figure {
+pub fn paired_figure(
+    file: &str,
+    caption: &str,
+    rows: &[Paired],
+    base: &str,
+    favoured: &str,
+) -> crate::Figure {
     super::figure(
         file,
         caption,

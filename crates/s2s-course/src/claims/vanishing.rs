@@ -8,7 +8,7 @@ use s2s_models::{LstmSpec, Model, ModelSpec};
 
 use super::{figure, series, trained};
 use crate::probes::{gradient_by_distance, slope};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "vanishing-gradient",
@@ -83,34 +83,75 @@ fn trained_log_norms(ctx: &Context, name: &str, cell: CellKind, len: usize) -> R
     Ok(norms.iter().map(|n| n.max(1e-300).ln()).collect())
 }
 
+/// Each cell's name and mean ln ‖∂L/∂xₜ‖ by distance: the RNN's, the GRU's, the LSTM's.
+type Curves = [(&'static str, Vec<f64>)];
+
+/// The cells compared, by name.
+const CELLS: [(&str, CellKind); 3] =
+    [("rnn", CellKind::Rnn), ("gru", CellKind::Gru), ("lstm", CellKind::Lstm)];
+
 fn run(ctx: &Context) -> Finding {
-    let budget = ctx.budget;
-    let (len, seeds) = budget.pick((60, 3), (40, 1));
+    let (len, seeds) = ctx.budget.pick((60, 3), (40, 1));
+    let init: Vec<(&str, Vec<f64>)> = CELLS.iter().map(|&(n, c)| (n, log_norms(c, len, seeds))).collect();
+    let trained_curves = match trained_curves(ctx) {
+        Ok(c) => c,
+        Err(e) => return Finding::not_run("the encoders did not train", e),
+    };
+    let holds = judge(&trained_curves);
+    let because = format!(
+        "trained, {}; at initialisation, {} (the criterion {} there)",
+        said(&trained_curves),
+        said(&init),
+        if judge(&init) { "holds" } else { "does not hold" }
+    );
+    Finding {
+        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        because,
+        not_measured: String::new(),
+        table: table(&trained_curves, &init),
+        more: Vec::new(),
+        figures: figures(&trained_curves, &init).into(),
+    }
+}
+
+/// Each cell's trained encoder's curve, or why one did not train.
+fn trained_curves(ctx: &Context) -> Result<Vec<(&'static str, Vec<f64>)>, String> {
     // Trained: sources of at least 32 tokens (distance 31 is the last the table reads).
     let trained_len = 32;
-    let cells = [("rnn", CellKind::Rnn), ("gru", CellKind::Gru), ("lstm", CellKind::Lstm)];
-    let init: Vec<(&str, Vec<f64>)> = cells.iter().map(|&(n, c)| (n, log_norms(c, len, seeds))).collect();
-    let mut trained_curves = Vec::new();
-    for &(n, c) in &cells {
-        match trained_log_norms(ctx, n, c, trained_len) {
-            Ok(ln) => trained_curves.push((n, ln)),
-            Err(e) => return Finding::not_run("the encoders did not train", e),
-        }
-    }
+    CELLS.iter().map(|&(n, c)| trained_log_norms(ctx, n, c, trained_len).map(|ln| (n, ln))).collect()
+}
+
+/// How many times the gradient shrinks per 10 steps.
+fn per10(ln: &[f64]) -> f64 {
     // Decay per 10 steps from the slope of ln-norm over distances 1.. (distance 0 reads the
     // output directly).
-    let per10 = |ln: &[f64]| {
-        let dist: Vec<f64> = (1..ln.len()).map(|d| d as f64).collect();
-        (-10.0 * slope(&dist, &ln[1..])).exp()
-    };
-    let over30 = |ln: &[f64]| (ln[1] - ln[31]).exp();
+    let dist: Vec<f64> = (1..ln.len()).map(|d| d as f64).collect();
+    (-10.0 * slope(&dist, &ln[1..])).exp()
+}
+
+/// How many times the gradient shrinks from distance 1 to 31.
+fn over30(ln: &[f64]) -> f64 {
+    (ln[1] - ln[31]).exp()
+}
+
+/// The table: each cell's gradient at distances 1, 10 and 30 and its decay, trained and at
+/// initialisation.
+fn table(trained_curves: &Curves, init: &Curves) -> Table {
     let mut table = Table {
-        header: ["cell", "encoder", "‖∂L/∂x‖ at distance 1", "at 10", "at 30", "shrinks per 10 steps", "over 30 steps"]
-            .map(String::from)
-            .to_vec(),
+        header: [
+            "cell",
+            "encoder",
+            "‖∂L/∂x‖ at distance 1",
+            "at 10",
+            "at 30",
+            "shrinks per 10 steps",
+            "over 30 steps",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: vec![],
     };
-    for (stage, curves) in [("trained", &trained_curves), ("at initialisation", &init)] {
+    for (stage, curves) in [("trained", trained_curves), ("at initialisation", init)] {
         for (name, ln) in curves.iter() {
             table.rows.push(vec![
                 name.to_string(),
@@ -123,54 +164,56 @@ fn run(ctx: &Context) -> Finding {
             ]);
         }
     }
-    // Decay rates in log: ln(shrink per 10 steps).
-    let rate = |ln: &[f64]| per10(ln).ln();
-    let judge = |c: &[(&str, Vec<f64>)]| {
-        let [rnn, gru, lstm] = [&c[0].1, &c[1].1, &c[2].1];
-        over30(rnn) >= 10.0 && rate(gru) <= 0.5 * rate(rnn) && rate(lstm) <= 0.5 * rate(rnn)
-    };
-    let holds = judge(&trained_curves);
-    let said = |c: &[(&str, Vec<f64>)]| {
-        format!(
-            "per 10 steps the gradient shrinks {}× in the RNN, {}× in the GRU, {}× in the LSTM (over 30 steps: {}×, \
-             {}×, {}×)",
-            num(per10(&c[0].1)),
-            num(per10(&c[1].1)),
-            num(per10(&c[2].1)),
-            num(over30(&c[0].1)),
-            num(over30(&c[1].1)),
-            num(over30(&c[2].1))
-        )
-    };
-    let because = format!(
-        "trained, {}; at initialisation, {} (the criterion {} there)",
-        said(&trained_curves),
-        said(&init),
-        if judge(&init) { "holds" } else { "does not hold" }
-    );
-    let log10 =
-        |ln: &Vec<f64>| ln.iter().enumerate().map(|(d, v)| (d as f64, v / std::f64::consts::LN_10)).collect();
-    Finding {
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because,
-        not_measured: String::new(),
-        table,
-        more: Vec::new(),
-        figures: vec![
-            figure(
-                "vanishing-gradient-trained.svg",
-                "Gradient reaching each input, by distance from the output (trained encoders)",
-                "distance from the output (steps)",
-                "log10 ‖∂L/∂xₜ‖",
-                trained_curves.iter().map(|(n, ln)| series(n, log10(ln))).collect(),
-            ),
-            figure(
-                "vanishing-gradient.svg",
-                "Gradient reaching each input, by distance from the output (at initialisation)",
-                "distance from the output (steps)",
-                "log10 ‖∂L/∂xₜ‖",
-                init.iter().map(|(n, ln)| series(n, log10(ln))).collect(),
-            ),
-        ],
-    }
+    table
+}
+
+/// Decay rates in log: ln(shrink per 10 steps).
+fn rate(ln: &[f64]) -> f64 {
+    per10(ln).ln()
+}
+
+/// Whether the RNN's gradient shrinks ≥ 10× over 30 steps and the GRU's and LSTM's decay at most
+/// half as fast.
+fn judge(c: &Curves) -> bool {
+    let [rnn, gru, lstm] = [&c[0].1, &c[1].1, &c[2].1];
+    over30(rnn) >= 10.0 && rate(gru) <= 0.5 * rate(rnn) && rate(lstm) <= 0.5 * rate(rnn)
+}
+
+/// The cells' decay per 10 and over 30 steps, in words.
+fn said(c: &Curves) -> String {
+    format!(
+        "per 10 steps the gradient shrinks {}× in the RNN, {}× in the GRU, {}× in the LSTM (over 30 steps: {}×, \
+         {}×, {}×)",
+        num(per10(&c[0].1)),
+        num(per10(&c[1].1)),
+        num(per10(&c[2].1)),
+        num(over30(&c[0].1)),
+        num(over30(&c[1].1)),
+        num(over30(&c[2].1))
+    )
+}
+
+/// A curve as points (distance, log10 ‖∂L/∂xₜ‖).
+fn log10(ln: &[f64]) -> Vec<(f64, f64)> {
+    ln.iter().enumerate().map(|(d, v)| (d as f64, v / std::f64::consts::LN_10)).collect()
+}
+
+/// The figures of the gradient by distance, trained and at initialisation.
+fn figures(trained_curves: &Curves, init: &Curves) -> [Figure; 2] {
+    [
+        figure(
+            "vanishing-gradient-trained.svg",
+            "Gradient reaching each input, by distance from the output (trained encoders)",
+            "distance from the output (steps)",
+            "log10 ‖∂L/∂xₜ‖",
+            trained_curves.iter().map(|(n, ln)| series(n, log10(ln))).collect(),
+        ),
+        figure(
+            "vanishing-gradient.svg",
+            "Gradient reaching each input, by distance from the output (at initialisation)",
+            "distance from the output (steps)",
+            "log10 ‖∂L/∂xₜ‖",
+            init.iter().map(|(n, ln)| series(n, log10(ln))).collect(),
+        ),
+    ]
 }
