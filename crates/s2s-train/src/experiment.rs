@@ -130,6 +130,38 @@ pub struct Experiment {
     pub baseline: Option<String>,
 }
 
+/// The key an "unknown field `key`" error names.
+fn unknown_key(error: &str) -> Option<&str> {
+    let rest = &error[error.find("unknown field `")? + "unknown field `".len()..];
+    Some(&rest[..rest.find('`')?])
+}
+
+/// The line (1-based) where `key` is set in the `nth` (0-based) table headed `header` of the
+/// TOML `text`, or in one of its sub-tables (`[model.train]`) or inline tables.
+fn key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usize> {
+    let name = header.trim_matches(|c| c == '[' || c == ']');
+    let (mut seen, mut inside) = (0, false);
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.starts_with('[') {
+            if line == header {
+                inside = seen == nth;
+                seen += 1;
+            } else {
+                let table = line.trim_matches(|c| c == '[' || c == ']');
+                inside &= table.starts_with(name) && table[name.len()..].starts_with('.');
+            }
+        } else if inside
+            && line.split(['{', ',']).any(|part| {
+                part.trim_start().strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+        {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// Expands list-valued keys of a model table into one table per combination, named
 /// `base-value` (strings) or `base-key=value` (other values).
 fn expand(table: &toml::Table) -> Vec<(String, toml::Table)> {
@@ -175,15 +207,26 @@ impl Experiment {
     pub fn load(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
         let bad = |m: String| TrainError::Config(format!("{}: {m}", path.display()));
+        // A section's error, at the line of the key it names when that key is in one of the
+        // `tables` (header and which of that name) of the file.
+        let bad_in = |tables: &[(&str, usize)], what: &str, e: String| {
+            let line =
+                unknown_key(&e).and_then(|key| tables.iter().find_map(|&(h, n)| key_line(&text, h, n, key)));
+            match line {
+                Some(line) => TrainError::Config(format!("{}:{line}: {what}: {e}", path.display())),
+                None => bad(format!("{what}: {e}")),
+            }
+        };
         let file: ExperimentFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let shared_train = file.train.clone().unwrap_or_default();
-        let train_spec = |t: toml::Table, what: &str| -> Result<TrainSpec, TrainError> {
-            let spec: TrainSpec =
-                toml::Value::Table(t).try_into().map_err(|e| bad(format!("{what}: {e}")))?;
-            spec.validate().map_err(|e| bad(format!("{what}: {e}")))?;
-            Ok(spec)
-        };
-        let train = train_spec(shared_train.clone(), "[train]")?;
+        let train_spec =
+            |t: toml::Table, what: &str, tables: &[(&str, usize)]| -> Result<TrainSpec, TrainError> {
+                let spec: TrainSpec =
+                    toml::Value::Table(t).try_into().map_err(|e| bad_in(tables, what, e.to_string()))?;
+                spec.validate().map_err(|e| bad(format!("{what}: {e}")))?;
+                Ok(spec)
+            };
+        let train = train_spec(shared_train.clone(), "[train]", &[("[train]", 0)])?;
         if file.models.is_empty() {
             return Err(bad("no [[model]] tables: list at least one model".into()));
         }
@@ -207,11 +250,14 @@ impl Experiment {
             let mut merged = shared_train.clone();
             merged.extend(own_train);
             for (name, t) in expand(&table) {
-                let spec: ModelSpec = toml::Value::Table(t)
-                    .try_into()
-                    .map_err(|e| bad(format!("[[model]] #{} ({name}): {e}", i + 1)))?;
-                let model_train =
-                    train_spec(merged.clone(), &format!("[[model]] #{} ({name}) train", i + 1))?;
+                let spec: ModelSpec = toml::Value::Table(t).try_into().map_err(|e| {
+                    bad_in(&[("[[model]]", i)], &format!("[[model]] #{} ({name})", i + 1), e.to_string())
+                })?;
+                let model_train = train_spec(
+                    merged.clone(),
+                    &format!("[[model]] #{} ({name}) train", i + 1),
+                    &[("[[model]]", i), ("[train]", 0)],
+                )?;
                 if models.iter().any(|(n, _, _)| n == &name) {
                     return Err(bad(format!(
                         "two models are named `{name}`: give one of them a `name = \"...\"`"
@@ -424,5 +470,23 @@ mod tests {
         assert!(err.contains("budget"), "{err}");
         let err = load("sedes = [1]\n[[model]]\nkind = \"lstm\"\n").unwrap_err().to_string();
         assert!(err.contains("sedes"), "{err}");
+    }
+
+    /// An unknown key in a section names its line: in `[train]`, in the second `[[model]]`, and
+    /// in a model's inline `train` table.
+    #[test]
+    fn an_unknown_key_names_its_line() {
+        let err =
+            load("[train]\nbudget = { steps = 3 }\nbogus = 1\n[[model]]\nkind = \"lstm\"\n").unwrap_err();
+        assert!(err.to_string().contains("grid.toml:3: [train]: unknown field `bogus`"), "{err}");
+        let two = "[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\nhidden = 8\n[[model]]\nkind = \"lstm\"\nhidden = 8 # the same\nhiden = 3\n";
+        let err = load(two).unwrap_err();
+        assert!(err.to_string().contains("grid.toml:9: [[model]] #2"), "{err}");
+        let inline =
+            "[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\ntrain = { lr = 0.1, lrr = 2 }\n";
+        let err = load(inline).unwrap_err();
+        assert!(err.to_string().contains("grid.toml:5: [[model]] #1 (lstm) train"), "{err}");
+        assert_eq!(super::key_line("[a]\nx = 1\n[b]\nx = 2\n", "[b]", 0, "x"), Some(4));
+        assert_eq!(super::key_line("[a]\nxy = 1\n", "[a]", 0, "x"), None);
     }
 }
