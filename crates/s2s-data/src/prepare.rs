@@ -91,7 +91,7 @@ use serde::{Deserialize, Serialize};
 use crate::batch::BatchConfig;
 use crate::corpus::{CorpusFiles, Pair, PairReader, ReadOptions, ReadReport, ReadSkip, read_verdict};
 use crate::error::{DataError, Result};
-use crate::filter::{Dropped, FilterReport, pair_hash};
+use crate::filter::{Dropped, FilterConfig, FilterReport, pair_hash};
 use crate::hash::xxh64;
 use crate::manifest::Marker;
 pub use crate::manifest::{FORMAT_NAME, FORMAT_VERSION, InputFile, MARKER, Manifest, PrepareConfig};
@@ -205,11 +205,11 @@ impl<'a> Preparer<'a> {
 
     /// The directory the dataset lives in (whether or not it is prepared yet).
     pub fn dir(&self) -> Result<PathBuf> {
-        Ok(self.cache.join(self.identity()?.2))
+        Ok(self.cache.join(self.identity()?.name))
     }
 
-    /// (canonical files, inputs, directory name, key).
-    fn identity(&self) -> Result<(CorpusFiles, Vec<InputFile>, String, String)> {
+    /// The canonical files and inputs, and the directory name and key they give.
+    fn identity(&self) -> Result<Identity> {
         let canon = |p: &PathBuf| std::fs::canonicalize(p).map_err(|e| DataError::io(p, e));
         let files = match self.files {
             CorpusFiles::Aligned { src, tgt } => CorpusFiles::Aligned { src: canon(src)?, tgt: canon(tgt)? },
@@ -258,7 +258,7 @@ impl<'a> Preparer<'a> {
             .take(48)
             .collect();
         let stem = stem.trim_start_matches('.').to_string();
-        Ok((files, inputs, format!("{stem}-{key}"), key))
+        Ok(Identity { files, inputs, name: format!("{stem}-{key}"), key })
     }
 
     /// Prepares the dataset, or opens it if it is already complete.
@@ -266,39 +266,22 @@ impl<'a> Preparer<'a> {
         if self.cfg.shard_examples == 0 {
             return Err(DataError::Config("shard_examples must be at least 1".into()));
         }
-        let (files, inputs, name, key) = self.identity()?;
-        let dir = self.cache.join(&name);
+        let id = self.identity()?;
+        let dir = self.cache.join(&id.name);
         if dir.exists() {
-            let dataset = PreparedDataset::open(&dir)?;
-            return Ok(Prepared { dataset, reused: true, timings: Timings::default() });
+            return open_reused(&dir);
         }
-        std::fs::create_dir_all(self.cache).map_err(|e| DataError::io(self.cache, e))?;
-        reap_stale(self.cache, &name);
-        let tmp = self.cache.join(format!(".{name}.tmp-{}", std::process::id()));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(|e| DataError::io(&tmp, e))?;
-        }
-        std::fs::create_dir(&tmp).map_err(|e| DataError::io(&tmp, e))?;
+        let tmp = self.fresh_tmp(&id.name)?;
         let started = Instant::now();
-        let threads = self.threads;
-        let built = if threads > 0 {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|e| DataError::Config(format!("cannot start {threads} threads: {e}")))?;
-            pool.install(|| self.build(&tmp, &dir, files, inputs, &key))
-        } else {
-            self.build(&tmp, &dir, files, inputs, &key)
+        let built = match self.pool()? {
+            Some(pool) => pool.install(|| self.build(&tmp, &dir, id)),
+            None => self.build(&tmp, &dir, id),
         };
         // An input written to while it was read would leave a dataset keyed by metadata that
         // no longer describes it: refuse rather than keep it.
-        let built = built.and_then(|b| match self.identity() {
-            Ok((_, now, _, _)) if now == b.0.manifest().inputs => Ok(b),
-            Ok(_) => Err(DataError::Config(format!(
-                "{} changed while it was being prepared; nothing was kept: prepare it again",
-                self.files.describe()
-            ))),
-            Err(e) => Err(e),
+        let built = built.and_then(|b| {
+            self.check_unchanged(&b.0)?;
+            Ok(b)
         });
         let (mut dataset, mut timings) = match built {
             Ok(b) => b,
@@ -311,8 +294,7 @@ impl<'a> Preparer<'a> {
             let _ = std::fs::remove_dir_all(&tmp);
             if dir.join(MARKER).exists() {
                 // Another process prepared the same key first.
-                let dataset = PreparedDataset::open(&dir)?;
-                return Ok(Prepared { dataset, reused: true, timings: Timings::default() });
+                return open_reused(&dir);
             }
             return Err(DataError::io(&dir, e));
         }
@@ -324,6 +306,44 @@ impl<'a> Preparer<'a> {
         Ok(Prepared { dataset, reused: false, timings })
     }
 
+    /// Creates the cache and (after reaping stale ones) an empty temporary directory for `name`.
+    fn fresh_tmp(&self, name: &str) -> Result<PathBuf> {
+        std::fs::create_dir_all(self.cache).map_err(|e| DataError::io(self.cache, e))?;
+        reap_stale(self.cache, name);
+        let tmp = self.cache.join(format!(".{name}.tmp-{}", std::process::id()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| DataError::io(&tmp, e))?;
+        }
+        std::fs::create_dir(&tmp).map_err(|e| DataError::io(&tmp, e))?;
+        Ok(tmp)
+    }
+
+    /// A pool of [`Preparer::threads`] threads, or `None` (0) for rayon's global pool.
+    fn pool(&self) -> Result<Option<rayon::ThreadPool>> {
+        let threads = self.threads;
+        if threads == 0 {
+            return Ok(None);
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map(Some)
+            .map_err(|e| DataError::Config(format!("cannot start {threads} threads: {e}")))
+    }
+
+    /// Fails when the inputs' metadata are no longer those `dataset` was prepared from.
+    fn check_unchanged(&self, dataset: &PreparedDataset) -> Result<()> {
+        let now = self.identity()?.inputs;
+        if now == dataset.manifest().inputs {
+            Ok(())
+        } else {
+            Err(DataError::Config(format!(
+                "{} changed while it was being prepared; nothing was kept: prepare it again",
+                self.files.describe()
+            )))
+        }
+    }
+
     fn report(&mut self, p: Progress, dir: &Path) -> Result<()> {
         if let Some(f) = self.progress.as_mut()
             && f(&p).is_break()
@@ -333,14 +353,8 @@ impl<'a> Preparer<'a> {
         Ok(())
     }
 
-    fn build(
-        &mut self,
-        tmp: &Path,
-        dir: &Path,
-        files: CorpusFiles,
-        inputs: Vec<InputFile>,
-        key: &str,
-    ) -> Result<(PreparedDataset, Timings)> {
+    /// Both passes, then the manifest, statistics and marker, in `tmp`; returns the dataset and times.
+    fn build(&mut self, tmp: &Path, dir: &Path, id: Identity) -> Result<(PreparedDataset, Timings)> {
         let mut timings = Timings::default();
         let t0 = Instant::now();
         let (tokenizers, sample) = match self.given {
@@ -365,6 +379,14 @@ impl<'a> Preparer<'a> {
             },
             dir,
         )?;
+        self.check_usable(&enc)?;
+        let dataset = self.write_dataset(tmp, dir, id, sample, enc, &tokenizers)?;
+        timings.finish_s = t3.elapsed().as_secs_f64();
+        Ok((dataset, timings))
+    }
+
+    /// Fails when reading kept no pair, or the filters dropped every pair reading kept.
+    fn check_usable(&self, enc: &Encoded) -> Result<()> {
         let anchor = self.files.anchor().to_path_buf();
         if enc.read.kept == 0 {
             return Err(DataError::NothingUsable {
@@ -376,12 +398,25 @@ impl<'a> Preparer<'a> {
         if enc.filter.kept == 0 {
             return Err(DataError::AllFiltered { path: anchor, summary: enc.filter.to_string() });
         }
+        Ok(())
+    }
+
+    /// Writes `manifest.json`, opens (checks) the shards, writes `stats.json` and the marker.
+    fn write_dataset(
+        &self,
+        tmp: &Path,
+        dir: &Path,
+        id: Identity,
+        sample: usize,
+        enc: Encoded,
+        tokenizers: &Tokenizers,
+    ) -> Result<PreparedDataset> {
         let manifest = Manifest {
             format: FORMAT_NAME.into(),
             version: FORMAT_VERSION,
-            key: key.into(),
-            files,
-            inputs,
+            key: id.key.clone(),
+            files: id.files,
+            inputs: id.inputs,
             config: self.cfg.clone(),
             tokenizer_given: self.given.is_some(),
             tokenizer_sample: sample,
@@ -393,32 +428,17 @@ impl<'a> Preparer<'a> {
         };
         write_json(&tmp.join("manifest.json"), &manifest)?;
         let mut dataset = PreparedDataset::open_unmarked(tmp, manifest, None)?;
-        let name = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        let batcher = StreamBatcher::new(&dataset, BatchConfig::default());
-        let (batches, padding_ratio) = batcher.summary(1, 0);
-        let (bucket_padding_ratio, bucket_shapes) = batcher.bucket_summary(1, 0);
-        let stats = CorpusStats {
-            split: name,
-            pairs: dataset.len(),
-            src: enc.src.finish(tokenizers.src.vocab_size()),
-            tgt: enc.tgt.finish(tokenizers.tgt.vocab_size()),
-            batches,
-            mean_batch_sentences: dataset.len() as f64 / batches.max(1) as f64,
-            padding_ratio,
-            bucket_padding_ratio,
-            bucket_shapes,
-        };
+        let stats = dataset_stats(&dataset, dir, enc.src, enc.tgt, tokenizers);
         write_json(&tmp.join("stats.json"), &stats)?;
         dataset.set_stats(stats);
         let marker = Marker {
             format: FORMAT_NAME.into(),
             version: FORMAT_VERSION,
-            key: key.into(),
+            key: id.key,
             examples: dataset.len(),
         };
         write_json(&tmp.join(MARKER), &marker)?;
-        timings.finish_s = t3.elapsed().as_secs_f64();
-        Ok((dataset, timings))
+        Ok(dataset)
     }
 
     /// Pass 1: the tokenizers, learned from the sample streamed straight into training; and
@@ -469,8 +489,7 @@ impl<'a> Preparer<'a> {
             tgt: SideAccumulator::new(),
         };
         let mut seen: HashSet<u64> = HashSet::new();
-        let mut writer: Option<ShardWriter> = None;
-        let mut written = 0usize;
+        let mut sink = ShardSink { tmp, shard_examples: self.cfg.shard_examples, writer: None, written: 0 };
         let mut reader = PairReader::open(self.files)?;
         let mut cur = Vec::new();
         reader.read_chunk(self.chunk, &mut cur)?;
@@ -479,90 +498,107 @@ impl<'a> Preparer<'a> {
             let chunk = self.chunk;
             let (r, verdicts) = rayon::join(
                 || reader.read_chunk(chunk, &mut next),
-                || {
-                    // Normalise, read rules, copies and pair hashes in parallel…
-                    let mut v: Vec<Verdict> = cur
-                        .par_iter()
-                        .map(|(s, t)| match read_verdict(s, t, &opts) {
-                            Err(skip) => Verdict::Read(skip),
-                            Ok(p) if filter.drop_copies && p.src == p.tgt => Verdict::Drop(Dropped::Copy),
-                            Ok(p) => {
-                                let h = if filter.dedup { pair_hash(&p.src, &p.tgt) } else { 0 };
-                                Verdict::Text(p, h)
-                            }
-                        })
-                        .collect();
-                    // …duplicates in file order…
-                    if filter.dedup {
-                        for x in v.iter_mut() {
-                            if let Verdict::Text(_, h) = x
-                                && !seen.insert(*h)
-                            {
-                                *x = Verdict::Drop(Dropped::Duplicate);
-                            }
-                        }
-                    }
-                    // …then encode and apply the length rules in parallel.
-                    v.into_par_iter()
-                        .map(|x| match x {
-                            Verdict::Text(p, _) => {
-                                let (s, t) = (tok.src.encode(&p.src), tok.tgt.encode(&p.tgt));
-                                match filter.check_lengths(s.len(), t.len()) {
-                                    Some(d) => Verdict::Drop(d),
-                                    None => Verdict::Ids(s, t),
-                                }
-                            }
-                            x => x,
-                        })
-                        .collect::<Vec<_>>()
-                },
+                || classify(&cur, &opts, &filter, &mut seen, tok),
             );
             r?;
             out.read.lines += cur.len();
-            for v in verdicts {
-                match v {
-                    Verdict::Read(skip) => out.read.count(skip),
-                    Verdict::Drop(d) => {
-                        out.read.kept += 1;
-                        out.filter.count(d);
-                    }
-                    Verdict::Ids(s, t) => {
-                        out.read.kept += 1;
-                        out.filter.keep();
-                        out.src.push(&s);
-                        out.tgt.push(&t);
-                        let w = match &mut writer {
-                            Some(w) => w,
-                            None => writer.insert(ShardWriter::create(
-                                &tmp.join(format!("shard-{:05}.bin", out.shards.len())),
-                                written,
-                            )?),
-                        };
-                        w.push(&s, &t)?;
-                        written += 1;
-                        if w.len() >= self.cfg.shard_examples
-                            && let Some(w) = writer.take()
-                        {
-                            out.shards.push(w.finish()?);
-                        }
-                    }
-                    Verdict::Text(..) => unreachable!("every text verdict is encoded"),
-                }
-            }
+            out.record(verdicts, &mut sink)?;
             let p = Progress {
                 phase: Phase::Encoding,
                 pairs_read: out.read.lines,
-                examples: written,
+                examples: sink.written,
                 shards: out.shards.len(),
             };
             self.report(p, dir)?;
             cur = next;
         }
-        if let Some(w) = writer.take() {
-            out.shards.push(w.finish()?);
-        }
+        sink.close(&mut out.shards)?;
         Ok(out)
     }
+}
+
+/// Opens the complete dataset in `dir` as the result of a preparation that reused it.
+fn open_reused(dir: &Path) -> Result<Prepared> {
+    let dataset = PreparedDataset::open(dir)?;
+    Ok(Prepared { dataset, reused: true, timings: Timings::default() })
+}
+
+/// The statistics of `dataset` (its split named after `dir`), from the sides' accumulators.
+fn dataset_stats(
+    dataset: &PreparedDataset,
+    dir: &Path,
+    src: SideAccumulator,
+    tgt: SideAccumulator,
+    tokenizers: &Tokenizers,
+) -> CorpusStats {
+    let name = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let batcher = StreamBatcher::new(dataset, BatchConfig::default());
+    let (batches, padding_ratio) = batcher.summary(1, 0);
+    let (bucket_padding_ratio, bucket_shapes) = batcher.bucket_summary(1, 0);
+    CorpusStats {
+        split: name,
+        pairs: dataset.len(),
+        src: src.finish(tokenizers.src.vocab_size()),
+        tgt: tgt.finish(tokenizers.tgt.vocab_size()),
+        batches,
+        mean_batch_sentences: dataset.len() as f64 / batches.max(1) as f64,
+        padding_ratio,
+        bucket_padding_ratio,
+        bucket_shapes,
+    }
+}
+
+/// Each raw pair's verdict, in order: skipped by the reading rules, dropped by a filter, or encoded.
+fn classify(
+    chunk: &[(String, String)],
+    opts: &ReadOptions,
+    filter: &FilterConfig,
+    seen: &mut HashSet<u64>,
+    tok: &Tokenizers,
+) -> Vec<Verdict> {
+    // Normalise, read rules, copies and pair hashes in parallel…
+    let mut v: Vec<Verdict> = chunk
+        .par_iter()
+        .map(|(s, t)| match read_verdict(s, t, opts) {
+            Err(skip) => Verdict::Read(skip),
+            Ok(p) if filter.drop_copies && p.src == p.tgt => Verdict::Drop(Dropped::Copy),
+            Ok(p) => {
+                let h = if filter.dedup { pair_hash(&p.src, &p.tgt) } else { 0 };
+                Verdict::Text(p, h)
+            }
+        })
+        .collect();
+    // …duplicates in file order…
+    if filter.dedup {
+        for x in v.iter_mut() {
+            if let Verdict::Text(_, h) = x
+                && !seen.insert(*h)
+            {
+                *x = Verdict::Drop(Dropped::Duplicate);
+            }
+        }
+    }
+    // …then encode and apply the length rules in parallel.
+    v.into_par_iter()
+        .map(|x| match x {
+            Verdict::Text(p, _) => {
+                let (s, t) = (tok.src.encode(&p.src), tok.tgt.encode(&p.tgt));
+                match filter.check_lengths(s.len(), t.len()) {
+                    Some(d) => Verdict::Drop(d),
+                    None => Verdict::Ids(s, t),
+                }
+            }
+            x => x,
+        })
+        .collect::<Vec<_>>()
+}
+
+/// The canonical inputs of a preparation, and the directory name and key they give.
+struct Identity {
+    files: CorpusFiles,
+    inputs: Vec<InputFile>,
+    name: String,
+    key: String,
 }
 
 enum Verdict {
@@ -578,6 +614,67 @@ struct Encoded {
     shards: Vec<ShardInfo>,
     src: SideAccumulator,
     tgt: SideAccumulator,
+}
+
+impl Encoded {
+    /// Counts a chunk's verdicts and appends its encoded examples, in order, to the shards.
+    fn record(&mut self, verdicts: Vec<Verdict>, sink: &mut ShardSink<'_>) -> Result<()> {
+        for v in verdicts {
+            match v {
+                Verdict::Read(skip) => self.read.count(skip),
+                Verdict::Drop(d) => {
+                    self.read.kept += 1;
+                    self.filter.count(d);
+                }
+                Verdict::Ids(s, t) => {
+                    self.read.kept += 1;
+                    self.filter.keep();
+                    self.src.push(&s);
+                    self.tgt.push(&t);
+                    sink.push(&s, &t, &mut self.shards)?;
+                }
+                Verdict::Text(..) => unreachable!("every text verdict is encoded"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pass 2's shards being written into `tmp`: the open one, and the examples written so far.
+struct ShardSink<'p> {
+    tmp: &'p Path,
+    shard_examples: usize,
+    writer: Option<ShardWriter>,
+    written: usize,
+}
+
+impl ShardSink<'_> {
+    /// Appends one example, opening a shard if none is open and finishing it into `shards` when full.
+    fn push(&mut self, s: &[u32], t: &[u32], shards: &mut Vec<ShardInfo>) -> Result<()> {
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => self.writer.insert(ShardWriter::create(
+                &self.tmp.join(format!("shard-{:05}.bin", shards.len())),
+                self.written,
+            )?),
+        };
+        w.push(s, t)?;
+        self.written += 1;
+        if w.len() >= self.shard_examples
+            && let Some(w) = self.writer.take()
+        {
+            shards.push(w.finish()?);
+        }
+        Ok(())
+    }
+
+    /// Finishes the open shard, if any, into `shards`.
+    fn close(mut self, shards: &mut Vec<ShardInfo>) -> Result<()> {
+        if let Some(w) = self.writer.take() {
+            shards.push(w.finish()?);
+        }
+        Ok(())
+    }
 }
 
 /// Which side(s) of the sampled pairs a sample stream yields.

@@ -236,6 +236,64 @@ fn read_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
+/// The outcome of one of the checks at opening: on failure, what is wrong with the shard.
+type Check<T> = std::result::Result<T, String>;
+
+/// Checks the header against the format, the file's `size` and `info`; returns (examples, token ids).
+fn check_header(map: &[u8], size: u64, info: &ShardInfo) -> Check<(u64, u64)> {
+    if map[0..8] != SHARD_MAGIC {
+        return Err("not a shard (bad magic)".into());
+    }
+    let version = u32::from_le_bytes([map[8], map[9], map[10], map[11]]);
+    if version != SHARD_VERSION {
+        return Err(format!("shard format version {version}, this build reads {SHARD_VERSION}"));
+    }
+    let (n, t, first) = (read_u64(map, 16), read_u64(map, 24), read_u64(map, 32));
+    let expected = shard_size(n, t).ok_or_else(|| String::from("impossible counts in the header"))?;
+    if size < expected {
+        return Err(format!("truncated: {size} bytes where the header says {expected}"));
+    }
+    if size > expected {
+        return Err(format!("{} bytes too many after the end", size - expected));
+    }
+    if (n as usize, t, first as usize, size) != (info.examples, info.tokens, info.first, info.bytes) {
+        return Err(format!(
+            "header (examples {n}, tokens {t}, first {first}, {size} bytes) disagrees with the \
+             manifest (examples {}, tokens {}, first {}, {} bytes)",
+            info.examples, info.tokens, info.first, info.bytes
+        ));
+    }
+    Ok((n, t))
+}
+
+/// Checks the end marker and that the stored, manifest and computed checksums agree.
+fn check_checksum(map: &Mmap, size: u64, info: &ShardInfo) -> Check<()> {
+    let end = size as usize;
+    if map[end - 8..] != SHARD_END {
+        return Err("bad end marker: the file is truncated or overwritten".into());
+    }
+    let stored = read_u64(map, end - TRAILER);
+    // Hash the body a window at a time, giving each window's pages back once hashed, so
+    // that checking a shard never holds more than one window of it resident.
+    let mut body = Xxh64::new(0);
+    let mut at = HEADER;
+    while at < end - TRAILER {
+        let len = CHECK_WINDOW.min(end - TRAILER - at);
+        body.update(&map[at..at + len]);
+        release(map, at, len);
+        at += len;
+    }
+    let computed = checksum(&map[..HEADER], body.digest());
+    if stored != computed || info.checksum != format!("{computed:016x}") {
+        return Err(format!(
+            "checksum mismatch (stored {stored:016x}, manifest {}, computed {computed:016x}): the \
+             file is corrupted",
+            info.checksum
+        ));
+    }
+    Ok(())
+}
+
 impl ShardView {
     /// Maps and checks `dir/info.file`: size, magic, version, counts against the manifest,
     /// checksum, and that the offsets agree with the lengths (see the format).
@@ -250,51 +308,8 @@ impl ShardView {
         // SAFETY: a prepared dataset is never written after its directory is complete; the
         // map is read-only (changing the file behind it is the one way to break this).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
-        if map[0..8] != SHARD_MAGIC {
-            return Err(bad("not a shard (bad magic)".into()));
-        }
-        let version = u32::from_le_bytes([map[8], map[9], map[10], map[11]]);
-        if version != SHARD_VERSION {
-            return Err(bad(format!("shard format version {version}, this build reads {SHARD_VERSION}")));
-        }
-        let (n, t, first) = (read_u64(&map, 16), read_u64(&map, 24), read_u64(&map, 32));
-        let expected = shard_size(n, t).ok_or_else(|| bad("impossible counts in the header".into()))?;
-        if size < expected {
-            return Err(bad(format!("truncated: {size} bytes where the header says {expected}")));
-        }
-        if size > expected {
-            return Err(bad(format!("{} bytes too many after the end", size - expected)));
-        }
-        if (n as usize, t, first as usize, size) != (info.examples, info.tokens, info.first, info.bytes) {
-            return Err(bad(format!(
-                "header (examples {n}, tokens {t}, first {first}, {size} bytes) disagrees with the \
-                 manifest (examples {}, tokens {}, first {}, {} bytes)",
-                info.examples, info.tokens, info.first, info.bytes
-            )));
-        }
-        let end = size as usize;
-        if map[end - 8..] != SHARD_END {
-            return Err(bad("bad end marker: the file is truncated or overwritten".into()));
-        }
-        let stored = read_u64(&map, end - TRAILER);
-        // Hash the body a window at a time, giving each window's pages back once hashed, so
-        // that checking a shard never holds more than one window of it resident.
-        let mut body = Xxh64::new(0);
-        let mut at = HEADER;
-        while at < end - TRAILER {
-            let len = CHECK_WINDOW.min(end - TRAILER - at);
-            body.update(&map[at..at + len]);
-            release(&map, at, len);
-            at += len;
-        }
-        let computed = checksum(&map[..HEADER], body.digest());
-        if stored != computed || info.checksum != format!("{computed:016x}") {
-            return Err(bad(format!(
-                "checksum mismatch (stored {stored:016x}, manifest {}, computed {computed:016x}): the \
-                 file is corrupted",
-                info.checksum
-            )));
-        }
+        let (n, t) = check_header(&map, size, info).map_err(&bad)?;
+        check_checksum(&map, size, info).map_err(&bad)?;
         let (n, t) = (n as usize, t as usize);
         let tok_end = HEADER + 4 * t + (t % 2) * 4;
         let view = Self {
@@ -307,25 +322,37 @@ impl ShardView {
             offsets_at: (tok_end + 8 * n, tok_end + 16 * n),
             map,
         };
-        let aligned = |r: (usize, usize), a: usize| (view.map.as_ptr() as usize + r.0).is_multiple_of(a);
-        if !(aligned(view.tokens_at, 4) && aligned(view.lens_at, 4) && aligned(view.offsets_at, 8)) {
-            return Err(bad("the map is not aligned for reading ids in place".into()));
-        }
-        let (lens, offs) = (view.lens(), view.offsets());
-        let mut at = 0u64;
-        for j in 0..n {
-            if offs[j] != at {
-                return Err(bad(format!("example {j}: offset {} where the lengths give {at}", offs[j])));
-            }
-            at += lens[2 * j] as u64 + lens[2 * j + 1] as u64;
-        }
-        if at != t as u64 {
-            return Err(bad(format!("the lengths add up to {at} ids, the header says {t}")));
-        }
+        view.check_aligned().map_err(&bad)?;
+        view.check_offsets(t).map_err(&bad)?;
         // The offsets check touched the whole index; give it back too, so that resident memory
         // grows only with what training reads.
         release(&view.map, 0, view.map.len());
         Ok(view)
+    }
+
+    /// Checks that the map puts the ids, lengths and offsets where they can be read in place.
+    fn check_aligned(&self) -> Check<()> {
+        let aligned = |r: (usize, usize), a: usize| (self.map.as_ptr() as usize + r.0).is_multiple_of(a);
+        if !(aligned(self.tokens_at, 4) && aligned(self.lens_at, 4) && aligned(self.offsets_at, 8)) {
+            return Err("the map is not aligned for reading ids in place".into());
+        }
+        Ok(())
+    }
+
+    /// Checks that each offset is the sum of the lengths before it, and that they add up to `t`.
+    fn check_offsets(&self, t: usize) -> Check<()> {
+        let (lens, offs) = (self.lens(), self.offsets());
+        let mut at = 0u64;
+        for j in 0..self.n {
+            if offs[j] != at {
+                return Err(format!("example {j}: offset {} where the lengths give {at}", offs[j]));
+            }
+            at += lens[2 * j] as u64 + lens[2 * j + 1] as u64;
+        }
+        if at != t as u64 {
+            return Err(format!("the lengths add up to {at} ids, the header says {t}"));
+        }
+        Ok(())
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -311,20 +311,44 @@ fn align_text(lines: &[String]) -> String {
 /// or the same file given twice (other than the baseline again in a paired test), is an
 /// [`EvalError::InvalidOption`]. An empty hypothesis file with empty references scores 0
 /// (sacreBLEU's command line refuses it instead).
-pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, EvalError> {
+pub fn run_score(req: &ScoreRequest, stdin: impl BufRead) -> Result<String, EvalError> {
     if req.refs.is_empty() {
         return Err(EvalError::NoReferences);
     }
-    let mut systems: Vec<(PathBuf, Vec<String>)> = Vec::new();
+    let systems = read_systems(req, stdin)?;
+    if req.paired.is_some() && systems.len() < 2 {
+        return Err(EvalError::InvalidOption(
+            "paired tests need two or more hypothesis files (the first is the baseline)".into(),
+        ));
+    }
+    let refs = read_refs(req, &systems)?;
+
+    let metrics = requested_metrics(req);
+
+    if systems.len() == 1 {
+        return single_system(req, &metrics, &systems[0].lines, &refs);
+    }
+    several_systems(req, &metrics, &systems, &refs)
+}
+
+/// One system's hypotheses: the name it is reported under and its lines.
+struct System {
+    name: PathBuf,
+    lines: Vec<String>,
+}
+
+/// The systems to score: one from `stdin` when `req.hyps` is empty, else one per file, in order.
+fn read_systems(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<Vec<System>, EvalError> {
+    let mut systems: Vec<System> = Vec::new();
     if req.hyps.is_empty() {
         let name = PathBuf::from(STDIN_NAME);
         let mut bytes = Vec::new();
         stdin.read_to_end(&mut bytes).map_err(|source| EvalError::Read { path: name.clone(), source })?;
         let lines = split_lines(&bytes, &name)?;
-        systems.push((name, lines));
+        systems.push(System { name, lines });
     } else {
         for path in &req.hyps {
-            if let Some(pos) = systems.iter().position(|(p, _)| p == path) {
+            if let Some(pos) = systems.iter().position(|s| s.name == *path) {
                 // sacreBLEU ignores the baseline given again in a paired test.
                 if req.paired.is_some() && pos == 0 {
                     continue;
@@ -334,22 +358,22 @@ pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, 
                     path.display()
                 )));
             }
-            systems.push((path.clone(), read_lines(path)?));
+            systems.push(System { name: path.clone(), lines: read_lines(path)? });
         }
     }
-    if req.paired.is_some() && systems.len() < 2 {
-        return Err(EvalError::InvalidOption(
-            "paired tests need two or more hypothesis files (the first is the baseline)".into(),
-        ));
-    }
+    Ok(systems)
+}
+
+/// The reference files' lines, each file checked to have as many lines as every system.
+fn read_refs(req: &ScoreRequest, systems: &[System]) -> Result<Vec<Vec<String>>, EvalError> {
     let mut refs = Vec::with_capacity(req.refs.len());
     for path in &req.refs {
         let lines = read_lines(path)?;
-        for (name, hyps) in &systems {
-            if lines.len() != hyps.len() {
+        for sys in systems {
+            if lines.len() != sys.lines.len() {
                 return Err(EvalError::LineCountMismatch {
-                    hyp: name.clone(),
-                    hyp_lines: hyps.len(),
+                    hyp: sys.name.clone(),
+                    hyp_lines: sys.lines.len(),
                     reference: path.clone(),
                     ref_lines: lines.len(),
                 });
@@ -357,7 +381,11 @@ pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, 
         }
         refs.push(lines);
     }
+    Ok(refs)
+}
 
+/// The metrics to compute: BLEU when none is given, without duplicates, sorted unless paired.
+fn requested_metrics(req: &ScoreRequest) -> Vec<Metric> {
     let mut metrics: Vec<Metric> = Vec::new();
     for &m in if req.metrics.is_empty() { &[Metric::Bleu][..] } else { &req.metrics[..] } {
         if !metrics.contains(&m) {
@@ -367,14 +395,19 @@ pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, 
     if req.paired.is_none() {
         metrics.sort();
     }
+    metrics
+}
 
-    if systems.len() == 1 {
-        return single_system(req, &metrics, &systems[0].1, &refs);
-    }
-
+/// sacreBLEU's output for several systems: their table, or the paired test against the first.
+fn several_systems(
+    req: &ScoreRequest,
+    metrics: &[Metric],
+    systems: &[System],
+    refs: &[Vec<String>],
+) -> Result<String, EvalError> {
     let configs: Vec<MetricConfig> = metrics.iter().map(|&m| req.metric_config(m)).collect();
-    let mut names: Vec<String> = systems.iter().map(|(p, _)| p.display().to_string()).collect();
-    let hyps: Vec<&[String]> = systems.iter().map(|(_, h)| h.as_slice()).collect();
+    let mut names: Vec<String> = systems.iter().map(|s| s.name.display().to_string()).collect();
+    let hyps: Vec<&[String]> = systems.iter().map(|s| s.lines.as_slice()).collect();
     let (columns, test) = match req.paired {
         Some(test) => {
             names[0] = format!("Baseline: {}", names[0]);
@@ -383,28 +416,31 @@ pub fn run_score(req: &ScoreRequest, mut stdin: impl BufRead) -> Result<String, 
                 PairedTest::ApproximateRandomization => req.paired_ar_n,
             };
             let opts = PairedOptions { test, samples, seed: req.seed };
-            (paired_test(&hyps, &refs, &configs, &opts)?, Some((test, opts.effective_samples())))
+            (paired_test(&hyps, refs, &configs, &opts)?, Some((test, opts.effective_samples())))
         }
-        None => {
-            let mut columns = Vec::with_capacity(configs.len());
-            for cfg in &configs {
-                let results = hyps
-                    .iter()
-                    .map(|h| {
-                        let score = cfg.corpus_score(h, &refs)?;
-                        Ok(PairedResult { score, p_value: None, mean: None, ci: None })
-                    })
-                    .collect::<Result<Vec<_>, EvalError>>()?;
-                columns.push(PairedColumn {
-                    name: cfg.name(),
-                    signature: cfg.signature(refs.len()),
-                    results,
-                });
-            }
-            (columns, None)
-        }
+        None => (plain_columns(&hyps, refs, &configs)?, None),
     };
     Ok(format_systems(&names, &columns, test, req.format, req.width))
+}
+
+/// One column per metric of every system's corpus score, without test figures.
+fn plain_columns(
+    hyps: &[&[String]],
+    refs: &[Vec<String>],
+    configs: &[MetricConfig],
+) -> Result<Vec<PairedColumn>, EvalError> {
+    let mut columns = Vec::with_capacity(configs.len());
+    for cfg in configs {
+        let results = hyps
+            .iter()
+            .map(|h| {
+                let score = cfg.corpus_score(h, refs)?;
+                Ok(PairedResult { score, p_value: None, mean: None, ci: None })
+            })
+            .collect::<Result<Vec<_>, EvalError>>()?;
+        columns.push(PairedColumn { name: cfg.name(), signature: cfg.signature(refs.len()), results });
+    }
+    Ok(columns)
 }
 
 /// sacreBLEU's single-system output.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::heatmap;
 use crate::plot::{Chart, Series, line_chart};
-use crate::results::{ExperimentIndex, ReportError, RunResult, Summary, load, summarize};
+use crate::results::{ExperimentIndex, MetricsRow, ReportError, RunResult, Summary, load, summarize};
 
 fn write(path: &Path, text: &str) -> Result<(), ReportError> {
     // Atomic: a reader never sees half a report.
@@ -75,19 +75,40 @@ const HEADER: [&str; 12] = [
     "decode sent/s",
 ];
 
+/// A plot file: (file name, title, SVG).
+type PlotFile = (String, String, String);
+
 /// The plots, as (file name, title, SVG).
-fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
-    let curve = |f: &dyn Fn(&crate::results::MetricsRow) -> (f64, f64)| -> Vec<Series> {
-        runs.iter()
-            .filter(|r| !r.curve.is_empty())
-            .map(|r| Series { name: r.entry.name.clone(), points: r.curve.iter().map(f).collect() })
-            .collect()
-    };
-    let ppl_cap = runs
-        .iter()
+fn plots(runs: &[RunResult]) -> Vec<PlotFile> {
+    let mut out = curve_plots(runs);
+    // BLEU against source length: one line per run, buckets with sentences only.
+    if let Some(p) = length_plot(runs) {
+        out.push(p);
+    }
+    // Cross-attention of the first two examples of each model's first run.
+    attention_plots(runs, &mut out);
+    out
+}
+
+/// One series per run with a validation curve, its points `f` of each row.
+fn curve_series(runs: &[RunResult], f: &dyn Fn(&MetricsRow) -> (f64, f64)) -> Vec<Series> {
+    runs.iter()
+        .filter(|r| !r.curve.is_empty())
+        .map(|r| Series { name: r.entry.name.clone(), points: r.curve.iter().map(f).collect() })
+        .collect()
+}
+
+/// The perplexity plots' y limit: 4 × the largest of the runs' best validation perplexities.
+fn ppl_y_max(runs: &[RunResult]) -> Option<f64> {
+    runs.iter()
         .filter_map(|r| r.curve.iter().map(|m| m.val_ppl).filter(|p| p.is_finite()).reduce(f64::min))
         .reduce(f64::max)
-        .map(|m| m * 4.0);
+        .map(|m| m * 4.0)
+}
+
+/// The validation BLEU and perplexity curves, by step and by training time.
+fn curve_plots(runs: &[RunResult]) -> Vec<PlotFile> {
+    let ppl_cap = ppl_y_max(runs);
     let mut out = Vec::new();
     let mut add = |file: &str, title: &str, x: &str, y: &str, s: Vec<Series>, y_max: Option<f64>| {
         let svg = line_chart(&Chart { title, x, y, x_labels: None, y_max }, &s);
@@ -98,7 +119,7 @@ fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
         "Validation BLEU by step",
         "step",
         "BLEU (greedy)",
-        curve(&|m| (m.step as f64, m.val_bleu)),
+        curve_series(runs, &|m| (m.step as f64, m.val_bleu)),
         None,
     );
     add(
@@ -106,7 +127,7 @@ fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
         "Validation BLEU by training time",
         "minutes",
         "BLEU (greedy)",
-        curve(&|m| (m.wall / 60.0, m.val_bleu)),
+        curve_series(runs, &|m| (m.wall / 60.0, m.val_bleu)),
         None,
     );
     add(
@@ -114,7 +135,7 @@ fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
         "Validation perplexity by step",
         "step",
         "perplexity",
-        curve(&|m| (m.step as f64, m.val_ppl)),
+        curve_series(runs, &|m| (m.step as f64, m.val_ppl)),
         ppl_cap,
     );
     add(
@@ -122,43 +143,51 @@ fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
         "Validation perplexity by training time",
         "minutes",
         "perplexity",
-        curve(&|m| (m.wall / 60.0, m.val_ppl)),
+        curve_series(runs, &|m| (m.wall / 60.0, m.val_ppl)),
         ppl_cap,
     );
-    // BLEU against source length: one line per run, buckets with sentences only.
+    out
+}
+
+/// Test BLEU by source length, one line per run; `None` when no run has length buckets.
+fn length_plot(runs: &[RunResult]) -> Option<PlotFile> {
     let labels: Vec<String> = runs
         .iter()
         .find(|r| !r.by_length.is_empty())
         .map(|r| r.by_length.iter().map(|b| b.0.clone()).collect())
         .unwrap_or_default();
-    if !labels.is_empty() {
-        let series: Vec<Series> = runs
-            .iter()
-            .filter(|r| !r.by_length.is_empty())
-            .map(|r| Series {
-                name: r.entry.name.clone(),
-                points: r
-                    .by_length
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, b)| b.1 > 0)
-                    .map(|(i, b)| (i as f64, b.2))
-                    .collect(),
-            })
-            .collect();
-        let svg = line_chart(
-            &Chart {
-                title: "Test BLEU by source length (words)",
-                x: "source length",
-                y: "BLEU",
-                x_labels: Some(&labels),
-                y_max: None,
-            },
-            &series,
-        );
-        out.push(("bleu_length.svg".into(), "Test BLEU by source length".into(), svg));
+    if labels.is_empty() {
+        return None;
     }
-    // Cross-attention of the first two examples of each model's first run.
+    let series: Vec<Series> = runs
+        .iter()
+        .filter(|r| !r.by_length.is_empty())
+        .map(|r| Series {
+            name: r.entry.name.clone(),
+            points: r
+                .by_length
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.1 > 0)
+                .map(|(i, b)| (i as f64, b.2))
+                .collect(),
+        })
+        .collect();
+    let svg = line_chart(
+        &Chart {
+            title: "Test BLEU by source length (words)",
+            x: "source length",
+            y: "BLEU",
+            x_labels: Some(&labels),
+            y_max: None,
+        },
+        &series,
+    );
+    Some(("bleu_length.svg".into(), "Test BLEU by source length".into(), svg))
+}
+
+/// Appends the heatmaps of the first two test sentences of each model's first run with attention.
+fn attention_plots(runs: &[RunResult], out: &mut Vec<PlotFile>) {
     let mut seen = Vec::new();
     for r in runs {
         if seen.contains(&r.entry.model) || r.attention.is_empty() {
@@ -173,7 +202,6 @@ fn plots(runs: &[RunResult]) -> Vec<(String, String, String)> {
             ));
         }
     }
-    out
 }
 
 fn html_escape(s: &str) -> String {
@@ -248,12 +276,7 @@ fn status_line(index: &ExperimentIndex, runs: &[RunResult]) -> String {
     )
 }
 
-fn markdown(
-    index: &ExperimentIndex,
-    runs: &[RunResult],
-    rows: &[Vec<String>],
-    plots: &[(String, String, String)],
-) -> String {
+fn markdown(index: &ExperimentIndex, runs: &[RunResult], rows: &[Vec<String>], plots: &[PlotFile]) -> String {
     let mut s = format!("# Experiment `{}`\n\n{}\n\n", index.name, status_line(index, runs));
     let _ = writeln!(s, "| {} |", HEADER.join(" | "));
     let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
@@ -268,12 +291,7 @@ fn markdown(
     s
 }
 
-fn html(
-    index: &ExperimentIndex,
-    runs: &[RunResult],
-    rows: &[Vec<String>],
-    plots: &[(String, String, String)],
-) -> String {
+fn html(index: &ExperimentIndex, runs: &[RunResult], rows: &[Vec<String>], plots: &[PlotFile]) -> String {
     let mut s = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
     let _ = writeln!(s, "<title>Experiment {}</title>", html_escape(&index.name));
     s.push_str("<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>\n</head><body>\n");

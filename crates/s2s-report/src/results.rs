@@ -177,70 +177,79 @@ pub fn load(dir: &Path) -> Result<(ExperimentIndex, Vec<RunResult>), ReportError
         if !run.join("run.json").exists() {
             continue;
         }
-        let m: Manifest = parse(&run.join("run.json"))?;
-        let mut curve = Vec::new();
-        let mpath = run.join("metrics.csv");
-        if mpath.exists() {
-            let mut r = csv::Reader::from_path(&mpath)
-                .map_err(|e| ReportError::Parse { path: mpath.clone(), message: e.to_string() })?;
-            for row in r.deserialize::<MetricsRow>() {
-                curve.push(
-                    row.map_err(|e| ReportError::Parse { path: mpath.clone(), message: e.to_string() })?,
-                );
-            }
-        }
-        let spath = run.join("test/scores.json");
-        let scores: Option<Scores> = if spath.exists() { Some(parse(&spath)?) } else { None };
-        let apath = run.join("test/attention.json");
-        let attention: Vec<AttentionExample> = if apath.exists() { parse(&apath)? } else { Vec::new() };
-        let lines = |p: PathBuf| -> Result<Option<Vec<String>>, ReportError> {
-            if !p.exists() {
-                return Ok(None);
-            }
-            let text = read(&p)?;
-            let body = text.strip_suffix('\n').unwrap_or(&text);
-            Ok(Some(if text.is_empty() {
-                Vec::new()
-            } else {
-                body.split('\n').map(str::to_string).collect()
-            }))
-        };
-        let test_text =
-            match (lines(run.join("test/hypotheses.txt"))?, lines(run.join("test/references.txt"))?) {
-                (Some(h), Some(r)) if h.len() == r.len() => Some((h, r)),
-                _ => None,
-            };
-        let logged: Vec<f64> =
-            curve.iter().map(|r| r.tokens_per_s).filter(|t| t.is_finite() && *t > 0.0).collect();
-        out.push(RunResult {
-            entry: e.clone(),
-            params: m.params,
-            device: m.device,
-            bleu: scores.as_ref().map(|s| s.bleu),
-            chrf: scores.as_ref().map(|s| s.chrf),
-            ppl: scores.as_ref().map(|s| s.ppl),
-            decoding: scores.as_ref().map(|s| s.decoding.clone()),
-            decode_sentences_per_s: scores.as_ref().map(|s| s.decode_sentences_per_s),
-            train_seconds: curve.last().map_or(0.0, |r| r.wall),
-            tokens_per_s: if logged.is_empty() {
-                0.0
-            } else {
-                logged.iter().sum::<f64>() / logged.len() as f64
-            },
-            by_length: scores
-                .map(|s| {
-                    s.bleu_by_source_length.into_iter().map(|b| (b.bucket, b.sentences, b.bleu)).collect()
-                })
-                .unwrap_or_default(),
-            curve,
-            attention,
-            test_text,
-            bleu_ci: None,
-            p_vs_baseline: None,
-        });
+        out.push(load_run(e, &run)?);
     }
     significance(&index, &mut out);
     Ok((index, out))
+}
+
+/// The results of `e`, read from its run directory `run` (significance figures left `None`).
+fn load_run(e: &Entry, run: &Path) -> Result<RunResult, ReportError> {
+    let m: Manifest = parse(&run.join("run.json"))?;
+    let curve = read_curve(&run.join("metrics.csv"))?;
+    let spath = run.join("test/scores.json");
+    let scores: Option<Scores> = if spath.exists() { Some(parse(&spath)?) } else { None };
+    let apath = run.join("test/attention.json");
+    let attention: Vec<AttentionExample> = if apath.exists() { parse(&apath)? } else { Vec::new() };
+    let test_text = match (
+        read_lines(&run.join("test/hypotheses.txt"))?,
+        read_lines(&run.join("test/references.txt"))?,
+    ) {
+        (Some(h), Some(r)) if h.len() == r.len() => Some((h, r)),
+        _ => None,
+    };
+    Ok(RunResult {
+        entry: e.clone(),
+        params: m.params,
+        device: m.device,
+        bleu: scores.as_ref().map(|s| s.bleu),
+        chrf: scores.as_ref().map(|s| s.chrf),
+        ppl: scores.as_ref().map(|s| s.ppl),
+        decoding: scores.as_ref().map(|s| s.decoding.clone()),
+        decode_sentences_per_s: scores.as_ref().map(|s| s.decode_sentences_per_s),
+        train_seconds: curve.last().map_or(0.0, |r| r.wall),
+        tokens_per_s: mean_tokens_per_s(&curve),
+        by_length: scores
+            .map(|s| s.bleu_by_source_length.into_iter().map(|b| (b.bucket, b.sentences, b.bleu)).collect())
+            .unwrap_or_default(),
+        curve,
+        attention,
+        test_text,
+        bleu_ci: None,
+        p_vs_baseline: None,
+    })
+}
+
+/// The rows of the `metrics.csv` at `mpath` (none when it does not exist).
+fn read_curve(mpath: &Path) -> Result<Vec<MetricsRow>, ReportError> {
+    let mut curve = Vec::new();
+    if mpath.exists() {
+        let mut r = csv::Reader::from_path(mpath)
+            .map_err(|e| ReportError::Parse { path: mpath.to_path_buf(), message: e.to_string() })?;
+        for row in r.deserialize::<MetricsRow>() {
+            curve.push(
+                row.map_err(|e| ReportError::Parse { path: mpath.to_path_buf(), message: e.to_string() })?,
+            );
+        }
+    }
+    Ok(curve)
+}
+
+/// The lines of the text file `p` (a final newline ends the last one); `None` if it is absent.
+fn read_lines(p: &Path) -> Result<Option<Vec<String>>, ReportError> {
+    if !p.exists() {
+        return Ok(None);
+    }
+    let text = read(p)?;
+    let body = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(Some(if text.is_empty() { Vec::new() } else { body.split('\n').map(str::to_string).collect() }))
+}
+
+/// The mean of the curve's logged training tokens/s (finite and positive ones only; 0 for none).
+fn mean_tokens_per_s(curve: &[MetricsRow]) -> f64 {
+    let logged: Vec<f64> =
+        curve.iter().map(|r| r.tokens_per_s).filter(|t| t.is_finite() && *t > 0.0).collect();
+    if logged.is_empty() { 0.0 } else { logged.iter().sum::<f64>() / logged.len() as f64 }
 }
 
 /// sacreBLEU's paired bootstrap (1,000 resamples, seed 12345) over each seed's finished
