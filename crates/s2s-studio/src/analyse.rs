@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::{Batch, Example, normalize};
-use s2s_decode::{BeamConfig, BeamObserver, Fate, LengthPenalty, beam_search_observed};
+use s2s_decode::{BeamConfig, BeamObserver, Fate, Hypothesis, LengthPenalty, beam_search_observed};
 use s2s_models::{AttentionKind, Source};
 use serde::Serialize;
 
@@ -301,63 +301,15 @@ pub fn run_model(
 ) -> Result<ModelResult, RequestError> {
     let started = Instant::now();
     let device = &studio.device;
-    let src = m.tok.src.encode(&normalize(&req.text));
-    if src.is_empty() {
-        return Err(RequestError::bad(format!("{}: the text has no token this model knows", m.name)));
-    }
-    if src.len() > limits.max_src_tokens {
-        return Err(RequestError {
-            status: 413,
-            message: format!(
-                "{}: the text is {} tokens long; the limit is {} (--max-src-tokens)",
-                m.name,
-                src.len(),
-                limits.max_src_tokens
-            ),
-        });
-    }
-    let cfg = BeamConfig {
-        beam: req.beam,
-        alpha: req.alpha,
-        penalty: LengthPenalty::Gnmt,
-        nbest: req.beam,
-        max_length: m.limit,
-        attention: false,
-    };
-    let batch = Batch::collate(&[Example { src: src.clone(), tgt: Vec::new() }], &[0]);
-    let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
-    let piece = |t: u32| m.tok.tgt.token(t);
-    let mut trace = Trace { piece: &piece, steps: Vec::new() };
-    let hyps = beam_search_observed(&m.model, &source, &cfg, &mut trace);
-    let steps = trace.steps;
-    let hyps = hyps.into_iter().next().unwrap_or_default();
-    let best = hyps.first().map(|h| h.tokens.clone()).unwrap_or_default();
-    // A hypothesis that reached the length limit ended without `</s>`, and its score has no
-    // `</s>` term: teacher-force it the same way.
-    let cut = best.len() >= m.limit.for_source(batch.src_lens[0]);
+    let src = encode_source(m, &req.text, limits)?;
+    let Searched { hyps, best, cut, steps } = traced_search(m, req, &src, device);
     let translation = forced(m, &src, &best, !cut, req.alpha, device);
-    let reference_ids = req.reference.as_ref().map(|r| m.tok.tgt.encode(&normalize(r)));
-    if let Some(ids) = reference_ids.as_ref().filter(|ids| ids.len() > limits.max_src_tokens) {
-        return Err(RequestError {
-            status: 413,
-            message: format!(
-                "{}: the reference is {} tokens long; the limit is {} (--max-src-tokens)",
-                m.name,
-                ids.len(),
-                limits.max_src_tokens
-            ),
-        });
-    }
+    let reference_ids = encode_reference(m, req, limits)?;
     let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, true, req.alpha, device));
-    let verdict = reference_ids.as_ref().zip(reference.as_ref()).map(|(ids, r)| {
-        if *ids == best {
-            "correct"
-        } else if r.normalized > translation.normalized {
-            "search error"
-        } else {
-            "model error"
-        }
-    });
+    let verdict = reference_ids
+        .as_ref()
+        .zip(reference.as_ref())
+        .map(|(ids, r)| verdict_of(ids, &best, r, &translation));
     let alignment = match (&reference, &req.reference) {
         (Some(r), Some(text)) => {
             gold_alignment(studio, m, &req.text, text).and_then(|g| score_alignment(r, &g))
@@ -382,6 +334,91 @@ pub fn run_model(
         finished,
         ms: started.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+/// Returns `text` in `m`'s source tokens: a 400 when none is known, a 413 past the token limit.
+fn encode_source(m: &Loaded, text: &str, limits: &Limits) -> Result<Vec<u32>, RequestError> {
+    let src = m.tok.src.encode(&normalize(text));
+    if src.is_empty() {
+        return Err(RequestError::bad(format!("{}: the text has no token this model knows", m.name)));
+    }
+    if src.len() > limits.max_src_tokens {
+        return Err(RequestError {
+            status: 413,
+            message: format!(
+                "{}: the text is {} tokens long; the limit is {} (--max-src-tokens)",
+                m.name,
+                src.len(),
+                limits.max_src_tokens
+            ),
+        });
+    }
+    Ok(src)
+}
+
+/// What the beam search found for the one sentence.
+struct Searched {
+    /// Every finished hypothesis, best first.
+    hyps: Vec<Hypothesis>,
+    /// The best hypothesis's tokens (empty when there is none).
+    best: Vec<u32>,
+    /// Whether the best hypothesis reached the length limit (and so has no `</s>`).
+    cut: bool,
+    /// The search's recorded steps.
+    steps: Vec<Step>,
+}
+
+/// Beam-searches `src` with the request's beam and α, recording every step.
+fn traced_search(m: &Loaded, req: &Request, src: &[u32], device: &Device) -> Searched {
+    let cfg = BeamConfig {
+        beam: req.beam,
+        alpha: req.alpha,
+        penalty: LengthPenalty::Gnmt,
+        nbest: req.beam,
+        max_length: m.limit,
+        attention: false,
+    };
+    let batch = Batch::collate(&[Example { src: src.to_vec(), tgt: Vec::new() }], &[0]);
+    let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
+    let piece = |t: u32| m.tok.tgt.token(t);
+    let mut trace = Trace { piece: &piece, steps: Vec::new() };
+    let hyps = beam_search_observed(&m.model, &source, &cfg, &mut trace);
+    let steps = trace.steps;
+    let hyps = hyps.into_iter().next().unwrap_or_default();
+    let best = hyps.first().map(|h| h.tokens.clone()).unwrap_or_default();
+    // A hypothesis that reached the length limit ended without `</s>`, and its score has no
+    // `</s>` term: teacher-force it the same way.
+    let cut = best.len() >= m.limit.for_source(batch.src_lens[0]);
+    Searched { hyps, best, cut, steps }
+}
+
+/// Returns the request's reference in `m`'s target tokens, when given: a 413 past the token limit.
+fn encode_reference(m: &Loaded, req: &Request, limits: &Limits) -> Result<Option<Vec<u32>>, RequestError> {
+    let reference_ids = req.reference.as_ref().map(|r| m.tok.tgt.encode(&normalize(r)));
+    if let Some(ids) = reference_ids.as_ref().filter(|ids| ids.len() > limits.max_src_tokens) {
+        return Err(RequestError {
+            status: 413,
+            message: format!(
+                "{}: the reference is {} tokens long; the limit is {} (--max-src-tokens)",
+                m.name,
+                ids.len(),
+                limits.max_src_tokens
+            ),
+        });
+    }
+    Ok(reference_ids)
+}
+
+/// Returns `correct` when the search found the reference `ids`, else `search error` when the
+/// model scores the reference higher than the output and `model error` when it does not.
+fn verdict_of(ids: &[u32], best: &[u32], reference: &Forced, translation: &Forced) -> &'static str {
+    if ids == best {
+        "correct"
+    } else if reference.normalized > translation.normalized {
+        "search error"
+    } else {
+        "model error"
+    }
 }
 
 /// Teacher-forces `tgt` from `src`: each token's probability and every attention map,

@@ -77,44 +77,55 @@ pub const MAX_EXAMPLES: usize = 400;
 pub fn find_runs(paths: &[PathBuf]) -> Result<Vec<(String, PathBuf)>, StudioError> {
     let mut runs = Vec::new();
     for path in paths {
-        if !path.is_dir() {
-            return Err(StudioError::NoRuns(format!(
-                "{} is not a directory: give an experiment directory (runs/NAME) or run directories",
-                path.display()
-            )));
-        }
-        if path.join("run.json").exists() {
-            runs.push((dir_name(path), path.clone()));
-            continue;
-        }
-        let mut found = Vec::new();
-        let index = path.join("experiment.json");
-        if let Ok(text) = std::fs::read_to_string(&index) {
-            let v: ExperimentIndex = serde_json::from_str(&text).map_err(|e| {
-                StudioError::NoRuns(format!(
-                    "{}: not an experiment index ({e}): run the experiment again",
-                    index.display()
-                ))
-            })?;
-            found.extend(v.entries.into_iter().map(|e| (e.name, path.join(e.dir))));
-        } else {
-            let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| StudioError::Io { path: path.clone(), source: e })?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("run.json").exists())
-                .collect();
-            dirs.sort();
-            found.extend(dirs.into_iter().map(|d| (dir_name(&d), d)));
-        }
-        if found.is_empty() {
-            return Err(StudioError::NoRuns(format!(
-                "{} holds no run (no run.json in it or its subdirectories): train models first, e.g. \
-                 `s2s experiment run experiments/quickstart.toml`, then give runs/quickstart",
-                path.display()
-            )));
-        }
-        runs.extend(found);
+        runs.extend(runs_under(path)?);
     }
+    let ready = with_checkpoint(runs)?;
+    Ok(disambiguated(&ready))
+}
+
+/// Returns the (name, run directory) pairs of one path: the run directory itself, or the runs of
+/// an experiment directory; an error when it is no directory or holds no run.
+fn runs_under(path: &Path) -> Result<Vec<(String, PathBuf)>, StudioError> {
+    if !path.is_dir() {
+        return Err(StudioError::NoRuns(format!(
+            "{} is not a directory: give an experiment directory (runs/NAME) or run directories",
+            path.display()
+        )));
+    }
+    if path.join("run.json").exists() {
+        return Ok(vec![(dir_name(path), path.to_path_buf())]);
+    }
+    let mut found = Vec::new();
+    let index = path.join("experiment.json");
+    if let Ok(text) = std::fs::read_to_string(&index) {
+        let v: ExperimentIndex = serde_json::from_str(&text).map_err(|e| {
+            StudioError::NoRuns(format!(
+                "{}: not an experiment index ({e}): run the experiment again",
+                index.display()
+            ))
+        })?;
+        found.extend(v.entries.into_iter().map(|e| (e.name, path.join(e.dir))));
+    } else {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| StudioError::Io { path: path.to_path_buf(), source: e })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("run.json").exists())
+            .collect();
+        dirs.sort();
+        found.extend(dirs.into_iter().map(|d| (dir_name(&d), d)));
+    }
+    if found.is_empty() {
+        return Err(StudioError::NoRuns(format!(
+            "{} holds no run (no run.json in it or its subdirectories): train models first, e.g. \
+             `s2s experiment run experiments/quickstart.toml`, then give runs/quickstart",
+            path.display()
+        )));
+    }
+    Ok(found)
+}
+
+/// Returns the runs that have a `best` checkpoint, warning about the others; an error when none has.
+fn with_checkpoint(runs: Vec<(String, PathBuf)>) -> Result<Vec<(String, PathBuf)>, StudioError> {
     let (ready, unready): (Vec<_>, Vec<_>) =
         runs.into_iter().partition(|(_, dir)| dir.join("checkpoints/best.json").exists());
     for (name, dir) in &unready {
@@ -125,13 +136,18 @@ pub fn find_runs(paths: &[PathBuf]) -> Result<Vec<(String, PathBuf)>, StudioErro
             "none of the runs has a checkpoint yet: let training reach its first validation".into(),
         ));
     }
+    Ok(ready)
+}
+
+/// Returns the runs with unique names: a name given twice gets its run's parent directory in front.
+fn disambiguated(ready: &[(String, PathBuf)]) -> Vec<(String, PathBuf)> {
     // Two runs of the same name (two experiments' `lstm`) get their parent's name in front.
     let mut counts: HashMap<&str, usize> = HashMap::new();
-    for (n, _) in &ready {
+    for (n, _) in ready {
         *counts.entry(n.as_str()).or_default() += 1;
     }
     let twice: Vec<bool> = ready.iter().map(|(n, _)| counts[n.as_str()] > 1).collect();
-    Ok(ready
+    ready
         .iter()
         .zip(twice)
         .map(|((n, d), twice)| {
@@ -142,7 +158,7 @@ pub fn find_runs(paths: &[PathBuf]) -> Result<Vec<(String, PathBuf)>, StudioErro
             };
             (name, d.clone())
         })
-        .collect())
+        .collect()
 }
 
 fn dir_name(p: &Path) -> String {

@@ -41,6 +41,21 @@ pub fn average_last(
     tok: &Tokenizers,
     n: usize,
 ) -> Result<(PathBuf, Averaged), TrainError> {
+    let dirs = recent_checkpoints(run_dir, n)?;
+    let Summed { sum, first, steps } = sum_checkpoints(spec, tok, &dirs)?;
+    let averaged = mean_model(first, sum, n);
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| d.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
+        .collect();
+    let record = Averaged { from: names, steps };
+    let out = write_average(run_dir, n, averaged, &record)?;
+    Ok((out, record))
+}
+
+/// Returns the `n` most recent checkpoint directories of `run_dir`, newest first; an error when
+/// `n` is 0 or the run has fewer.
+fn recent_checkpoints(run_dir: &Path, n: usize) -> Result<Vec<PathBuf>, TrainError> {
     if n == 0 {
         return Err(TrainError::Config("average over at least 1 checkpoint".into()));
     }
@@ -54,11 +69,26 @@ pub fn average_last(
             dirs.len()
         )));
     }
+    Ok(dirs)
+}
+
+/// The checkpoints' parameters summed, with what else the average needs of them.
+struct Summed {
+    /// Every float parameter's values summed in f64, and its shape, in module order.
+    sum: Vec<(Vec<f64>, Vec<usize>)>,
+    /// The first (newest) checkpoint's model, whose parameters the mean replaces.
+    first: Model,
+    /// The checkpoints' steps, in order.
+    steps: Vec<u64>,
+}
+
+/// Loads the checkpoints `dirs` (at least one) in order on the CPU and sums their parameters.
+fn sum_checkpoints(spec: &ModelSpec, tok: &Tokenizers, dirs: &[PathBuf]) -> Result<Summed, TrainError> {
     let device = Device::flex();
     let mut sum: Option<Vec<(Vec<f64>, Vec<usize>)>> = None;
     let mut first: Option<Model> = None;
-    let mut steps = Vec::with_capacity(n);
-    for dir in &dirs {
+    let mut steps = Vec::with_capacity(dirs.len());
+    for dir in dirs {
         steps.push(Checkpoints::read_state(dir)?.step);
         let model = load_model(spec, tok, dir, &device)?;
         let mut collect = Collect { out: Vec::new() };
@@ -85,17 +115,29 @@ pub fn average_last(
             first = Some(model);
         }
     }
-    let mean: Vec<(Vec<f32>, Vec<usize>)> = sum
-        .expect("at least one checkpoint")
-        .into_iter()
-        .map(|(v, s)| (v.into_iter().map(|x| (x / n as f64) as f32).collect(), s))
-        .collect();
-    let averaged = first.expect("at least one checkpoint").map(&mut Replace { values: mean.into_iter() });
-    let names: Vec<String> = dirs
-        .iter()
-        .map(|d| d.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
-        .collect();
-    let record = Averaged { from: names, steps };
+    Ok(Summed {
+        sum: sum.expect("at least one checkpoint"),
+        first: first.expect("at least one checkpoint"),
+        steps,
+    })
+}
+
+/// Returns `first` with every float parameter replaced by its mean over the `n` checkpoints
+/// (`sum / n`, as f32).
+fn mean_model(first: Model, sum: Vec<(Vec<f64>, Vec<usize>)>, n: usize) -> Model {
+    let mean: Vec<(Vec<f32>, Vec<usize>)> =
+        sum.into_iter().map(|(v, s)| (v.into_iter().map(|x| (x / n as f64) as f32).collect(), s)).collect();
+    first.map(&mut Replace { values: mean.into_iter() })
+}
+
+/// Writes `averaged` and its `averaged.json` into `checkpoints/average-last-N/` through a
+/// temporary directory renamed into place (replacing an earlier one), and returns that directory.
+fn write_average(
+    run_dir: &Path,
+    n: usize,
+    averaged: Model,
+    record: &Averaged,
+) -> Result<PathBuf, TrainError> {
     let root = run_dir.join("checkpoints");
     let out = root.join(name(n));
     let tmp = root.join(format!(".{}.tmp", name(n)));
@@ -107,14 +149,14 @@ pub fn average_last(
     averaged
         .save_file(&mpath)
         .map_err(|e| TrainError::Checkpoint { path: mpath.clone(), message: e.to_string() })?;
-    let json = serde_json::to_vec_pretty(&record).expect("averaged.json serialises");
+    let json = serde_json::to_vec_pretty(record).expect("averaged.json serialises");
     std::fs::write(tmp.join("averaged.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
     Checkpoints::write_checks(&tmp)?;
     if out.exists() {
         std::fs::remove_dir_all(&out).map_err(|e| TrainError::io(&out, e))?;
     }
     std::fs::rename(&tmp, &out).map_err(|e| TrainError::io(&out, e))?;
-    Ok((out, record))
+    Ok(out)
 }
 
 /// Collects every float parameter's values and shape, in module order.

@@ -136,23 +136,69 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
         Product::gemm(batch * time, hidden, out_vocab),
     ];
     let flops = 2.0 * (time * batch * hidden * four_h) as f64;
-    let inputs = |d: &Device| {
-        let xw = Tensor::<3>::from_data(
-            TensorData::new(random(batch * time * four_h, 5), [batch, time, four_h]),
-            d,
-        );
-        let w = Tensor::<2>::from_data(TensorData::new(random(hidden * four_h, 6), [hidden, four_h]), d)
-            .mul_scalar(0.05);
-        (xw, w, Tensor::<2>::zeros([batch, hidden], d), Tensor::<2>::ones([batch, time], d))
-    };
-    let layer = |(xw, w, z, keep): &(Tensor<3>, Tensor<2>, Tensor<2>, Tensor<2>)| {
-        lstm_layer(xw.clone(), w.clone(), z.clone(), z.clone(), keep.clone(), time, false)
-    };
     let plain = Device::flex();
-    let decode_args = inputs(&plain);
-    let (xw, w, zeros, keep) = inputs(&plain.autodiff());
-    let train_args = (xw.require_grad(), w.require_grad(), zeros, keep);
+    let decode_args = layer_inputs(batch, hidden, time, &plain);
+    let LayerArgs { xw, w, zeros, keep } = layer_inputs(batch, hidden, time, &plain.autodiff());
+    let train_args = LayerArgs { xw: xw.require_grad(), w: w.require_grad(), zeros, keep };
 
+    let times = best_times(&mut products, &decode_args, &train_args, time, rounds);
+    report(batch, hidden, time, flops, &products, &times)
+}
+
+/// The operands of one layer call.
+struct LayerArgs {
+    /// `x W_x`, `[batch, time, 4·hidden]`.
+    xw: Tensor<3>,
+    /// `W_h`, `[hidden, 4·hidden]`.
+    w: Tensor<2>,
+    /// The initial hidden and cell state, `[batch, hidden]`.
+    zeros: Tensor<2>,
+    /// The keep mask, `[batch, time]`.
+    keep: Tensor<2>,
+}
+
+/// Returns a layer's operands on `d`: random `x W_x` and `W_h` (seeds 5 and 6), a zero initial
+/// state and an all-ones keep mask.
+fn layer_inputs(batch: usize, hidden: usize, time: usize, d: &Device) -> LayerArgs {
+    let four_h = 4 * hidden;
+    let xw =
+        Tensor::<3>::from_data(TensorData::new(random(batch * time * four_h, 5), [batch, time, four_h]), d);
+    let w = Tensor::<2>::from_data(TensorData::new(random(hidden * four_h, 6), [hidden, four_h]), d)
+        .mul_scalar(0.05);
+    LayerArgs {
+        xw,
+        w,
+        zeros: Tensor::<2>::zeros([batch, hidden], d),
+        keep: Tensor::<2>::ones([batch, time], d),
+    }
+}
+
+/// The best seconds of each figure over the counted rounds.
+struct BestTimes {
+    /// Of one call of each product, in the order of the candidates.
+    products: [f64; 4],
+    /// Of a forward layer call without autodiff.
+    decode: f64,
+    /// Of a forward layer call under autodiff.
+    forward: f64,
+    /// Of the layer's backward pass.
+    backward: f64,
+    /// Of a forward and backward pass of the same round.
+    step: f64,
+}
+
+/// Runs the warm-up round and `rounds` counted rounds of every product and layer figure,
+/// interleaved, and returns each figure's best time.
+fn best_times(
+    products: &mut [Product; 4],
+    decode_args: &LayerArgs,
+    train_args: &LayerArgs,
+    time: usize,
+    rounds: usize,
+) -> BestTimes {
+    let layer = |a: &LayerArgs| {
+        lstm_layer(a.xw.clone(), a.w.clone(), a.zeros.clone(), a.zeros.clone(), a.keep.clone(), time, false)
+    };
     let mut product_s = [f64::INFINITY; 4];
     let [mut decode, mut forward, mut backward, mut step] = [f64::INFINITY; 4];
     // Round 0 warms up (first touches, packing caches) and is not counted.
@@ -170,9 +216,9 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
                 keep_best(&mut product_s[i], s);
             }
         }
-        keep_best(&mut decode, seconds(|| drop(layer(&decode_args))));
+        keep_best(&mut decode, seconds(|| drop(layer(decode_args))));
         let t0 = Instant::now();
-        let (out, h, c) = layer(&train_args);
+        let (out, h, c) = layer(train_args);
         let f = t0.elapsed().as_secs_f64();
         keep_best(&mut forward, f);
         let loss = out.sum() + h.sum() + c.sum();
@@ -180,16 +226,29 @@ pub fn lstm_step_rate(batch: usize, hidden: usize, time: usize, out_vocab: usize
         keep_best(&mut backward, b);
         keep_best(&mut step, f + b);
     }
+    BestTimes { products: product_s, decode, forward, backward, step }
+}
+
+/// Returns the report: each figure's rate (`flops` a forward layer call) and its ratio to the
+/// best product rate.
+fn report(
+    batch: usize,
+    hidden: usize,
+    time: usize,
+    flops: f64,
+    products: &[Product],
+    times: &BestTimes,
+) -> StepRate {
     let products: Vec<ProductRate> = products
         .iter()
-        .zip(&product_s)
+        .zip(&times.products)
         .map(|(p, s)| ProductRate { product: p.name(), gflops: p.flops() / s / 1e9 })
         .collect();
     let best = products.iter().map(|p| p.gflops).fold(0.0, f64::max);
     let rate = |s: f64, f: f64| f / s / 1e9;
-    let (decode_layer_gflops, train_forward_gflops) = (rate(decode, flops), rate(forward, flops));
-    let train_backward_gflops = rate(backward, 2.0 * flops);
-    let train_step_gflops = rate(step, 3.0 * flops);
+    let (decode_layer_gflops, train_forward_gflops) = (rate(times.decode, flops), rate(times.forward, flops));
+    let train_backward_gflops = rate(times.backward, 2.0 * flops);
+    let train_step_gflops = rate(times.step, 3.0 * flops);
     StepRate {
         batch,
         hidden,

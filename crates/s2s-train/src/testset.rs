@@ -90,42 +90,75 @@ pub fn evaluate_test(
     let decode_seconds = t0.elapsed().as_secs_f64();
     let text = detokenize(&tok.tgt, &hyps);
     let (sum, tokens) = nll(model, &ex, batch, device);
-    let bleu = s2s_eval::corpus_bleu(&text, &[&refs])?;
-    let chrf = s2s_eval::corpus_chrf(&text, &[&refs])?;
     let src_lens: Vec<usize> = test.iter().map(|p| s2s_eval::word_count(&p.src)).collect();
+    let ppl = s2s_eval::perplexity(sum, tokens);
+    let scores = test_scores(&text, &refs, &src_lens, ppl, search, decode_seconds)?;
+    // Cross-attention of three sentences of at least 10 words (greedy, for heatmaps).
+    let picked: Vec<usize> = (0..test.len()).filter(|&i| src_lens[i] >= 10).take(3).collect();
+    let few: Vec<Vec<u32>> = picked.iter().map(|&i| sources[i].clone()).collect();
+    let attention = attention_examples(model, tok, &few, max_length(search), decode_batch, device);
+    write_test(run_dir, &text, &refs, &scores, &attention)?;
+    Ok(scores)
+}
+
+/// Scores the outputs `text` against `refs`: BLEU, chrF, BLEU by source length (`src_lens`, one
+/// per test sentence), with the perplexity `ppl` and the decoding speed.
+fn test_scores(
+    text: &[String],
+    refs: &[String],
+    src_lens: &[usize],
+    ppl: f64,
+    search: &Search,
+    decode_seconds: f64,
+) -> Result<TestScores, TrainError> {
+    let bleu = s2s_eval::corpus_bleu(text, &[refs])?;
+    let chrf = s2s_eval::corpus_chrf(text, &[refs])?;
     let buckets = s2s_eval::bleu_by_length(
         &s2s_eval::BleuConfig::default(),
-        &src_lens,
-        &text,
-        &[&refs],
+        src_lens,
+        text,
+        &[refs],
         &s2s_eval::DEFAULT_LENGTH_EDGES,
     )?;
-    let scores = TestScores {
+    let sentences = src_lens.len();
+    Ok(TestScores {
         bleu: bleu.score,
         bleu_signature: bleu.signature,
         chrf: chrf.score,
         chrf_signature: chrf.signature,
-        ppl: s2s_eval::perplexity(sum, tokens),
-        sentences: test.len(),
+        ppl,
+        sentences,
         decoding: search_name(search),
         decode_seconds,
-        decode_sentences_per_s: test.len() as f64 / decode_seconds.max(1e-9),
+        decode_sentences_per_s: sentences as f64 / decode_seconds.max(1e-9),
         bleu_by_source_length: buckets
             .iter()
             .map(|b| BucketScore { bucket: b.label.clone(), sentences: b.count, bleu: b.bleu.score })
             .collect(),
-    };
-    // Cross-attention of three sentences of at least 10 words (greedy, for heatmaps).
-    let picked: Vec<usize> = (0..test.len()).filter(|&i| src_lens[i] >= 10).take(3).collect();
-    let few: Vec<Vec<u32>> = picked.iter().map(|&i| sources[i].clone()).collect();
-    let limit = match search {
+    })
+}
+
+/// Returns the search's output length limit.
+fn max_length(search: &Search) -> MaxLength {
+    match search {
         Search::Greedy { limit, .. } => *limit,
         Search::Beam(c) => c.max_length,
         Search::Sample(c) => c.max_length,
-    };
-    let with_att = translate(model, &few, decode_batch, &Search::Greedy { limit, attention: true }, device, false);
-    let attention: Vec<AttentionExample> = few
-        .iter()
+    }
+}
+
+/// Decodes the sources `few` greedily (up to `limit`) keeping cross-attention, and returns each
+/// one's tokens and weights (none for a model without attention).
+fn attention_examples(
+    model: &Model,
+    tok: &Tokenizers,
+    few: &[Vec<u32>],
+    limit: MaxLength,
+    batch: BatchConfig,
+    device: &Device,
+) -> Vec<AttentionExample> {
+    let with_att = translate(model, few, batch, &Search::Greedy { limit, attention: true }, device, false);
+    few.iter()
         .zip(with_att)
         .filter_map(|(src, h)| {
             let h = h.into_iter().next()?;
@@ -138,16 +171,26 @@ pub fn evaluate_test(
                 weights,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Writes `run_dir/test/`: the hypotheses, the references, the scores and the attention examples.
+fn write_test(
+    run_dir: &Path,
+    text: &[String],
+    refs: &[String],
+    scores: &TestScores,
+    attention: &[AttentionExample],
+) -> Result<(), TrainError> {
     let dir = run_dir.join("test");
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
     let write = |name: &str, bytes: Vec<u8>| s2s_data::write_atomic(&dir.join(name), &bytes);
     write("hypotheses.txt", (text.join("\n") + "\n").into_bytes())?;
     // What they were scored against, for the report's paired significance tests.
     write("references.txt", (refs.join("\n") + "\n").into_bytes())?;
-    write("scores.json", serde_json::to_vec_pretty(&scores).expect("scores serialise"))?;
-    write("attention.json", serde_json::to_vec(&attention).expect("attention serialises"))?;
-    Ok(scores)
+    write("scores.json", serde_json::to_vec_pretty(scores).expect("scores serialise"))?;
+    write("attention.json", serde_json::to_vec(attention).expect("attention serialises"))?;
+    Ok(())
 }
 
 /// Reads `run_dir/test/scores.json`, if the run has been evaluated.

@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use s2s_train::bench::{BenchConfig, Jobs, bench};
+use s2s_train::bench::{BenchConfig, BenchResult, Jobs, bench};
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::step_rate::lstm_step_rate;
 
@@ -68,18 +68,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Some(path) => BenchConfig::from_file(path)?,
         None => BenchConfig::shipped(),
     };
-    let names: Vec<String> = match &a.models {
-        Some(m) => m.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        None => cfg.models.keys().cloned().collect(),
-    };
-    for n in &names {
-        if !cfg.models.contains_key(n) {
-            bail!(
-                "unknown shape `{n}`: choose from {}",
-                cfg.models.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
+    let names = shape_names(&a, &cfg)?;
     if a.lstm_step {
         if matches!(a.device, DeviceChoice::Wgpu) {
             bail!("--lstm-step measures the CPU kernels (flex) only: drop --device wgpu");
@@ -107,33 +96,60 @@ pub fn run(a: BenchArgs) -> Result<()> {
             &device,
             &device_name,
             a.capture == Capture::On,
-            match (a.no_decode, a.no_train) {
-                (true, _) => Jobs::Train,
-                (_, true) => Jobs::Decode,
-                _ => Jobs::Both,
-            },
+            jobs(&a),
         )?;
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
-            let ms = |p: &str| r.train_phase_ms.get(p).copied().unwrap_or(0.0);
-            println!(
-                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {} | {:.1} | {:.1} | {:.0} |",
-                r.model,
-                r.params,
-                r.train_tokens_per_s,
-                ms("forward"),
-                ms("backward"),
-                ms("clip"),
-                ms("adam"),
-                r.train_host_ms.map_or("–".to_string(), |h| format!("{h:.1}")),
-                r.decode_sentences_per_s,
-                r.beam5_sentences_per_s,
-                r.peak_rss_mib
-            );
+            print_row(&r);
         }
     }
     Ok(())
+}
+
+/// Returns the shapes named by --models (all of the configuration's by default), each checked to exist.
+fn shape_names(a: &BenchArgs, cfg: &BenchConfig) -> Result<Vec<String>> {
+    let names: Vec<String> = match &a.models {
+        Some(m) => m.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        None => cfg.models.keys().cloned().collect(),
+    };
+    for n in &names {
+        if !cfg.models.contains_key(n) {
+            bail!(
+                "unknown shape `{n}`: choose from {}",
+                cfg.models.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    Ok(names)
+}
+
+/// Returns what to measure: training only (--no-decode), decoding only (--no-train), or both.
+fn jobs(a: &BenchArgs) -> Jobs {
+    match (a.no_decode, a.no_train) {
+        (true, _) => Jobs::Train,
+        (_, true) => Jobs::Decode,
+        _ => Jobs::Both,
+    }
+}
+
+/// Prints one model's figures as a row of the markdown table.
+fn print_row(r: &BenchResult) {
+    let ms = |p: &str| r.train_phase_ms.get(p).copied().unwrap_or(0.0);
+    println!(
+        "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {} | {:.1} | {:.1} | {:.0} |",
+        r.model,
+        r.params,
+        r.train_tokens_per_s,
+        ms("forward"),
+        ms("backward"),
+        ms("clip"),
+        ms("adam"),
+        r.train_host_ms.map_or("–".to_string(), |h| format!("{h:.1}")),
+        r.decode_sentences_per_s,
+        r.beam5_sentences_per_s,
+        r.peak_rss_mib
+    );
 }
 
 /// `--launch-probe` launches our own cubecl kernel, which burn's fusion (`gpu-tuned`) does not take.

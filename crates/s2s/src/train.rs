@@ -8,6 +8,7 @@ use s2s_data::{CorpusFiles, Level, SplitFiles};
 use s2s_models::attention::LuongScore;
 use s2s_models::cell::CellKind;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
+use s2s_train::TrainSpec;
 use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::pipeline::run_and_test;
 use s2s_train::run::{DataSpec, RunConfig};
@@ -127,8 +128,31 @@ fn parse_cell(s: &str) -> Result<CellKind, String> {
     }
 }
 
+/// Builds the run configuration: the --config file (or the --model defaults) with the flags applied.
 fn config(a: &TrainArgs) -> Result<RunConfig> {
-    let mut cfg = match &a.config {
+    let mut cfg = base_config(a)?;
+    if a.config.is_some() && a.model.is_some() {
+        bail!("--model conflicts with --config: set the kind in the file's [model] table");
+    }
+    apply_data_flags(a, &mut cfg.data);
+    if let Some(l) = a.level {
+        cfg.tokenizer.level = l;
+    }
+    if let Some(v) = a.vocab_size {
+        cfg.tokenizer.vocab_size = v;
+    }
+    apply_model_flags(a, &mut cfg.model)?;
+    if !matches!(cfg.model, ModelSpec::Transformer(_)) && (a.heads.is_some() || a.ffn.is_some()) {
+        bail!("--heads and --ffn are for --model transformer");
+    }
+    apply_train_flags(a, &mut cfg.train);
+    cfg.train.validate()?;
+    Ok(cfg)
+}
+
+/// Returns the configuration read from --config, or the defaults for --model (bahdanau when unset).
+fn base_config(a: &TrainArgs) -> Result<RunConfig> {
+    Ok(match &a.config {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -147,27 +171,26 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
             },
             train: Default::default(),
         },
-    };
-    if a.config.is_some() && a.model.is_some() {
-        bail!("--model conflicts with --config: set the kind in the file's [model] table");
-    }
+    })
+}
+
+/// Replaces the corpus with the --src/--tgt/--valid-*/--test-* files when all four required ones are given.
+fn apply_data_flags(a: &TrainArgs, data: &mut DataSpec) {
     if let (Some(src), Some(tgt), Some(vs), Some(vt)) = (&a.src, &a.tgt, &a.valid_src, &a.valid_tgt) {
         let pair = |s: &PathBuf, t: &PathBuf| CorpusFiles::Aligned { src: s.clone(), tgt: t.clone() };
         let test = a.test_src.as_ref().zip(a.test_tgt.as_ref()).map(|(s, t)| pair(s, t));
-        cfg.data = DataSpec::Files {
+        *data = DataSpec::Files {
             splits: SplitFiles { train: pair(src, tgt), valid: pair(vs, vt), test },
             max_words: s2s_data::ReadOptions::default().max_words,
             filter: Default::default(),
             sample_pairs: s2s_data::PrepareConfig::default().sample_pairs,
         };
     }
-    if let Some(l) = a.level {
-        cfg.tokenizer.level = l;
-    }
-    if let Some(v) = a.vocab_size {
-        cfg.tokenizer.vocab_size = v;
-    }
-    match &mut cfg.model {
+}
+
+/// Applies the model flags to the model's hyperparameters; errors on RNN-only flags for a transformer.
+fn apply_model_flags(a: &TrainArgs, model: &mut ModelSpec) -> Result<()> {
+    match model {
         ModelSpec::Lstm(m) => {
             set(&mut m.emb, a.emb);
             set(&mut m.hidden, a.hidden);
@@ -197,10 +220,11 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
             set(&mut m.dropout, a.dropout);
         }
     }
-    if !matches!(cfg.model, ModelSpec::Transformer(_)) && (a.heads.is_some() || a.ffn.is_some()) {
-        bail!("--heads and --ffn are for --model transformer");
-    }
-    let t = &mut cfg.train;
+    Ok(())
+}
+
+/// Applies the budget, optimisation, device and schedule flags to the training settings.
+fn apply_train_flags(a: &TrainArgs, t: &mut TrainSpec) {
     if a.steps.is_some() || a.epochs.is_some() || a.minutes.is_some() {
         t.budget = s2s_train::Budget { steps: a.steps, epochs: a.epochs, minutes: a.minutes };
     }
@@ -217,8 +241,6 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     if let Some(w) = a.warmup {
         t.schedule = s2s_train::schedule::Schedule::Noam { warmup: w };
     }
-    t.validate()?;
-    Ok(cfg)
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) {

@@ -1,21 +1,21 @@
 //! `s2s translate`: source sentences on stdin, translations on stdout, in input order.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use s2s_data::{BatchConfig, Tokenizers, normalize};
 use s2s_decode::{
-    BeamConfig, CapturedSearch, DecodeCaptureStats, Ensemble, Hypothesis, Incremental, LengthPenalty, Run,
-    SampleConfig,
+    BeamConfig, CapturedSearch, DecodeCaptureStats, Ensemble, Hypothesis, Incremental, LengthPenalty,
+    MaxLength, Run, SampleConfig,
 };
 use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
 use s2s_train::config::Capture;
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_with};
-use s2s_train::run::read_manifest;
+use s2s_train::run::{RunManifest, read_manifest};
 
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
 #[derive(Args, Debug)]
@@ -102,88 +102,18 @@ struct Translator {
 }
 
 impl Translator {
+    /// Loads the runs named by --model and sets up the search, batching and capture they decode with.
     fn load(a: &TranslateArgs) -> Result<Self> {
         let (device, name) = select(a.device);
         eprintln!("device: {name}");
-        let mut models = Vec::with_capacity(a.runs.len());
-        let mut first: Option<(PathBuf, Tokenizers, s2s_train::run::RunManifest)> = None;
-        for run in &a.runs {
-            let manifest = read_manifest(run).with_context(|| {
-                format!("{} is not a run directory (no readable run.json)", run.display())
-            })?;
-            let tok = Tokenizers::load(&run.join("tokenizer"))
-                .with_context(|| format!("loading {}", run.join("tokenizer").display()))?;
-            if let Some((first_run, first_tok, _)) = &first {
-                for (side, x, y) in
-                    [("source", &tok.src, &first_tok.src), ("target", &tok.tgt, &first_tok.tgt)]
-                {
-                    if !x.same_as(y)? {
-                        bail!(
-                            "{} and {} have different {side} vocabularies: an ensemble's models must share \
-                             their tokenizers (train them on the same corpus with the same [tokenizer] settings, \
-                             as the models of one experiment are)",
-                            first_run.display(),
-                            run.display()
-                        );
-                    }
-                }
-            }
-            let dir = Checkpoints::new(run).named(&a.checkpoint)?;
-            eprintln!("checkpoint: {}", dir.display());
-            let model =
-                s2s_train::load_model(&manifest.config.model, &tok, &dir, &device.clone().autodiff())?;
-            models.push(burn::module::Module::valid(&model));
-            if first.is_none() {
-                first = Some((run.clone(), tok, manifest));
-            }
-        }
-        let (_, tok, manifest) = first.context("give at least one --model RUN_DIR")?;
-        if a.beam == 0 {
-            bail!("--beam must be at least 1");
-        }
-        let nbest = a.nbest.unwrap_or(1);
-        if nbest == 0 || nbest > a.beam {
-            bail!("--nbest must be between 1 and --beam ({})", a.beam);
-        }
-        let limit = manifest.config.train.max_output;
-        let keep_attention = a.attention.is_some();
-        let search = if a.sample {
-            let cfg = SampleConfig {
-                temperature: a.temperature,
-                top_k: a.top_k,
-                top_p: a.top_p,
-                seed: a.seed,
-                first_index: 0,
-                max_length: limit,
-            };
-            cfg.check().map_err(|e| anyhow::anyhow!("--sample: {e}"))?;
-            Search::Sample(cfg)
-        } else if a.beam == 1 {
-            Search::Greedy { limit, attention: keep_attention }
-        } else {
-            Search::Beam(BeamConfig {
-                beam: a.beam,
-                alpha: a.alpha,
-                penalty: a.penalty,
-                nbest,
-                max_length: limit,
-                attention: keep_attention,
-            })
-        };
+        let LoadedRuns { models, tok, manifest } = load_runs(a, &device)?;
+        let search = search_for(a, manifest.config.train.max_output)?;
         let batch = BatchConfig {
             max_tokens: usize::MAX / 4,
             max_sentences: a.batch_size.max(1),
             ..Default::default()
         };
-        let gpu = !s2s_kernels::ops::is_cpu(&device);
-        let capture = match a.capture {
-            Capture::On if !gpu => {
-                bail!("--capture on needs a GPU device (--device wgpu): the CPU launches no kernels")
-            }
-            Capture::On => true,
-            Capture::Auto => gpu && !burn::tensor::Device::enumerate_physical().is_empty(),
-            Capture::Off => false,
-        };
+        let capture = capture_for(a.capture, &device)?;
         Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1), capture })
     }
 
@@ -236,6 +166,107 @@ impl Translator {
     }
 }
 
+/// The models of the runs, with the first run's tokenizers and manifest.
+struct LoadedRuns {
+    models: Vec<Model>,
+    tok: Tokenizers,
+    manifest: RunManifest,
+}
+
+/// Loads each run's manifest, tokenizers and checkpoint in order, checking that the runs share vocabularies.
+fn load_runs(a: &TranslateArgs, device: &burn::tensor::Device) -> Result<LoadedRuns> {
+    let mut models = Vec::with_capacity(a.runs.len());
+    let mut first: Option<(PathBuf, Tokenizers, RunManifest)> = None;
+    for run in &a.runs {
+        let manifest = read_manifest(run)
+            .with_context(|| format!("{} is not a run directory (no readable run.json)", run.display()))?;
+        let tok = Tokenizers::load(&run.join("tokenizer"))
+            .with_context(|| format!("loading {}", run.join("tokenizer").display()))?;
+        if let Some((first_run, first_tok, _)) = &first {
+            check_shared_vocabularies(first_run, first_tok, run, &tok)?;
+        }
+        let dir = Checkpoints::new(run).named(&a.checkpoint)?;
+        eprintln!("checkpoint: {}", dir.display());
+        let model = s2s_train::load_model(&manifest.config.model, &tok, &dir, &device.clone().autodiff())?;
+        models.push(burn::module::Module::valid(&model));
+        if first.is_none() {
+            first = Some((run.clone(), tok, manifest));
+        }
+    }
+    let (_, tok, manifest) = first.context("give at least one --model RUN_DIR")?;
+    Ok(LoadedRuns { models, tok, manifest })
+}
+
+/// Errors unless `run`'s source and target vocabularies are those of `first_run`.
+fn check_shared_vocabularies(
+    first_run: &Path,
+    first_tok: &Tokenizers,
+    run: &Path,
+    tok: &Tokenizers,
+) -> Result<()> {
+    for (side, x, y) in [("source", &tok.src, &first_tok.src), ("target", &tok.tgt, &first_tok.tgt)] {
+        if !x.same_as(y)? {
+            bail!(
+                "{} and {} have different {side} vocabularies: an ensemble's models must share \
+                 their tokenizers (train them on the same corpus with the same [tokenizer] settings, \
+                 as the models of one experiment are)",
+                first_run.display(),
+                run.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Returns the search the flags ask for (sampling, greedy or beam), after checking --beam and --nbest.
+fn search_for(a: &TranslateArgs, limit: MaxLength) -> Result<Search> {
+    if a.beam == 0 {
+        bail!("--beam must be at least 1");
+    }
+    let nbest = a.nbest.unwrap_or(1);
+    if nbest == 0 || nbest > a.beam {
+        bail!("--nbest must be between 1 and --beam ({})", a.beam);
+    }
+    let keep_attention = a.attention.is_some();
+    let search = if a.sample {
+        let cfg = SampleConfig {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+            first_index: 0,
+            max_length: limit,
+        };
+        cfg.check().map_err(|e| anyhow::anyhow!("--sample: {e}"))?;
+        Search::Sample(cfg)
+    } else if a.beam == 1 {
+        Search::Greedy { limit, attention: keep_attention }
+    } else {
+        Search::Beam(BeamConfig {
+            beam: a.beam,
+            alpha: a.alpha,
+            penalty: a.penalty,
+            nbest,
+            max_length: limit,
+            attention: keep_attention,
+        })
+    };
+    Ok(search)
+}
+
+/// Whether decoding steps are replayed from captured graphs: --capture resolved against the device.
+fn capture_for(capture: Capture, device: &burn::tensor::Device) -> Result<bool> {
+    let gpu = !s2s_kernels::ops::is_cpu(device);
+    Ok(match capture {
+        Capture::On if !gpu => {
+            bail!("--capture on needs a GPU device (--device wgpu): the CPU launches no kernels")
+        }
+        Capture::On => true,
+        Capture::Auto => gpu && !burn::tensor::Device::enumerate_physical().is_empty(),
+        Capture::Off => false,
+    })
+}
+
 /// What lives across chunks: the ensemble, and the captured decoding graphs (recorded by the
 /// first chunk of each batch shape, replayed by the next).
 enum Kept<'t> {
@@ -277,16 +308,7 @@ impl Kept<'_> {
 pub fn run(a: TranslateArgs) -> Result<()> {
     let t = Translator::load(&a)?;
     let ensemble = Ensemble::new(t.models.iter().collect());
-    let mut kept = if t.models.len() == 1 {
-        Kept::Single(
-            t.capture.then(|| CapturedSearch::new(&t.models[0], &t.device, Run::Replay, CAPTURED_CHAINS)),
-        )
-    } else {
-        Kept::Ensemble(
-            &ensemble,
-            t.capture.then(|| CapturedSearch::new(&ensemble, &t.device, Run::Replay, CAPTURED_CHAINS)),
-        )
-    };
+    let mut kept = keep(&t, &ensemble);
     if let Some(dir) = &a.attention {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -308,21 +330,8 @@ pub fn run(a: TranslateArgs) -> Result<()> {
         let n = input.read_until(b'\n', &mut buf).context("reading stdin")?;
         if n > 0 {
             line_no += 1;
-            while buf.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
-                buf.pop();
-            }
-            match String::from_utf8(buf) {
-                Ok(text) => pending.push(t.encode(line_no, &text)),
-                Err(_) if a.skip_invalid => {
-                    eprintln!("warning: line {line_no} is not valid UTF-8: output left empty");
-                    pending.push(Vec::new());
-                }
-                Err(_) => {
-                    failure = Some(anyhow::anyhow!(
-                        "stdin line {line_no} is not valid UTF-8: convert the input (e.g. iconv -t UTF-8), \
-                         or pass --skip-invalid to leave its output line empty"
-                    ));
-                }
+            if let Err(e) = push_line(&t, &a, line_no, buf, &mut pending) {
+                failure = Some(e);
             }
         }
         if pending.len() >= chunk
@@ -341,6 +350,49 @@ pub fn run(a: TranslateArgs) -> Result<()> {
             return Ok(());
         }
     }
+}
+
+/// Returns what lives across chunks: the single model or the ensemble, each with its captured search
+/// when capture is on.
+fn keep<'t>(t: &'t Translator, ensemble: &'t Ensemble<'t, Model>) -> Kept<'t> {
+    if t.models.len() == 1 {
+        Kept::Single(
+            t.capture.then(|| CapturedSearch::new(&t.models[0], &t.device, Run::Replay, CAPTURED_CHAINS)),
+        )
+    } else {
+        Kept::Ensemble(
+            ensemble,
+            t.capture.then(|| CapturedSearch::new(ensemble, &t.device, Run::Replay, CAPTURED_CHAINS)),
+        )
+    }
+}
+
+/// Strips line `line_no`'s ending and queues its source ids on `pending` (empty, with a warning, for
+/// invalid UTF-8 under --skip-invalid); an error for invalid UTF-8 otherwise.
+fn push_line(
+    t: &Translator,
+    a: &TranslateArgs,
+    line_no: usize,
+    mut buf: Vec<u8>,
+    pending: &mut Vec<Vec<u32>>,
+) -> Result<()> {
+    while buf.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+        buf.pop();
+    }
+    match String::from_utf8(buf) {
+        Ok(text) => pending.push(t.encode(line_no, &text)),
+        Err(_) if a.skip_invalid => {
+            eprintln!("warning: line {line_no} is not valid UTF-8: output left empty");
+            pending.push(Vec::new());
+        }
+        Err(_) => {
+            return Err(anyhow::anyhow!(
+                "stdin line {line_no} is not valid UTF-8: convert the input (e.g. iconv -t UTF-8), \
+                 or pass --skip-invalid to leave its output line empty"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `indices` (ascending) cut into runs of consecutive values.
