@@ -130,6 +130,79 @@ pub struct Experiment {
     pub baseline: Option<String>,
 }
 
+/// An experiment file being read: its errors name the file, and the line where they can.
+struct Errors<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Errors<'_> {
+    /// An error in the file as a whole.
+    fn bad(&self, m: String) -> TrainError {
+        TrainError::Config(format!("{}: {m}", self.path.display()))
+    }
+
+    /// A section's error, at the line of the key it names when that key is in one of the
+    /// `tables` (header and which of that name) of the file.
+    fn bad_in(&self, tables: &[(&str, usize)], what: &str, e: String) -> TrainError {
+        let line =
+            unknown_key(&e).and_then(|key| tables.iter().find_map(|&(h, n)| key_line(self.text, h, n, key)));
+        match line {
+            Some(line) => TrainError::Config(format!("{}:{line}: {what}: {e}", self.path.display())),
+            None => self.bad(format!("{what}: {e}")),
+        }
+    }
+
+    /// The training settings of table `t` (section `what`, set in `tables`), checked.
+    fn train_spec(
+        &self,
+        t: toml::Table,
+        what: &str,
+        tables: &[(&str, usize)],
+    ) -> Result<TrainSpec, TrainError> {
+        let spec: TrainSpec =
+            toml::Value::Table(t).try_into().map_err(|e| self.bad_in(tables, what, e.to_string()))?;
+        spec.validate().map_err(|e| self.bad(format!("{what}: {e}")))?;
+        Ok(spec)
+    }
+
+    /// Every model of the `[[model]]` tables, lists expanded into a grid ([`expand`]), with its
+    /// training settings: `shared_train` overridden by the model's own `train` table.
+    fn models(
+        &self,
+        tables: &[toml::Table],
+        shared_train: &toml::Table,
+    ) -> Result<Vec<(String, ModelSpec, TrainSpec)>, TrainError> {
+        let mut models: Vec<(String, ModelSpec, TrainSpec)> = Vec::new();
+        for (i, table) in tables.iter().enumerate() {
+            let mut table = table.clone();
+            let own_train = match table.remove("train") {
+                Some(toml::Value::Table(t)) => t,
+                Some(_) => return Err(self.bad(format!("[[model]] #{}: `train` must be a table", i + 1))),
+                None => toml::Table::new(),
+            };
+            let mut merged = shared_train.clone();
+            merged.extend(own_train);
+            for (name, t) in expand(&table) {
+                let spec: ModelSpec = toml::Value::Table(t).try_into().map_err(|e| {
+                    self.bad_in(&[("[[model]]", i)], &format!("[[model]] #{} ({name})", i + 1), e.to_string())
+                })?;
+                let model_train = self.train_spec(
+                    merged.clone(),
+                    &format!("[[model]] #{} ({name}) train", i + 1),
+                    &[("[[model]]", i), ("[train]", 0)],
+                )?;
+                if models.iter().any(|(n, _, _)| n == &name) {
+                    return Err(self
+                        .bad(format!("two models are named `{name}`: give one of them a `name = \"...\"`")));
+                }
+                models.push((name, spec, model_train));
+            }
+        }
+        Ok(models)
+    }
+}
+
 /// The key an "unknown field `key`" error names.
 fn unknown_key(error: &str) -> Option<&str> {
     let rest = &error[error.find("unknown field `")? + "unknown field `".len()..];
@@ -206,71 +279,28 @@ impl Experiment {
     /// Reads and checks an experiment file; errors name the file and the key.
     pub fn load(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
-        let bad = |m: String| TrainError::Config(format!("{}: {m}", path.display()));
-        // A section's error, at the line of the key it names when that key is in one of the
-        // `tables` (header and which of that name) of the file.
-        let bad_in = |tables: &[(&str, usize)], what: &str, e: String| {
-            let line =
-                unknown_key(&e).and_then(|key| tables.iter().find_map(|&(h, n)| key_line(&text, h, n, key)));
-            match line {
-                Some(line) => TrainError::Config(format!("{}:{line}: {what}: {e}", path.display())),
-                None => bad(format!("{what}: {e}")),
-            }
-        };
-        let file: ExperimentFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let at = Errors { path, text: &text };
+        let file: ExperimentFile = toml::from_str(&text).map_err(|e| at.bad(e.to_string()))?;
         let shared_train = file.train.clone().unwrap_or_default();
-        let train_spec =
-            |t: toml::Table, what: &str, tables: &[(&str, usize)]| -> Result<TrainSpec, TrainError> {
-                let spec: TrainSpec =
-                    toml::Value::Table(t).try_into().map_err(|e| bad_in(tables, what, e.to_string()))?;
-                spec.validate().map_err(|e| bad(format!("{what}: {e}")))?;
-                Ok(spec)
-            };
-        let train = train_spec(shared_train.clone(), "[train]", &[("[train]", 0)])?;
+        let train = at.train_spec(shared_train.clone(), "[train]", &[("[train]", 0)])?;
         if file.models.is_empty() {
-            return Err(bad("no [[model]] tables: list at least one model".into()));
+            return Err(at.bad("no [[model]] tables: list at least one model".into()));
         }
         if file.seeds.is_empty() {
-            return Err(bad("`seeds` is empty".into()));
+            return Err(at.bad("`seeds` is empty".into()));
         }
         if file.decode.average_last == 0 {
-            return Err(bad("[decode] average_last must be at least 1 (1: the best checkpoint)".into()));
+            return Err(at.bad("[decode] average_last must be at least 1 (1: the best checkpoint)".into()));
         }
         if file.decode.beam == 0 {
-            return Err(bad("[decode] beam must be at least 1".into()));
+            return Err(at.bad("[decode] beam must be at least 1".into()));
         }
-        let mut models = Vec::new();
-        for (i, table) in file.models.iter().enumerate() {
-            let mut table = table.clone();
-            let own_train = match table.remove("train") {
-                Some(toml::Value::Table(t)) => t,
-                Some(_) => return Err(bad(format!("[[model]] #{}: `train` must be a table", i + 1))),
-                None => toml::Table::new(),
-            };
-            let mut merged = shared_train.clone();
-            merged.extend(own_train);
-            for (name, t) in expand(&table) {
-                let spec: ModelSpec = toml::Value::Table(t).try_into().map_err(|e| {
-                    bad_in(&[("[[model]]", i)], &format!("[[model]] #{} ({name})", i + 1), e.to_string())
-                })?;
-                let model_train = train_spec(
-                    merged.clone(),
-                    &format!("[[model]] #{} ({name}) train", i + 1),
-                    &[("[[model]]", i), ("[train]", 0)],
-                )?;
-                if models.iter().any(|(n, _, _)| n == &name) {
-                    return Err(bad(format!(
-                        "two models are named `{name}`: give one of them a `name = \"...\"`"
-                    )));
-                }
-                models.push((name, spec, model_train));
-            }
-        }
+        let models = at.models(&file.models, &shared_train)?;
         if let Some(b) = &file.baseline
             && !models.iter().any(|(n, _, _)| n == b)
         {
             let names: Vec<&str> = models.iter().map(|(n, _, _)| n.as_str()).collect();
-            return Err(bad(format!("baseline = \"{b}\" names no model (models: {})", names.join(", "))));
+            return Err(at.bad(format!("baseline = \"{b}\" names no model (models: {})", names.join(", "))));
         }
         let name = file
             .name
