@@ -215,17 +215,4 @@ versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="
 [ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)
 read -r day commit rounds ran < "$keep/measured"
 header="$day · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $ran\` · medians of $rounds round(s), per-round ratio ranges in brackets"
-python3 - docs/benchmarks.md "$key" "$header" "$tmp/tables.md" <<'PY'
-import re, sys
-path, key, header, tables = sys.argv[1:]
-begin, end = f"<!-- {key} -->", f"<!-- end {key} -->"
-block = f"{begin}\n{header}\n\n{open(tables).read().strip()}\n{end}"
-text = open(path).read()
-pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-if pattern.search(text):
-    text = pattern.sub(lambda _: block, text)
-else:
-    text = text.rstrip("\n") + f"\n\n## {key}\n\n{block}\n"
-open(path, "w").write(text)
-print(f"docs: {path} <- {key}", file=sys.stderr)
-PY
+scripts/doc-block.py "$key" "$header" < "$tmp/tables.md"

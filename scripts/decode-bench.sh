@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Decoding speed and beam gain on a test set for every run of an experiment: greedy and
 # beam 5 through `s2s translate`, timed, scored with `s2s score`.
-#   scripts/decode-bench.sh runs/multi30k-cpu SRC REF [--device cpu]
+#   scripts/decode-bench.sh runs/multi30k-cpu SRC REF [--doc LABEL] [--device cpu]
+# --doc LABEL also writes the table into docs/benchmarks.md (scripts/doc-block.py), in place of
+# this script's earlier block for the same experiment and machine LABEL; the other options go
+# to `s2s translate`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# This command as typed (arguments with spaces quoted), for the docs' header.
+ran=; for a in "$@"; do case "$a" in *' '*) ran+=" \"$a\"";; *) ran+=" $a";; esac; done; ran=${ran# }
 dir=$1; src=$2; ref=$3; shift 3
+doc=
+if [ "${1:-}" = --doc ]; then doc=$2; shift 2; fi
 bin=${S2S_BIN:-target/release/s2s}
 [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo "+changes")
 n=$(wc -l < "$src")
+tables=$(mktemp); trap 'rm -f "$tables"' EXIT
+{
 echo "| model | greedy sent/s | greedy BLEU | beam-5 sent/s | beam-5 BLEU | beam gain |"
 echo "|---|---|---|---|---|---|"
 for run in "$dir"/*/; do
@@ -27,3 +37,7 @@ for run in "$dir"/*/; do
   done
   echo "$row | $(python3 -c "print('%+.2f' % (${bleus[1]} - ${bleus[0]}))") |"
 done
+} | tee "$tables"
+[ -n "$doc" ] || exit 0
+header="$(date -u +%F) · $doc · commit $commit · \`scripts/decode-bench.sh $ran\` · sacreBLEU defaults, batch 64"
+scripts/doc-block.py "decode-bench: $(basename "$dir"), $doc" "$header" < "$tables"
