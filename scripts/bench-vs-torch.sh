@@ -28,7 +28,8 @@
 # headed by the date, the peers' versions, the commit and this command (a new block goes at the
 # end of the file): the docs' tables are the script's output, regenerated, never pasted.
 # --from DIR prints (and with --doc writes) the tables of a run kept with KEEP_JSON=DIR, running
-# nothing: the same options as that run, so that the header names what it ran.
+# nothing (give the options that shape the tables: --device, --ct2, --busy, --isa), e.g. a
+# GPU run's, from what `gpu-session.sh` brought back: `--device wgpu --from OUT/bench-spirv`.
 # S2S_BIN_BASE=PATH also runs a second build of ours in every round, just before the first,
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
@@ -86,8 +87,17 @@ if [ -z "$from" ]; then
   : > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
   # When, at what commit (with "+changes" where the working tree differs from it), how many
   # rounds and by what command this run measured: --from and --doc read it back.
-  echo "$(date -u +%F) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo "+changes") $rounds $args" \
-    > "$keep/measured"
+  # Where git is absent (the GPU machine), the commit `gpu-session.sh pack` recorded.
+  if commit=$(git rev-parse --short HEAD 2> /dev/null); then
+    git diff --quiet HEAD -- crates scripts || commit+="+changes"
+  else
+    commit=$(cut -c1-7 .devbin/commit 2> /dev/null || echo unknown)
+  fi
+  echo "$(date -u +%F) $commit $rounds $args" > "$keep/measured"
+  # The peers' versions, as this machine has them.
+  versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="")' 2>/dev/null || echo "PyTorch ?")
+  [ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)
+  echo "$versions" > "$keep/versions"
 else
   rounds=0   # tables only
 fi
@@ -211,8 +221,7 @@ PY
 [ -n "$doc" ] || exit 0
 # The block's key names what it measured; its header says when, on what, and how.
 key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}"
-versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="")' 2>/dev/null || echo "PyTorch ?")
-[ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)
 read -r day commit rounds ran < "$keep/measured"
+versions=$(cat "$keep/versions" 2> /dev/null || echo "PyTorch ?")
 header="$day · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $ran\` · medians of $rounds round(s), per-round ratio ranges in brackets"
 scripts/doc-block.py "$key" "$header" < "$tmp/tables.md"

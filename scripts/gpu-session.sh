@@ -38,6 +38,8 @@
 #           Every step's output also goes to $OUT/log.txt; the machine's description to env.txt.
 #           JSON lines are written as they are produced, so a timeout keeps what was measured;
 #           the run stops starting new work after BUDGET seconds (default 480: 8 minutes).
+#   after:  the docs' GPU table from what came back, e.g. `scripts/bench-vs-torch.sh --device wgpu
+#           --from RESULTS/bench-spirv --doc "H200"` (the run's date, commit and versions kept).
 # TRAIN_BUILD=spirv makes the multi30k step train with the SPIR-V build without the spirv step.
 # Steps and models can be narrowed for a try-out: STEPS=2 MODELS=lstm scripts/gpu-session.sh run
 # runs on any machine with a Vulkan driver (lavapipe too) and python3 with torch; TORCH_DEVICE
