@@ -34,8 +34,8 @@
 # and prints its table too: before/after comparisons of a change in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# This command as typed (arguments with spaces quoted), for the docs' header.
-args=; for a in "$@"; do case "$a" in *' '*) args+=" \"$a\"";; *) args+=" $a";; esac; done; args=${args# }
+. scripts/measured.sh
+args=$(typed "$@")
 device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=; from=
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -85,15 +85,9 @@ based=$keep/base.jsonl; errs=$keep/torch.stderr
 ours_busy=$keep/ours-busy.jsonl; theirs_busy=$keep/torch-busy.jsonl
 if [ -z "$from" ]; then
   : > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
-  # When, at what commit (with "+changes" where the working tree differs from it), how many
-  # rounds and by what command this run measured: --from and --doc read it back.
-  # Where git is absent (the GPU machine), the commit `gpu-session.sh pack` recorded.
-  if commit=$(git rev-parse --short HEAD 2> /dev/null); then
-    git diff --quiet HEAD -- crates scripts || commit+="+changes"
-  else
-    commit=$(cut -c1-7 .devbin/commit 2> /dev/null || echo unknown)
-  fi
-  echo "$(date -u +%F) $commit $rounds $args" > "$keep/measured"
+  # When, at what commit, how many rounds and by what command this run measured: --from and
+  # --doc read it back.
+  echo "$(date -u +%F) $(measured_commit) $rounds $args" > "$keep/measured"
   # The peers' versions, as this machine has them.
   versions=$(python3 -c 'import torch; print(f"PyTorch {torch.__version__}", end="")' 2>/dev/null || echo "PyTorch ?")
   [ "$ct2" = 1 ] && versions+=$(python3 -c 'import ctranslate2; print(f" and CTranslate2 {ctranslate2.__version__}", end="")' 2>/dev/null)

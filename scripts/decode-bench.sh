@@ -7,14 +7,14 @@
 # to `s2s translate`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# This command as typed (arguments with spaces quoted), for the docs' header.
-ran=; for a in "$@"; do case "$a" in *' '*) ran+=" \"$a\"";; *) ran+=" $a";; esac; done; ran=${ran# }
+. scripts/measured.sh
+ran=$(typed "$@")
 dir=$1; src=$2; ref=$3; shift 3
 doc=
 if [ "${1:-}" = --doc ]; then doc=$2; shift 2; fi
 bin=${S2S_BIN:-target/release/s2s}
 [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
-commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo "+changes")
+commit=$(measured_commit)
 n=$(wc -l < "$src")
 tables=$(mktemp); trap 'rm -f "$tables"' EXIT
 {
