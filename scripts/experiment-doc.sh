@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# An experiment's results table in docs/benchmarks.md, written by the run that measured it.
+#   scripts/experiment-doc.sh FILE --doc LABEL [options of `s2s experiment run`]
+#   scripts/experiment-doc.sh --from RUNS_DIR --doc LABEL
+# The first form runs `s2s experiment run FILE` (with the options given, e.g. `--device cpu`),
+# records the date, the commit, the minutes it took and this command in RUNS_DIR/measured, then
+# writes the table; `--from` writes the table of a run the first form made, running nothing.
+# One row per run (results.json and each run's metrics.csv): parameters, steps trained (and
+# the epoch, from 1, they ended in), training minutes, test BLEU with its 95 % interval, p
+# against the experiment's baseline (paired bootstrap), chrF, test perplexity, and BLEU by
+# source length. The block (scripts/doc-block.py) is keyed by the experiment's name and
+# machine LABEL: a new run on the same machine replaces it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/measured.sh
+args=$(typed "$@")
+file=; from=; doc=
+if [ "${1:-}" = --from ]; then from=$2; shift 2; else file=${1:?usage: see the header}; shift; fi
+[ "${1:-}" = --doc ] || { echo "experiment-doc.sh: --doc LABEL comes next (the machine's name)" >&2; exit 2; }
+doc=$2; shift 2
+bin=${S2S_BIN:-target/release/s2s}
+if [ -z "$from" ]; then
+  [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
+  name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$file" | head -1)
+  from=runs/$name
+  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --out ] && { j=$((i + 1)); from=${!j}; }; done
+  commit=$(measured_commit)
+  start=$SECONDS
+  "$bin" experiment run "$file" "$@"
+  echo "$(date -u +%F) $commit $(((SECONDS - start + 30) / 60)) $args" > "$from/measured"
+fi
+[ -f "$from/measured" ] || {
+  echo "experiment-doc.sh: $from/measured is missing: the table needs the date and commit of a run made by this script" >&2
+  exit 1
+}
+read -r date commit minutes ran < "$from/measured"
+tables=$(mktemp); trap 'rm -f "$tables"' EXIT
+python3 - "$from" > "$tables" <<'EOF'
+import csv, json, sys
+from pathlib import Path
+
+runs_dir = Path(sys.argv[1])
+results = json.loads((runs_dir / "results.json").read_text())
+runs = results["runs"]
+baseline = next((m["model"] for m in results["models"] if m.get("baseline")), None)
+buckets = [b for b, _, _ in runs[0]["by_length"]] if runs else []
+# Length buckets no run has a test sentence in are left out.
+buckets = [b for b in buckets if any(n for r in runs for name, n, _ in r["by_length"] if name == b)]
+
+def last_row(run):
+    path = runs_dir / run["entry"]["dir"] / "metrics.csv"
+    rows = list(csv.DictReader(path.open())) if path.exists() else []
+    return rows[-1] if rows else {}
+
+def num(v, fmt):
+    return fmt.format(v) if v is not None else "–"
+
+head = ["model", "params", "steps (epoch)", "train min", "test BLEU (± 95 %)",
+        f"p vs {baseline}" if baseline else "p", "chrF", "test ppl"] + [f"{b} words" for b in buckets]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for r in runs:
+    last = last_row(r)
+    by = {name: (n, bleu) for name, n, bleu in r["by_length"]}
+    bleu = num(r["bleu"], "{:.2f}")
+    if r.get("bleu_ci") is not None:
+        bleu += f" (± {r['bleu_ci']:.2f})"
+    cells = [r["entry"]["name"], f"{r['params'] / 1e6:.2f}M",
+             f"{last['step']} ({int(last['epoch']) + 1})" if last else "–", f"{r['train_seconds'] / 60:.1f}",
+             bleu, num(r.get("p_vs_baseline"), "{:.3f}"), num(r["chrf"], "{:.2f}"), num(r["ppl"], "{:.2f}")]
+    cells += [num(by[b][1], "{:.1f}") if b in by and by[b][0] else "–" for b in buckets]
+    print("| " + " | ".join(cells) + " |")
+EOF
+title=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['experiment'])" "$from/results.json")
+info=$(python3 - "$from" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/results.json"))["runs"]
+f = r[0] if r else {}
+sizes = " / ".join(str(n) for _, n, _ in f.get("by_length", []) if n)
+print(f"{f.get('device', '?')} · test decoding {f.get('decoding', '?')}, sacreBLEU defaults · test sentences by source length: {sizes}")
+EOF
+)
+cat "$tables"
+header="$date · $doc · $info · commit $commit · \`scripts/experiment-doc.sh $ran\` · $minutes min in all"
+scripts/doc-block.py "experiment: $title, $doc" "$header" < "$tables"
