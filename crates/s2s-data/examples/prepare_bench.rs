@@ -22,7 +22,8 @@ use std::time::Instant;
 
 use s2s_data::synth::{SynthConfig, generate};
 use s2s_data::{
-    BatchConfig, CorpusFiles, FilterConfig, Level, PrepareConfig, Preparer, StreamBatcher, TokenizerConfig,
+    BatchConfig, CorpusFiles, FilterConfig, Level, PrepareConfig, PreparedDataset, Preparer, StreamBatcher,
+    TokenizerConfig,
 };
 
 const CHUNK: usize = 100_000;
@@ -68,13 +69,19 @@ fn du(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--generate") {
-        let n: usize = args[1].parse()?;
-        generate_into(n, Path::new(&args[2]))?;
-        return Ok(());
-    }
+/// The command line after `PAIRS` and the options were read (see the module doc).
+struct Options {
+    pairs: usize,
+    dir: Option<PathBuf>,
+    keep: bool,
+    threads: usize,
+    level: Level,
+    filter: bool,
+    sample: usize,
+}
+
+/// Reads `PAIRS` and the options from `args` (the arguments after the program's name).
+fn parse_args(args: &[String]) -> Result<Options, Box<dyn std::error::Error>> {
     let mut pairs = 100_000usize;
     let (mut dir, mut keep, mut threads, mut level, mut filter, mut sample) =
         (None, false, 0usize, Level::Bpe, false, 1_000_000usize);
@@ -91,9 +98,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             n => pairs = n.replace('_', "").parse().map_err(|_| format!("unknown argument {n}"))?,
         }
     }
-    let dir =
-        dir.unwrap_or_else(|| std::env::temp_dir().join(format!("s2s-prepare-bench-{}", std::process::id())));
-    let corpus = dir.join("corpus");
+    Ok(Options { pairs, dir, keep, threads, level, filter, sample })
+}
+
+/// Generates `pairs` pairs into `corpus` by a child process, unless it holds a corpus already.
+fn ensure_corpus(pairs: usize, corpus: &Path) -> Result<(), Box<dyn std::error::Error>> {
     if !corpus.join("train.tgt").exists() {
         let t = Instant::now();
         let ok = std::process::Command::new(std::env::current_exe()?)
@@ -105,24 +114,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         eprintln!("generated {pairs} pairs in {:.1} s (child process)", t.elapsed().as_secs_f64());
     }
-    let files = CorpusFiles::Aligned { src: corpus.join("train.src"), tgt: corpus.join("train.tgt") };
-    let corpus_bytes = du(&corpus);
-    let cfg = PrepareConfig {
-        tokenizer: TokenizerConfig { level, ..TokenizerConfig::default() },
-        sample_pairs: sample,
-        filter: if filter { FilterConfig::recommended() } else { FilterConfig::default() },
-        ..PrepareConfig::default()
-    };
-    let cache = dir.join("prepared");
-    let _ = std::fs::remove_dir_all(&cache);
+    Ok(())
+}
 
-    println!(
-        "pairs {pairs}, corpus {:.1} MiB, {} threads",
-        corpus_bytes as f64 / (1 << 20) as f64,
-        if threads == 0 { rayon_threads() } else { threads }
-    );
+/// Prepares `files` into `cache` on `threads` threads (0: every core) and prints the time by
+/// phase, the throughput, what was written and the peak RSS.
+fn bench_prepare(
+    files: &CorpusFiles,
+    cfg: &PrepareConfig,
+    cache: &Path,
+    threads: usize,
+    pairs: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
-    let p = Preparer::new(&files, &cfg, &cache).threads(threads).run()?;
+    let p = Preparer::new(files, cfg, cache).threads(threads).run()?;
     let total = t.elapsed().as_secs_f64();
     let hwm_prepare = status("VmHWM");
     let m = p.dataset.manifest();
@@ -147,19 +152,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  filters: {}", m.filter);
     println!("  peak RSS after prepare (VmHWM): {hwm_prepare}");
     drop(p);
+    Ok(())
+}
 
+/// Opens the prepared data in `cache` again (checking every shard), prints how long that took,
+/// and returns it.
+fn bench_reuse(
+    files: &CorpusFiles,
+    cfg: &PrepareConfig,
+    cache: &Path,
+) -> Result<PreparedDataset, Box<dyn std::error::Error>> {
     let t = Instant::now();
-    let again = Preparer::new(&files, &cfg, &cache).run()?;
+    let again = Preparer::new(files, cfg, cache).run()?;
     assert!(again.reused);
     println!(
         "reuse (open + check every shard): {:.2} s, VmHWM {}",
         t.elapsed().as_secs_f64(),
         status("VmHWM")
     );
-    let data = again.dataset;
+    Ok(again.dataset)
+}
 
+/// Streams one epoch of batches of `data` and prints the time, the batcher's pool and the
+/// memory after.
+fn bench_stream(data: &PreparedDataset) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
-    let b = StreamBatcher::new(&data, BatchConfig::default());
+    let b = StreamBatcher::new(data, BatchConfig::default());
     let (mut batches, mut sentences, mut most) = (0usize, 0usize, 0usize);
     let mut plan = b.epoch(1, 0);
     while let Some(ix) = plan.next() {
@@ -181,6 +199,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         status("RssAnon"),
         status("RssFile")
     );
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--generate") {
+        let n: usize = args[1].parse()?;
+        generate_into(n, Path::new(&args[2]))?;
+        return Ok(());
+    }
+    let Options { pairs, dir, keep, threads, level, filter, sample } = parse_args(&args)?;
+    let dir =
+        dir.unwrap_or_else(|| std::env::temp_dir().join(format!("s2s-prepare-bench-{}", std::process::id())));
+    let corpus = dir.join("corpus");
+    ensure_corpus(pairs, &corpus)?;
+    let files = CorpusFiles::Aligned { src: corpus.join("train.src"), tgt: corpus.join("train.tgt") };
+    let corpus_bytes = du(&corpus);
+    let cfg = PrepareConfig {
+        tokenizer: TokenizerConfig { level, ..TokenizerConfig::default() },
+        sample_pairs: sample,
+        filter: if filter { FilterConfig::recommended() } else { FilterConfig::default() },
+        ..PrepareConfig::default()
+    };
+    let cache = dir.join("prepared");
+    let _ = std::fs::remove_dir_all(&cache);
+
+    println!(
+        "pairs {pairs}, corpus {:.1} MiB, {} threads",
+        corpus_bytes as f64 / (1 << 20) as f64,
+        if threads == 0 { rayon_threads() } else { threads }
+    );
+    bench_prepare(&files, &cfg, &cache, threads, pairs)?;
+    let data = bench_reuse(&files, &cfg, &cache)?;
+    bench_stream(&data)?;
     if !keep {
         drop(data);
         std::fs::remove_dir_all(&dir)?;

@@ -825,32 +825,9 @@ fn mutate(site: Site<'_>, op: Op, rng: &mut SplitMix64) {
     match (site, op) {
         (Site::Np(np, _), Op::Det) => {
             np.plural = pick(rng, 2) == 1;
-            let r = pick(rng, 20);
-            np.det = if np.plural {
-                match r {
-                    0..10 => Det::The,
-                    10..14 => Det::Some,
-                    _ => Det::This,
-                }
-            } else {
-                match r {
-                    0..10 => Det::The,
-                    10..15 => Det::A,
-                    15..18 => Det::This,
-                    _ => Det::Every,
-                }
-            };
+            np.det = determiner(np.plural, pick(rng, 20));
         }
-        (Site::Np(np, _), Op::Adj) => {
-            let adj = loop {
-                let a = pick(rng, ADJS.len());
-                if !np.adjs.contains(&a) {
-                    break a;
-                }
-            };
-            let at = pick(rng, np.adjs.len() + 1);
-            np.adjs.insert(at, adj);
-        }
+        (Site::Np(np, _), Op::Adj) => add_adj(np, rng),
         (Site::Np(np, _), Op::RelSubj) => {
             np.rel = Some(Box::new(Rel::Subj { adv: None, pred: Pred::Intr(pick(rng, INTR.len())) }));
         }
@@ -884,6 +861,36 @@ fn mutate(site: Site<'_>, op: Op, rng: &mut SplitMix64) {
         }
         _ => unreachable!("operation applied to an ineligible site"),
     }
+}
+
+/// The determiner a draw `r` (`0..20`) gives a plural or a singular np: `the` half the time.
+fn determiner(plural: bool, r: usize) -> Det {
+    if plural {
+        match r {
+            0..10 => Det::The,
+            10..14 => Det::Some,
+            _ => Det::This,
+        }
+    } else {
+        match r {
+            0..10 => Det::The,
+            10..15 => Det::A,
+            15..18 => Det::This,
+            _ => Det::Every,
+        }
+    }
+}
+
+/// Inserts an adjective `np` does not have yet at a random place among its adjectives.
+fn add_adj(np: &mut Np, rng: &mut SplitMix64) {
+    let adj = loop {
+        let a = pick(rng, ADJS.len());
+        if !np.adjs.contains(&a) {
+            break a;
+        }
+    };
+    let at = pick(rng, np.adjs.len() + 1);
+    np.adjs.insert(at, adj);
 }
 
 /// Counts, for every operation, the sites where it may apply.

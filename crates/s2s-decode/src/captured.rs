@@ -340,60 +340,88 @@ where
         key: Key,
     ) -> Result<Vec<Hypothesis>, GraphError> {
         let n = lens.len();
-        let k = GPU_CHUNK;
         let limits: Vec<usize> = lens.iter().map(|&l| limit.for_source(l)).collect();
         let mut out: Vec<Hypothesis> =
             (0..n).map(|_| Hypothesis { tokens: Vec::new(), score: 0.0, attention: None }).collect();
         // Sentences still searching, each with its row (its index: rows never move).
-        let mut live: Vec<(usize, usize)> = (0..n).map(|s| (s, s)).collect();
-        let model = self.model;
+        let live: Vec<(usize, usize)> = (0..n).map(|s| (s, s)).collect();
         match run {
-            Run::Eager => {
-                let src = self.source(p);
-                let mut state = model.encode(&src);
-                let mut last = ids_tensor(&vec![BOS as i64; p.lens.len()], &self.device);
-                while !live.is_empty() {
-                    let (pairs, next, choice) = greedy_chunk(model, state, last, k);
-                    (state, last) = (next, choice);
-                    let (keep, _) = absorb(&mut out, &live, &limits, &read(&pairs), None, k, lens, p.src_len);
-                    live = keep.into_iter().map(|i| live[i]).collect();
-                }
-            }
-            Run::Replay => {
-                let c = self.chain(key, p)?;
-                let mut link = 0;
-                while !live.is_empty() {
-                    if link == self.chains[c].links.len() {
-                        self.refused_by_test(link)?;
-                        let chain = &self.chains[c];
-                        let (state, last) = match chain.links.last() {
-                            None => (chain.encoded.clone(), chain.bos.clone()),
-                            Some(l) => (l.state.clone(), l.choice.clone().expect("a greedy link's choice")),
-                        };
-                        let (graph, (out, state, choice)) =
-                            capture(&self.device, || greedy_chunk(model, state.clone(), last.clone(), k))?;
-                        self.stats.captures += 1;
-                        self.chains[c].links.push(Link {
-                            graph,
-                            inputs: None,
-                            out,
-                            state,
-                            choice: Some(choice),
-                        });
-                        self.count_graphs();
-                    }
-                    let l = &self.chains[c].links[link];
-                    // SAFETY: the link reads its predecessor's state and choice (held by the
-                    // chain) and the model's parameters; its intermediates are pinned by the graph.
-                    unsafe { l.graph.replay() }?;
-                    self.stats.replays += 1;
-                    let (keep, _) = absorb(&mut out, &live, &limits, &read(&l.out), None, k, lens, p.src_len);
-                    live = keep.into_iter().map(|i| live[i]).collect();
-                    link += 1;
-                }
-            }
+            Run::Eager => self.greedy_eager(p, lens, &limits, &mut out, live),
+            Run::Replay => self.greedy_replay(p, lens, &limits, &mut out, live, key)?,
         }
         Ok(out)
+    }
+
+    /// Greedy search over `p` launched eagerly, [`GPU_CHUNK`] steps at a time, into `out` until
+    /// no sentence of `live` (sentence, row) searches; `limits` are their length limits.
+    fn greedy_eager(
+        &self,
+        p: &Padded,
+        lens: &[usize],
+        limits: &[usize],
+        out: &mut [Hypothesis],
+        mut live: Vec<(usize, usize)>,
+    ) {
+        let k = GPU_CHUNK;
+        let model = self.model;
+        let src = self.source(p);
+        let mut state = model.encode(&src);
+        let mut last = ids_tensor(&vec![BOS as i64; p.lens.len()], &self.device);
+        while !live.is_empty() {
+            let (pairs, next, choice) = greedy_chunk(model, state, last, k);
+            (state, last) = (next, choice);
+            let (keep, _) = absorb(out, &live, limits, &read(&pairs), None, k, lens, p.src_len);
+            live = keep.into_iter().map(|i| live[i]).collect();
+        }
+    }
+
+    /// Greedy search over `p` replaying the chain for `key`, each link recorded the first time
+    /// a batch of that shape gets that far, into `out` until no sentence of `live` searches.
+    fn greedy_replay(
+        &mut self,
+        p: &Padded,
+        lens: &[usize],
+        limits: &[usize],
+        out: &mut [Hypothesis],
+        mut live: Vec<(usize, usize)>,
+        key: Key,
+    ) -> Result<(), GraphError> {
+        let k = GPU_CHUNK;
+        let c = self.chain(key, p)?;
+        let mut link = 0;
+        while !live.is_empty() {
+            if link == self.chains[c].links.len() {
+                self.record_greedy_link(c, link)?;
+            }
+            let l = &self.chains[c].links[link];
+            // SAFETY: the link reads its predecessor's state and choice (held by the
+            // chain) and the model's parameters; its intermediates are pinned by the graph.
+            unsafe { l.graph.replay() }?;
+            self.stats.replays += 1;
+            let (keep, _) = absorb(out, &live, limits, &read(&l.out), None, k, lens, p.src_len);
+            live = keep.into_iter().map(|i| live[i]).collect();
+            link += 1;
+        }
+        Ok(())
+    }
+
+    /// Records link `link` of greedy chain `c`: [`GPU_CHUNK`] steps from the state and choice
+    /// of the link before (the encoder's state and `<s>` for the first).
+    fn record_greedy_link(&mut self, c: usize, link: usize) -> Result<(), GraphError> {
+        let k = GPU_CHUNK;
+        let model = self.model;
+        self.refused_by_test(link)?;
+        let chain = &self.chains[c];
+        let (state, last) = match chain.links.last() {
+            None => (chain.encoded.clone(), chain.bos.clone()),
+            Some(l) => (l.state.clone(), l.choice.clone().expect("a greedy link's choice")),
+        };
+        let (graph, (out, state, choice)) =
+            capture(&self.device, || greedy_chunk(model, state.clone(), last.clone(), k))?;
+        self.stats.captures += 1;
+        self.chains[c].links.push(Link { graph, inputs: None, out, state, choice: Some(choice) });
+        self.count_graphs();
+        Ok(())
     }
 
     /// Beam search over rows `ids` (`[lens.len(), len]`, row-major) of real lengths `lens`:
@@ -468,12 +496,43 @@ where
     ) -> (usize, Vec<f32>, Vec<u32>, Option<Vec<f32>>) {
         let k = self.key.beam;
         let rows = self.key.sentences * k;
-        // Each live row's fixed row: the j-th row of sentence s is s·K + j.
-        let mut fixed = Vec::with_capacity(sentences.len());
-        for (r, &s) in sentences.iter().enumerate() {
-            let j = if r > 0 && sentences[r - 1] == s { fixed[r - 1] - s * k + 1 } else { 0 };
-            fixed.push(s * k + j);
+        let fixed = fixed_rows(sentences, k);
+        let picked = self.picked(select, &fixed, rows);
+        let mut tokens = vec![EOS as i64; rows];
+        for (r, &f) in fixed.iter().enumerate() {
+            tokens[f] = last[r];
         }
+        self.prev = fixed.clone();
+        let idx: Vec<i64> = picked.iter().map(|&i| i as i64).collect();
+        let all = self.tops(&idx, &picked, &tokens, w, rows);
+        self.link += 1;
+        // Back to the live rows: row r's best at r·w + j (w clamped to the vocabulary).
+        let w = all.len() / (2 * rows);
+        let (lp, ids) = split_tops(fixed.iter().map(|&f| &all[f * 2 * w..(f + 1) * 2 * w]), w);
+        (w, lp, ids, None)
+    }
+}
+
+/// Each live row's fixed row: the j-th row of sentence s is s·K + j (`sentences`: each live
+/// row's sentence, a sentence's rows together).
+fn fixed_rows(sentences: &[usize], k: usize) -> Vec<usize> {
+    let mut fixed = Vec::with_capacity(sentences.len());
+    for (r, &s) in sentences.iter().enumerate() {
+        let j = if r > 0 && sentences[r - 1] == s { fixed[r - 1] - s * k + 1 } else { 0 };
+        fixed.push(s * k + j);
+    }
+    fixed
+}
+
+impl<M: Incremental> Fixed<'_, '_, M>
+where
+    M::State: Clone,
+{
+    /// The row each of the `rows` fixed rows keeps: on the first link its sentence's encoded
+    /// row, after it the previous step's fixed row of the parent `select` names for each live
+    /// row in `fixed` (rows nobody uses keep themselves).
+    fn picked(&self, select: Option<Vec<i64>>, fixed: &[usize], rows: usize) -> Vec<usize> {
+        let k = self.key.beam;
         let first = self.link == 0;
         // The rows to keep: the first link spreads each encoded sentence over its K rows.
         let mut picked: Vec<usize> =
@@ -484,19 +543,20 @@ where
                 picked[f] = self.prev[parents[r] as usize];
             }
         }
-        let mut tokens = vec![EOS as i64; rows];
-        for (r, &f) in fixed.iter().enumerate() {
-            tokens[f] = last[r];
-        }
-        self.prev = fixed.clone();
-        let idx: Vec<i64> = picked.iter().map(|&i| i as i64).collect();
+        picked
+    }
+
+    /// One step of all `rows` rows — keep rows `idx` (`picked` on the host), feed `tokens` —
+    /// and each row's `w` best log-probabilities and ids, read back (`[rows, 2w]`): replayed
+    /// from the chain, else eager; zeros once a recording or replay failed.
+    fn tops(&mut self, idx: &[i64], picked: &[usize], tokens: &[i64], w: usize, rows: usize) -> Vec<f32> {
         let device = self.search.device.clone();
         let model = self.search.model;
-        let all = match self.chain {
+        match self.chain {
             // After a failed recording or replay the chain lacks that link: the search runs
             // out on empty read-backs, and `beam` runs it again eagerly.
             Some(_) if self.error.is_some() => vec![0.0; rows * 2 * w],
-            Some(c) => match self.replay(c, &idx, &picked, &tokens, w) {
+            Some(c) => match self.replay(c, idx, picked, tokens, w) {
                 Ok(v) => v,
                 Err(e) => {
                     self.error.get_or_insert(e);
@@ -508,27 +568,17 @@ where
                 let (out, next) = beam_step(
                     model,
                     state,
-                    &ids_tensor(&idx, &device),
-                    &picked,
-                    ids_tensor(&tokens, &device),
+                    &ids_tensor(idx, &device),
+                    picked,
+                    ids_tensor(tokens, &device),
                     w,
                 );
                 self.state = Some(next);
                 read(&out)
             }
-        };
-        self.link += 1;
-        // Back to the live rows: row r's best at r·w + j (w clamped to the vocabulary).
-        let w = all.len() / (2 * rows);
-        let (lp, ids) = split_tops(fixed.iter().map(|&f| &all[f * 2 * w..(f + 1) * 2 * w]), w);
-        (w, lp, ids, None)
+        }
     }
-}
 
-impl<M: Incremental> Fixed<'_, '_, M>
-where
-    M::State: Clone,
-{
     /// Writes the link's inputs, replays it (recording it first if new) and reads it back.
     fn replay(
         &mut self,

@@ -368,27 +368,8 @@ impl CapturedSteps {
         lr: f64,
         clip: f64,
     ) -> Result<Model, GraphError> {
-        if self.sum.is_none() {
-            self.sum = LossSum::new(&Tensor::zeros([1], &self.device.clone().inner()));
-        }
-        let (rows, s, t) = s2s_data::bucket(batch.size(), batch.src_len, batch.tgt_len);
-        let padded = batch.padded_to(rows, s, t);
-        let (real, slots) = batch.padding();
-        self.stats.real_tokens += real as u64;
-        self.stats.batch_slots += slots as u64;
-        self.stats.bucket_slots += (rows * (s + t)) as u64;
-        self.uses += 1;
-        self.clock.store(time, Ordering::Relaxed);
-        if let Some(e) = self.entries.iter_mut().find(|e| e.shape == (rows, s, t)) {
-            e.inputs.write(&padded);
-            e.last_used = self.uses;
-            e.graph.set_step(seed, self.adam.coefficients(time, lr));
-            // SAFETY: the recorded step's buffers are the inputs' and the loss's (held by the
-            // entry), the parameters and moments (updated in place — eager steps too, asserted
-            // by Adam while graphs live — held by the model and the optimizer the caller
-            // passes every step) and intermediates the graph pins itself.
-            unsafe { e.graph.replay() }?;
-            self.stats.replayed += 1;
+        let (shape, padded) = self.admit(batch, time);
+        if self.replay(shape, &padded, seed, time, lr)? {
             return Ok(model);
         }
         let inputs = StepInputs::graph_input(&padded, &self.device);
@@ -410,17 +391,78 @@ impl CapturedSteps {
             self.stats.deferred += 1;
             return Ok(model);
         }
+        self.record(recorder, model, optim, inputs, shape, lr, clip)
+    }
+
+    /// Counts a step on `batch` (its padding, a use) with Adam step `time`, the loss's sum
+    /// made on the first: returns the batch's bucket shape and the batch padded to it.
+    fn admit(&mut self, batch: &Batch, time: usize) -> ((usize, usize, usize), Batch) {
+        if self.sum.is_none() {
+            self.sum = LossSum::new(&Tensor::zeros([1], &self.device.clone().inner()));
+        }
+        let (rows, s, t) = s2s_data::bucket(batch.size(), batch.src_len, batch.tgt_len);
+        let padded = batch.padded_to(rows, s, t);
+        let (real, slots) = batch.padding();
+        self.stats.real_tokens += real as u64;
+        self.stats.batch_slots += slots as u64;
+        self.stats.bucket_slots += (rows * (s + t)) as u64;
+        self.uses += 1;
+        self.clock.store(time, Ordering::Relaxed);
+        ((rows, s, t), padded)
+    }
+
+    /// Replays the graph of bucket shape `shape` on `padded` (Adam step `time` at rate `lr`,
+    /// dropout seed `seed`), if one is alive: returns whether it did.
+    fn replay(
+        &mut self,
+        shape: (usize, usize, usize),
+        padded: &Batch,
+        seed: u64,
+        time: usize,
+        lr: f64,
+    ) -> Result<bool, GraphError> {
+        let Some(e) = self.entries.iter_mut().find(|e| e.shape == shape) else {
+            return Ok(false);
+        };
+        e.inputs.write(padded);
+        e.last_used = self.uses;
+        e.graph.set_step(seed, self.adam.coefficients(time, lr));
+        // SAFETY: the recorded step's buffers are the inputs' and the loss's (held by the
+        // entry), the parameters and moments (updated in place — eager steps too, asserted
+        // by Adam while graphs live — held by the model and the optimizer the caller
+        // passes every step) and intermediates the graph pins itself.
+        unsafe { e.graph.replay() }?;
+        self.stats.replayed += 1;
+        Ok(true)
+    }
+
+    /// Records the step on `inputs` (bucket shape `shape`) with `recorder`, after its warm-up,
+    /// as a graph kept for the shape's later steps, dropping the least recently used one past
+    /// `max_graphs`. Returns the model.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        recorder: Recorder,
+        model: Model,
+        optim: &mut ModuleOptimizer,
+        inputs: StepInputs,
+        shape: (usize, usize, usize),
+        lr: f64,
+        clip: f64,
+    ) -> Result<Model, GraphError> {
         if self.entries.len() >= self.max_graphs {
             let lru = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used).expect("an entry");
             self.entries.swap_remove(lru);
             self.stats.evictions += 1;
         }
+        let (eps, sum) = (self.epsilon, self.sum.as_ref());
         let (graph, (model, loss)) =
             recorder.record(|| step_ops(model, &inputs, optim, lr, clip, eps, false, None, sum))?;
-        self.entries.push(Entry { shape: (rows, s, t), inputs, graph, _loss: loss, last_used: self.uses });
+        self.entries.push(Entry { shape, inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());
-        self.stats.device_bytes = s2s_kernels::capture::device_bytes_reserved(&device.inner()).unwrap_or(0);
+        self.stats.device_bytes =
+            s2s_kernels::capture::device_bytes_reserved(&self.device.clone().inner()).unwrap_or(0);
         s2s_kernels::capture::require_in_place(true);
         Ok(model)
     }

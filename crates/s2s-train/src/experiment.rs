@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::TrainSpec;
 use crate::error::TrainError;
 use crate::evaluate::Search;
-use crate::pipeline::run_and_test;
+use crate::pipeline::{RunOutcome, run_and_test};
 use crate::run::{DataSpec, RunConfig, read_manifest};
 
 /// Test-set decoding of an experiment.
@@ -372,24 +372,8 @@ pub fn run_experiment(
     progress: bool,
 ) -> Result<Vec<PathBuf>, TrainError> {
     let entries = exp.entries();
-    if let Some(o) = only {
-        if !entries.iter().any(|(e, _)| e.model == o || e.name == o) {
-            let names: Vec<&str> = exp.models.iter().map(|(n, _, _)| n.as_str()).collect();
-            return Err(TrainError::Config(format!(
-                "--only {o}: no such model (models: {})",
-                names.join(", ")
-            )));
-        }
-    }
-    std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
-    let index = ExperimentIndex {
-        name: exp.name.clone(),
-        source: exp.source.display().to_string(),
-        entries: entries.iter().map(|(e, _)| e.clone()).collect(),
-        baseline: exp.baseline.clone(),
-    };
-    let json = serde_json::to_vec_pretty(&index).expect("index serialises");
-    s2s_data::write_atomic(&root.join("experiment.json"), &json)?;
+    check_only(exp, &entries, only)?;
+    write_index(exp, &entries, root)?;
     let todo: Vec<usize> = (0..entries.len())
         .filter(|&i| only.is_none_or(|o| entries[i].0.model == o || entries[i].0.name == o))
         .collect();
@@ -402,21 +386,9 @@ pub fn run_experiment(
             eprintln!("[{}/{}] {}: finished earlier, skipped", k + 1, todo.len(), entry.name);
             continue;
         }
-        let left = todo.len() - k;
-        let eta = match (exp.train.budget.minutes, trained) {
-            (Some(m), _) => format!("about {:.0} min of training left", m * left as f64),
-            (None, 0) => "ETA after the first model".into(),
-            (None, n) => {
-                format!("ETA {:.0} min", started.elapsed().as_secs_f64() / n as f64 * left as f64 / 60.0)
-            }
-        };
+        let eta = time_left(exp.train.budget.minutes, trained, started, todo.len() - k);
         eprintln!("[{}/{}] {} ({}, seed {}) · {eta}", k + 1, todo.len(), entry.name, entry.kind, entry.seed);
-        let search = exp.decode.search(&cfg.train);
-        let n = (cfg.train.devices as usize).min(devices.len());
-        let average = exp.decode.average_last;
-        let out = run_and_test(cfg, &dir, &devices[..n], device_name, progress, &search, average, &|m| {
-            eprintln!("  {m}")
-        })?;
+        let out = train_entry(exp, cfg, &dir, devices, device_name, progress)?;
         trained += 1;
         if out.train.interrupted {
             eprintln!("experiment interrupted: rerun the same command to resume");
@@ -425,8 +397,73 @@ pub fn run_experiment(
         if let Some(t) = &out.test {
             eprintln!("  test: BLEU {:.2}, chrF {:.2}, ppl {:.2} ({})", t.bleu, t.chrf, t.ppl, t.decoding);
         }
-        s2s_report::write_report(root).map_err(|e| TrainError::Config(format!("writing the report: {e}")))?;
+        write_report(root)?;
     }
+    write_report(root)
+}
+
+/// Refuses an `only` that names neither a model nor a run of `entries`.
+fn check_only(
+    exp: &Experiment,
+    entries: &[(Entry, RunConfig)],
+    only: Option<&str>,
+) -> Result<(), TrainError> {
+    if let Some(o) = only {
+        if !entries.iter().any(|(e, _)| e.model == o || e.name == o) {
+            let names: Vec<&str> = exp.models.iter().map(|(n, _, _)| n.as_str()).collect();
+            return Err(TrainError::Config(format!(
+                "--only {o}: no such model (models: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Creates `root` and writes the experiment's index of runs (`experiment.json`) into it.
+fn write_index(exp: &Experiment, entries: &[(Entry, RunConfig)], root: &Path) -> Result<(), TrainError> {
+    std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
+    let index = ExperimentIndex {
+        name: exp.name.clone(),
+        source: exp.source.display().to_string(),
+        entries: entries.iter().map(|(e, _)| e.clone()).collect(),
+        baseline: exp.baseline.clone(),
+    };
+    let json = serde_json::to_vec_pretty(&index).expect("index serialises");
+    s2s_data::write_atomic(&root.join("experiment.json"), &json)?;
+    Ok(())
+}
+
+/// The time left with `left` runs to go (the next one included): from the budget's `minutes`
+/// when set, else from the time the `trained` runs since `started` took.
+fn time_left(minutes: Option<f64>, trained: usize, started: Instant, left: usize) -> String {
+    match (minutes, trained) {
+        (Some(m), _) => format!("about {:.0} min of training left", m * left as f64),
+        (None, 0) => "ETA after the first model".into(),
+        (None, n) => {
+            format!("ETA {:.0} min", started.elapsed().as_secs_f64() / n as f64 * left as f64 / 60.0)
+        }
+    }
+}
+
+/// Trains and tests one run (`cfg`) of `exp` into `dir` on the first `cfg.train.devices` of
+/// `devices`, with the experiment's test decoding; its progress lines go to stderr, indented.
+fn train_entry(
+    exp: &Experiment,
+    cfg: &RunConfig,
+    dir: &Path,
+    devices: &[Device],
+    device_name: &str,
+    progress: bool,
+) -> Result<RunOutcome, TrainError> {
+    let search = exp.decode.search(&cfg.train);
+    let n = (cfg.train.devices as usize).min(devices.len());
+    let average = exp.decode.average_last;
+    run_and_test(cfg, dir, &devices[..n], device_name, progress, &search, average, &|m| eprintln!("  {m}"))
+}
+
+/// Regenerates the experiment's report under `root`; returns its files.
+fn write_report(root: &Path) -> Result<Vec<PathBuf>, TrainError> {
     s2s_report::write_report(root).map_err(|e| TrainError::Config(format!("writing the report: {e}")))
 }
 

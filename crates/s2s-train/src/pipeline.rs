@@ -49,18 +49,7 @@ pub fn run_and_test(
     log_prepared(&prepared, log);
     let params = build_model(&cfg.model, &prepared.tokenizers, cfg.train.seed, device)?.num_params();
     log(&format!("model: {} with {params} parameters", cfg.model.kind()));
-    let mut manifest = RunManifest {
-        config: cfg.clone(),
-        device: device_name.to_string(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        burn: "0.22.1".into(),
-        commit: option_env!("S2S_GIT_COMMIT").map(String::from),
-        params,
-        status: "training".into(),
-        data_report: prepared.reports.clone(),
-        filter_report: prepared.filter,
-        prepared: Some(prepared.data.train.dir().to_path_buf()),
-    };
+    let mut manifest = training_manifest(cfg, device_name, params, &prepared);
     write_manifest(run_dir, &manifest)?;
     let outcome = train(TrainJob {
         run_dir,
@@ -83,16 +72,50 @@ pub fn run_and_test(
     manifest.status = "finished".into();
     write_manifest(run_dir, &manifest)?;
     log_outcome(&outcome, log);
+    let test = test_scores(cfg, run_dir, &prepared, &outcome, search, average_last, device, log)?;
+    Ok(RunOutcome { train: outcome, test, params })
+}
+
+/// The manifest of a run about to train: its configuration, device, versions, parameters and
+/// data reports, status `training`.
+fn training_manifest(cfg: &RunConfig, device_name: &str, params: usize, prepared: &Prepared) -> RunManifest {
+    RunManifest {
+        config: cfg.clone(),
+        device: device_name.to_string(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        burn: "0.22.1".into(),
+        commit: option_env!("S2S_GIT_COMMIT").map(String::from),
+        params,
+        status: "training".into(),
+        data_report: prepared.reports.clone(),
+        filter_report: prepared.filter,
+        prepared: Some(prepared.data.train.dir().to_path_buf()),
+    }
+}
+
+/// The test split's scores with `search` of the checkpoint [`tested_checkpoint`] picks, on
+/// `device`; `None` when the corpus has no test split.
+#[allow(clippy::too_many_arguments)]
+fn test_scores(
+    cfg: &RunConfig,
+    run_dir: &Path,
+    prepared: &Prepared,
+    outcome: &TrainOutcome,
+    search: &Search,
+    average_last: usize,
+    device: &Device,
+    log: &dyn Fn(&str),
+) -> Result<Option<TestScores>, TrainError> {
     let test = match &prepared.test {
         Some(test) => {
-            let dir = tested_checkpoint(cfg, run_dir, &prepared, &outcome, average_last, log)?;
+            let dir = tested_checkpoint(cfg, run_dir, prepared, outcome, average_last, log)?;
             let model =
                 load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
             Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
         }
         None => None,
     };
-    Ok(RunOutcome { train: outcome, test, params })
+    Ok(test)
 }
 
 /// Logs what preparing the data read, dropped and wrote.

@@ -171,6 +171,7 @@ fn forward(
     let drop = DropMask::new(drop);
     let width = heads * dk;
     let scale = 1.0 / (dk as f32).sqrt();
+    let inputs = ForwardInputs { q, k, v, mask, d, drop, scale };
     let mut out = vec![0f32; batch * tq * width];
     let mut weights = vec![0f32; batch * heads * tq * tk];
     let out_ptr = SendPtr(out.as_mut_ptr());
@@ -182,51 +183,103 @@ fn forward(
             || {
                 let out_ptr = &out_ptr;
                 let (b, h) = (bh / heads, bh % heads);
-                // Kᵀ, so each score row is a sum of scaled rows (no reductions), its rows
-                // padded to whole blocks of `LANES` positions, whose sums stay in registers
-                // while `c` runs (the same additions in the same order as one row at a time).
-                let tkp = tk.div_ceil(LANES) * LANES;
-                let kt = k.transposed_padded(b, h, tk, tkp, dk);
-                let mut o = vec![0f32; dk];
-                let mut p = vec![0f32; tk];
-                for i in 0..tq {
-                    let s = &mut w[i * tk..(i + 1) * tk];
-                    let qi = q.row(b, h, i, dk);
-                    for j0 in (0..tk).step_by(LANES) {
-                        let mut acc = [0f32; LANES];
-                        for (c, &x) in qi.iter().enumerate() {
-                            let kc = &kt[c * tkp + j0..][..LANES];
-                            for (a, &y) in acc.iter_mut().zip(kc) {
-                                *a += x * y;
-                            }
+                inputs.head(
+                    bh,
+                    w,
+                    #[inline(always)]
+                    |i, o| {
+                        // SAFETY: task (b, h) alone writes columns h·d_k.. of row (b, i); `out`
+                        // outlives the loop.
+                        unsafe {
+                            let dst = out_ptr.0.add((b * tq + i) * width + h * dk);
+                            std::ptr::copy_nonoverlapping(o.as_ptr(), dst, dk);
                         }
-                        let n = (tk - j0).min(LANES);
-                        s[j0..j0 + n].copy_from_slice(&acc[..n]);
-                    }
-                    let m = &mask.data[b * mask.sb + i * mask.si..][..tk];
-                    let mut max = f32::NEG_INFINITY;
-                    for (s, &m) in s.iter_mut().zip(m) {
-                        *s = *s * scale + m;
-                        max = max.max(*s);
-                    }
-                    let inv = 1.0 / super::step::softmax_numerators(s, max);
-                    let e0 = (bh * tq + i) * tk;
-                    for (j, (s, p)) in s.iter_mut().zip(p.iter_mut()).enumerate() {
-                        *s *= inv;
-                        *p = *s * drop.at(e0 + j);
-                    }
-                    weighted_sum(&p, |j| v.row(b, h, j, dk), &mut o);
-                    // SAFETY: task (b, h) alone writes columns h·d_k.. of row (b, i); `out` outlives
-                    // the loop.
-                    unsafe {
-                        let dst = out_ptr.0.add((b * tq + i) * width + h * dk);
-                        std::ptr::copy_nonoverlapping(o.as_ptr(), dst, dk);
-                    }
-                }
+                    },
+                )
             },
         )
     });
     (out, weights)
+}
+
+/// What every task of [`forward`] reads: the operands, the additive mask, the sizes, the
+/// dropout mask and the scale `1/√d_k`.
+struct ForwardInputs<'a> {
+    q: Operand<'a>,
+    k: Operand<'a>,
+    v: Operand<'a>,
+    mask: &'a Mask<'a>,
+    d: Dims,
+    drop: DropMask,
+    scale: f32,
+}
+
+impl ForwardInputs<'_> {
+    /// Task `bh = b·heads + h`, head `h` of sentence `b`: its weights `P` and, row by row,
+    /// its output `oᵢ = Σⱼ (P ⊙ D)ᵢⱼ vⱼ`, handed to `emit(i, oᵢ)`.
+    ///
+    /// # Shapes
+    /// - `w`: `[t_q, t_k]` (the task's `P`); `oᵢ`: `[d_k]`
+    #[inline(always)]
+    fn head(&self, bh: usize, w: &mut [f32], emit: impl Fn(usize, &[f32])) {
+        let Dims { heads, tq, tk, dk, .. } = self.d;
+        let (b, h) = (bh / heads, bh % heads);
+        // Kᵀ, so each score row is a sum of scaled rows (no reductions), its rows
+        // padded to whole blocks of `LANES` positions, whose sums stay in registers
+        // while `c` runs (the same additions in the same order as one row at a time).
+        let tkp = tk.div_ceil(LANES) * LANES;
+        let kt = self.k.transposed_padded(b, h, tk, tkp, dk);
+        let mut o = vec![0f32; dk];
+        let mut p = vec![0f32; tk];
+        for i in 0..tq {
+            let s = &mut w[i * tk..(i + 1) * tk];
+            scores_row(self.q.row(b, h, i, dk), &kt, tkp, s);
+            let m = &self.mask.data[b * self.mask.sb + i * self.mask.si..][..tk];
+            softmax_row(s, m, self.scale, &self.drop, (bh * tq + i) * tk, &mut p);
+            weighted_sum(&p, |j| self.v.row(b, h, j, dk), &mut o);
+            emit(i, &o);
+        }
+    }
+}
+
+/// One row of scores `s = qᵢ Kᵀ` (unscaled) from `Kᵀ` padded: a block of [`LANES`]
+/// positions at a time, its sums held in registers while `c` runs.
+///
+/// # Shapes
+/// - `qi`: `[d_k]`; `kt`: `[d_k, tkp]`, `tkp` a multiple of [`LANES`] `≥ t_k`; `s`: `[t_k]`
+#[inline(always)]
+fn scores_row(qi: &[f32], kt: &[f32], tkp: usize, s: &mut [f32]) {
+    let tk = s.len();
+    for j0 in (0..tk).step_by(LANES) {
+        let mut acc = [0f32; LANES];
+        for (c, &x) in qi.iter().enumerate() {
+            let kc = &kt[c * tkp + j0..][..LANES];
+            for (a, &y) in acc.iter_mut().zip(kc) {
+                *a += x * y;
+            }
+        }
+        let n = (tk - j0).min(LANES);
+        s[j0..j0 + n].copy_from_slice(&acc[..n]);
+    }
+}
+
+/// One row of weights in place, `s ← softmax(s·scale + m)`, and its dropped-out copy
+/// `p = s ⊙ D` (`D`'s elements `e0..e0 + t_k`).
+///
+/// # Shapes
+/// - `s`, `m`, `p`: `[t_k]`
+#[inline(always)]
+fn softmax_row(s: &mut [f32], m: &[f32], scale: f32, drop: &DropMask, e0: usize, p: &mut [f32]) {
+    let mut max = f32::NEG_INFINITY;
+    for (s, &m) in s.iter_mut().zip(m) {
+        *s = *s * scale + m;
+        max = max.max(*s);
+    }
+    let inv = 1.0 / super::step::softmax_numerators(s, max);
+    for (j, (s, p)) in s.iter_mut().zip(p.iter_mut()).enumerate() {
+        *s *= inv;
+        *p = *s * drop.at(e0 + j);
+    }
 }
 
 /// `o = Σⱼ pⱼ vⱼ` over the positions whose `pⱼ` is not zero, added in order of `j` (`vⱼ` =
@@ -286,66 +339,138 @@ unsafe fn backward(
     let drop = DropMask::new(drop);
     let scale = 1.0 / (dk as f32).sqrt();
     let go = Operand { data: grad, t: tq, width: heads * dk, offset: 0 };
+    let inputs = BackwardInputs { q, k, v, p, go, d, drop, scale };
     let targets = [SendTarget(dq), SendTarget(dkk), SendTarget(dv)];
     (0..batch * heads).into_par_iter().for_each(|bh| {
         let targets = &targets;
         let (b, h) = (bh / heads, bh % heads);
-        let vt = v.transposed(b, h, tk, dk);
-        let mut g_k = vec![0f32; tk * dk];
-        let mut g_v = vec![0f32; tk * dk];
-        let (mut dp, mut dq_row, mut mask) = (vec![0f32; tk], vec![0f32; dk], vec![0f32; tk]);
-        for i in 0..tq {
-            let p = &p[(bh * tq + i) * tk..][..tk];
-            let e0 = (bh * tq + i) * tk;
-            for (j, m) in mask.iter_mut().enumerate() {
-                *m = drop.at(e0 + j);
-            }
-            let g = go.row(b, h, i, dk);
-            // ∂(P⊙D) = ∂O Vᵀ, and ∂V += (P⊙D)ᵀ ∂O.
-            dp.fill(0.0);
-            for (c, &x) in g.iter().enumerate() {
-                for (s, &y) in dp.iter_mut().zip(&vt[c * tk..(c + 1) * tk]) {
-                    *s += x * y;
-                }
-            }
-            for j in 0..tk {
-                let pd = p[j] * mask[j];
-                if pd != 0.0 {
-                    for (a, &x) in g_v[j * dk..(j + 1) * dk].iter_mut().zip(g) {
-                        *a += pd * x;
-                    }
-                }
-            }
-            // ∂S = P ⊙ (∂P − Σ P ⊙ ∂P), scaled by 1/√d_k for ∂Q and ∂K.
-            let mut dot = 0.0;
-            for j in 0..tk {
-                dp[j] *= mask[j];
-                dot += p[j] * dp[j];
-            }
-            dq_row.fill(0.0);
-            let qi = q.row(b, h, i, dk);
-            for j in 0..tk {
-                let ds = p[j] * (dp[j] - dot) * scale;
-                if ds != 0.0 {
-                    for (a, &x) in dq_row.iter_mut().zip(k.row(b, h, j, dk)) {
-                        *a += ds * x;
-                    }
-                    for (a, &x) in g_k[j * dk..(j + 1) * dk].iter_mut().zip(qi) {
-                        *a += ds * x;
-                    }
-                }
-            }
+        let grads = inputs.head(bh, |i, dq_row| {
             // SAFETY: task (b, h) alone writes these columns (see the function's contract).
-            unsafe { targets[0].write(b, h, i, dk, &dq_row) };
-        }
+            unsafe { targets[0].write(b, h, i, dk, dq_row) };
+        });
         for j in 0..tk {
             // SAFETY: as above.
             unsafe {
-                targets[1].write(b, h, j, dk, &g_k[j * dk..(j + 1) * dk]);
-                targets[2].write(b, h, j, dk, &g_v[j * dk..(j + 1) * dk]);
+                targets[1].write(b, h, j, dk, &grads.g_k[j * dk..(j + 1) * dk]);
+                targets[2].write(b, h, j, dk, &grads.g_v[j * dk..(j + 1) * dk]);
             }
         }
     });
+}
+
+/// What every task of [`backward`] reads: the operands, the kept weights `P`, `∂O` as an
+/// operand (`go`), the sizes, the dropout mask and the scale `1/√d_k`.
+struct BackwardInputs<'a> {
+    q: Operand<'a>,
+    k: Operand<'a>,
+    v: Operand<'a>,
+    p: &'a [f32],
+    go: Operand<'a>,
+    d: Dims,
+    drop: DropMask,
+    scale: f32,
+}
+
+impl BackwardInputs<'_> {
+    /// Task `bh = b·heads + h`, head `h` of sentence `b`: row by row, `∂qᵢ = ∂Sᵢ K/√d_k`
+    /// handed to `emit(i, ∂qᵢ)`; then its sums `∂K = ∂Sᵀ Q/√d_k` and `∂V = (P ⊙ D)ᵀ ∂O`.
+    ///
+    /// # Shapes
+    /// - `∂qᵢ`: `[d_k]`; the returned `g_k`, `g_v`: `[t_k, d_k]`
+    #[inline(always)]
+    fn head(&self, bh: usize, emit: impl Fn(usize, &[f32])) -> HeadGrads {
+        let Dims { heads, tq, tk, dk, .. } = self.d;
+        let (b, h) = (bh / heads, bh % heads);
+        let vt = self.v.transposed(b, h, tk, dk);
+        let mut s = HeadGrads::new(tk, dk);
+        for i in 0..tq {
+            let p = &self.p[(bh * tq + i) * tk..][..tk];
+            let e0 = (bh * tq + i) * tk;
+            for (j, m) in s.mask.iter_mut().enumerate() {
+                *m = self.drop.at(e0 + j);
+            }
+            // ∂(P⊙D) = ∂O Vᵀ, and ∂V += (P⊙D)ᵀ ∂O.
+            s.weights_row(self.go.row(b, h, i, dk), &vt, p);
+            // ∂S = P ⊙ (∂P − Σ P ⊙ ∂P), scaled by 1/√d_k for ∂Q and ∂K.
+            s.scores_row(p, self.q.row(b, h, i, dk), |j| self.k.row(b, h, j, dk), self.scale);
+            emit(i, &s.dq_row);
+        }
+        s
+    }
+}
+
+/// One task's sums in [`backward`], `∂K` (`g_k`) and `∂V` (`g_v`) of its head, and its
+/// scratch for one query row: `∂P` (`dp`), the dropout mask's row (`mask`) and `∂q`
+/// (`dq_row`).
+///
+/// # Shapes
+/// - `g_k`, `g_v`: `[t_k, d_k]`; `dp`, `mask`: `[t_k]`; `dq_row`: `[d_k]`
+struct HeadGrads {
+    g_k: Vec<f32>,
+    g_v: Vec<f32>,
+    dp: Vec<f32>,
+    dq_row: Vec<f32>,
+    mask: Vec<f32>,
+}
+
+impl HeadGrads {
+    /// All zero.
+    fn new(tk: usize, dk: usize) -> Self {
+        let g_k = vec![0f32; tk * dk];
+        let g_v = vec![0f32; tk * dk];
+        let (dp, dq_row, mask) = (vec![0f32; tk], vec![0f32; dk], vec![0f32; tk]);
+        Self { g_k, g_v, dp, dq_row, mask }
+    }
+
+    /// Query row `i`: `∂(P⊙D)ᵢ = ∂oᵢ Vᵀ` into `dp`, and `∂V += (P⊙D)ᵢᵀ ∂oᵢ`.
+    ///
+    /// # Shapes
+    /// - `g` (`∂oᵢ`): `[d_k]`; `vt` (`Vᵀ`): `[d_k, t_k]`; `p` (`Pᵢ`): `[t_k]`
+    #[inline(always)]
+    fn weights_row(&mut self, g: &[f32], vt: &[f32], p: &[f32]) {
+        let (tk, dk) = (self.dp.len(), g.len());
+        self.dp.fill(0.0);
+        for (c, &x) in g.iter().enumerate() {
+            for (s, &y) in self.dp.iter_mut().zip(&vt[c * tk..(c + 1) * tk]) {
+                *s += x * y;
+            }
+        }
+        for j in 0..tk {
+            let pd = p[j] * self.mask[j];
+            if pd != 0.0 {
+                for (a, &x) in self.g_v[j * dk..(j + 1) * dk].iter_mut().zip(g) {
+                    *a += pd * x;
+                }
+            }
+        }
+    }
+
+    /// Query row `i`: `∂Pᵢ = dp ⊙ D` in place, `∂Sᵢ = Pᵢ ⊙ (∂Pᵢ − Σⱼ Pᵢⱼ ∂Pᵢⱼ)·scale`, then
+    /// `∂qᵢ = ∂Sᵢ K` into `dq_row` and `∂K += ∂Sᵢᵀ qᵢ` (`kⱼ = k(j)`).
+    ///
+    /// # Shapes
+    /// - `p` (`Pᵢ`): `[t_k]`; `qi`, `k(j)`: `[d_k]`
+    #[inline(always)]
+    fn scores_row<'a>(&mut self, p: &[f32], qi: &[f32], k: impl Fn(usize) -> &'a [f32], scale: f32) {
+        let (tk, dk) = (self.dp.len(), qi.len());
+        let mut dot = 0.0;
+        for j in 0..tk {
+            self.dp[j] *= self.mask[j];
+            dot += p[j] * self.dp[j];
+        }
+        self.dq_row.fill(0.0);
+        for j in 0..tk {
+            let ds = p[j] * (self.dp[j] - dot) * scale;
+            if ds != 0.0 {
+                for (a, &x) in self.dq_row.iter_mut().zip(k(j)) {
+                    *a += ds * x;
+                }
+                for (a, &x) in self.g_k[j * dk..(j + 1) * dk].iter_mut().zip(qi) {
+                    *a += ds * x;
+                }
+            }
+        }
+    }
 }
 
 /// A [`Target`] shared by the tasks, which write disjoint columns.

@@ -143,6 +143,50 @@ fn heads_step_flex(
     assert_eq!(len, vlen, "heads_step: keys and values differ in length");
     let held = keys.layout().shape().as_slice()[0].min(values.layout().shape().as_slice()[0]);
     let source: Vec<usize> = f32s(source).iter().map(|&i| i as usize).collect();
+    let per_position = source_per_position(&source, rows, len, held);
+    let mstride = mask_stride(mask, held, len, per_position);
+    let (q, m) = (f32s(q), f32s(mask));
+    let step = Step {
+        q: &q,
+        keys: keys.storage::<f32>(),
+        kh,
+        values: values.storage::<f32>(),
+        vh,
+        mask: &m,
+        mstride,
+        source: &source,
+        per_position,
+        rows,
+        width,
+        heads,
+        dk,
+        len,
+        scale: 1.0 / (dk as f32).sqrt(),
+    };
+    let mut out = vec![0f32; rows * width];
+    let mut weights = vec![0f32; rows * heads * len];
+    if len > 0 {
+        out.par_chunks_mut(width)
+            .zip(weights.par_chunks_mut(heads * len))
+            .enumerate()
+            .with_min_len(ROWS_PER_TASK)
+            .for_each(|(r, (o, w))| {
+                wide(
+                    #[inline(always)]
+                    || step.row(r, o, w),
+                )
+            });
+    }
+    (
+        FlexTensor::from_data(TensorData::new(out, [rows, width])),
+        FlexTensor::from_data(TensorData::new(weights, [rows, heads, len])),
+    )
+}
+
+/// Whether `source` names a row per row and position (`[rows·len]`) rather than one per row
+/// (`[rows]`) or none (`[0]`: row `r` itself); panics on any other length, or on a row past
+/// the `held` rows of the keys and values.
+fn source_per_position(source: &[usize], rows: usize, len: usize, held: usize) -> bool {
     // One source row per row, or per row and position (`[rows, len]`: a cache kept as a tree of
     // positions shared by the hypotheses that descend from them). With one position the two
     // say the same.
@@ -156,56 +200,74 @@ fn heads_step_flex(
         source.iter().all(|&i| i < held) && (!source.is_empty() || rows <= held),
         "heads_step: rows past the {held} held"
     );
+    per_position
+}
+
+/// The distance between the additive mask's rows: `len` for `[held, len]`, 0 for one row
+/// `[1, len]` that every row reads (the only shape with a source per position); panics on
+/// any other shape.
+fn mask_stride(mask: &FlexTensor, held: usize, len: usize, per_position: bool) -> usize {
     let [mr, ml] = mask.layout().shape().dims::<2>();
     assert!(
         (mr == held && !per_position || mr == 1) && ml == len,
         "heads_step: mask is [{mr}, {ml}], not [{held} or 1, {len}] (1 with a source per position)"
     );
-    let (q, m) = (f32s(q), f32s(mask));
-    let (kd, vd) = (keys.storage::<f32>(), values.storage::<f32>());
-    let mstride = if mr == 1 { 0 } else { len };
-    let scale = 1.0 / (dk as f32).sqrt();
-    let mut out = vec![0f32; rows * width];
-    let mut weights = vec![0f32; rows * heads * len];
-    if len > 0 {
-        out.par_chunks_mut(width)
-            .zip(weights.par_chunks_mut(heads * len))
-            .enumerate()
-            .with_min_len(ROWS_PER_TASK)
-            .for_each(|(r, (o, w))| {
-                wide(
-                    #[inline(always)]
-                    || {
-                        let r_in = if source.len() == rows { source[r] } else { r };
-                        let m = &m[r_in * mstride..][..len];
-                        // Row `r`'s position `j` lies in row `at(j)`.
-                        let at = |j: usize| if per_position { source[r * len + j] } else { r_in };
-                        for h in 0..heads {
-                            let one = Head {
-                                q: &q[r * width + h * dk..][..dk],
-                                keys: &kd,
-                                key_at: |j| kh.at(at(j), h, j),
-                                values: &vd,
-                                value_at: |j| vh.at(at(j), h, j),
-                                mask: m,
-                                scale,
-                            };
-                            let (w, o) = (&mut w[h * len..(h + 1) * len], &mut o[h * dk..(h + 1) * dk]);
-                            match dk {
-                                16 => one.blocks::<1>(w, o),
-                                32 => one.blocks::<2>(w, o),
-                                64 => one.blocks::<4>(w, o),
-                                _ => one.general(w, o),
-                            }
-                        }
-                    },
-                )
-            });
+    if mr == 1 { 0 } else { len }
+}
+
+/// What every row of [`heads_step_flex`] reads: the queries `[rows, heads·d_k]`, the keys
+/// and values where they lie (`kh`, `vh`), the mask's rows `mstride` apart, the source rows
+/// (`[rows]`, `[rows·len]` when `per_position`, or empty) and the scale `1/√d_k`.
+struct Step<'a> {
+    q: &'a [f32],
+    keys: &'a [f32],
+    kh: Heads,
+    values: &'a [f32],
+    vh: Heads,
+    mask: &'a [f32],
+    mstride: usize,
+    source: &'a [usize],
+    per_position: bool,
+    rows: usize,
+    width: usize,
+    heads: usize,
+    dk: usize,
+    len: usize,
+    scale: f32,
+}
+
+impl Step<'_> {
+    /// Row `r`, every head `h`: its weights `w[h·len..]` and output `o[h·d_k..]` ([`Head`]).
+    ///
+    /// # Shapes
+    /// - `o`: `[heads·d_k]` (zero on entry); `w`: `[heads, len]`
+    #[inline(always)]
+    fn row(&self, r: usize, o: &mut [f32], w: &mut [f32]) {
+        let (len, dk) = (self.len, self.dk);
+        let source = self.source;
+        let r_in = if source.len() == self.rows { source[r] } else { r };
+        let m = &self.mask[r_in * self.mstride..][..len];
+        // Row `r`'s position `j` lies in row `at(j)`.
+        let at = |j: usize| if self.per_position { source[r * len + j] } else { r_in };
+        for h in 0..self.heads {
+            let one = Head {
+                q: &self.q[r * self.width + h * dk..][..dk],
+                keys: self.keys,
+                key_at: |j| self.kh.at(at(j), h, j),
+                values: self.values,
+                value_at: |j| self.vh.at(at(j), h, j),
+                mask: m,
+                scale: self.scale,
+            };
+            let (w, o) = (&mut w[h * len..(h + 1) * len], &mut o[h * dk..(h + 1) * dk]);
+            match dk {
+                16 => one.blocks::<1>(w, o),
+                32 => one.blocks::<2>(w, o),
+                64 => one.blocks::<4>(w, o),
+                _ => one.general(w, o),
+            }
+        }
     }
-    (
-        FlexTensor::from_data(TensorData::new(out, [rows, width])),
-        FlexTensor::from_data(TensorData::new(weights, [rows, heads, len])),
-    )
 }
 
 /// One head of one row of [`heads_step_flex`]: its query, where its keys and values lie, its

@@ -301,52 +301,133 @@ impl PackedB {
                 // The block after this one — the next `k` block of these panels, else the first
                 // of the next panels — is fetched into L2 while this one is multiplied, a share
                 // per row block: the first row block would otherwise wait on it line by line.
-                let (np, nk0) = if k0 + KC < k { (p, k0 + KC) } else { (p + group, 0) };
-                let next = (np < panels.end).then(|| Prefetch {
-                    at: self.data[np * k + nk0..].as_ptr().cast(),
-                    lines: KC.min(k - nk0),
-                    second: if (np == p && group == 2) || (np != p && pair_at(np)) { k * NR } else { 0 },
-                });
+                let next = self.prefetch_next(p, k0, group, panels.end, &pair_at);
                 for (i, r0) in (0..m).step_by(mr).enumerate() {
-                    let rows = mr.min(m - r0);
-                    let pf = next.map_or(Prefetch::NONE, |next| next.share(i, row_blocks));
-                    let a_ptr = unsafe { a.as_ptr().add(r0 * lda + k0) };
-                    let b_ptr = self.data[p * k + k0..].as_ptr().cast::<f32>();
-                    let c_ptr = unsafe { c.add(r0 * ldc + col0) };
-                    if let Some(two) = pair {
+                    let block = BlockOperands {
+                        rows: mr.min(m - r0),
+                        pf: next.map_or(Prefetch::NONE, |next| next.share(i, row_blocks)),
+                        a: unsafe { a.as_ptr().add(r0 * lda + k0) },
+                        b: self.data[p * k + k0..].as_ptr().cast::<f32>(),
+                        c: unsafe { c.add(r0 * ldc + col0) },
+                        kc,
+                        lda,
                         // The next panel starts `k·NR` after this one.
-                        unsafe { two(rows, kc, a_ptr, lda, b_ptr, k * NR, c_ptr, ldc, add, pf) };
-                    } else if width == NR {
-                        unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, c_ptr, ldc, add, pf) };
-                    } else {
-                        // The last, narrower panel: through a full-width scratch block.
-                        for r in 0..rows {
-                            for j in 0..width {
-                                edge[r * NR + j] = if add { unsafe { *c_ptr.add(r * ldc + j) } } else { 0.0 };
-                            }
-                        }
-                        unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, edge.as_mut_ptr(), NR, true, pf) };
-                        for r in 0..rows {
-                            for j in 0..width {
-                                unsafe { *c_ptr.add(r * ldc + j) = edge[r * NR + j] };
-                            }
-                        }
-                    }
+                        panel_stride: k * NR,
+                        ldc,
+                        add,
+                    };
+                    // SAFETY: the block lies within `A`, `B` and this call's columns of `C`
+                    // (the function's contract), and `kernel` may run on this CPU.
+                    unsafe { block.multiply(kernel, pair, width, &mut edge) };
                 }
             }
-            if let Some((b, stride)) = base {
+            if let Some(base) = base {
                 let cols = col0..col0 + (group * NR).min(n - col0);
-                for r in 0..m {
-                    // SAFETY: row `r`'s columns `cols` of `C` are within `[m, n]` at `ldc`, and
-                    // this call's alone.
-                    let row =
-                        unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc + cols.start), cols.len()) };
-                    for (y, &x) in row.iter_mut().zip(&b[r * stride..][cols.clone()]) {
-                        *y += x;
-                    }
-                }
+                // SAFETY: as above: rows `0..m` of `C`, columns `cols`, are this call's alone.
+                unsafe { add_base(c, ldc, m, base, cols) };
             }
             p += group;
+        }
+    }
+
+    /// The lines to fetch into L2 while block `k0` of panels `p..p + group` is multiplied:
+    /// the next `k` block of these panels, else the first of the next panels (both of them
+    /// where `pair_at` says they are multiplied together); `None` past panel `end`.
+    #[inline(always)]
+    fn prefetch_next(
+        &self,
+        p: usize,
+        k0: usize,
+        group: usize,
+        end: usize,
+        pair_at: impl Fn(usize) -> bool,
+    ) -> Option<Prefetch> {
+        let k = self.k;
+        let (np, nk0) = if k0 + KC < k { (p, k0 + KC) } else { (p + group, 0) };
+        (np < end).then(|| Prefetch {
+            at: self.data[np * k + nk0..].as_ptr().cast(),
+            lines: KC.min(k - nk0),
+            second: if (np == p && group == 2) || (np != p && pair_at(np)) { k * NR } else { 0 },
+        })
+    }
+}
+
+/// `C[r, cols] += b[r·stride + cols]` for every row `r < m` (`stride` 0: one row of `b` for
+/// all): a base added to one panel group's finished columns while they are in cache.
+///
+/// # Safety
+/// `c` holds rows `0..m` at stride `ldc`, each at least `cols.end` long, and nothing else
+/// touches their columns `cols` meanwhile.
+#[inline(always)]
+unsafe fn add_base(
+    c: *mut f32,
+    ldc: usize,
+    m: usize,
+    (b, stride): (&[f32], usize),
+    cols: std::ops::Range<usize>,
+) {
+    for r in 0..m {
+        // SAFETY: row `r`'s columns `cols` of `C` are within `[m, n]` at `ldc`, and
+        // this call's alone.
+        let row = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc + cols.start), cols.len()) };
+        for (y, &x) in row.iter_mut().zip(&b[r * stride..][cols.clone()]) {
+            *y += x;
+        }
+    }
+}
+
+/// One register block's operands: `A[rows, kc]` at `a` (row stride `lda`), its panel of `B`
+/// `[kc, NR]` at `b` (the neighbouring panel `panel_stride` further on), `C` at `c` (row
+/// stride `ldc`), whether to add to `C` (`add`) and the lines to fetch for the next block.
+#[derive(Clone, Copy)]
+struct BlockOperands {
+    rows: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    panel_stride: usize,
+    c: *mut f32,
+    ldc: usize,
+    add: bool,
+    pf: Prefetch,
+}
+
+impl BlockOperands {
+    /// `C[rows, ·] (+)= A[rows, kc] · B[kc, ·]`: with `pair`, both panels at once (`2·NR`
+    /// columns); else one panel, `NR` columns, or for the last, narrower panel (`width < NR`)
+    /// through the full-width scratch block `edge`.
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` hold the block's operands (`C`: `2·NR` columns with `pair`, else
+    /// `width`), nothing else writes them meanwhile, and `kernel` may run on this CPU.
+    #[inline(always)]
+    unsafe fn multiply(
+        self,
+        kernel: Kernel,
+        pair: Option<Block2>,
+        width: usize,
+        edge: &mut [f32; MAX_MR * NR],
+    ) {
+        let Self { rows, kc, a: a_ptr, lda, b: b_ptr, panel_stride, c: c_ptr, ldc, add, pf } = self;
+        if let Some(two) = pair {
+            // The next panel starts `panel_stride` (`k·NR`) after this one.
+            unsafe { two(rows, kc, a_ptr, lda, b_ptr, panel_stride, c_ptr, ldc, add, pf) };
+        } else if width == NR {
+            unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, c_ptr, ldc, add, pf) };
+        } else {
+            // The last, narrower panel: through a full-width scratch block.
+            for r in 0..rows {
+                for j in 0..width {
+                    edge[r * NR + j] = if add { unsafe { *c_ptr.add(r * ldc + j) } } else { 0.0 };
+                }
+            }
+            unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, edge.as_mut_ptr(), NR, true, pf) };
+            for r in 0..rows {
+                for j in 0..width {
+                    unsafe { *c_ptr.add(r * ldc + j) = edge[r * NR + j] };
+                }
+            }
         }
     }
 }

@@ -18,11 +18,13 @@
 
 use burn::tensor::{Device, Tensor};
 use burn_cubecl::tensor::CubeTensor;
+use cubecl::client::Client;
 use cubecl::cube;
 use cubecl::prelude::*;
 use serde::Serialize;
 use std::time::Instant;
 
+use crate::gpu::graph::StepGraph;
 use crate::gpu::host_clock::{HostTime, Snapshot};
 use crate::gpu::launch::{cube_of, launch_dims};
 
@@ -128,69 +130,111 @@ pub fn launch_probe(device: &Device, cfg: ProbeConfig) -> Result<ProbeResult, Pr
     if cfg.kernels < 2 || cfg.kernels % 2 != 0 {
         return Err(ProbeError::Kernels(cfg.kernels));
     }
-    let buffer = || cube_of(Tensor::<1>::zeros([cfg.elems.max(1)], device).into_dispatch());
-    let (Ok(a), Ok(b)) = (buffer(), buffer()) else { return Err(ProbeError::NotCube) };
-    let client = a.client.clone();
-    let (count, dim) = launch_dims(&a, cfg.elems.max(1));
-    let pass = |a: &CubeTensor, b: &CubeTensor| {
-        for i in 0..cfg.kernels {
+    let pass = Pass::new(device, cfg)?;
+    let (graph, capture_ms) = pass.capture(device)?;
+    let start_value = pass.first();
+    let (eager, replay) = time_rounds(&pass, &graph, cfg.rounds)?;
+    let want = start_value + (2 * cfg.rounds * cfg.kernels) as f32;
+    let got = pass.first();
+    if got != want {
+        return Err(ProbeError::Wrong { path: "eager + replayed", got, want });
+    }
+    Ok(probe_result(cfg, eager, replay, capture_ms))
+}
+
+/// The probe's pass: its two buffers, `a` and `b`, and its launches.
+struct Pass {
+    client: Client,
+    a: CubeTensor,
+    b: CubeTensor,
+    count: CubeCount,
+    dim: CubeDim,
+    kernels: usize,
+}
+
+impl Pass {
+    /// Two buffers of `cfg.elems` zeros on `device`; refused on a device that is not cubecl's.
+    fn new(device: &Device, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+        let buffer = || cube_of(Tensor::<1>::zeros([cfg.elems.max(1)], device).into_dispatch());
+        let (Ok(a), Ok(b)) = (buffer(), buffer()) else { return Err(ProbeError::NotCube) };
+        let client = a.client.clone();
+        let (count, dim) = launch_dims(&a, cfg.elems.max(1));
+        Ok(Self { client, a, b, count, dim, kernels: cfg.kernels })
+    }
+
+    /// Launches the pass: `kernels` dependent launches, `b ← a + 1`, `a ← b + 1`, ….
+    fn run(&self) {
+        let (a, b) = (&self.a, &self.b);
+        for i in 0..self.kernels {
             let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
             add_one::launch(
-                &client,
-                count.clone(),
-                dim,
+                &self.client,
+                self.count.clone(),
+                self.dim,
                 src.clone().into_buffer_arg(),
                 dst.clone().into_buffer_arg(),
             );
         }
-    };
-    let first = || -> f32 {
-        let bytes = client.read_one(a.handle.clone()).expect("reading the probe's buffer");
+    }
+
+    /// `a`'s first element, read back (the sync).
+    fn first(&self) -> f32 {
+        let bytes = self.client.read_one(self.a.handle.clone()).expect("reading the probe's buffer");
         f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
-    };
+    }
 
-    // Warm the kernel cache and the pools, then capture: prepare, warm up, record.
-    pass(&a, &b);
-    let _ = first();
-    let recorder = crate::gpu::graph::Recorder::prepare(device)?;
-    pass(&a, &b);
-    let _ = first();
-    let t0 = Instant::now();
-    let (graph, ()) = recorder.record(|| pass(&a, &b))?;
-    let capture_ms = 1e3 * t0.elapsed().as_secs_f64();
-    let start_value = first();
+    /// Captures the pass on `device`: returns its graph and the milliseconds recording took.
+    fn capture(&self, device: &Device) -> Result<(StepGraph, f64), ProbeError> {
+        // Warm the kernel cache and the pools, then capture: prepare, warm up, record.
+        self.run();
+        let _ = self.first();
+        let recorder = crate::gpu::graph::Recorder::prepare(device)?;
+        self.run();
+        let _ = self.first();
+        let t0 = Instant::now();
+        let (graph, ()) = recorder.record(|| self.run())?;
+        Ok((graph, 1e3 * t0.elapsed().as_secs_f64()))
+    }
+}
 
+/// Host time and wall seconds of one path, summed over the rounds.
+type Spent = (HostTime, f64);
+
+/// Runs `rounds` rounds, each an eager pass then a replay of `graph`, each followed by a read:
+/// what the eager path and the replayed path spent.
+fn time_rounds(pass: &Pass, graph: &StepGraph, rounds: usize) -> Result<(Spent, Spent), ProbeError> {
     let (mut eager, mut replay) = ((HostTime::default(), 0.0), (HostTime::default(), 0.0));
-    let add = |acc: &mut (HostTime, f64), t: HostTime, wall: f64| {
+    let add = |acc: &mut Spent, t: HostTime, wall: f64| {
         acc.0.caller_s += t.caller_s;
         acc.0.device_service_s += t.device_service_s;
         acc.0.other_s += t.other_s;
         acc.0.measured = t.measured;
         acc.1 += wall;
     };
-    for _ in 0..cfg.rounds {
+    for _ in 0..rounds {
         let (s, t0) = (Snapshot::now(), Instant::now());
-        pass(&a, &b);
-        let _ = first();
+        pass.run();
+        let _ = pass.first();
         add(&mut eager, Snapshot::now().since(&s), t0.elapsed().as_secs_f64());
 
         let (s, t0) = (Snapshot::now(), Instant::now());
-        // SAFETY: `a` and `b`, the only buffers the pass touches, live until the end of this
-        // function, and nothing else uses them meanwhile; every replay is followed by a read.
+        // SAFETY: `a` and `b`, the only buffers the pass touches, live as long as `pass`, which
+        // outlives `graph` in `launch_probe`, and nothing else uses them meanwhile; every replay
+        // is followed by a read.
         unsafe { graph.replay() }?;
-        let _ = first();
+        let _ = pass.first();
         add(&mut replay, Snapshot::now().since(&s), t0.elapsed().as_secs_f64());
     }
-    let want = start_value + (2 * cfg.rounds * cfg.kernels) as f32;
-    let got = first();
-    if got != want {
-        return Err(ProbeError::Wrong { path: "eager + replayed", got, want });
-    }
+    Ok((eager, replay))
+}
+
+/// The figures per launch of the two paths' `cfg.rounds` passes, with the capture's time.
+fn probe_result(cfg: ProbeConfig, eager: Spent, replay: Spent, capture_ms: f64) -> ProbeResult {
     let launches = cfg.rounds * cfg.kernels;
     let eager_measured = eager.0.measured;
     let eager = PathCost::per_launch(eager.0, eager.1, launches);
     let replay_cost = PathCost::per_launch(replay.0, replay.1, launches);
-    Ok(ProbeResult {
+    ProbeResult {
         kernels: cfg.kernels,
         elems: cfg.elems,
         rounds: cfg.rounds,
@@ -199,7 +243,7 @@ pub fn launch_probe(device: &Device, cfg: ProbeConfig) -> Result<ProbeResult, Pr
         replay: replay_cost,
         capture_ms,
         host_measured: eager_measured,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -415,6 +415,39 @@ mod gpu {
         }
     }
 
+    /// A group's steps and the output so far: each step's gradient a view of one time-major
+    /// copy of the output's gradient, and that copy (seen in `[batch, time, d]` order) the
+    /// earlier groups' gradient, which they need not copy again.
+    #[derive(Debug)]
+    struct StackGroupBackward;
+
+    impl Backward<CubeBackend, { 1 + super::GROUP }> for StackGroupBackward {
+        /// The group's first step and its number of steps.
+        type State = (usize, usize);
+
+        fn backward(
+            self,
+            ops: Ops<Self::State, { 1 + super::GROUP }>,
+            grads: &mut Gradients,
+            _: &mut Checkpointer,
+        ) {
+            let grad = grads.consume::<CubeBackend>(&ops.node);
+            let (first, count) = ops.state;
+            // A view of a contiguous time-major tensor when a later group made it.
+            let tm = <CubeBackend as TimeMajor>::time_major(grad);
+            let [acc, parts @ ..] = ops.parents;
+            for (i, node) in parts.into_iter().take(count).enumerate() {
+                if let Some(node) = node {
+                    grads.register::<CubeBackend>(node.id, CubeBackend::step(&tm, first + i));
+                }
+            }
+            // The first group's `acc` is a placeholder (see `stack_steps`).
+            if let (Some(acc), true) = (acc, first > 0) {
+                grads.register::<CubeBackend>(acc.id, Mm::float_swap_dims(tm, 0, 1));
+            }
+        }
+    }
+
     impl<C: CheckpointStrategy> GpuSteps for Autodiff<CubeBackend, C> {
         fn gpu_stack_group(
             acc: FloatTensor<Self>,
@@ -431,39 +464,6 @@ mod gpu {
             count: usize,
         ) -> FloatTensor<Self> {
             let parts = [p0, p1, p2, p3, p4, p5, p6, p7];
-            /// A group's steps and the output so far: each step's gradient a view of one
-            /// time-major copy of the output's gradient, and that copy (seen in `[batch,
-            /// time, d]` order) the earlier groups' gradient, which they need not copy again.
-            #[derive(Debug)]
-            struct StackGroupBackward;
-
-            impl Backward<CubeBackend, { 1 + super::GROUP }> for StackGroupBackward {
-                /// The group's first step and its number of steps.
-                type State = (usize, usize);
-
-                fn backward(
-                    self,
-                    ops: Ops<Self::State, { 1 + super::GROUP }>,
-                    grads: &mut Gradients,
-                    _: &mut Checkpointer,
-                ) {
-                    let grad = grads.consume::<CubeBackend>(&ops.node);
-                    let (first, count) = ops.state;
-                    // A view of a contiguous time-major tensor when a later group made it.
-                    let tm = <CubeBackend as TimeMajor>::time_major(grad);
-                    let [acc, parts @ ..] = ops.parents;
-                    for (i, node) in parts.into_iter().take(count).enumerate() {
-                        if let Some(node) = node {
-                            grads.register::<CubeBackend>(node.id, CubeBackend::step(&tm, first + i));
-                        }
-                    }
-                    // The first group's `acc` is a placeholder (see `stack_steps`).
-                    if let (Some(acc), true) = (acc, first > 0) {
-                        grads.register::<CubeBackend>(acc.id, Mm::float_swap_dims(tm, 0, 1));
-                    }
-                }
-            }
-
             let (acc, acc_node) = acc.into_parts();
             let (parts, part_nodes): (Vec<CubeTensor>, Vec<_>) =
                 parts.into_iter().map(|p| p.into_parts()).unzip();

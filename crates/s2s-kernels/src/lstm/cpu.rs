@@ -101,7 +101,7 @@ use std::ops::Range;
 
 use crate::cpu::flex_data::{contiguous, f32s};
 use crate::gemm::packed::{PackedB, SendPtr};
-use crate::lstm::lockstep::{self, Slot};
+use crate::lstm::lockstep::{self, Progress, Slot};
 use crate::own_backward::WithBackward;
 
 /// The fused gate math as a burn backend extension (flex only; see the module doc).
@@ -496,109 +496,195 @@ struct ForwardGroup {
 /// ([`crate::lstm::lockstep`]; `h` double-buffered). Returns `[outputs | h_T | c_T]` and, when `save`, what the backward
 /// pass needs.
 fn layer_forward(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> (FlexTensor, Option<Saved>) {
-    let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
-    let groups = unit_groups(h, rayon::current_num_threads());
     let w = f32s(&l.w);
-    let (h0, c0) = (f32s(h0), f32s(c0));
-    // Each group's state `h` double-buffered: step `s` reads every group's `[s % 2]` and
-    // writes its own `[(s + 1) % 2]` (see `lstm::lockstep::Slot`).
-    let h_bufs: Vec<[Slot<Vec<f32>>; 2]> = groups
-        .iter()
-        .map(|u| [Slot::new(gather(&h0, h, 0..b_n, u)), Slot::new(vec![0f32; b_n * u.len()])])
-        .collect();
-    let keep = if save { 1 } else { 0 };
-    let states: Vec<Slot<ForwardGroup>> = groups
-        .iter()
-        .map(|u| {
-            let n = u.len();
-            Slot::new(ForwardGroup {
-                units: u.clone(),
-                c: gather(&c0, h, 0..b_n, u),
-                gates: vec![0f32; b_n * 4 * n],
-                s_gates: Unzeroed::new(keep * b_n, t_n, 4 * n),
-                s_c: Unzeroed::new(keep * b_n, t_n, n),
+    let f = ForwardBuffers::new(l, h0, c0, save);
+    // SAFETY: `lockstep::run` runs one worker for each group, each with its own `i`, at once.
+    lockstep::run(f.groups.len(), |i, progress| unsafe { forward_worker(l, &f, &w, i, progress) });
+    // SAFETY: the workers ran every step of `f.steps`, and `lockstep::run` returns once all are done.
+    unsafe { forward_finish(l, f) }
+}
+
+/// What the workers of one forward layer call share ([`forward_worker`]): the groups of units,
+/// each group's state, and the layer's output buffers.
+struct ForwardBuffers {
+    groups: Vec<Range<usize>>,
+    /// Each group's `h`, double-buffered (see [`ForwardBuffers::new`]).
+    h_bufs: Vec<[Slot<Vec<f32>>; 2]>,
+    states: Vec<Slot<ForwardGroup>>,
+    /// `[outputs | h_T | c_T]` `[batch, time + 2, hidden]`, and (empty when not saving)
+    /// `h_{t−1}` `[batch, time, hidden]`.
+    out: Unzeroed,
+    h_prev_all: Unzeroed,
+    /// The steps with a real token in some row, in the order the layer runs them.
+    steps: Vec<usize>,
+    save: bool,
+}
+
+impl ForwardBuffers {
+    /// The groups of units (one per thread), their state gathered from `h0` and `c0`, and the
+    /// output buffers, unwritten.
+    fn new(l: &Layer, h0: &FlexTensor, c0: &FlexTensor, save: bool) -> Self {
+        let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+        let groups = unit_groups(h, rayon::current_num_threads());
+        let (h0, c0) = (f32s(h0), f32s(c0));
+        // Each group's state `h` double-buffered: step `s` reads every group's `[s % 2]` and
+        // writes its own `[(s + 1) % 2]` (see `lstm::lockstep::Slot`).
+        let h_bufs: Vec<[Slot<Vec<f32>>; 2]> = groups
+            .iter()
+            .map(|u| [Slot::new(gather(&h0, h, 0..b_n, u)), Slot::new(vec![0f32; b_n * u.len()])])
+            .collect();
+        let keep = if save { 1 } else { 0 };
+        let states: Vec<Slot<ForwardGroup>> = groups
+            .iter()
+            .map(|u| {
+                let n = u.len();
+                Slot::new(ForwardGroup {
+                    units: u.clone(),
+                    c: gather(&c0, h, 0..b_n, u),
+                    gates: vec![0f32; b_n * 4 * n],
+                    s_gates: Unzeroed::new(keep * b_n, t_n, 4 * n),
+                    s_c: Unzeroed::new(keep * b_n, t_n, n),
+                })
             })
-        })
-        .collect();
-    // The layer's outputs `[batch, time + 2, hidden]` (`h_t` for every step, then `h_T` and
-    // `c_T`) and, when saving, `h_{t−1}` `[batch, time, hidden]`: each group writes its own
-    // units' columns there directly (gathering per-group buffers afterwards took ~4 ms a
-    // layer on the lstm bench shape). Padded positions are 0.
-    let out = Unzeroed::new(b_n, t_n + 2, h);
-    let h_prev_all = Unzeroed::new(keep * b_n, t_n, h);
-    let steps: Vec<usize> = l.order().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
-    lockstep::run(groups.len(), |i, progress| {
-        let (out_ptr, h_prev_ptr) = (&out.ptr, &h_prev_all.ptr);
-        // SAFETY: only worker `i` touches group `i`'s state.
-        let g = unsafe { states[i].get_mut() };
-        let n = g.units.len();
-        let packed = pack_forward(&w, h, &groups, i);
-        let zeros = vec![0f32; 4 * n];
-        for (s, &t) in steps.iter().enumerate() {
-            let (cur, next) = (s % 2, (s + 1) % 2);
-            // The product with this worker's own state first (it wrote it), then, as each
-            // other worker's is published, with theirs.
-            for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
-                if first > 0 && s > 0 {
-                    progress.wait_published(j, s - 1);
-                }
-                let p = &packed[j];
-                // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
-                // in step `s + 1`, after waiting for this worker's step `s` (`lstm::lockstep`).
-                p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, first > 0);
-            }
-            let h_prev = unsafe { h_bufs[i][cur].get() };
-            // SAFETY: the other workers read it in step `s − 1`, done before their writes of
-            // that step, which this worker waited for; they read it again only after this
-            // worker publishes it (below).
-            let h_next = unsafe { h_bufs[i][next].get_mut() };
-            // The rows' gate math, vectorised for this CPU as a whole. SAFETY (each write):
-            // columns `U` of row `at` (and group `i`'s own buffers) are this worker's alone; the
-            // buffers outlive the workers, and every element of the step is written.
-            crate::cpu::fastmath::wide(
-                #[inline(always)]
-                || {
-                    for b in 0..b_n {
-                        let at = b * t_n + t;
-                        if b + AHEAD < b_n {
-                            let ahead = ((b + AHEAD) * t_n + t) * 4 * h + g.units.start;
-                            for s in 0..4 {
-                                prefetch(&l.xw()[ahead + s * h..][..n]);
-                            }
-                        }
-                        let (hb, cb) = (&mut h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
-                        let out_at = (b * (t_n + 2) + t) * h + g.units.start;
-                        if save {
-                            unsafe {
-                                stream_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n])
-                            };
-                            unsafe { stream_units(&g.s_c.ptr, at * n, cb) };
-                        }
-                        if !l.real(b, t) {
-                            hb.copy_from_slice(&h_prev[b * n..(b + 1) * n]);
-                            unsafe { write_units(out_ptr, out_at, &zeros[..n]) };
-                            if save {
-                                unsafe { stream_units(&g.s_gates.ptr, at * 4 * n, &zeros) };
-                            }
-                            continue;
-                        }
-                        let gates = &g.gates[b * 4 * n..(b + 1) * 4 * n];
-                        let xw = &l.xw()[at * 4 * h..(at + 1) * 4 * h];
-                        let input = [0, 1, 2, 3].map(|s| &xw[s * h + g.units.start..][..n]);
-                        let s_gates = &g.s_gates.ptr;
-                        cell_forward_body(gates, Some(input), cb, hb, |s, j, act| {
-                            if save {
-                                unsafe { stream_units(s_gates, at * 4 * n + s * n + j, act) };
-                            }
-                        });
-                        unsafe { write_units(out_ptr, out_at, hb) };
-                    }
-                },
-            );
-            progress.publish(i, s);
+            .collect();
+        // The layer's outputs `[batch, time + 2, hidden]` (`h_t` for every step, then `h_T` and
+        // `c_T`) and, when saving, `h_{t−1}` `[batch, time, hidden]`: each group writes its own
+        // units' columns there directly (gathering per-group buffers afterwards took ~4 ms a
+        // layer on the lstm bench shape). Padded positions are 0.
+        let out = Unzeroed::new(b_n, t_n + 2, h);
+        let h_prev_all = Unzeroed::new(keep * b_n, t_n, h);
+        let steps: Vec<usize> = l.order().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
+        Self { groups, h_bufs, states, out, h_prev_all, steps, save }
+    }
+}
+
+/// Worker `i`'s share of the forward pass: per step, its group's gates ([`forward_product`]),
+/// their gate math over the rows ([`forward_rows`]), then publishing its new `h`.
+///
+/// # Safety
+/// Runs as worker `i` of a [`lockstep::run`] with one worker for each group of `f`.
+unsafe fn forward_worker(l: &Layer, f: &ForwardBuffers, w: &[f32], i: usize, progress: &Progress) {
+    let b_n = l.batch;
+    // SAFETY: only worker `i` touches group `i`'s state.
+    let g = unsafe { f.states[i].get_mut() };
+    let n = g.units.len();
+    let packed = pack_forward(w, l.hidden, &f.groups, i);
+    let zeros = vec![0f32; 4 * n];
+    for (s, &t) in f.steps.iter().enumerate() {
+        let (cur, next) = (s % 2, (s + 1) % 2);
+        // SAFETY: worker `i` in its step `s` (this function's contract).
+        unsafe { forward_product(&packed, &f.h_bufs, b_n, g, i, s, progress) };
+        let h_prev = unsafe { f.h_bufs[i][cur].get() };
+        // SAFETY: the other workers read it in step `s − 1`, done before their writes of
+        // that step, which this worker waited for; they read it again only after this
+        // worker publishes it (below).
+        let h_next = unsafe { f.h_bufs[i][next].get_mut() };
+        // The rows' gate math, vectorised for this CPU as a whole (`forward_rows` is inlined
+        // into `wide`'s closure). SAFETY: columns `U` of step `t` in the layer's buffers, and
+        // group `i`'s own, are this worker's alone; `t` is a step of the layer.
+        crate::cpu::fastmath::wide(
+            #[inline(always)]
+            || unsafe { forward_rows(l, f, g, t, h_prev, h_next, &zeros) },
+        );
+        progress.publish(i, s);
+    }
+    stream_fence();
+}
+
+/// Group `i`'s pre-activation gates of step `s` without `x W_x`, `Σ_j h_{t−1}[:, U_j] ·
+/// packed[j]`, into `g.gates`: its own state first, then each other group's as published.
+///
+/// # Safety
+/// Called by worker `i` of [`forward_worker`]'s [`lockstep::run`] in its step `s`, before
+/// it writes `h_bufs[i][(s + 1) % 2]`.
+#[inline(always)]
+unsafe fn forward_product(
+    packed: &[PackedB],
+    h_bufs: &[[Slot<Vec<f32>>; 2]],
+    b_n: usize,
+    g: &mut ForwardGroup,
+    i: usize,
+    s: usize,
+    progress: &Progress,
+) {
+    let (cur, n) = (s % 2, g.units.len());
+    // The product with this worker's own state first (it wrote it), then, as each
+    // other worker's is published, with theirs.
+    for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
+        if first > 0 && s > 0 {
+            progress.wait_published(j, s - 1);
         }
-        stream_fence();
-    });
+        let p = &packed[j];
+        // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
+        // in step `s + 1`, after waiting for this worker's step `s` (`lstm::lockstep`).
+        p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, first > 0);
+    }
+}
+
+/// Group `g`'s gate math of step `t` over every row: `h_t` into `h_next` and the layer's
+/// output, `c_t` into `g.c`, and, when saving, `h_{t−1}`, `c_{t−1}` and the gates'
+/// activations; padded rows keep their state and output 0.
+///
+/// # Safety
+/// `t < l.time`, and columns `g.units` of step `t` in `f`'s buffers, and `g`'s own buffers,
+/// are the caller's alone while it runs.
+#[inline(always)]
+unsafe fn forward_rows(
+    l: &Layer,
+    f: &ForwardBuffers,
+    g: &mut ForwardGroup,
+    t: usize,
+    h_prev: &[f32],
+    h_next: &mut [f32],
+    zeros: &[f32],
+) {
+    let (b_n, t_n, h, n, save) = (l.batch, l.time, l.hidden, g.units.len(), f.save);
+    let (out_ptr, h_prev_ptr) = (&f.out.ptr, &f.h_prev_all.ptr);
+    // SAFETY (each write): columns `U` of row `at` (and group `g`'s own buffers) are this
+    // worker's alone; the buffers outlive the workers, and every element of the step is written.
+    for b in 0..b_n {
+        let at = b * t_n + t;
+        if b + AHEAD < b_n {
+            let ahead = ((b + AHEAD) * t_n + t) * 4 * h + g.units.start;
+            for s in 0..4 {
+                prefetch(&l.xw()[ahead + s * h..][..n]);
+            }
+        }
+        let (hb, cb) = (&mut h_next[b * n..(b + 1) * n], &mut g.c[b * n..(b + 1) * n]);
+        let out_at = (b * (t_n + 2) + t) * h + g.units.start;
+        if save {
+            unsafe { stream_units(h_prev_ptr, at * h + g.units.start, &h_prev[b * n..(b + 1) * n]) };
+            unsafe { stream_units(&g.s_c.ptr, at * n, cb) };
+        }
+        if !l.real(b, t) {
+            hb.copy_from_slice(&h_prev[b * n..(b + 1) * n]);
+            unsafe { write_units(out_ptr, out_at, &zeros[..n]) };
+            if save {
+                unsafe { stream_units(&g.s_gates.ptr, at * 4 * n, zeros) };
+            }
+            continue;
+        }
+        let gates = &g.gates[b * 4 * n..(b + 1) * 4 * n];
+        let xw = &l.xw()[at * 4 * h..(at + 1) * 4 * h];
+        let input = [0, 1, 2, 3].map(|s| &xw[s * h + g.units.start..][..n]);
+        let s_gates = &g.s_gates.ptr;
+        cell_forward_body(gates, Some(input), cb, hb, |s, j, act| {
+            if save {
+                unsafe { stream_units(s_gates, at * 4 * n + s * n + j, act) };
+            }
+        });
+        unsafe { write_units(out_ptr, out_at, hb) };
+    }
+}
+
+/// `[outputs | h_T | c_T]` from the workers' buffers, with `h_T` and `c_T` written and the
+/// steps no row reaches zeroed, and, when saving, what the backward pass needs.
+///
+/// # Safety
+/// The workers ([`forward_worker`]) have run every step of `f.steps` and are done.
+unsafe fn forward_finish(l: &Layer, f: ForwardBuffers) -> (FlexTensor, Option<Saved>) {
+    let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+    let ForwardBuffers { h_bufs, states, out, h_prev_all, steps, save, .. } = f;
     let last = steps.len() % 2;
     let h_cur: Vec<Vec<f32>> =
         h_bufs.into_iter().map(|[a, b]| if last == 0 { a } else { b }.into_inner()).collect();
@@ -645,99 +731,191 @@ struct BackwardGroup<'a> {
 /// ([`crate::lstm::lockstep`]) —
 /// and `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
 fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
-    let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
-    let groups: Vec<Range<usize>> = s.groups.iter().map(|g| g.0.clone()).collect();
     let w = f32s(&l.w);
     let grad = f32s(grad);
-    let row = |b: usize, t: usize| b * (t_n + 2) + t;
-    let states: Vec<Slot<BackwardGroup>> = s
-        .groups
-        .iter()
-        .map(|(u, gates, c_prev)| {
-            Slot::new(BackwardGroup {
-                units: u.clone(),
-                dh: gather(&grad, h, (0..b_n).map(|b| row(b, t_n)), u),
-                dc: gather(&grad, h, (0..b_n).map(|b| row(b, t_n + 1)), u),
-                dh_prev: vec![0f32; b_n * u.len()],
-                gates,
-                c_prev,
+    let bb = BackwardBuffers::new(l, &s.groups, &grad);
+    // SAFETY: `lockstep::run` runs one worker for each group, each with its own `i`, at once.
+    lockstep::run(bb.groups.len(), |i, progress| unsafe { backward_worker(l, &bb, &w, &grad, i, progress) });
+    // SAFETY: the workers ran every step of `bb.steps`, and `lockstep::run` returns once all are done.
+    unsafe { backward_finish(l, s.h_prev, bb) }
+}
+
+/// What the workers of one backward layer call share ([`backward_worker`]): the groups of
+/// units, each group's state, and the `∂gates` buffers.
+struct BackwardBuffers<'a> {
+    groups: Vec<Range<usize>>,
+    states: Vec<Slot<BackwardGroup<'a>>>,
+    /// Each group's gate gradients of a step, double-buffered (see [`BackwardBuffers::new`]).
+    step: Vec<[Slot<Vec<f32>>; 2]>,
+    /// The steps with a real token in some row, in the order the backward pass runs them.
+    steps: Vec<usize>,
+    /// `∂gates` `[batch, time, 4·hidden]`.
+    d_gates: Unzeroed,
+}
+
+impl<'a> BackwardBuffers<'a> {
+    /// The groups of units as the forward pass cut them, their state from what it `saved` and
+    /// from `grad`'s `∂h_T` and `∂c_T`, and the `∂gates` buffers, unwritten.
+    fn new(l: &Layer, saved: &'a [(Range<usize>, Vec<f32>, Vec<f32>)], grad: &[f32]) -> Self {
+        let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+        let groups: Vec<Range<usize>> = saved.iter().map(|g| g.0.clone()).collect();
+        let row = |b: usize, t: usize| b * (t_n + 2) + t;
+        let states: Vec<Slot<BackwardGroup>> = saved
+            .iter()
+            .map(|(u, gates, c_prev)| {
+                Slot::new(BackwardGroup {
+                    units: u.clone(),
+                    dh: gather(grad, h, (0..b_n).map(|b| row(b, t_n)), u),
+                    dc: gather(grad, h, (0..b_n).map(|b| row(b, t_n + 1)), u),
+                    dh_prev: vec![0f32; b_n * u.len()],
+                    gates,
+                    c_prev,
+                })
             })
-        })
-        .collect();
-    // Each group's gate gradients of a step, read by every group's `∂h_{t−1}`; two buffers a
-    // group, step `s` writing `[s % 2]` (see `lstm::lockstep`), so that a worker may start step
-    // `s + 1` while the others still read its step `s` (with one buffer, each step waited for
-    // the slowest reader: backward waits grew from a median of 76–204 to 283–348 thousand TSC
-    // cycles a step per thread instead of shrinking).
-    let step: Vec<[Slot<Vec<f32>>; 2]> =
-        groups.iter().map(|u| [(); 2].map(|_| Slot::new(vec![0f32; b_n * 4 * u.len()]))).collect();
-    let steps: Vec<usize> = l.order().rev().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
-    // `∂gates` `[batch, time, 4·hidden]`, each group writing its own units' columns (no
-    // per-group buffer to scatter afterwards: that pass took ~5 ms a layer on the lstm bench
-    // shape); padded positions are 0.
-    let d_gates = Unzeroed::new(b_n, t_n, 4 * h);
-    let d_gates_out = &d_gates.ptr;
-    lockstep::run(groups.len(), |i, progress| {
-        // SAFETY: only worker `i` touches group `i`'s state.
-        let g = unsafe { states[i].get_mut() };
-        let n = g.units.len();
-        let packed = pack_backward(&w, h, &groups, i);
-        for (s, &t) in steps.iter().enumerate() {
-            {
-                // SAFETY: the other workers read it in step `s − 2`, done before their writes
-                // of step `s − 1`, which this worker waited for (see `lstm::lockstep`); they read it
-                // again only after this worker publishes it (below).
-                let step = unsafe { step[i][s % 2].get_mut() };
-                for b in 0..b_n {
-                    let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
-                    let at = b * t_n + t;
-                    if b + AHEAD < b_n {
-                        let ahead = (b + AHEAD) * t_n + t;
-                        prefetch(&g.gates[ahead * 4 * n..(ahead + 1) * 4 * n]);
-                        prefetch(&g.c_prev[ahead * n..(ahead + 1) * n]);
-                        prefetch(&grad[row(b + AHEAD, t) * h + g.units.start..][..n]);
-                    }
-                    if l.real(b, t) {
-                        let dhb = &mut g.dh[b * n..(b + 1) * n];
-                        for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
-                            *d += x;
-                        }
-                        let (gates, c_prev) =
-                            (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
-                        cell_backward::<true>(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
-                    } else {
-                        dg.fill(0.0);
-                    }
-                    for (s, dg) in dg.chunks_exact(n).enumerate() {
-                        // SAFETY: columns `s·hidden + U` of row `at` are this group's alone, and
-                        // `d_gates` outlives the workers.
-                        unsafe { write_units(d_gates_out, at * 4 * h + s * h + g.units.start, dg) };
-                    }
-                }
-            }
-            progress.publish(i, s);
-            // This worker's own gate gradients first, then each other worker's as published.
-            for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
-                if first > 0 {
-                    progress.wait_published(j, s);
-                }
-                let p = &packed[j];
-                // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
-                // `s + 2`, after waiting for this worker's step `s + 1` (`lstm::lockstep`).
-                p.matmul(unsafe { step[j][s % 2].get() }, b_n, p.k(), &mut g.dh_prev, n, first > 0);
-            }
-            for b in (0..b_n).filter(|&b| l.real(b, t)) {
-                g.dh[b * n..(b + 1) * n].copy_from_slice(&g.dh_prev[b * n..(b + 1) * n]);
-            }
+            .collect();
+        // Each group's gate gradients of a step, read by every group's `∂h_{t−1}`; two buffers a
+        // group, step `s` writing `[s % 2]` (see `lstm::lockstep`), so that a worker may start step
+        // `s + 1` while the others still read its step `s` (with one buffer, each step waited for
+        // the slowest reader: backward waits grew from a median of 76–204 to 283–348 thousand TSC
+        // cycles a step per thread instead of shrinking).
+        let step: Vec<[Slot<Vec<f32>>; 2]> =
+            groups.iter().map(|u| [(); 2].map(|_| Slot::new(vec![0f32; b_n * 4 * u.len()]))).collect();
+        let steps: Vec<usize> = l.order().rev().filter(|&t| (0..b_n).any(|b| l.real(b, t))).collect();
+        // `∂gates` `[batch, time, 4·hidden]`, each group writing its own units' columns (no
+        // per-group buffer to scatter afterwards: that pass took ~5 ms a layer on the lstm bench
+        // shape); padded positions are 0.
+        let d_gates = Unzeroed::new(b_n, t_n, 4 * h);
+        Self { groups, states, step, steps, d_gates }
+    }
+}
+
+/// Worker `i`'s share of the backward pass: per step, its group's `∂gates`
+/// ([`backward_rows`]), published, then its units' `∂h_{t−1}` ([`backward_product`]).
+///
+/// # Safety
+/// Runs as worker `i` of a [`lockstep::run`] with one worker for each group of `bb`.
+unsafe fn backward_worker(
+    l: &Layer,
+    bb: &BackwardBuffers<'_>,
+    w: &[f32],
+    grad: &[f32],
+    i: usize,
+    progress: &Progress,
+) {
+    let b_n = l.batch;
+    // SAFETY: only worker `i` touches group `i`'s state.
+    let g = unsafe { bb.states[i].get_mut() };
+    let n = g.units.len();
+    let packed = pack_backward(w, l.hidden, &bb.groups, i);
+    for (s, &t) in bb.steps.iter().enumerate() {
+        {
+            // SAFETY: the other workers read it in step `s − 2`, done before their writes
+            // of step `s − 1`, which this worker waited for (see `lstm::lockstep`); they read it
+            // again only after this worker publishes it (below).
+            let step = unsafe { bb.step[i][s % 2].get_mut() };
+            // SAFETY: columns `U` of each gate of step `t` in `∂gates` are this group's alone,
+            // and `t` is a step of the layer.
+            unsafe { backward_rows(l, g, grad, t, step, &bb.d_gates.ptr) };
         }
-    });
+        progress.publish(i, s);
+        // SAFETY: worker `i` in its step `s`, published (this function's contract).
+        unsafe { backward_product(&packed, &bb.step, b_n, g, i, s, progress) };
+        for b in (0..b_n).filter(|&b| l.real(b, t)) {
+            g.dh[b * n..(b + 1) * n].copy_from_slice(&g.dh_prev[b * n..(b + 1) * n]);
+        }
+    }
+}
+
+/// Group `g`'s gate math back through step `t`, row by row: `∂gates` into `step`
+/// (`[batch, 4·|U|]`) and into `d_gates` (zeros on padded rows), `∂c_{t−1}` into `g.dc`, after
+/// adding the output's `∂h_t` from `grad` to `g.dh`.
+///
+/// # Safety
+/// `t < l.time`; `d_gates` points to a live `[batch, time, 4·hidden]` buffer whose columns
+/// `s·hidden + U` (`s` ∈ 0..4) of step `t` are the caller's alone while it runs.
+#[inline(always)]
+unsafe fn backward_rows(
+    l: &Layer,
+    g: &mut BackwardGroup<'_>,
+    grad: &[f32],
+    t: usize,
+    step: &mut [f32],
+    d_gates: &SendPtr,
+) {
+    let (b_n, t_n, h, n) = (l.batch, l.time, l.hidden, g.units.len());
+    let row = |b: usize, t: usize| b * (t_n + 2) + t;
+    for b in 0..b_n {
+        let dg = &mut step[b * 4 * n..(b + 1) * 4 * n];
+        let at = b * t_n + t;
+        if b + AHEAD < b_n {
+            let ahead = (b + AHEAD) * t_n + t;
+            prefetch(&g.gates[ahead * 4 * n..(ahead + 1) * 4 * n]);
+            prefetch(&g.c_prev[ahead * n..(ahead + 1) * n]);
+            prefetch(&grad[row(b + AHEAD, t) * h + g.units.start..][..n]);
+        }
+        if l.real(b, t) {
+            let dhb = &mut g.dh[b * n..(b + 1) * n];
+            for (d, x) in dhb.iter_mut().zip(&grad[row(b, t) * h + g.units.start..]) {
+                *d += x;
+            }
+            let (gates, c_prev) = (&g.gates[at * 4 * n..(at + 1) * 4 * n], &g.c_prev[at * n..(at + 1) * n]);
+            cell_backward::<true>(gates, c_prev, dhb, &mut g.dc[b * n..(b + 1) * n], dg);
+        } else {
+            dg.fill(0.0);
+        }
+        for (s, dg) in dg.chunks_exact(n).enumerate() {
+            // SAFETY: columns `s·hidden + U` of row `at` are this group's alone, and
+            // `d_gates` outlives the workers.
+            unsafe { write_units(d_gates, at * 4 * h + s * h + g.units.start, dg) };
+        }
+    }
+}
+
+/// Group `i`'s `∂h_{t−1}[:, U_i]` of step `s` into `g.dh_prev`, `Σ_j ∂gates_j · packed[j]`:
+/// its own `∂gates` first, then each other group's as published.
+///
+/// # Safety
+/// Called by worker `i` of [`backward_worker`]'s [`lockstep::run`] in its step `s`, after
+/// publishing it.
+#[inline(always)]
+unsafe fn backward_product(
+    packed: &[PackedB],
+    step: &[[Slot<Vec<f32>>; 2]],
+    b_n: usize,
+    g: &mut BackwardGroup<'_>,
+    i: usize,
+    s: usize,
+    progress: &Progress,
+) {
+    let n = g.units.len();
+    // This worker's own gate gradients first, then each other worker's as published.
+    for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
+        if first > 0 {
+            progress.wait_published(j, s);
+        }
+        let p = &packed[j];
+        // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
+        // `s + 2`, after waiting for this worker's step `s + 1` (`lstm::lockstep`).
+        p.matmul(unsafe { step[j][s % 2].get() }, b_n, p.k(), &mut g.dh_prev, n, first > 0);
+    }
+}
+
+/// `[∂xw, ∂W_h, ∂h0, ∂c0]` from what the workers left: `∂gates` with the steps no row reaches
+/// zeroed, `∂W_h = h_{t−1}ᵀ ∂gates` over every step as one product, and the groups' `∂h_0` and
+/// `∂c_0` scattered into whole rows.
+///
+/// # Safety
+/// The workers ([`backward_worker`]) have run every step of `bb.steps` and are done.
+unsafe fn backward_finish(l: &Layer, h_prev: Vec<f32>, bb: BackwardBuffers<'_>) -> [FlexTensor; 4] {
+    let (b_n, t_n, h) = (l.batch, l.time, l.hidden);
+    let BackwardBuffers { states, steps, d_gates, .. } = bb;
     let states: Vec<BackwardGroup> = states.into_iter().map(Slot::into_inner).collect();
     let (mut dh, mut dc) = (vec![0f32; b_n * h], vec![0f32; b_n * h]);
     for g in &states {
         scatter(&mut dh, h, &g.units, &g.dh);
         scatter(&mut dc, h, &g.units, &g.dc);
     }
-    let h_prev = FlexTensor::from_data(TensorData::new(s.h_prev, [b_n * t_n, h]));
+    let h_prev = FlexTensor::from_data(TensorData::new(h_prev, [b_n * t_n, h]));
     // SAFETY: the workers wrote every element of the steps they ran.
     let d_gates =
         FlexTensor::from_data(TensorData::new(unsafe { d_gates.finish(&steps) }, [b_n * t_n, 4 * h]));

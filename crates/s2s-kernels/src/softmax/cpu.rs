@@ -90,10 +90,18 @@ mod gpu {
     /// Rows a launch.
     const MAX_CUBES: usize = 65_535;
 
-    #[cube(launch)]
-    fn best_log_prob_rows(logits: &[f32], out: &mut [f32], vocab: u32, first_row: u32) {
-        let (row, unit, v) = (first_row as usize + CUBE_POS_X as usize, UNIT_POS_X as usize, vocab as usize);
-        let at = row * v;
+    /// One unit's share of a row's best: the largest of its entries (`m`) and the first index
+    /// holding it (`best`).
+    #[derive(CubeType)]
+    struct Best {
+        m: f32,
+        best: usize,
+    }
+
+    /// Unit `unit`'s maximum over its entries `unit, unit + UNITS, …` of the row at `at`
+    /// (`v` long), and its first index.
+    #[cube]
+    fn unit_best(logits: &[f32], at: usize, unit: usize, v: usize) -> Best {
         // The unit's maximum and its first index; a unit past the row's end starts from
         // entry 0, a real candidate, so ties still go to the first index.
         let mut j0 = 0usize;
@@ -111,11 +119,32 @@ mod gpu {
             }
             j += UNITS;
         }
+        Best { m, best }
+    }
+
+    /// Unit `unit`'s share of `Σ exp(x − top)`: its entries `unit, unit + UNITS, …` of the
+    /// row at `at` (`v` long), added in order.
+    #[cube]
+    fn unit_sum_exp(logits: &[f32], at: usize, unit: usize, v: usize, top: f32) -> f32 {
+        let mut z = 0.0f32;
+        let mut j = unit;
+        while j < v {
+            z += f32::exp(logits[at + j] - top);
+            j += UNITS;
+        }
+        z
+    }
+
+    #[cube(launch)]
+    fn best_log_prob_rows(logits: &[f32], out: &mut [f32], vocab: u32, first_row: u32) {
+        let (row, unit, v) = (first_row as usize + CUBE_POS_X as usize, UNIT_POS_X as usize, vocab as usize);
+        let at = row * v;
+        let own = unit_best(logits, at, unit, v);
         let mut maxes = Shared::<[f32]>::new_slice(UNITS);
         // Indices as f32: exact below 2²⁴.
         let mut firsts = Shared::<[f32]>::new_slice(UNITS);
-        maxes[unit] = m;
-        firsts[unit] = f32::cast_from(best);
+        maxes[unit] = own.m;
+        firsts[unit] = f32::cast_from(own.best);
         sync_cube();
         // A runtime value (`UNITS`, the launch's cube size): a loop variable.
         let mut stride = CUBE_DIM_X as usize / 2;
@@ -133,12 +162,7 @@ mod gpu {
             stride /= 2;
         }
         let top = maxes[0usize];
-        let mut z = 0.0f32;
-        let mut j = unit;
-        while j < v {
-            z += f32::exp(logits[at + j] - top);
-            j += UNITS;
-        }
+        let z = unit_sum_exp(logits, at, unit, v, top);
         let mut sums = Shared::<[f32]>::new_slice(UNITS);
         sums[unit] = z;
         sync_cube();
