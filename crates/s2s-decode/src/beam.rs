@@ -260,35 +260,9 @@ pub(crate) fn run(
     cfg: &BeamConfig,
     observer: &mut impl BeamObserver,
 ) -> Vec<Vec<Hypothesis>> {
-    let watching = observer.watching();
     let k = cfg.beam.max(1);
-    let batch = lens.len();
-    let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); batch];
-    let finish = |s: Search, done: &mut Vec<Vec<Hypothesis>>| {
-        let mut f = s.finished;
-        f.sort_by(|a, b| b.score.total_cmp(&a.score));
-        f.truncate(cfg.nbest.clamp(1, k));
-        done[s.sentence] = f;
-    };
-    // Sentences whose limit is 0 finish empty at once.
-    let (zero, mut active): (Vec<Search>, Vec<Search>) =
-        (0..batch).map(|s| Search::start(s, lens[s], cfg)).partition(|s| s.limit == 0);
-    for mut s in zero {
-        s.finished.push(Hypothesis {
-            tokens: Vec::new(),
-            score: 0.0,
-            attention: cfg.attention.then(Vec::new),
-        });
-        finish(s, &mut done);
-    }
-    // The first step keeps the encoded rows of the sentences left, when some finished at once.
-    let mut select: Option<Vec<i64>> = None;
-    if active.len() < batch && !active.is_empty() {
-        select = Some(active.iter().map(|s| s.sentence as i64).collect());
-        for (r, s) in active.iter_mut().enumerate() {
-            s.live[0].row = r;
-        }
-    }
+    let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); lens.len()];
+    let (mut active, mut select) = start_all(lens, cfg, &mut done);
     while !active.is_empty() {
         let last: Vec<i64> = active
             .iter()
@@ -297,31 +271,97 @@ pub(crate) fn run(
         let sentences: Vec<usize> = active.iter().flat_map(|s| s.live.iter().map(|_| s.sentence)).collect();
         // Row r's best tokens: ids[r·w + j] with log-probability lp[r·w + j], best first.
         let (w, lp, ids, att) = steps.step(select.take(), &sentences, last, 2 * k);
-        let mut still = Vec::with_capacity(active.len());
-        let mut origin: Vec<i64> = Vec::with_capacity(sentences.len());
-        for mut s in active {
-            let ranked = s.ranked(&lp, &ids, w, k);
-            let len = lens[s.sentence];
-            let row_attention = |row: usize| att.as_ref().map(|a| &a[row * src_len..row * src_len + len]);
-            let (live, fates) = s.extend(&ranked, row_attention, cfg, watching);
-            if watching {
-                s.show(observer, &ranked, &fates, cfg);
-            }
-            s.live = live;
-            if s.finished.len() >= k || s.live.is_empty() {
-                finish(s, &mut done);
-            } else {
-                for h in s.live.iter_mut() {
-                    origin.push(h.row as i64);
-                    h.row = origin.len() - 1;
-                }
-                still.push(s);
-            }
-        }
+        let tops = Tops { w, lp: &lp, ids: &ids, att: att.as_deref(), src_len };
+        let (still, origin) = advance(active, &tops, lens, cfg, observer, &mut done);
         active = still;
         select = Some(origin);
     }
     done
+}
+
+/// One step's output for every row of the step: its `w` best continuations (`ids`, with
+/// log-probabilities `lp`, best first) and, when asked for, its attention over the source.
+///
+/// # Shapes
+/// - `lp`, `ids`: `[rows, w]`; `att`: `[rows, src_len]`
+struct Tops<'a> {
+    w: usize,
+    lp: &'a [f32],
+    ids: &'a [u32],
+    att: Option<&'a [f32]>,
+    src_len: usize,
+}
+
+/// Every sentence's search started. Sentences whose limit is 0 finish empty at once (into
+/// `done`); returns the others and, when some finished, the encoded rows the first step keeps.
+fn start_all(
+    lens: &[usize],
+    cfg: &BeamConfig,
+    done: &mut [Vec<Hypothesis>],
+) -> (Vec<Search>, Option<Vec<i64>>) {
+    let batch = lens.len();
+    let (zero, mut active): (Vec<Search>, Vec<Search>) =
+        (0..batch).map(|s| Search::start(s, lens[s], cfg)).partition(|s| s.limit == 0);
+    for mut s in zero {
+        s.finished.push(Hypothesis {
+            tokens: Vec::new(),
+            score: 0.0,
+            attention: cfg.attention.then(Vec::new),
+        });
+        finish(s, cfg, done);
+    }
+    let mut select = None;
+    if active.len() < batch && !active.is_empty() {
+        select = Some(active.iter().map(|s| s.sentence as i64).collect());
+        for (r, s) in active.iter_mut().enumerate() {
+            s.live[0].row = r;
+        }
+    }
+    (active, select)
+}
+
+/// One step's continuations applied to every active sentence (each shown to `observer`):
+/// the finished go into `done`; returns the sentences still searching and, for each of their
+/// live hypotheses in order, the row it continues (what the next step keeps).
+fn advance(
+    active: Vec<Search>,
+    tops: &Tops,
+    lens: &[usize],
+    cfg: &BeamConfig,
+    observer: &mut impl BeamObserver,
+    done: &mut [Vec<Hypothesis>],
+) -> (Vec<Search>, Vec<i64>) {
+    let (k, watching) = (cfg.beam.max(1), observer.watching());
+    let mut still = Vec::with_capacity(active.len());
+    let mut origin: Vec<i64> = Vec::new();
+    for mut s in active {
+        let ranked = s.ranked(tops.lp, tops.ids, tops.w, k);
+        let len = lens[s.sentence];
+        let row_attention = |row: usize| tops.att.map(|a| &a[row * tops.src_len..row * tops.src_len + len]);
+        let (live, fates) = s.extend(&ranked, row_attention, cfg, watching);
+        if watching {
+            s.show(observer, &ranked, &fates, cfg);
+        }
+        s.live = live;
+        if s.finished.len() >= k || s.live.is_empty() {
+            finish(s, cfg, done);
+        } else {
+            for h in s.live.iter_mut() {
+                origin.push(h.row as i64);
+                h.row = origin.len() - 1;
+            }
+            still.push(s);
+        }
+    }
+    (still, origin)
+}
+
+/// A finished sentence's best `nbest` hypotheses (at most `beam`), best first, into `done`.
+fn finish(s: Search, cfg: &BeamConfig, done: &mut [Vec<Hypothesis>]) {
+    let mut f = s.finished;
+    f.sort_by(|a, b| b.score.total_cmp(&a.score));
+    f.truncate(cfg.nbest.clamp(1, cfg.beam.max(1)));
+    done[s.sentence] = f;
 }
 
 /// A continuation of one sentence's beam: (score, live index, token, log-probability).
