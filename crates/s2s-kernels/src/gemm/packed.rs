@@ -303,22 +303,24 @@ impl PackedB {
                 // per row block: the first row block would otherwise wait on it line by line.
                 let next = self.prefetch_next(p, k0, group, panels.end, &pair_at);
                 for (i, r0) in (0..m).step_by(mr).enumerate() {
-                    let block = BlockOperands {
-                        rows: mr.min(m - r0),
-                        pf: next.map_or(Prefetch::NONE, |next| next.share(i, row_blocks)),
-                        a: unsafe { a.as_ptr().add(r0 * lda + k0) },
-                        b: self.data[p * k + k0..].as_ptr().cast::<f32>(),
-                        c: unsafe { c.add(r0 * ldc + col0) },
-                        kc,
-                        lda,
+                    let rows = mr.min(m - r0);
+                    let pf = next.map_or(Prefetch::NONE, |next| next.share(i, row_blocks));
+                    let a_ptr = unsafe { a.as_ptr().add(r0 * lda + k0) };
+                    let b_ptr = self.data[p * k + k0..].as_ptr().cast::<f32>();
+                    let c_ptr = unsafe { c.add(r0 * ldc + col0) };
+                    // SAFETY (each call): the block lies within `A`, `B` and this call's columns
+                    // of `C` (the function's contract), and `kernel` may run on this CPU.
+                    if let Some(two) = pair {
                         // The next panel starts `k·NR` after this one.
-                        panel_stride: k * NR,
-                        ldc,
-                        add,
-                    };
-                    // SAFETY: the block lies within `A`, `B` and this call's columns of `C`
-                    // (the function's contract), and `kernel` may run on this CPU.
-                    unsafe { block.multiply(kernel, pair, width, &mut edge) };
+                        unsafe { two(rows, kc, a_ptr, lda, b_ptr, k * NR, c_ptr, ldc, add, pf) };
+                    } else if width == NR {
+                        unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, c_ptr, ldc, add, pf) };
+                    } else {
+                        let (one, edge) = (kernel.one, &mut edge);
+                        unsafe {
+                            narrow_block(one, rows, kc, a_ptr, lda, b_ptr, c_ptr, ldc, width, add, pf, edge)
+                        };
+                    }
                 }
             }
             if let Some(base) = base {
@@ -376,58 +378,38 @@ unsafe fn add_base(
     }
 }
 
-/// One register block's operands: `A[rows, kc]` at `a` (row stride `lda`), its panel of `B`
-/// `[kc, NR]` at `b` (the neighbouring panel `panel_stride` further on), `C` at `c` (row
-/// stride `ldc`), whether to add to `C` (`add`) and the lines to fetch for the next block.
-#[derive(Clone, Copy)]
-struct BlockOperands {
+/// The last, narrower panel's register block (`width < NR` columns of `C`), through the
+/// full-width scratch block `edge`: `C[rows, width] (+)= A[rows, kc] · B[kc, ·]`, the
+/// operands as `one` takes them.
+///
+/// # Safety
+/// As `one`'s, with `C` holding `width` columns of each of the `rows` rows; `one` may run on
+/// this CPU.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn narrow_block(
+    one: Block,
     rows: usize,
     kc: usize,
     a: *const f32,
     lda: usize,
     b: *const f32,
-    panel_stride: usize,
     c: *mut f32,
     ldc: usize,
+    width: usize,
     add: bool,
     pf: Prefetch,
-}
-
-impl BlockOperands {
-    /// `C[rows, ·] (+)= A[rows, kc] · B[kc, ·]`: with `pair`, both panels at once (`2·NR`
-    /// columns); else one panel, `NR` columns, or for the last, narrower panel (`width < NR`)
-    /// through the full-width scratch block `edge`.
-    ///
-    /// # Safety
-    /// `a`, `b` and `c` hold the block's operands (`C`: `2·NR` columns with `pair`, else
-    /// `width`), nothing else writes them meanwhile, and `kernel` may run on this CPU.
-    #[inline(always)]
-    unsafe fn multiply(
-        self,
-        kernel: Kernel,
-        pair: Option<Block2>,
-        width: usize,
-        edge: &mut [f32; MAX_MR * NR],
-    ) {
-        let Self { rows, kc, a: a_ptr, lda, b: b_ptr, panel_stride, c: c_ptr, ldc, add, pf } = self;
-        if let Some(two) = pair {
-            // The next panel starts `panel_stride` (`k·NR`) after this one.
-            unsafe { two(rows, kc, a_ptr, lda, b_ptr, panel_stride, c_ptr, ldc, add, pf) };
-        } else if width == NR {
-            unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, c_ptr, ldc, add, pf) };
-        } else {
-            // The last, narrower panel: through a full-width scratch block.
-            for r in 0..rows {
-                for j in 0..width {
-                    edge[r * NR + j] = if add { unsafe { *c_ptr.add(r * ldc + j) } } else { 0.0 };
-                }
-            }
-            unsafe { (kernel.one)(rows, kc, a_ptr, lda, b_ptr, edge.as_mut_ptr(), NR, true, pf) };
-            for r in 0..rows {
-                for j in 0..width {
-                    unsafe { *c_ptr.add(r * ldc + j) = edge[r * NR + j] };
-                }
-            }
+    edge: &mut [f32; MAX_MR * NR],
+) {
+    for r in 0..rows {
+        for j in 0..width {
+            edge[r * NR + j] = if add { unsafe { *c.add(r * ldc + j) } } else { 0.0 };
+        }
+    }
+    unsafe { one(rows, kc, a, lda, b, edge.as_mut_ptr(), NR, true, pf) };
+    for r in 0..rows {
+        for j in 0..width {
+            unsafe { *c.add(r * ldc + j) = edge[r * NR + j] };
         }
     }
 }
