@@ -35,7 +35,8 @@ fi
 }
 read -r date commit minutes ran < "$from/measured"
 tables=$(mktemp); trap 'rm -f "$tables"' EXIT
-python3 - "$from" > "$tables" <<'EOF'
+# The table goes to $tables; the experiment's name and the header's facts come back on stdout.
+facts=$(python3 - "$from" "$tables" <<'EOF'
 import csv, json, sys
 from pathlib import Path
 
@@ -55,10 +56,11 @@ def last_row(run):
 def num(v, fmt):
     return fmt.format(v) if v is not None else "–"
 
+out = open(sys.argv[2], "w")
 head = ["model", "params", "steps (epoch)", "train min", "test BLEU (± 95 %)",
         f"p vs {baseline}" if baseline else "p", "chrF", "test ppl"] + [f"{b} words" for b in buckets]
-print("| " + " | ".join(head) + " |")
-print("|" + "---|" * len(head))
+print("| " + " | ".join(head) + " |", file=out)
+print("|" + "---|" * len(head), file=out)
 for r in runs:
     last = last_row(r)
     by = {name: (n, bleu) for name, n, bleu in r["by_length"]}
@@ -69,17 +71,15 @@ for r in runs:
              f"{last['step']} ({int(last['epoch']) + 1})" if last else "–", f"{r['train_seconds'] / 60:.1f}",
              bleu, num(r.get("p_vs_baseline"), "{:.3f}"), num(r["chrf"], "{:.2f}"), num(r["ppl"], "{:.2f}")]
     cells += [num(by[b][1], "{:.1f}") if b in by and by[b][0] else "–" for b in buckets]
-    print("| " + " | ".join(cells) + " |")
-EOF
-title=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['experiment'])" "$from/results.json")
-info=$(python3 - "$from" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1] + "/results.json"))["runs"]
-f = r[0] if r else {}
-sizes = " / ".join(str(n) for _, n, _ in f.get("by_length", []) if n)
-print(f"{f.get('device', '?')} · test decoding {f.get('decoding', '?')}, sacreBLEU defaults · test sentences by source length: {sizes}")
+    print("| " + " | ".join(cells) + " |", file=out)
+first = runs[0] if runs else {}
+sizes = " / ".join(str(n) for b in buckets for name, n, _ in first.get("by_length", []) if name == b)
+print(results["experiment"])
+print(f"{first.get('device', '?')} · test decoding {first.get('decoding', '?')}, sacreBLEU defaults"
+      f" · test sentences by source length: {sizes}")
 EOF
 )
+title=$(head -1 <<< "$facts"); info=$(tail -1 <<< "$facts")
 cat "$tables"
 header="$date · $doc · $info · commit $commit · \`scripts/experiment-doc.sh $ran\` · $minutes min in all"
 scripts/doc-block.py "experiment: $title, $doc" "$header" < "$tables"
