@@ -23,6 +23,10 @@
 #                     CUDA at ~4,096 target tokens, with both builds' last training losses, and
 #                     its launch probe: $OUT/bench-spirv.md, $OUT/spirv-probe.jsonl; a later
 #                     multi30k step trains with it if its losses agree and it is faster
+#             products  `s2s bench --product-probe` (burn's matrix product at a training step's
+#                     shapes, f32 and f16) with the WGSL build and the SPIR-V one if packed, and
+#                     PyTorch's at the same shapes (f32, tf32, f16, bf16): $OUT/products.md and
+#                     the JSON lines under $OUT/products/
 #             kernels scripts/gpu-kernel-time.sh at ~4,096 target tokens: each training step's
 #                     device time per kernel: $OUT/kernel-time.txt
 #             capture `s2s bench --capture on` per model at both shapes, errors included:
@@ -195,6 +199,22 @@ print(f"SPIR-V losses agree with WGSL's: {ok}; SPIR-V trains the Transformer fas
 sys.exit(0 if ok and faster else 1)
 PY
         then train_bin=$spirv; echo "multi30k trains with the SPIR-V build"; fi;;
+      products)
+        # Whether our products run near the GPU's rate, and what f16 operands would buy.
+        local keep=$out/products shapes=${PRODUCT_SHAPES:-experiments/bench/multi30k-4k.json}
+        mkdir -p "$keep"
+        timeout 90 "$bin" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
+          > "$keep/wgsl.jsonl" || echo "WGSL product probe failed ($?)"
+        local tables=("WGSL=$keep/wgsl.jsonl")
+        if [ -x "$spirv" ]; then
+          timeout 90 "$spirv" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
+            > "$keep/spirv.jsonl" || echo "SPIR-V product probe failed ($?)"
+          tables+=("SPIR-V=$keep/spirv.jsonl")
+        fi
+        timeout 90 python3 scripts/product-probe.py time "$keep/wgsl.jsonl" --device "${TORCH_DEVICE:-cuda}" \
+          > "$keep/torch.jsonl" || echo "PyTorch product probe failed ($?)"
+        tables+=("torch=$keep/torch.jsonl")
+        python3 scripts/product-probe.py table "${tables[@]}" | tee "$out/products.md";;
       kernels)
         # Where a training step's device time goes, per kernel (cubecl's profiling log).
         S2S_BIN=$bin timeout $((budget - SECONDS)) scripts/gpu-kernel-time.sh --models "$models" \
@@ -253,7 +273,7 @@ PY
           cp "$run"/test/hypotheses.txt "$run"/test/scores.json "$out/multi30k/$name/" 2>/dev/null || true
         done
         cp /tmp/multi30k-gpu/report.md "$out/multi30k/" 2>/dev/null || true;;
-      *) echo "unknown step $w (driver, auto, probe, bench, spirv, kernels, capture, tasks, multi30k)" >&2; exit 2;;
+      *) echo "unknown step $w (driver, auto, probe, bench, spirv, products, kernels, capture, tasks, multi30k)" >&2; exit 2;;
     esac
   done
   echo "done at ${SECONDS}s"
@@ -276,5 +296,5 @@ case "${1:-}" in
   pack) pack;;
   device) shift; device "$@";;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [spirv] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [spirv] [products] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
 esac

@@ -147,6 +147,11 @@ impl Shape {
         self.hidden
     }
 
+    /// Model width and feed-forward width of a Transformer shape.
+    pub fn transformer_widths(&self) -> Option<(usize, usize)> {
+        self.d_model.zip(self.ffn)
+    }
+
     /// The toolkit's model with this shape (as close to `torch_ref.py`'s as the kinds allow:
     /// the Transformer gets separate embeddings and an untied output, like PyTorch's).
     pub fn spec(&self) -> Result<ModelSpec, BenchError> {

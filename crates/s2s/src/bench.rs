@@ -42,6 +42,12 @@ pub struct BenchArgs {
     /// With --launch-probe: f32 elements each launch touches.
     #[arg(long, default_value_t = 64)]
     probe_elems: usize,
+    /// Instead of the models: burn's matrix product at the shapes of a training step (the
+    /// `transformer` and `lstm` shapes at this batch), in f32 and, where the device has it,
+    /// f16, with `--steps` products each (docs/benchmarks.md; scripts/product-probe.py times
+    /// PyTorch at the same shapes).
+    #[arg(long)]
+    product_probe: bool,
     /// Training steps after the warm-up are one captured graph, replayed, and so are greedy
     /// and beam-5 decoding steps after their untimed pass (GPU devices; `on` or `off`).
     #[arg(long, default_value = "off")]
@@ -79,6 +85,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     eprintln!("device: {device_name}");
     if a.launch_probe {
         return launch_probe(&device, &device_name, &a);
+    }
+    if a.product_probe {
+        return product_probe(&cfg, &device, &device_name, &a);
     }
     if !a.json {
         println!(
@@ -186,6 +195,46 @@ fn launch_probe(device: &burn::tensor::Device, device_name: &str, a: &BenchArgs)
         );
     }
     println!("host time eager / replayed: {:.2}×; capture took {:.1} ms", r.host_ratio, r.capture_ms);
+    Ok(())
+}
+
+/// `s2s bench --product-probe`: one JSON object a shape and element type (with --json), else a
+/// table.
+fn product_probe(
+    cfg: &BenchConfig,
+    device: &burn::tensor::Device,
+    device_name: &str,
+    a: &BenchArgs,
+) -> Result<()> {
+    use s2s_kernels::bench::{product_probe, step_shapes};
+    let widths = cfg.models.get("transformer").and_then(|s| s.transformer_widths());
+    let hidden = cfg.models.get("lstm").and_then(|s| s.hidden());
+    let (Some((d, ffn)), Some(hidden)) = (widths, hidden) else {
+        bail!(
+            "--product-probe takes its shapes from a `transformer` shape (d_model, ffn) and an `lstm` shape (hidden): the shapes file lacks one"
+        );
+    };
+    let b = cfg.batch;
+    let shapes = step_shapes(b.sentences * b.tgt_len, d, ffn, b.tgt_vocab, b.sentences, hidden);
+    let rates = product_probe(device, &shapes, a.steps.max(1));
+    if !a.json {
+        println!("| product | m × k × n | dtype | ms | TFLOP/s | rel. error vs f32 |");
+        println!("|---|---|---|---|---|---|");
+    }
+    for r in rates {
+        if a.json {
+            let mut v = serde_json::to_value(&r)?;
+            v["device"] = device_name.into();
+            println!("{v}");
+        } else {
+            let s = &r.shape;
+            let err = r.rel_err.map_or("–".to_string(), |e| format!("{e:.1e}"));
+            println!(
+                "| {} | {} × {} × {} | {} | {:.3} | {:.2} | {err} |",
+                s.name, s.m, s.k, s.n, r.dtype, r.ms, r.tflops
+            );
+        }
+    }
     Ok(())
 }
 

@@ -12,4 +12,5 @@ pub(crate) mod reference;
 pub(crate) mod deferred_grad;
 pub mod flex;
 pub mod packed;
+pub mod probe;
 pub(crate) mod small;

@@ -1,0 +1,147 @@
+//! The rate of burn's matrix product at the shapes a training step multiplies, in f32 and in
+//! f16: whether a device's products run near its peak, and what half-precision inputs would
+//! buy (on a GPU, tensor cores take f16 and bf16; Vulkan has no tf32).
+//!
+//! Each shape is timed as `reps` products back to back after two untimed ones (the first runs
+//! burn's autotune), with a device sync around the timed ones. The f16 product's output is
+//! compared with the f32 one's (largest difference over the largest f32 magnitude), so a rate
+//! that comes from computing something else shows. `scripts/product-probe.py` times PyTorch at
+//! the same shapes and puts both side by side.
+
+use burn::tensor::{DType, Device, Distribution, Tensor};
+use serde::Serialize;
+use std::time::Instant;
+
+/// One product `[m, k] × [k, n]`, named after the layer it comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProductShape {
+    /// The layer and pass, e.g. `vocab ∂W`.
+    pub name: String,
+    /// Rows of the left operand.
+    pub m: usize,
+    /// The summed dimension.
+    pub k: usize,
+    /// Columns of the right operand.
+    pub n: usize,
+}
+
+impl ProductShape {
+    /// A named shape.
+    pub fn new(name: &str, m: usize, k: usize, n: usize) -> Self {
+        Self { name: name.to_string(), m, k, n }
+    }
+
+    /// Floating-point operations of one product (a multiply and an add each).
+    pub fn flop(&self) -> f64 {
+        2.0 * (self.m * self.k * self.n) as f64
+    }
+}
+
+/// A shape's measured rate in one element type.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProductRate {
+    /// The shape.
+    #[serde(flatten)]
+    pub shape: ProductShape,
+    /// `f32` or `f16` (operands and output).
+    pub dtype: &'static str,
+    /// Milliseconds a product.
+    pub ms: f64,
+    /// 10¹² floating-point operations a second.
+    pub tflops: f64,
+    /// f16 only: largest |f16 − f32| over the largest |f32| of the output.
+    pub rel_err: Option<f64>,
+}
+
+/// The products of a training step: the Transformer's projections, feed-forward and output
+/// layer over `rows` positions (forward, `∂x` and `∂W`), and one recurrent step's gate product
+/// (`batch` rows, `4·hidden` gates).
+pub fn step_shapes(
+    rows: usize,
+    d: usize,
+    ffn: usize,
+    vocab: usize,
+    batch: usize,
+    hidden: usize,
+) -> Vec<ProductShape> {
+    vec![
+        ProductShape::new("attention projection", rows, d, d),
+        ProductShape::new("Q, K, V projection", rows, d, 3 * d),
+        ProductShape::new("feed-forward up", rows, d, ffn),
+        ProductShape::new("feed-forward down", rows, ffn, d),
+        ProductShape::new("feed-forward up ∂W", d, rows, ffn),
+        ProductShape::new("output layer", rows, d, vocab),
+        ProductShape::new("output layer ∂x", rows, vocab, d),
+        ProductShape::new("output layer ∂W", d, rows, vocab),
+        ProductShape::new("LSTM gates, one step", batch, hidden, 4 * hidden),
+    ]
+}
+
+/// Times every shape in f32 and, where `device` supports it, f16.
+pub fn product_probe(device: &Device, shapes: &[ProductShape], reps: usize) -> Vec<ProductRate> {
+    let half = device.supports_dtype(DType::F16);
+    let mut out = Vec::new();
+    for s in shapes {
+        let a = Tensor::<2>::random([s.m, s.k], Distribution::Uniform(-1.0, 1.0), device);
+        let b = Tensor::<2>::random([s.k, s.n], Distribution::Uniform(-1.0, 1.0), device);
+        let (ms, full) = time(a.clone(), b.clone(), reps, device);
+        out.push(rate(s, "f32", ms, None));
+        if half {
+            let (ms, y) = time(a.cast(DType::F16), b.cast(DType::F16), reps, device);
+            out.push(rate(s, "f16", ms, Some(rel_err(y.cast(DType::F32), full))));
+        }
+    }
+    out
+}
+
+/// Milliseconds a product over `reps` timed ones, and the last output.
+fn time(a: Tensor<2>, b: Tensor<2>, reps: usize, device: &Device) -> (f64, Tensor<2>) {
+    let mut y = a.clone().matmul(b.clone());
+    y = y + a.clone().matmul(b.clone());
+    let _ = device.sync();
+    let t = Instant::now();
+    for _ in 0..reps.max(1) {
+        y = a.clone().matmul(b.clone());
+    }
+    let _ = device.sync();
+    (1e3 * t.elapsed().as_secs_f64() / reps.max(1) as f64, y)
+}
+
+fn rate(s: &ProductShape, dtype: &'static str, ms: f64, rel_err: Option<f64>) -> ProductRate {
+    ProductRate { shape: s.clone(), dtype, ms, tflops: s.flop() / (ms * 1e9), rel_err }
+}
+
+/// Largest |y − want| over the largest |want|.
+fn rel_err(y: Tensor<2>, want: Tensor<2>) -> f64 {
+    let diff: f32 = (y - want.clone()).abs().max().into_scalar();
+    let scale: f32 = want.abs().max().into_scalar();
+    f64::from(diff) / f64::from(scale.max(f32::MIN_POSITIVE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On the CPU (no f16 there) each shape comes back once, in f32, with a positive rate; the
+    /// timed product is the one asked for (its output's shape).
+    #[test]
+    fn probe_times_every_shape() {
+        let device = Device::default();
+        let shapes = step_shapes(8, 4, 16, 12, 2, 3);
+        let rates = product_probe(&device, &shapes, 2);
+        let f32s: Vec<_> = rates.iter().filter(|r| r.dtype == "f32").collect();
+        assert_eq!(f32s.len(), shapes.len());
+        assert!(f32s.iter().all(|r| r.ms > 0.0 && r.tflops > 0.0 && r.rel_err.is_none()));
+        assert_eq!(shapes[7].flop(), 2.0 * (4 * 8 * 12) as f64);
+    }
+
+    /// The f16 comparison measures what it says: a perturbed output shows its error.
+    #[test]
+    fn rel_err_measures_the_difference() {
+        let device = Device::default();
+        let want = Tensor::<2>::from_floats([[1.0, -4.0], [2.0, 0.5]], &device);
+        let y = Tensor::<2>::from_floats([[1.0, -4.0], [2.2, 0.5]], &device);
+        assert!((rel_err(y, want.clone()) - 0.05).abs() < 1e-6);
+        assert_eq!(rel_err(want.clone(), want), 0.0);
+    }
+}
