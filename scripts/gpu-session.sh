@@ -288,7 +288,7 @@ device() {
   rm -rf "$stage"; mkdir -p "$stage"
   OUT=$stage timeout $(( ${BUDGET:-480} + 40 )) "$0" run "$@" || echo "run ended with $?"
   tar czf "$out/results.tgz" -C "$stage" .
-  cp "$stage"/log.txt "$stage"/bench-*.md "$out/" 2>/dev/null || true
+  cp "$stage"/log.txt "$stage"/bench-*.md "$stage"/products.md "$out/" 2>/dev/null || true
   ls -la "$out"
 }
 
