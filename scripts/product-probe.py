@@ -6,7 +6,8 @@
       `s2s bench --product-probe --json`) in f32 with tf32 off, tf32, f16 and bf16 (the last
       three on CUDA only), one JSON line each, the f32 product's error beside each other one.
   scripts/product-probe.py table LABEL=FILE [LABEL=FILE ...]
-      a markdown table: one row a shape, one column a file's element type, in TFLOP/s.
+      a markdown table: one row a shape, one column a file's element type, in TFLOP/s
+      (a split product's blocks of rows in brackets).
 
 Each shape is timed as `reps` products back to back after two untimed ones, between two syncs:
 the same protocol as the Rust probe (crates/s2s-kernels/src/gemm/probe.rs).
@@ -72,11 +73,12 @@ def table(args):
             if col not in cols:
                 cols.append(col)
             key = (d["name"], d["m"], d["k"], d["n"])
-            rows.setdefault(key, {})[col] = d["tflops"]
+            blocks = f" ({d['blocks']})" if d.get("blocks", 1) not in (None, 1) else ""
+            rows.setdefault(key, {})[col] = f"{d['tflops']:.2f}{blocks}"
     print("| product | m × k × n | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for (name, m, k, n), r in rows.items():
-        cells = [f"{r[c]:.2f}" if c in r else "–" for c in cols]
+        cells = [r.get(c, "–") for c in cols]
         print(f"| {name} | {m} × {k} × {n} | " + " | ".join(cells) + " |")
 
 

@@ -306,7 +306,6 @@ pub fn for_steps<M: Module>(module: &M) -> M {
 /// launch (burn's `cat` writes each part with a slice-assign of its own: a launch a step).
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
-    use burn::backend::ops::FloatTensorOps;
     use burn::tensor::DType;
     use burn_cubecl::CubeBackend;
     use burn_cubecl::kernel::into_contiguous;
@@ -375,8 +374,11 @@ mod gpu {
             out
         }
 
+        /// `aᵀ b` in blocks of rows: [`crate::gemm::split_rows`].
         fn transposed_product(a: CubeTensor, b: CubeTensor) -> CubeTensor {
-            CubeBackend::float_matmul(CubeBackend::float_transpose(a), b)
+            let tensor = |t| burn::tensor::Tensor::<2>::from_dispatch(cube_launch::dispatch_of(t));
+            let y = crate::gemm::split_rows::transposed_product(tensor(a), tensor(b));
+            cube_launch::cube_of(y.into_dispatch()).expect("a product of cubecl tensors stays on cubecl")
         }
     }
 }

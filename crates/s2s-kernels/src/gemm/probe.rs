@@ -12,6 +12,8 @@ use burn::tensor::{DType, Device, Distribution, Tensor};
 use serde::Serialize;
 use std::time::Instant;
 
+use crate::gemm::split_rows::{blocks, transposed_product_in};
+
 /// One product `[m, k] × [k, n]`, named after the layer it comes from.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProductShape {
@@ -43,13 +45,18 @@ pub struct ProductRate {
     /// The shape.
     #[serde(flatten)]
     pub shape: ProductShape,
-    /// `f32` or `f16` (operands and output).
+    /// `f32` or `f16` (operands and output); for a weight gradient also `f32 aᵀb` (the
+    /// product as training runs it, from the row-major `[rows, m]` operand) and `f32 aᵀb split`
+    /// (the same in blocks of rows, [`crate::gemm::split_rows`]).
     pub dtype: &'static str,
+    /// `f32 aᵀb split`: the blocks of rows.
+    pub blocks: Option<usize>,
     /// Milliseconds a product.
     pub ms: f64,
     /// 10¹² floating-point operations a second.
     pub tflops: f64,
-    /// f16 only: largest |f16 − f32| over the largest |f32| of the output.
+    /// f16 and split: largest |y − f32| over the largest |f32| of the output (the split
+    /// against the whole `aᵀb`).
     pub rel_err: Option<f64>,
 }
 
@@ -77,38 +84,55 @@ pub fn step_shapes(
     ]
 }
 
-/// Times every shape in f32 and, where `device` supports it, f16.
+/// Times every shape in f32 and, where `device` supports it, f16; a weight gradient's shape
+/// (named `… ∂W`) also as training multiplies it, whole and in blocks of rows.
 pub fn product_probe(device: &Device, shapes: &[ProductShape], reps: usize) -> Vec<ProductRate> {
     let half = device.supports_dtype(DType::F16);
     let mut out = Vec::new();
     for s in shapes {
         let a = Tensor::<2>::random([s.m, s.k], Distribution::Uniform(-1.0, 1.0), device);
         let b = Tensor::<2>::random([s.k, s.n], Distribution::Uniform(-1.0, 1.0), device);
-        let (ms, full) = time(a.clone(), b.clone(), reps, device);
-        out.push(rate(s, "f32", ms, None));
+        let (ms, full) = time(|| a.clone().matmul(b.clone()), reps, device);
+        out.push(rate(s, "f32", ms, None, None));
         if half {
-            let (ms, y) = time(a.cast(DType::F16), b.cast(DType::F16), reps, device);
-            out.push(rate(s, "f16", ms, Some(rel_err(y.cast(DType::F32), full))));
+            let (a, b) = (a.clone().cast(DType::F16), b.clone().cast(DType::F16));
+            let (ms, y) = time(|| a.clone().matmul(b.clone()), reps, device);
+            out.push(rate(s, "f16", ms, Some(rel_err(y.cast(DType::F32), full.clone())), None));
+        }
+        if s.name.ends_with("∂W") {
+            // The left operand as the backward pass holds it: `x` `[rows, m]`, row-major.
+            let x = Tensor::<2>::random([s.k, s.m], Distribution::Uniform(-1.0, 1.0), device);
+            let (ms, whole) = time(|| transposed_product_in(x.clone(), b.clone(), 1), reps, device);
+            out.push(rate(s, "f32 aᵀb", ms, None, Some(1)));
+            let n = blocks(s.k, s.m, s.n);
+            let (ms, y) = time(|| transposed_product_in(x.clone(), b.clone(), n), reps, device);
+            out.push(rate(s, "f32 aᵀb split", ms, Some(rel_err(y, whole)), Some(n)));
         }
     }
     out
 }
 
 /// Milliseconds a product over `reps` timed ones, and the last output.
-fn time(a: Tensor<2>, b: Tensor<2>, reps: usize, device: &Device) -> (f64, Tensor<2>) {
-    let mut y = a.clone().matmul(b.clone());
-    y = y + a.clone().matmul(b.clone());
+fn time(product: impl Fn() -> Tensor<2>, reps: usize, device: &Device) -> (f64, Tensor<2>) {
+    let mut y = product();
+    y = y + product();
     let _ = device.sync();
     let t = Instant::now();
     for _ in 0..reps.max(1) {
-        y = a.clone().matmul(b.clone());
+        y = product();
     }
     let _ = device.sync();
     (1e3 * t.elapsed().as_secs_f64() / reps.max(1) as f64, y)
 }
 
-fn rate(s: &ProductShape, dtype: &'static str, ms: f64, rel_err: Option<f64>) -> ProductRate {
-    ProductRate { shape: s.clone(), dtype, ms, tflops: s.flop() / (ms * 1e9), rel_err }
+fn rate(
+    s: &ProductShape,
+    dtype: &'static str,
+    ms: f64,
+    rel_err: Option<f64>,
+    blocks: Option<usize>,
+) -> ProductRate {
+    ProductRate { shape: s.clone(), dtype, blocks, ms, tflops: s.flop() / (ms * 1e9), rel_err }
 }
 
 /// Largest |y − want| over the largest |want|.
@@ -133,6 +157,10 @@ mod tests {
         assert_eq!(f32s.len(), shapes.len());
         assert!(f32s.iter().all(|r| r.ms > 0.0 && r.tflops > 0.0 && r.rel_err.is_none()));
         assert_eq!(shapes[7].flop(), 2.0 * (4 * 8 * 12) as f64);
+        // Each weight gradient also whole and split, the split equal to the whole.
+        let splits: Vec<_> = rates.iter().filter(|r| r.dtype == "f32 aᵀb split").collect();
+        assert_eq!(splits.len(), shapes.iter().filter(|s| s.name.ends_with("∂W")).count());
+        assert!(splits.iter().all(|r| r.rel_err.is_some_and(|e| e < 1e-5)));
     }
 
     /// The f16 comparison measures what it says: a perturbed output shows its error.
