@@ -27,6 +27,9 @@
 #                     shapes, f32 and f16) with the WGSL build and the SPIR-V one if packed, and
 #                     PyTorch's at the same shapes (f32, tf32, f16, bf16): $OUT/products.md and
 #                     the JSON lines under $OUT/products/
+#             split   training at ~4,096 target tokens with weight gradients in blocks of rows
+#                     (S2S_GPU_SPLIT_ROWS=1) and without, alternated over two rounds, with the
+#                     SPIR-V build where packed: $OUT/split.jsonl and $OUT/split.md
 #             kernels scripts/gpu-kernel-time.sh at ~4,096 target tokens: each training step's
 #                     device time per kernel: $OUT/kernel-time.txt
 #             capture `s2s bench --capture on` per model at both shapes, errors included:
@@ -139,6 +142,7 @@ run() {
   export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
   local bin=/tmp/s2s-gpu-session spirv=/tmp/s2s-gpu-session-spirv
   xz -dc .devbin/s2s.xz > "$bin" && chmod +x "$bin"
+  rm -f "$spirv"
   if [ -f .devbin/s2s-spirv.xz ]; then xz -dc .devbin/s2s-spirv.xz > "$spirv" && chmod +x "$spirv"; fi
   # The binary the multi30k step trains with; the spirv step may choose the SPIR-V build.
   local train_bin=$bin
@@ -215,6 +219,35 @@ PY
           > "$keep/torch.jsonl" || echo "PyTorch product probe failed ($?)"
         tables+=("torch=$keep/torch.jsonl")
         python3 scripts/product-probe.py table "${tables[@]}" | tee "$out/products.md";;
+      split)
+        # Whether ∂W in blocks of rows (crates/s2s-kernels/src/gemm/split_rows.rs) trains faster.
+        local sbin=$bin
+        [ -x "$spirv" ] && sbin=$spirv
+        for round in 1 2; do
+          for m in ${models//,/ }; do
+            for on in 0 1; do
+              [ "$SECONDS" -ge "$budget" ] && break 3
+              S2S_GPU_SPLIT_ROWS=$on timeout 90 "$sbin" bench --device wgpu --shapes "${SPLIT_SHAPES:-experiments/bench/multi30k-4k.json}" \
+                --steps "$steps" --models "$m" --no-decode --json | sed "s/^{/{\"split\":$on,\"round\":$round,/" \
+                | tee -a "$out/split.jsonl" || echo "$m with S2S_GPU_SPLIT_ROWS=$on failed"
+            done
+          done
+        done
+        python3 - "$out/split.jsonl" <<'PY' | tee "$out/split.md"
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+print("| model | train tok/s, burn's ∂W | in blocks of rows | ratio | last loss, burn's | in blocks |")
+print("|---|---|---|---|---|---|")
+for m in dict.fromkeys(r["model"] for r in runs):
+    way = lambda on: [r for r in runs if r["model"] == m and r["split"] == on]
+    whole, split = way(0), way(1)
+    if not whole or not split:
+        continue
+    tok = lambda rs: sum(r["train_tokens_per_s"] for r in rs) / len(rs)
+    print(f"| {m} | {tok(whole):,.0f} | {tok(split):,.0f} | {tok(split) / tok(whole):.2f}× "
+          f"| {whole[-1]['train_loss']:.5f} | {split[-1]['train_loss']:.5f} |")
+PY
+        ;;
       kernels)
         # Where a training step's device time goes, per kernel (cubecl's profiling log).
         S2S_BIN=$bin timeout $((budget - SECONDS)) scripts/gpu-kernel-time.sh --models "$models" \
@@ -273,7 +306,7 @@ PY
           cp "$run"/test/hypotheses.txt "$run"/test/scores.json "$out/multi30k/$name/" 2>/dev/null || true
         done
         cp /tmp/multi30k-gpu/report.md "$out/multi30k/" 2>/dev/null || true;;
-      *) echo "unknown step $w (driver, auto, probe, bench, spirv, products, kernels, capture, tasks, multi30k)" >&2; exit 2;;
+      *) echo "unknown step $w (driver, auto, probe, bench, spirv, products, split, kernels, capture, tasks, multi30k)" >&2; exit 2;;
     esac
   done
   echo "done at ${SECONDS}s"
@@ -288,7 +321,7 @@ device() {
   rm -rf "$stage"; mkdir -p "$stage"
   OUT=$stage timeout $(( ${BUDGET:-480} + 40 )) "$0" run "$@" || echo "run ended with $?"
   tar czf "$out/results.tgz" -C "$stage" .
-  cp "$stage"/log.txt "$stage"/bench-*.md "$stage"/products.md "$out/" 2>/dev/null || true
+  cp "$stage"/log.txt "$stage"/bench-*.md "$stage"/products.md "$stage"/split.md "$out/" 2>/dev/null || true
   ls -la "$out"
 }
 
@@ -296,5 +329,5 @@ case "${1:-}" in
   pack) pack;;
   device) shift; device "$@";;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [spirv] [products] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [spirv] [products] [split] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
 esac

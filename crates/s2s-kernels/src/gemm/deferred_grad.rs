@@ -374,7 +374,7 @@ mod gpu {
             out
         }
 
-        /// `aᵀ b` in blocks of rows: [`crate::gemm::split_rows`].
+        /// `aᵀ b`, in blocks of rows where [`crate::gemm::split_rows::enabled`].
         fn transposed_product(a: CubeTensor, b: CubeTensor) -> CubeTensor {
             let tensor = |t| burn::tensor::Tensor::<2>::from_dispatch(cube_launch::dispatch_of(t));
             let y = crate::gemm::split_rows::transposed_product(tensor(a), tensor(b));

@@ -23,7 +23,7 @@
 //! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
 //!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
 //!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, from one row-major `Wᵀ` that
-//!   every step's backward by that `W` shares ([`transposed`]), `∂W = xᵀ ∂y` through burn (on a GPU in blocks of rows, `split_rows`),
+//!   every step's backward by that `W` shares ([`transposed`]), `∂W = xᵀ ∂y` through burn,
 //!   whose threading suits its `d_in` rows — or, for a weight wrapped by
 //!   [`crate::gemm::deferred_grad::defer_grad`], once for all steps. Weights change with every
 //!   optimiser step, so nothing is kept packed (training never uses the cache), and

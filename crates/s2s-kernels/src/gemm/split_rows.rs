@@ -14,8 +14,19 @@
 //! [`MIN_BLOCK_ROWS`] rows, and divides `rows` (no padding copy); where no such `S` above 1
 //! exists the product is burn's. The sum runs in another order than one product's, so results
 //! agree to rounding, not to the bit.
+//!
+//! Training splits only with `S2S_GPU_SPLIT_ROWS=1` ([`enabled`]) until a GPU has measured it:
+//! the product probe times each weight gradient both ways and `scripts/gpu-session.sh run split`
+//! trains with and without it, so one lease decides the default.
 
 use burn::tensor::Tensor;
+use std::sync::OnceLock;
+
+/// Whether training's weight gradients are split: `S2S_GPU_SPLIT_ROWS=1`, read once.
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("S2S_GPU_SPLIT_ROWS").is_ok_and(|v| v == "1"))
+}
 
 /// Output elements (blocks × `d_in × d_out`) a split aims for.
 pub const TARGET_OUTPUTS: usize = 1 << 22;
@@ -32,11 +43,13 @@ pub fn blocks(rows: usize, m: usize, n: usize) -> usize {
     (2..=want).rev().find(|s| rows % s == 0).unwrap_or(1)
 }
 
-/// `aᵀ b` for `a` `[rows, m]` and `b` `[rows, n]`: `[m, n]`, in [`blocks`] blocks of rows.
+/// `aᵀ b` for `a` `[rows, m]` and `b` `[rows, n]`: `[m, n]`, in [`blocks`] blocks of rows
+/// when [`enabled`], else burn's product.
 pub fn transposed_product(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
     let [rows, m] = a.dims();
     let n = b.dims()[1];
-    transposed_product_in(a, b, blocks(rows, m, n))
+    let s = if enabled() { blocks(rows, m, n) } else { 1 };
+    transposed_product_in(a, b, s)
 }
 
 /// [`transposed_product`] in `s` blocks (`s` divides `rows`; 1 is burn's product).
