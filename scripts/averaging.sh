@@ -34,7 +34,8 @@ row() {
 import json, sys
 base, sys_ = json.load(sys.stdin)
 b, s = base["BLEU"], sys_["BLEU"]
-print(f"| {sys.argv[1]} | {b[\"score\"]:.2f} (± {b[\"ci\"]:.2f}) | {s[\"score\"]:.2f} (± {s[\"ci\"]:.2f}) | {s[\"p_value\"]:.3f} |")
+(bs, bc), (ss, sc, p) = (b["score"], b["ci"]), (s["score"], s["ci"], s["p_value"])
+print(f"| {sys.argv[1]} | {bs:.2f} (± {bc:.2f}) | {ss:.2f} (± {sc:.2f}) | {p:.3f} |")
 ' "$1"
 }
 

@@ -217,5 +217,7 @@ PY
 key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}"
 read -r day commit rounds ran < "$keep/measured"
 versions=$(cat "$keep/versions" 2> /dev/null || echo "PyTorch ?")
-header="$day · $doc · $device, ${TORCH_THREADS:-2} threads each side · $versions · commit $commit · \`scripts/bench-vs-torch.sh $ran\` · medians of $rounds round(s), per-round ratio ranges in brackets"
+sides="$device, ${TORCH_THREADS:-2} threads each side"
+[ "$device" = wgpu ] && sides="ours on wgpu, PyTorch on ${TORCH_DEVICE:-cuda}"
+header="$day · $doc · $sides · $versions · commit $commit · \`scripts/bench-vs-torch.sh $ran\` · medians of $rounds round(s), per-round ratio ranges in brackets"
 scripts/doc-block.py "$key" "$header" < "$tmp/tables.md"
