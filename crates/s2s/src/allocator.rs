@@ -4,7 +4,7 @@
 //! training step allocates the same sizes as the step before. With glibc's defaults, buffers
 //! above the (adaptive) mmap threshold are mapped and unmapped each time and the heap top is
 //! trimmed back to the kernel, so every step pays minor page faults to zero pages again
-//! (`perf`: ~10 % of an LSTM training step). Two remedies, measured in docs/benchmarks.md:
+//! (`perf`: ~10 % of an LSTM training step). Two remedies, measured below:
 //!
 //! - [`tune`]: glibc's mmap threshold at its maximum (32 MiB on 64-bit) and trimming off, so
 //!   buffers up to 32 MiB are reused from the heap (+14 % training throughput on the `lstm`
@@ -27,8 +27,10 @@
 //! feature) with nothing purged (`_RJEM_MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1`)
 //! trained the Transformer 13 % slower and the LSTM as fast, and at its defaults both ~25 %
 //! slower, spending 3–8× our system time returning and refaulting pages (whole processes:
-//! 10 % slower nothing purged, 29 % at its defaults; docs/benchmarks.md, "CPU: the
-//! allocator").
+//! 10 % slower nothing purged, 29 % at its defaults). Five alternated whole processes of
+//! `s2s bench --device cpu --models lstm,transformer --steps 8 --no-decode` (2026-11-26, AMX
+//! Xeon VM, 76be0f7): ours 2107 / 2295 tok/s, jemalloc with nothing purged 2144 / 2005, at its
+//! defaults 1583 / 1694, with 3–6× our system time.
 //!
 //! It also counts, once [`LargeBlocks::count_from_now`] is called, the bytes requested and not
 //! yet freed and their peak: the course's peak-memory probe (`s2s_course::probes::peak_bytes`).
