@@ -34,14 +34,12 @@
 //! - cross-attention: `q` `[batch, t_q, d_model]`, `kv` `[batch, t_k, 2·d_model]` (`[K | V]`)
 //! - mask: additive, `[batch or 1, 1, t_q or 1, t_k]`; weights `[batch, heads, t_q, t_k]`
 
-use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
-use crate::attention::{AttentionCall, with_own_backward};
+use crate::attention::AttentionCall;
 use crate::cpu::fastmath::LANES;
 use crate::cpu::flex_data::{contiguous, f32s};
 use crate::gemm::packed::SendPtr;
@@ -625,7 +623,7 @@ impl FusedAttention for Flex {
 }
 
 /// [`Call`] as backward state.
-struct CallState(Call);
+pub(crate) struct CallState(Call);
 
 impl std::fmt::Debug for CallState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -654,25 +652,8 @@ impl AttentionCall<Flex> for CallState {
     }
 }
 
-impl<C: CheckpointStrategy> FusedAttention for Autodiff<Flex, C> {
-    fn self_attention(
-        qkv: FloatTensor<Self>,
-        mask: FloatTensor<Self>,
-        heads: usize,
-        drop: (u64, f32),
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        with_own_backward::<Flex, C, CallState, 1>([qkv], mask, heads, drop)
-    }
-
-    fn cross_attention(
-        q: FloatTensor<Self>,
-        kv: FloatTensor<Self>,
-        mask: FloatTensor<Self>,
-        heads: usize,
-        drop: (u64, f32),
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        with_own_backward::<Flex, C, CallState, 2>([q, kv], mask, heads, drop)
-    }
+impl crate::attention::AttentionKernels for Flex {
+    type Call = CallState;
 }
 
 /// Self-attention from `qkv` (`[Q | K | V]`, `[batch, t, 3·d_model]`): `(output, weights)`.

@@ -24,9 +24,6 @@
 //!   `[batch, t_q, d_model]`, `kv` `[batch, t_k, 2·d_model]`; mask `[batch or 1, 1, t_q or 1,
 //!   t_k]` → output `[batch, t_q, d_model]`, weights `[batch, heads, t_q, t_k]`
 
-use burn::backend::autodiff::Autodiff;
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::tensor::FloatTensor;
 use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
@@ -34,8 +31,8 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::cube;
 use cubecl::prelude::*;
 
+use crate::attention::AttentionCall;
 use crate::attention::fused::FusedAttention;
-use crate::attention::{AttentionCall, with_own_backward};
 use crate::dropout::gpu::mask_in;
 use crate::gpu::launch::{empty, launch_dims};
 
@@ -249,7 +246,7 @@ fn key_value_grad_kernel(
 
 /// One call: the operands (contiguous) and the geometry.
 #[derive(Clone, Debug)]
-struct Call {
+pub(crate) struct Call {
     q: CubeTensor,
     kv: Option<CubeTensor>,
     mask: CubeTensor,
@@ -442,23 +439,6 @@ impl AttentionCall<CubeBackend> for Call {
     }
 }
 
-impl<C: CheckpointStrategy> FusedAttention for Autodiff<CubeBackend, C> {
-    fn self_attention(
-        qkv: FloatTensor<Self>,
-        mask: FloatTensor<Self>,
-        heads: usize,
-        drop: (u64, f32),
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        with_own_backward::<CubeBackend, C, Call, 1>([qkv], mask, heads, drop)
-    }
-
-    fn cross_attention(
-        q: FloatTensor<Self>,
-        kv: FloatTensor<Self>,
-        mask: FloatTensor<Self>,
-        heads: usize,
-        drop: (u64, f32),
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        with_own_backward::<CubeBackend, C, Call, 2>([q, kv], mask, heads, drop)
-    }
+impl crate::attention::AttentionKernels for CubeBackend {
+    type Call = Call;
 }

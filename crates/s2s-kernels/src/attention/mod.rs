@@ -47,6 +47,34 @@ pub(crate) trait AttentionCall<B: Backend>: Clone + Send + Debug + Sized + 'stat
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>);
 }
 
+/// A backend with fused multi-head attention kernels (flex, cubecl): on its autodiff wrapper
+/// they run with their own backward ([`with_own_backward`]), the call kept as its state.
+pub(crate) trait AttentionKernels: Backend {
+    /// The kernels' call.
+    type Call: AttentionCall<Self>;
+}
+
+impl<B: AttentionKernels, C: CheckpointStrategy> fused::FusedAttention for Autodiff<B, C> {
+    fn self_attention(
+        qkv: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        with_own_backward::<B, C, B::Call, 1>([qkv], mask, heads, drop)
+    }
+
+    fn cross_attention(
+        q: FloatTensor<Self>,
+        kv: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        heads: usize,
+        drop: (u64, f32),
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        with_own_backward::<B, C, B::Call, 2>([q, kv], mask, heads, drop)
+    }
+}
+
 /// Attention on an autodiff backend, with `A`'s backward: self-attention from `[[Q | K | V]]`
 /// or cross-attention from `[q, [K | V]]` → (output, weights). The weights carry no gradient:
 /// they are for reports and heatmaps.
