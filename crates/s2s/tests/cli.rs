@@ -495,7 +495,8 @@ fn captured_translation_equals_eager_translation() {
     let run = tmp("translate-captured").join("run");
     let o = run_env(&crash_args(&run, "12"), &[]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let input = "the dog sleeps .\na man runs .\nthe cat eats the fish .\ntwo women sing a song .\nthe dog runs .\n";
+    let input =
+        "the dog sleeps .\na man runs .\nthe cat eats the fish .\ntwo women sing a song .\nthe dog runs .\n";
     for beam in ["1", "3"] {
         let out = |capture: &str| {
             let args = ["translate", "--model", run.to_str().unwrap(), "--device", "wgpu", "--beam", beam];
@@ -861,6 +862,34 @@ fn bench_captures_the_gpu_step_and_probes_launches() {
         "{}",
         text(&o.stderr)
     );
+}
+
+/// `s2s bench --product-probe` times every product of a training step on the CPU (f32, and the
+/// weight gradients whole and split), one JSON line each; a shapes file without a Transformer
+/// or an LSTM shape is refused, naming what is missing.
+#[test]
+fn bench_probes_the_step_products_and_names_missing_shapes() {
+    let shapes = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/bench/launch-bound.json");
+    let o =
+        s2s(&["bench", "--device", "cpu", "--product-probe", "--shapes", shapes, "--steps", "1", "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines: Vec<serde_json::Value> =
+        text(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let named = |dtype: &str| lines.iter().filter(|v| v["dtype"] == dtype).count();
+    assert_eq!(named("f32"), 9, "{lines:?}");
+    assert_eq!((named("f32 aᵀb"), named("f32 aᵀb split")), (2, 2), "{lines:?}");
+    assert!(lines.iter().all(|v| v["tflops"].as_f64().unwrap() > 0.0), "{lines:?}");
+
+    let dir = tmp("product-probe");
+    let lstm_only = dir.join("lstm-only.json");
+    std::fs::write(
+        &lstm_only,
+        r#"{"batch": {"sentences": 2, "src_len": 3, "tgt_len": 3, "src_vocab": 8, "tgt_vocab": 8},
+            "models": {"lstm": {"family": "lstm", "emb": 4, "hidden": 4, "layers": 1, "dropout": 0.0}}}"#,
+    )
+    .unwrap();
+    let o = s2s(&["bench", "--device", "cpu", "--product-probe", "--shapes", lstm_only.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o.stderr).contains("`transformer` shape"), "{}", text(&o.stderr));
 }
 
 /// `s2s data prepare` prepares once, reuses on the second call, and a training run on the same
