@@ -26,7 +26,7 @@ src=$runs/lstm/data/test.src
 ref=$runs/lstm/data/test.tgt
 [ -f "$src" ] && [ -f "$ref" ] || { echo "averaging.sh: $runs holds no quickstart test set ($src)" >&2; exit 1; }
 out=$(mktemp -d)
-decode() { "$bin" translate "$@" --beam 5 --alpha 0.6 < "$src" 2>/dev/null; }
+decode() { "$bin" translate "$@" --beam 5 --alpha 0.6 < "$src"; }
 
 # One row: NAME, the baseline's and the system's hypotheses: BLEU each (± 95 %), p.
 row() {

@@ -207,15 +207,17 @@ PY
         # Whether our products run near the GPU's rate, and what f16 operands would buy.
         local keep=$out/products shapes=${PRODUCT_SHAPES:-experiments/bench/multi30k-4k.json}
         mkdir -p "$keep"
-        timeout 90 "$bin" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
-          > "$keep/wgsl.jsonl" || echo "WGSL product probe failed ($?)"
-        local tables=("WGSL=$keep/wgsl.jsonl")
-        if [ -x "$spirv" ]; then
-          timeout 90 "$spirv" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
-            > "$keep/spirv.jsonl" || echo "SPIR-V product probe failed ($?)"
-          tables+=("SPIR-V=$keep/spirv.jsonl")
-        fi
-        timeout 90 python3 scripts/product-probe.py time "$keep/wgsl.jsonl" --device "${TORCH_DEVICE:-cuda}" \
+        local tables=() build file
+        for build in "WGSL=$bin" "SPIR-V=$spirv"; do
+          [ -x "${build#*=}" ] || continue
+          file=$keep/$(echo "${build%%=*}" | tr 'A-Z' 'a-z' | tr -d -).jsonl
+          timeout 90 "${build#*=}" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
+            > "$file" || echo "${build%%=*} product probe failed ($?)"
+          [ -s "$file" ] && tables+=("${build%%=*}=$file")
+        done
+        [ ${#tables[@]} -gt 0 ] || { echo "no product probe answered: PyTorch's skipped"; continue; }
+        # PyTorch at the shapes the first build that answered timed.
+        timeout 90 python3 scripts/product-probe.py time "${tables[0]#*=}" --device "${TORCH_DEVICE:-cuda}" \
           > "$keep/torch.jsonl" || echo "PyTorch product probe failed ($?)"
         tables+=("torch=$keep/torch.jsonl")
         python3 scripts/product-probe.py table "${tables[@]}" | tee "$out/products.md";;

@@ -79,7 +79,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if matches!(a.device, DeviceChoice::Wgpu) {
             bail!("--lstm-step measures the CPU kernels (flex) only: drop --device wgpu");
         }
-        return lstm_step(&cfg, a.steps, a.json);
+        return lstm_step(&cfg, &shapes_file(&a), a.steps, a.json);
     }
     let (device, device_name) = select(a.device);
     eprintln!("device: {device_name}");
@@ -131,6 +131,11 @@ fn shape_names(a: &BenchArgs, cfg: &BenchConfig) -> Result<Vec<String>> {
         }
     }
     Ok(names)
+}
+
+/// The shapes file read: `--shapes`, else the shipped one.
+fn shapes_file(a: &BenchArgs) -> String {
+    a.shapes.as_ref().map_or("experiments/bench/models.json".to_string(), |p| p.display().to_string())
 }
 
 /// Returns what to measure: training only (--no-decode), decoding only (--no-train), or both.
@@ -211,7 +216,8 @@ fn product_probe(
     let hidden = cfg.models.get("lstm").and_then(|s| s.hidden());
     let (Some((d, ffn)), Some(hidden)) = (widths, hidden) else {
         bail!(
-            "--product-probe takes its shapes from a `transformer` shape (d_model, ffn) and an `lstm` shape (hidden): the shapes file lacks one"
+            "{} lacks a `transformer` shape with d_model and ffn or an `lstm` shape with hidden, which --product-probe takes its products from: add them, or use experiments/bench/models.json",
+            shapes_file(a)
         );
     };
     let b = cfg.batch;
@@ -240,9 +246,9 @@ fn product_probe(
 
 /// `s2s bench --lstm-step`: the `lstm` shape's layer (hidden units, batch, `tgt_len` steps;
 /// the output product over `tgt_vocab`), each figure the best of `rounds` interleaved rounds.
-fn lstm_step(cfg: &BenchConfig, rounds: usize, json: bool) -> Result<()> {
+fn lstm_step(cfg: &BenchConfig, file: &str, rounds: usize, json: bool) -> Result<()> {
     let Some(hidden) = cfg.models.get("lstm").and_then(|s| s.hidden()) else {
-        bail!("experiments/bench/models.json has no `lstm` shape with `hidden`");
+        bail!("{file} has no `lstm` shape with `hidden`: add one, or leave out --shapes");
     };
     let b = cfg.batch;
     eprintln!("device: cpu (flex), {} threads", rayon::current_num_threads());

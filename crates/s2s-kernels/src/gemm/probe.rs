@@ -17,7 +17,7 @@ use crate::gemm::split_rows::{blocks, transposed_product_in};
 /// One product `[m, k] × [k, n]`, named after the layer it comes from.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProductShape {
-    /// The layer and pass, e.g. `vocab ∂W`.
+    /// The layer and pass, e.g. `output layer ∂W`.
     pub name: String,
     /// Rows of the left operand.
     pub m: usize,
@@ -114,8 +114,8 @@ pub fn product_probe(device: &Device, shapes: &[ProductShape], reps: usize) -> V
 
 /// Milliseconds a product over `reps` timed ones, and the last output.
 fn time(product: impl Fn() -> Tensor<2>, reps: usize, device: &Device) -> (f64, Tensor<2>) {
+    let _ = product();
     let mut y = product();
-    y = y + product();
     let _ = device.sync();
     let t = Instant::now();
     for _ in 0..reps.max(1) {
@@ -146,8 +146,8 @@ fn rel_err(y: Tensor<2>, want: Tensor<2>) -> f64 {
 mod tests {
     use super::*;
 
-    /// On the CPU (no f16 there) each shape comes back once, in f32, with a positive rate; the
-    /// timed product is the one asked for (its output's shape).
+    /// On the CPU every shape comes back in f32 with a positive rate and no error figure, and
+    /// each weight gradient also whole and split, the split equal to the whole.
     #[test]
     fn probe_times_every_shape() {
         let device = Device::default();
