@@ -312,8 +312,8 @@ pub fn add_dropout<const D: usize>(d: &Dropout, x: Tensor<D>, y: Tensor<D>) -> T
     }
 }
 
-/// Restarts the host's stream of GPU dropout seeds (the trainer calls it beside
-/// `device.seed`, so a resumed run draws the masks of an uninterrupted one).
+/// Restarts this thread's stream of dropout seeds (the trainer calls it before each step
+/// and each part of a step, so a resumed run draws the masks of an uninterrupted one).
 pub fn reseed(seed: u64) {
     crate::dropout::reseed(seed)
 }

@@ -276,6 +276,16 @@ pub enum Jobs {
     Decode,
 }
 
+/// How [`bench`]'s training steps run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepMode {
+    /// Replayed from one captured graph after the warm-up, and decoding steps likewise (GPU).
+    pub capture: bool,
+    /// Parts a CPU step is cut into over the cores, as the trainer's `core_split`
+    /// ([`crate::core_split`]; 1: the step whole, every core on each operation).
+    pub core_split: usize,
+}
+
 /// Benchmarks one shape: `steps` timed training steps (after 3 warm-up steps; with `capture`,
 /// replayed from a graph captured after them, [`crate::captured`]), then `max(1, steps / 4)`
 /// greedy and beam-5 passes over the batch (each after one untimed pass; with `capture`,
@@ -288,7 +298,7 @@ pub fn bench(
     steps: usize,
     device: &Device,
     device_name: &str,
-    capture: bool,
+    mode: StepMode,
     jobs: Jobs,
 ) -> Result<BenchResult, BenchError> {
     let ad = device.clone().autodiff();
@@ -301,9 +311,9 @@ pub fn bench(
         ..Default::default()
     };
     let (warm_up, train_steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
-    let model = time_training(&mut result, model, b, (warm_up, train_steps), (device, &ad), capture)?;
+    let model = time_training(&mut result, model, b, (warm_up, train_steps), (device, &ad), mode)?;
     if jobs != Jobs::Train {
-        time_decoding(&mut result, &model.valid(), b, (steps / 4).max(1), device, capture);
+        time_decoding(&mut result, &model.valid(), b, (steps / 4).max(1), device, mode.capture);
     }
     result.peak_rss_mib = peak_rss_mib();
     Ok(result)
@@ -319,12 +329,14 @@ fn time_training(
     b: BatchShape,
     (warm_up, steps): (usize, usize),
     (device, ad): (&Device, &Device),
-    capture: bool,
+    mode: StepMode,
 ) -> Result<Model, BenchError> {
+    let capture = mode.capture;
     let batch = StepInputs::random(b, ad);
     // burn's `AdamConfig` defaults, through the trainer's Adam; clipped at 1 like torch_ref.py.
     let adam = FusedAdam::new(0.9, 0.999, 1e-5, 0.0);
-    let mut trainer = FixedBatchTrainer::new(model, ad, batch, adam, 1e-4, 1.0, 0);
+    let mut trainer =
+        FixedBatchTrainer::new(model, ad, batch, adam, 1e-4, 1.0, 0).with_core_split(b, mode.core_split);
     let phases = ["forward", "backward", "clip", "adam"];
     let mut phase_s = [0f64; 4];
     // Eager steps read the loss at every step, as the trainer's logging does; replayed ones

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::Batch;
 use s2s_kernels::capture::{GraphError, LossSum, Recorder, StepGraph};
@@ -25,6 +25,7 @@ use s2s_models::{Model, Source};
 use serde::Serialize;
 
 use crate::bench::{BatchShape, random_ids};
+use crate::core_split::CoreSplit;
 use crate::loss::label_smoothed_loss;
 
 /// One batch on the device: a step's inputs. In a captured step these buffers are the
@@ -32,22 +33,31 @@ use crate::loss::label_smoothed_loss;
 ///
 /// # Shapes
 /// - `src`: `[rows, src_len]`; `tgt_in`, `tgt_out`, `keep`: `[rows, tgt_len]`
+#[derive(Clone)]
 pub struct StepInputs {
-    src: Source,
-    tgt_in: Tensor<2, Int>,
-    tgt_out: Tensor<2, Int>,
-    keep: Tensor<2>,
+    pub(crate) src: Source,
+    pub(crate) tgt_in: Tensor<2, Int>,
+    pub(crate) tgt_out: Tensor<2, Int>,
+    pub(crate) keep: Tensor<2>,
     tokens: usize,
 }
 
 impl StepInputs {
     /// Random token ids of shape `b` (the benchmark's batch: full rows, no padding) on `device`.
     pub fn random(b: BatchShape, device: &Device) -> Self {
-        let (n, s, t) = (b.sentences, b.src_len, b.tgt_len);
-        let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
-        let y = random_ids(n * (t + 1), b.tgt_vocab, 2);
-        let tgt_in: Vec<i64> = (0..n).flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
-        let tgt_out: Vec<i64> = (0..n).flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
+        Self::random_rows(b, 0..b.sentences, device)
+    }
+
+    /// Rows `rows` of [`random`](Self::random)'s batch (a part of the step cut over the cores).
+    pub fn random_rows(b: BatchShape, rows: std::ops::Range<usize>, device: &Device) -> Self {
+        let (n, s, t) = (rows.len(), b.src_len, b.tgt_len);
+        let src_ids: Vec<u32> = random_ids(b.sentences * s, b.src_vocab, 1)[rows.start * s..rows.end * s]
+            .iter()
+            .map(|&i| i as u32)
+            .collect();
+        let y = random_ids(b.sentences * (t + 1), b.tgt_vocab, 2);
+        let tgt_in: Vec<i64> = rows.clone().flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
+        let tgt_out: Vec<i64> = rows.flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
         Self {
             src: Source::new(&src_ids, &vec![s; n], s, device),
             tgt_in: Tensor::from_data(TensorData::new(tgt_in, [n, t]), device),
@@ -55,6 +65,12 @@ impl StepInputs {
             keep: Tensor::ones([n, t], device),
             tokens: n * t,
         }
+    }
+
+    /// `b` on `device`.
+    pub fn new(b: &Batch, device: &Device) -> Self {
+        let d = crate::evaluate::DeviceBatch::new(b, device);
+        Self { src: d.src, tgt_in: d.tgt_in, tgt_out: d.tgt_out, keep: d.tgt_keep, tokens: d.tokens }
     }
 
     /// `b` on `device`, as a captured step's inputs (its source marked so: see
@@ -140,6 +156,48 @@ fn step_ops(
     (model, value)
 }
 
+/// The dropout seed of part `i` of a step whose seed is `seed` (part 0's is the step's).
+pub(crate) fn part_seed(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
+}
+
+/// [`step_ops`] with the forward and backward cut over the cores (`split`, one input per
+/// part): the parts' gradients summed in part order, then the clip and Adam. The forward's
+/// seconds are part 0's; the backward's the rest until the gradients are summed.
+fn split_step_ops(
+    model: Model,
+    split: &CoreSplit,
+    device: &Device,
+    parts: &[(StepInputs, u64)],
+    optim: &mut ModuleOptimizer,
+    (lr, clip, epsilon): (f64, f64, f64),
+    spent: Option<&mut Phases>,
+) -> (Model, Tensor<1>) {
+    let start = Instant::now();
+    let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
+    let done = split.gradients(&model, device, parts, tokens as f64, epsilon);
+    let forward = done[0].seconds[0];
+    let mut acc = GradientsAccumulator::<Model>::new();
+    let mut loss_sum = 0.0;
+    for part in done {
+        loss_sum += part.loss_sum;
+        acc.accumulate(&model, part.grads);
+    }
+    let mut grads = acc.grads();
+    let backward = start.elapsed().as_secs_f64() - forward;
+    let lap = Instant::now();
+    let _ = clip_global_norm(&model, &mut grads, clip);
+    let clipped = lap.elapsed().as_secs_f64();
+    let model = s2s_kernels::ops::adam_step(optim, lr, model, grads);
+    if let Some(p) = spent {
+        p.iter_mut()
+            .zip([forward, backward, clipped, lap.elapsed().as_secs_f64() - clipped])
+            .for_each(|(a, b)| *a += b);
+    }
+    let loss = Tensor::from_data(TensorData::new(vec![(loss_sum / tokens as f64) as f32], [1]), device);
+    (model, loss)
+}
+
 /// Seconds spent in each phase of eager steps: forward (with the loss), backward, clip, Adam.
 pub type Phases = [f64; 4];
 
@@ -160,6 +218,8 @@ pub struct FixedBatchTrainer {
     /// The loss of the last step, on the device.
     loss: Option<Tensor<1>>,
     graph: Option<StepGraph>,
+    /// The step cut over the CPU's cores, and the batch's parts ([`crate::core_split`]).
+    split: Option<(CoreSplit, Vec<StepInputs>)>,
 }
 
 impl FixedBatchTrainer {
@@ -188,7 +248,21 @@ impl FixedBatchTrainer {
             time: 0,
             loss: None,
             graph: None,
+            split: None,
         }
+    }
+
+    /// Eager steps cut into `parts` parts over the CPU's cores, as the trainer's are
+    /// ([`crate::core_split`]; `b` is the batch's shape, the batch [`StepInputs::random`]'s).
+    /// One part, or a GPU, leaves the step whole.
+    pub fn with_core_split(mut self, b: BatchShape, parts: usize) -> Self {
+        if parts > 1 && s2s_kernels::ops::is_cpu(&self.device) {
+            let rows = crate::core_split::row_ranges(b.sentences, parts);
+            let inputs =
+                rows.into_iter().map(|r| StepInputs::random_rows(b, r, &self.device)).collect::<Vec<_>>();
+            self.split = Some((CoreSplit::new(inputs.len()), inputs));
+        }
+        self
     }
 
     fn step_seed(&self) -> u64 {
@@ -201,8 +275,27 @@ impl FixedBatchTrainer {
         let model = self.model.take().expect("a model between steps");
         self.device.seed(self.step_seed());
         s2s_kernels::ops::reseed(self.step_seed());
-        let (model, loss) =
-            step_ops(model, &self.batch, &mut self.optim, self.lr, self.clip, 0.1, read, phases, None);
+        let (model, loss) = match &self.split {
+            None => {
+                step_ops(model, &self.batch, &mut self.optim, self.lr, self.clip, 0.1, read, phases, None)
+            }
+            Some((split, parts)) => {
+                let seeded: Vec<(StepInputs, u64)> = parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (p.clone(), part_seed(self.step_seed(), i)))
+                    .collect();
+                split_step_ops(
+                    model,
+                    split,
+                    &self.device,
+                    &seeded,
+                    &mut self.optim,
+                    (self.lr, self.clip, 0.1),
+                    phases,
+                )
+            }
+        };
         self.model = Some(model);
         self.loss = Some(loss);
         self.time += 1;

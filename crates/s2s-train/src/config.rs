@@ -95,6 +95,12 @@ pub struct TrainSpec {
     /// Devices training in parallel, one batch each per micro-step (data parallelism): a step
     /// then reads `accumulate × devices` batches and equals `accumulate × devices` on one.
     pub devices: u32,
+    /// Parts each batch is cut into by sentence on the CPU, computed at once on separate cores,
+    /// their gradients summed ([`crate::core_split`]); 1 computes the batch whole with every core
+    /// on each operation. The step is the same up to rounding, and depends on this number, not
+    /// on the machine's cores (with fewer threads than parts they run one after another). GPUs
+    /// take the batch whole.
+    pub core_split: u32,
     /// Training budget.
     pub budget: Budget,
     /// Validate every this many optimizer steps (and at the end).
@@ -134,6 +140,7 @@ impl Default for TrainSpec {
             clip_norm: 1.0,
             accumulate: 1,
             devices: 1,
+            core_split: 2,
             budget: Budget { steps: None, epochs: Some(10), minutes: None },
             valid_every: 500,
             valid_bleu_sentences: 0,
@@ -161,7 +168,12 @@ impl TrainSpec {
         if !(0.0..1.0).contains(&self.label_smoothing) {
             return Err(SpecError::LabelSmoothing(self.label_smoothing));
         }
-        if self.accumulate == 0 || self.devices == 0 || self.valid_every == 0 || self.batch.max_tokens == 0 {
+        if self.accumulate == 0
+            || self.devices == 0
+            || self.core_split == 0
+            || self.valid_every == 0
+            || self.batch.max_tokens == 0
+        {
             return Err(SpecError::Zero);
         }
         Ok(())
@@ -181,6 +193,6 @@ pub enum SpecError {
     #[error("label_smoothing must be in [0, 1), got {0}")]
     LabelSmoothing(f64),
     /// A count that must be at least 1 is 0.
-    #[error("accumulate, devices, valid_every and batch.max_tokens must be at least 1")]
+    #[error("accumulate, devices, core_split, valid_every and batch.max_tokens must be at least 1")]
     Zero,
 }

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod captured;
 pub mod checkpoint;
 pub mod config;
+pub mod core_split;
 pub mod device;
 pub mod error;
 pub mod evaluate;

@@ -18,9 +18,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use s2s_data::{Batch, EpochPlan, Example, PreparedDataset, StreamBatcher, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
-use crate::captured::{CaptureStats, CapturedSteps};
+use crate::captured::{CaptureStats, CapturedSteps, StepInputs, part_seed};
 use crate::checkpoint::{Checkpoints, TrainerState};
 use crate::config::{Capture, OptimizerKind, StopMetric, TrainSpec};
+use crate::core_split::{CoreSplit, row_ranges};
 use crate::error::TrainError;
 use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
 use crate::loss::label_smoothed_loss;
@@ -359,6 +360,8 @@ struct Run<'j, 'a> {
     /// When the current window of the progress message and the metrics row began (instant,
     /// training seconds).
     window_start: (Instant, f64),
+    /// Eager CPU steps cut over the cores (`core_split` > 1, one CPU device).
+    split: Option<CoreSplit>,
 }
 
 impl<'j, 'a> Run<'j, 'a> {
@@ -388,6 +391,8 @@ impl<'j, 'a> Run<'j, 'a> {
             eprintln!("resuming from {} (step {}, epoch {})", dir.display(), st.step, st.epoch);
         }
         let window_start = (Instant::now(), st.wall);
+        let split = (spec.core_split > 1 && devices.len() == 1 && s2s_kernels::ops::is_cpu(&devices[0]))
+            .then(|| CoreSplit::new(spec.core_split as usize));
         Ok(Self {
             job,
             devices,
@@ -401,6 +406,7 @@ impl<'j, 'a> Run<'j, 'a> {
             consecutive_skips: 0,
             bar: None,
             window_start,
+            split,
         })
     }
 
@@ -467,6 +473,12 @@ impl<'j, 'a> Run<'j, 'a> {
         let mut step_tokens = 0u64;
         let mut step_loss = 0.0;
         for (micro, batches) in indices.chunks(n).enumerate() {
+            if let Some(split) = &self.split {
+                let (loss, tokens) = self.split_micro_step(split, &batches[0], micro, &mut acc)?;
+                step_loss += loss;
+                step_tokens += tokens;
+                continue;
+            }
             let mut shards = Vec::with_capacity(n);
             for (d, indices) in batches.iter().enumerate() {
                 let seed = step_seed(spec.seed, self.st.step, (micro * n + d) as u64);
@@ -497,6 +509,33 @@ impl<'j, 'a> Run<'j, 'a> {
         self.st.loss_window.0 += step_loss;
         self.st.loss_window.1 += step_tokens;
         Ok(true)
+    }
+
+    /// One micro-step's batch (`indices`) cut over the cores ([`crate::core_split`]): each
+    /// part's gradients added to `acc`. Returns the loss summed over the batch's tokens, and
+    /// their count.
+    fn split_micro_step(
+        &self,
+        split: &CoreSplit,
+        indices: &[usize],
+        micro: usize,
+        acc: &mut GradientsAccumulator<Model>,
+    ) -> Result<(f64, u64), TrainError> {
+        let spec = self.job.spec;
+        let seed = step_seed(spec.seed, self.st.step, micro as u64);
+        let mut parts = Vec::with_capacity(split.parts());
+        for (i, rows) in row_ranges(indices.len(), split.parts()).into_iter().enumerate() {
+            let batch = self.job.data.train.collate(&indices[rows])?;
+            parts.push((StepInputs::new(&batch, &self.devices[0]), part_seed(seed, i)));
+        }
+        let tokens: usize = parts.iter().map(|(p, _)| p.tokens()).sum();
+        let norm = (tokens * self.per_step()) as f64;
+        let mut loss = 0.0;
+        for part in split.gradients(self.model(), &self.devices[0], &parts, norm, spec.label_smoothing) {
+            loss += part.loss_sum;
+            acc.accumulate(self.model(), part.grads);
+        }
+        Ok((loss, tokens as u64))
     }
 
     /// A batch whose loss is not finite: skipped and counted with `skip_nonfinite` (an error

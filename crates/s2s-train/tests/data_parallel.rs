@@ -27,6 +27,8 @@ fn config(devices: u32, accumulate: u32) -> RunConfig {
         train: TrainSpec {
             devices,
             accumulate,
+            // Each batch whole on the one-device side too (crate::core_split is tested on its own).
+            core_split: 1,
             budget: Budget { steps: Some(6), epochs: None, minutes: None },
             valid_every: 3,
             valid_bleu_sentences: 8,

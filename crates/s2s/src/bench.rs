@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use s2s_train::bench::{BenchConfig, BenchResult, Jobs, bench};
+use s2s_train::bench::{BenchConfig, BenchResult, Jobs, StepMode, bench};
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::step_rate::lstm_step_rate;
 
@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// and beam-5 decoding steps after their untimed pass (GPU devices; `on` or `off`).
     #[arg(long, default_value = "off")]
     capture: Capture,
+    /// Parts a CPU training step is cut into over the cores (the trainer's `core_split`;
+    /// 1: the step whole, every core on each operation).
+    #[arg(long, default_value_t = s2s_train::TrainSpec::default().core_split as usize)]
+    core_split: usize,
     /// Training only: no decoding passes (their figures 0), e.g. to profile the training step.
     #[arg(long, conflicts_with = "no_train")]
     no_decode: bool,
@@ -104,7 +108,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             a.steps.max(1),
             &device,
             &device_name,
-            a.capture == Capture::On,
+            StepMode { capture: a.capture == Capture::On, core_split: a.core_split },
             jobs(&a),
         )?;
         if a.json {

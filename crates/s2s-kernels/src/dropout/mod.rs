@@ -5,15 +5,17 @@
 //! sampler, then multiplies twice: ~10 % of a Transformer training step on the CPU. Here, on
 //! flex, the mask — already scaled — comes from a counter-based generator (SplitMix64's
 //! finaliser of `seed + index`, in parallel chunks), one multiplication applies it, and autodiff
-//! sees `x ⊙ mask` with a constant mask. The seed is drawn from the device's own generator, so
-//! a run stays reproducible exactly as with burn's dropout (the trainer reseeds the device
-//! before every step).
+//! sees `x ⊙ mask` with a constant mask.
 //!
 //! On a GPU (cubecl without burn's fusion) the mask is a hash of a seed and the index, one
-//! kernel each way ([`crate::dropout::gpu`]), and the seed comes from a per-thread stream on
-//! the host that the trainer reseeds with the device ([`reseed`]): drawing it from the
-//! device's generator would read it back, a synchronisation at every dropout site. Other
-//! backends (`gpu-tuned`) use burn's `Dropout::forward`.
+//! kernel each way ([`crate::dropout::gpu`]). Other backends (`gpu-tuned`) use burn's
+//! `Dropout::forward`.
+//!
+//! Every mask's seed comes from a per-thread stream on the host that the trainer restarts
+//! before each step ([`reseed`]), so a run is reproducible and a resumed run draws the masks of
+//! an uninterrupted one. Not the device's generator: on a GPU drawing from it would read it
+//! back, a synchronisation at every dropout site, and on the CPU the parts of a step computed
+//! at once on separate cores (`s2s_train::core_split`) would interleave their draws.
 
 pub(crate) mod reference;
 
@@ -24,7 +26,7 @@ pub mod mask;
 use std::cell::Cell;
 
 use burn::nn::Dropout;
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 
 use crate::dropout::mask::{mask, splitmix64};
 
@@ -108,18 +110,19 @@ fn active(d: &Dropout, device: &burn::tensor::Device) -> bool {
 }
 
 thread_local! {
-    /// The host's seed stream for GPU masks: the next draw's counter.
+    /// This thread's seed stream for dropout masks: the next draw's counter.
     static STREAM: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Restarts this thread's seed stream for GPU dropout masks from `seed`: what the trainer
-/// calls beside `device.seed(seed)` before each step, so a resumed run draws the masks of an
-/// uninterrupted one on a GPU as on the CPU.
+/// Restarts this thread's seed stream for dropout masks from `seed`: what the trainer calls
+/// before each step (and before each part of a step cut over the CPU's cores, each part in
+/// its own thread), so a resumed run draws the masks of an uninterrupted one, and parts
+/// computed at once draw theirs whatever the other does.
 pub fn reseed(seed: u64) {
     STREAM.with(|s| s.set(splitmix64(seed)));
 }
 
-/// The next seed of this thread's host stream.
+/// The next seed of this thread's stream.
 fn next_host_seed() -> u64 {
     STREAM.with(|s| {
         let n = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -128,26 +131,23 @@ fn next_host_seed() -> u64 {
     })
 }
 
-/// The first `n` seeds [`draw_seed`] gives on a GPU after [`reseed`]`(seed)`: what a replayed
-/// step writes into its seed slots ([`crate::gpu::step_scalars`]) so that its masks are the eager
+/// The first `n` seeds [`draw_seed`] gives after [`reseed`]`(seed)`: what a replayed GPU step
+/// writes into its seed slots ([`crate::gpu::step_scalars`]) so that its masks are the eager
 /// step's. Leaves this thread's stream where `n` draws leave it.
 pub fn host_seeds(seed: u64, n: usize) -> Vec<u64> {
     reseed(seed);
     (0..n).map(|_| next_host_seed()).collect()
 }
 
-/// A mask's seed: on flex from the device's own generator (reseeded by the trainer every
-/// step); elsewhere from this thread's host stream ([`reseed`]), not read back from the
-/// device.
+/// A mask's seed, from this thread's stream ([`reseed`]), on every device: on a GPU it is
+/// not read back from the device, and on the CPU threads computing parts of one step at once
+/// do not share one generator (the device's, whose draws would interleave).
 pub fn draw_seed(device: &burn::tensor::Device) -> u64 {
+    let seed = next_host_seed();
     if !crate::cpu::flex_data::is_flex(device) {
-        let seed = next_host_seed();
         crate::gpu::step_scalars::drawn(seed);
-        return seed;
     }
-    let bits =
-        Tensor::<1>::random([2], Distribution::Default, device).into_data().try_to_vec::<f32>().expect("f32");
-    (u64::from(bits[0].to_bits()) << 32) | u64::from(bits[1].to_bits())
+    seed
 }
 
 /// The mask drawn from `seed` for `n` elements kept with probability `keep`, built on the host
@@ -173,7 +173,7 @@ mod tests {
         let d = Device::flex().autodiff();
         let drop = DropoutConfig::new(0.25).init();
         let x = Tensor::<2>::ones([200, 500], &d).require_grad();
-        d.seed(11);
+        reseed(11);
         let y = forward(&drop, x.clone());
         let v: Vec<f32> = y.clone().into_data().try_to_vec::<f32>().unwrap();
         let kept = v.iter().filter(|&&a| a != 0.0).count() as f64 / v.len() as f64;
@@ -182,19 +182,27 @@ mod tests {
         let g: Vec<f32> =
             x.grad(&y.clone().sum().backward()).unwrap().into_data().try_to_vec::<f32>().unwrap();
         assert_eq!(g, v, "the gradient of Σ dropout(1) is the mask");
-        // The device's generator is shared with the tests running beside this one, which may
-        // draw from it, or seed it, between a `seed` and a draw: the first mask above may
-        // already come from another test's seed. So a try is two seeded draws that must
-        // agree; a disturbed try disagrees and the next one runs, where a mask that does not
-        // follow the seed fails every try. `any` stops at the first success.
-        let draw = || forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap();
-        let reproduced = (0..1000).any(|_| {
-            d.seed(11);
-            let a = draw();
-            d.seed(11);
-            a == draw()
+        reseed(11);
+        assert_eq!(
+            forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap(),
+            v,
+            "the seed reproduces the mask"
+        );
+        // Another thread's stream is its own: its draws do not move this thread's.
+        reseed(11);
+        let _ = forward(&drop, x.clone());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                reseed(5);
+                forward(&drop, x.clone())
+            })
+            .join()
+            .unwrap()
         });
-        assert!(reproduced, "the device seed reproduces the mask");
+        let second: Vec<f32> = forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap();
+        reseed(11);
+        let _ = forward(&drop, x.clone());
+        assert_eq!(forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap(), second);
         let other: Vec<f32> = forward(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap();
         assert_ne!(other, v, "the next call draws another mask");
         let plain = Tensor::<2>::ones([3, 4], &Device::flex());

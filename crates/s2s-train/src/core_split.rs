@@ -1,0 +1,192 @@
+//! A CPU training step cut over the cores: the batch split by sentence into `parts`, each
+//! part's forward and backward computed at once on its own share of the cores, their gradients
+//! summed — data parallelism inside one process, as DDP runs it across processes.
+//!
+//! Why: with every core on each operation, a step's small and element-wise operations, its
+//! recurrences and the barriers between them leave cores idle, and on two cores our step
+//! gained 1.6× from the second core where PyTorch's gained 1.8× (`scripts/threads.sh`, docs/
+//! benchmarks.md). Two halves of a batch on one core each share nothing but the weights: the
+//! second core gains what memory traffic leaves it.
+//!
+//! The loss of each part is its label-smoothed sum over the whole batch's token count, so the
+//! summed gradient is the whole batch's, up to rounding (a weight gradient is summed in two
+//! halves). Results therefore depend on `parts` (a setting, default 2 on the CPU), never on the
+//! machine's core count: with fewer threads than parts the parts run one after another.
+//! Each part draws its dropout masks from its own seed (`s2s_kernels::ops::reseed` in the
+//! thread that computes it).
+
+use std::ops::Range;
+
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::tensor::Device;
+use rayon::{ThreadPool, ThreadPoolBuilder};
+use s2s_models::Model;
+
+use crate::captured::StepInputs;
+use crate::loss::label_smoothed_loss;
+
+/// The thread pools the parts of a step run on: one per part, each with its share of the
+/// current pool's threads; none (the parts run one after another, on the current pool) when
+/// there are fewer threads than parts or one part.
+pub struct CoreSplit {
+    parts: usize,
+    pools: Vec<ThreadPool>,
+}
+
+impl CoreSplit {
+    /// Steps cut into `parts` parts (at least 1), on pools made from the current rayon pool's
+    /// threads.
+    pub fn new(parts: usize) -> Self {
+        let parts = parts.max(1);
+        let threads = rayon::current_num_threads();
+        let pools = if parts > 1 && threads >= parts {
+            (0..parts)
+                .map(|i| {
+                    // The first parts take the threads that do not divide evenly.
+                    let n = threads / parts + usize::from(i < threads % parts);
+                    ThreadPoolBuilder::new()
+                        .num_threads(n)
+                        .thread_name(move |t| format!("s2s-part{i}-{t}"))
+                        .build()
+                        .expect("a thread pool for a part of the step")
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self { parts, pools }
+    }
+
+    /// How many parts a step is cut into.
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// Whether the parts run at once.
+    pub fn parallel(&self) -> bool {
+        !self.pools.is_empty()
+    }
+
+    /// `work(i)` for each part `i`, at once on the parts' pools, or one after another here;
+    /// the results in part order.
+    pub fn run<T: Send>(&self, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        self.run_first(self.parts, work)
+    }
+
+    /// [`run`](Self::run) over the first `n` parts (`n ≤ parts`): at once only when `n` is
+    /// every part (a batch of fewer sentences than parts runs its parts here).
+    fn run_first<T: Send>(&self, n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        if self.pools.is_empty() || n != self.parts {
+            return (0..n).map(work).collect();
+        }
+        let work = &work;
+        std::thread::scope(|s| {
+            let others: Vec<_> = self.pools[1..]
+                .iter()
+                .enumerate()
+                .map(|(i, pool)| s.spawn(move || pool.install(|| work(i + 1))))
+                .collect();
+            let first = self.pools[0].install(|| work(0));
+            std::iter::once(first)
+                .chain(others.into_iter().map(|h| h.join().expect("a part of the training step panicked")))
+                .collect()
+        })
+    }
+}
+
+/// One part of a step, computed by [`CoreSplit::gradients`]: its gradients, its
+/// label-smoothed loss summed over its tokens, and the seconds its forward (with the loss) and
+/// its backward took.
+pub struct Part {
+    pub grads: GradientsParams,
+    pub loss_sum: f64,
+    pub seconds: [f64; 2],
+}
+
+impl CoreSplit {
+    /// The parts of one step of `model` (on an autodiff device): part `i` is `parts[i]`, its
+    /// dropout masks drawn from `parts[i].1`. Each part's loss, summed over its tokens, is
+    /// divided by `norm` (the whole step's token count, times the batches a step sums), so the
+    /// parts' gradients add up to the step's. Part 0 runs on `model`, the others on replicas
+    /// sharing its weights on `device` (`Module::fork`: leaves of their own, so the graphs stay apart).
+    pub fn gradients(
+        &self,
+        model: &Model,
+        device: &Device,
+        parts: &[(StepInputs, u64)],
+        norm: f64,
+        epsilon: f64,
+    ) -> Vec<Part> {
+        assert!(parts.len() <= self.parts, "at most one input per part");
+        let replicas: Vec<Model> = (0..parts.len())
+            .map(|i| if i == 0 { model.clone() } else { model.clone().fork(device) })
+            .collect();
+        self.run_first(parts.len(), |i| {
+            let (inputs, seed) = &parts[i];
+            let replica = &replicas[i];
+            let start = std::time::Instant::now();
+            s2s_kernels::ops::reseed(*seed);
+            let out = replica.forward(&inputs.src, inputs.tgt_in.clone());
+            let loss = label_smoothed_loss(out.logits, inputs.tgt_out.clone(), &inputs.keep, epsilon)
+                .smoothed
+                .div_scalar(norm);
+            let loss_sum = loss.clone().into_scalar::<f32>() as f64 * norm;
+            let forward = start.elapsed().as_secs_f64();
+            let grads = GradientsParams::from_grads(loss.backward(), replica);
+            Part { grads, loss_sum, seconds: [forward, start.elapsed().as_secs_f64() - forward] }
+        })
+    }
+}
+
+/// `n` rows cut into `parts` contiguous ranges whose lengths differ by at most one (empty
+/// ranges when `n < parts` are left out).
+pub fn row_ranges(n: usize, parts: usize) -> Vec<Range<usize>> {
+    let parts = parts.max(1);
+    let mut start = 0;
+    (0..parts)
+        .map(|i| {
+            let len = n / parts + usize::from(i < n % parts);
+            let r = start..start + len;
+            start += len;
+            r
+        })
+        .filter(|r| !r.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_cut_evenly_in_order_and_none_is_lost() {
+        assert_eq!(row_ranges(64, 2), vec![0..32, 32..64]);
+        assert_eq!(row_ranges(7, 3), vec![0..3, 3..5, 5..7]);
+        assert_eq!(row_ranges(1, 2), vec![0..1]);
+        assert_eq!(row_ranges(5, 1), vec![0..5]);
+    }
+
+    #[test]
+    fn parts_run_on_their_own_pools_at_once_and_come_back_in_order() {
+        let outer = ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+        outer.install(|| {
+            let split = CoreSplit::new(2);
+            assert!(split.parallel());
+            // Each part sees a pool of its share of the threads. Both wait for each other: this
+            // only ends when they run at once.
+            let barrier = std::sync::Barrier::new(2);
+            let seen = split.run(|i| {
+                barrier.wait();
+                (i, rayon::current_num_threads())
+            });
+            assert_eq!(seen, vec![(0, 2), (1, 2)]);
+        });
+        let one = ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        one.install(|| {
+            let split = CoreSplit::new(2);
+            assert!(!split.parallel());
+            assert_eq!(split.run(|i| i), vec![0, 1], "one after another with fewer threads than parts");
+        });
+    }
+}
