@@ -15,6 +15,7 @@ use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Transform
 use serde::{Deserialize, Serialize};
 
 use crate::captured::{FixedBatchTrainer, StepInputs};
+use crate::core_split::row_ranges;
 use s2s_kernels::bench::Snapshot;
 use s2s_kernels::ops::FusedAdam;
 use s2s_kernels::ops::is_cpu;
@@ -385,12 +386,19 @@ fn time_decoding(
     let (n, s) = (b.sentences, b.src_len);
     let src_ids: Vec<u32> = random_ids(n * s, b.src_vocab, 1).into_iter().map(|i| i as u32).collect();
     let lens = vec![s; n];
-    let src = Source::new(&src_ids, &lens, s, device);
     let limit = MaxLength { a: 0.0, b: b.tgt_len };
+    // Eager passes on the CPU decode the batch's parts side by side, as `translate` does
+    // (`crate::evaluate::decode_split`).
+    let split = crate::evaluate::decode_split();
+    let parts: Vec<Source> = if is_cpu(device) { row_ranges(n, split.parts()) } else { vec![0..n] }
+        .into_iter()
+        .map(|r| Source::new(&src_ids[r.start * s..r.end * s], &lens[r.clone()], s, device))
+        .collect();
+    let side_by_side = |f: &(dyn Fn(&Source) + Sync)| drop(split.run_first(parts.len(), |i| f(&parts[i])));
     let mut captured = capture.then(|| CapturedSearch::new(model, device, Run::Replay, 4));
     let greedy_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
         Some(c) => drop(c.greedy(&src_ids, &lens, s, limit)),
-        None => drop(greedy(model, &src, limit, false)),
+        None => side_by_side(&|src| drop(greedy(model, src, limit, false))),
     };
     greedy_pass(&mut captured);
     let (host0, t0) = (Snapshot::now(), Instant::now());
@@ -403,7 +411,7 @@ fn time_decoding(
     let cfg = BeamConfig { beam: 5, max_length: limit, ..Default::default() };
     let beam_pass = |c: &mut Option<CapturedSearch<'_, _>>| match c {
         Some(c) => drop(c.beam(&src_ids, &lens, s, &cfg)),
-        None => drop(beam_search(model, &src, &cfg)),
+        None => side_by_side(&|src| drop(beam_search(model, src, &cfg))),
     };
     // Warmed up like greedy: the first pass compiles the search's kernels on a GPU (and
     // records its graphs).

@@ -14,6 +14,14 @@
 //! machine's core count: with fewer threads than parts the parts run one after another.
 //! Each part draws its dropout masks from its own seed (`s2s_kernels::ops::reseed` in the
 //! thread that computes it).
+//!
+//! Decoding on the CPU cuts its batches the same way (`crate::evaluate::decode_split`): a
+//! sentence's translation does not depend on its batch, so there the output is the same.
+//!
+//! Measured on the Zen 3 EPYC VM (2 vCPUs, AVX2; 2026-11-27, `s2s bench --device cpu
+//! --core-split 1|2`, alternated): training the Transformer 1.22–1.30× and the LSTM
+//! 1.05–1.14× faster cut in two; `scripts/bench-vs-torch.sh` then put every model at
+//! 1.23–2.02× PyTorch's training speed (docs/benchmarks.md).
 
 use std::ops::Range;
 
@@ -76,7 +84,7 @@ impl CoreSplit {
 
     /// [`run`](Self::run) over the first `n` parts (`n ≤ parts`): at once only when `n` is
     /// every part (a batch of fewer sentences than parts runs its parts here).
-    fn run_first<T: Send>(&self, n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    pub fn run_first<T: Send>(&self, n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
         if self.pools.is_empty() || n != self.parts {
             return (0..n).map(work).collect();
         }

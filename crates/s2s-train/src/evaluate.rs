@@ -9,6 +9,7 @@ use s2s_decode::{
 };
 use s2s_models::{Model, Source};
 
+use crate::core_split::{CoreSplit, row_ranges};
 use crate::loss::label_smoothed_loss;
 
 /// A padded batch's tensors on a device.
@@ -78,7 +79,7 @@ pub enum Search {
 /// shape ([`s2s_decode::captured`]; GPU devices): the same tokens. Cross-attention kept for
 /// the output, sampling, and a device that cannot capture run eagerly (a capture that fails
 /// says so on stderr and the rest runs eagerly).
-pub fn translate<M: Incremental>(
+pub fn translate<M: Incremental + Sync>(
     model: &M,
     sources: &[Vec<u32>],
     batch: BatchConfig,
@@ -96,7 +97,7 @@ where
 /// [`translate`] with the captured search's chains kept by the caller (`Some`), so that calls
 /// after the first replay the graphs the first recorded. `None`, or a search that is not
 /// captured, decodes eagerly; so does a batch shape whose graphs failed (its search says so).
-pub fn translate_with<'m, M: Incremental>(
+pub fn translate_with<'m, M: Incremental + Sync>(
     model: &'m M,
     sources: &[Vec<u32>],
     batch: BatchConfig,
@@ -116,32 +117,76 @@ where
             Search::Beam(cfg) => !cfg.attention,
             Search::Sample(_) => false,
         };
-    for idx in Batcher::new(&examples, batch).ordered() {
-        let b = Batch::collate(&examples, &idx);
+    let batches: Vec<Vec<usize>> = Batcher::new(&examples, batch).ordered();
+    if s2s_kernels::ops::is_cpu(device) {
+        // Each batch cut by sentence, the parts side by side on their shares of the cores
+        // (`crate::core_split`): a sentence's hypotheses do not depend on the others in its
+        // batch (tested: batch-size invariance).
+        let split = decode_split();
+        for idx in batches {
+            let parts = row_ranges(idx.len(), split.parts());
+            let hyps = split.run_first(parts.len(), |i| {
+                decode_eager(model, &examples, &idx[parts[i].clone()], search, device)
+            });
+            for (h, &i) in hyps.into_iter().flatten().zip(&idx) {
+                out[i] = h;
+            }
+        }
+        return out;
+    }
+    for idx in batches {
         let hyps: Vec<Vec<Hypothesis>> = match (captured.as_mut().filter(|_| capturable), search) {
             (Some(c), Search::Greedy { limit, .. }) => {
+                let b = Batch::collate(&examples, &idx);
                 c.greedy(&b.src, &b.src_lens, b.src_len, *limit).into_iter().map(|h| vec![h]).collect()
             }
-            (Some(c), Search::Beam(cfg)) => c.beam(&b.src, &b.src_lens, b.src_len, cfg),
-            (_, search) => {
-                let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
-                match search {
-                    Search::Greedy { limit, attention } => {
-                        greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
-                    }
-                    Search::Beam(cfg) => beam_search(model, &src, cfg),
-                    Search::Sample(cfg) => {
-                        let index: Vec<u64> = idx.iter().map(|&i| cfg.first_index + i as u64).collect();
-                        sample(model, &src, cfg, &index).into_iter().map(|h| vec![h]).collect()
-                    }
-                }
+            (Some(c), Search::Beam(cfg)) => {
+                let b = Batch::collate(&examples, &idx);
+                c.beam(&b.src, &b.src_lens, b.src_len, cfg)
             }
+            _ => decode_eager(model, &examples, &idx, search, device),
         };
         for (h, &i) in hyps.into_iter().zip(&idx) {
             out[i] = h;
         }
     }
     out
+}
+
+/// The CPU's decoding split: a batch's parts decoded side by side, each on its share of the cores,
+/// made once from the pool of the first call (its threads stay, and so do the weights each
+/// packs for decoding).
+pub fn decode_split() -> &'static CoreSplit {
+    static SPLIT: std::sync::OnceLock<CoreSplit> = std::sync::OnceLock::new();
+    SPLIT.get_or_init(|| CoreSplit::new(DECODE_PARTS))
+}
+
+/// Parts of a batch the CPU decodes side by side ([`decode_split`]).
+pub const DECODE_PARTS: usize = 2;
+
+/// The examples `idx` decoded eagerly by `search`: each source's hypotheses, in `idx`'s order.
+fn decode_eager<M: Incremental>(
+    model: &M,
+    examples: &[Example],
+    idx: &[usize],
+    search: &Search,
+    device: &Device,
+) -> Vec<Vec<Hypothesis>>
+where
+    M::State: Clone,
+{
+    let b = Batch::collate(examples, idx);
+    let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
+    match search {
+        Search::Greedy { limit, attention } => {
+            greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
+        }
+        Search::Beam(cfg) => beam_search(model, &src, cfg),
+        Search::Sample(cfg) => {
+            let index: Vec<u64> = idx.iter().map(|&i| cfg.first_index + i as u64).collect();
+            sample(model, &src, cfg, &index).into_iter().map(|h| vec![h]).collect()
+        }
+    }
 }
 
 /// Most chains of captured decoding graphs alive at once (one per search and batch shape).
