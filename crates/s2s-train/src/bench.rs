@@ -390,7 +390,7 @@ fn time_decoding(
     // Eager passes on the CPU decode the batch's parts side by side, as `translate` does
     // (`crate::evaluate::decode_split`).
     let split = crate::evaluate::decode_split();
-    let parts: Vec<Source> = if is_cpu(device) { row_ranges(n, split.parts()) } else { vec![0..n] }
+    let parts: Vec<Source> = row_ranges(n, if is_cpu(device) { split.parts() } else { 1 })
         .into_iter()
         .map(|r| Source::new(&src_ids[r.start * s..r.end * s], &lens[r.clone()], s, device))
         .collect();
