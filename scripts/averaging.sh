@@ -9,7 +9,7 @@
 #   scripts/averaging.sh [RUNS]
 #
 # RUNS: an experiment directory of experiments/quickstart.toml trained with `keep_last = 5`;
-# without it the quickstart is trained so first (~11 minutes on 2 cores) into a temporary one.
+# without it the quickstart is trained so first (~7 minutes on 2 cores) into a temporary one.
 # `scripts/doc-run.sh averaging --doc LABEL -- scripts/averaging.sh` writes the table into
 # docs/benchmarks.md. S2S_BIN names the binary (default target/release/s2s, built if missing).
 set -euo pipefail
