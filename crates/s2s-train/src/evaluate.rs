@@ -153,16 +153,18 @@ where
     out
 }
 
-/// The CPU's decoding split: a batch's parts decoded side by side, each on its share of the cores,
-/// made once from the pool of the first call (its threads stay, and so do the weights each
-/// packs for decoding).
+/// The CPU's decoding split: a batch's parts decoded side by side, each on its share of the
+/// cores, made once from the pool of the first call (its threads stay, and so do the weights
+/// each packs for decoding). Off (one part) unless `S2S_DECODE_PARTS` asks for more: with two
+/// parts a beam-5 `s2s translate` crashed once (a segmentation fault not reproduced in four
+/// reruns), so it stays off until that race is found.
 pub fn decode_split() -> &'static CoreSplit {
     static SPLIT: std::sync::OnceLock<CoreSplit> = std::sync::OnceLock::new();
-    SPLIT.get_or_init(|| CoreSplit::new(DECODE_PARTS))
+    SPLIT.get_or_init(|| {
+        let parts = std::env::var("S2S_DECODE_PARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        CoreSplit::new(parts)
+    })
 }
-
-/// Parts of a batch the CPU decodes side by side ([`decode_split`]).
-pub const DECODE_PARTS: usize = 2;
 
 /// The examples `idx` decoded eagerly by `search`: each source's hypotheses, in `idx`'s order.
 fn decode_eager<M: Incremental>(

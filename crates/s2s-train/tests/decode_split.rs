@@ -1,5 +1,5 @@
-//! On the CPU `translate` cuts each batch by sentence and decodes the parts side by side
-//! (`s2s_train::evaluate::decode_split`): the same hypotheses as each sentence decoded alone.
+//! On the CPU `translate` can cut each batch by sentence and decode the parts side by side
+//! (`s2s_train::evaluate::decode_split`, `S2S_DECODE_PARTS=2`): the same hypotheses as each sentence decoded alone.
 //! A test binary of its own, so that the split is made from the two-thread pool below and
 //! its parts really run at once.
 
@@ -11,6 +11,8 @@ use s2s_train::evaluate::{Search, decode_split, translate};
 
 #[test]
 fn batches_decoded_side_by_side_give_each_sentence_its_own_translation() {
+    // SAFETY: the only test of this binary, before any thread reads the environment.
+    unsafe { std::env::set_var("S2S_DECODE_PARTS", "2") };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
     pool.install(|| {
         assert!(decode_split().parallel(), "two threads: the parts run at once");
