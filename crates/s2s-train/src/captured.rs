@@ -178,11 +178,7 @@ fn split_step_ops(
     let done = split.gradients(&model, device, parts, tokens as f64, epsilon);
     let forward = done[0].seconds[0];
     let mut acc = GradientsAccumulator::<Model>::new();
-    let mut loss_sum = 0.0;
-    for part in done {
-        loss_sum += part.loss_sum;
-        acc.accumulate(&model, part.grads);
-    }
+    let loss_sum = crate::core_split::accumulate(done, &model, &mut acc);
     let mut grads = acc.grads();
     let backward = start.elapsed().as_secs_f64() - forward;
     let lap = Instant::now();

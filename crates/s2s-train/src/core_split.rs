@@ -26,7 +26,7 @@
 use std::ops::Range;
 
 use burn::module::Module;
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::Device;
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use s2s_models::Model;
@@ -145,6 +145,14 @@ impl CoreSplit {
             Part { grads, loss_sum, seconds: [forward, start.elapsed().as_secs_f64() - forward] }
         })
     }
+}
+
+/// Adds the gradients of `parts` (of `model`) to `acc` in part order; returns the total of their loss sums.
+pub fn accumulate(parts: Vec<Part>, model: &Model, acc: &mut GradientsAccumulator<Model>) -> f64 {
+    parts.into_iter().fold(0.0, |loss, part| {
+        acc.accumulate(model, part.grads);
+        loss + part.loss_sum
+    })
 }
 
 /// `n` rows cut into `parts` contiguous ranges whose lengths differ by at most one (empty

@@ -21,7 +21,7 @@ use s2s_models::{Model, ModelSpec};
 use crate::captured::{CaptureStats, CapturedSteps, StepInputs, part_seed};
 use crate::checkpoint::{Checkpoints, TrainerState};
 use crate::config::{Capture, OptimizerKind, StopMetric, TrainSpec};
-use crate::core_split::{CoreSplit, row_ranges};
+use crate::core_split::{CoreSplit, accumulate, row_ranges};
 use crate::error::TrainError;
 use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
 use crate::loss::label_smoothed_loss;
@@ -530,12 +530,8 @@ impl<'j, 'a> Run<'j, 'a> {
         }
         let tokens: usize = parts.iter().map(|(p, _)| p.tokens()).sum();
         let norm = (tokens * self.per_step()) as f64;
-        let mut loss = 0.0;
-        for part in split.gradients(self.model(), &self.devices[0], &parts, norm, spec.label_smoothing) {
-            loss += part.loss_sum;
-            acc.accumulate(self.model(), part.grads);
-        }
-        Ok((loss, tokens as u64))
+        let done = split.gradients(self.model(), &self.devices[0], &parts, norm, spec.label_smoothing);
+        Ok((accumulate(done, self.model(), acc), tokens as u64))
     }
 
     /// A batch whose loss is not finite: skipped and counted with `skip_nonfinite` (an error

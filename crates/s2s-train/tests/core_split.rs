@@ -2,6 +2,8 @@
 //! batch whole up to rounding, and the same run, bit for bit, whatever the number of threads
 //! (the parts run at once on two threads, one after another on one).
 
+mod common;
+
 use std::path::Path;
 
 use s2s_data::{Level, TokenizerConfig};
@@ -57,10 +59,7 @@ fn run(cfg: &RunConfig, threads: usize, dir: &Path) -> (Vec<(f64, f64)>, Vec<u8>
             (r[loss].parse().expect("loss"), r[ppl].parse().expect("ppl"))
         })
         .collect();
-    let last = s2s_train::checkpoint::Checkpoints::new(dir).pointed("last").expect("pointer").expect("last");
-    let w = std::fs::read(last.join("model.bpk")).expect("weights");
-    let header = u32::from_le_bytes(w[6..10].try_into().expect("burnpack header")) as usize;
-    (rows, w[10 + header..].to_vec())
+    (rows, common::last_weights(dir))
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! thread per device, gradients moved back — is the same as on two GPUs) and, where a Vulkan
 //! adapter exists, with the second replica on wgpu.
 
+mod common;
+
 use std::path::Path;
 
 use burn::tensor::Device;
@@ -58,10 +60,7 @@ fn run(cfg: &RunConfig, devices: &[Device], dir: &Path) -> (Vec<Vec<String>>, Ve
                 .collect()
         })
         .collect();
-    let last = s2s_train::checkpoint::Checkpoints::new(dir).pointed("last").expect("pointer").expect("last");
-    let w = std::fs::read(last.join("model.bpk")).expect("weights");
-    let header = u32::from_le_bytes(w[6..10].try_into().expect("burnpack header")) as usize;
-    (rows, w[10 + header..].to_vec())
+    (rows, common::last_weights(dir))
 }
 
 #[test]
