@@ -155,14 +155,15 @@ where
 
 /// The CPU's decoding split: a batch's parts decoded side by side, each on its share of the
 /// cores, made once from the pool of the first call (its threads stay, and so do the weights
-/// each packs for decoding). Off (one part) unless `S2S_DECODE_PARTS` asks for more: with two
-/// parts a beam-5 `s2s translate` crashed once (a segmentation fault not reproduced in four
-/// reruns), so it stays off until that race is found.
+/// each packs for decoding). Two parts unless `S2S_DECODE_PARTS` says otherwise (`1`: whole
+/// batches); with fewer threads than parts, whole batches, since a sentence's output does not
+/// depend on its batch and parts run one after another would only be slower.
 pub fn decode_split() -> &'static CoreSplit {
     static SPLIT: std::sync::OnceLock<CoreSplit> = std::sync::OnceLock::new();
     SPLIT.get_or_init(|| {
-        let parts = std::env::var("S2S_DECODE_PARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-        CoreSplit::new(parts)
+        let parts = std::env::var("S2S_DECODE_PARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+        let split = CoreSplit::new(parts);
+        if split.parallel() { split } else { CoreSplit::new(1) }
     })
 }
 

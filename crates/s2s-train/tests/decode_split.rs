@@ -1,5 +1,6 @@
-//! On the CPU `translate` can cut each batch by sentence and decode the parts side by side
-//! (`s2s_train::evaluate::decode_split`, `S2S_DECODE_PARTS=2`): the same hypotheses as each sentence decoded alone.
+//! On the CPU `translate` cuts each batch by sentence and decodes the parts side by side
+//! (`s2s_train::evaluate::decode_split`, two parts by default): the same hypotheses as each
+//! sentence decoded alone.
 //! A test binary of its own, so that the split is made from the two-thread pool below and
 //! its parts really run at once.
 
@@ -11,11 +12,10 @@ use s2s_train::evaluate::{Search, decode_split, translate};
 
 #[test]
 fn batches_decoded_side_by_side_give_each_sentence_its_own_translation() {
-    // SAFETY: the only test of this binary, before any thread reads the environment.
-    unsafe { std::env::set_var("S2S_DECODE_PARTS", "2") };
+    assert!(std::env::var_os("S2S_DECODE_PARTS").is_none(), "the default split is tested");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
     pool.install(|| {
-        assert!(decode_split().parallel(), "two threads: the parts run at once");
+        assert!(decode_split().parallel(), "two threads: by default the parts run at once");
         let d = Device::flex();
         let sources: Vec<Vec<u32>> =
             (0..9u32).map(|i| (0..3 + i % 5).map(|j| 4 + (i * 7 + j * 3) % 40).collect()).collect();

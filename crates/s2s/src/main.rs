@@ -97,7 +97,14 @@ fn main() -> ExitCode {
     // so a parallel loop shares its work with the thread that reaches it instead of handing it
     // to the pool and sleeping until it is done: greedy decoding +12–16 % on the reference
     // shapes (docs/decisions.md). The stack is the main thread's usual 8 MiB.
-    let pool = rayon::ThreadPoolBuilder::new().stack_size(8 << 20).build();
+    //
+    // The pool is never dropped: dropping it lets its threads exit while `main` returns, and
+    // a thread that exits while the exit handlers run frees its thread-local data beside
+    // libEGL's own teardown (the GPU probe loads it). With both at once glibc aborted with
+    // "double free or corruption", or crashed, in about one `s2s translate` in 300–800
+    // (cores: the pool's worker in `__nptl_deallocate_tsd`, `main` in
+    // `__glDispatchDestroyTable`). Kept, its threads sleep until the process ends.
+    let pool = rayon::ThreadPoolBuilder::new().stack_size(8 << 20).build().map(|p| &*Box::leak(Box::new(p)));
     let result = match pool {
         Ok(pool) => pool.install(|| run(cli.command)),
         Err(_) => run(cli.command),
