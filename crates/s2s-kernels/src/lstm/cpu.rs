@@ -1170,8 +1170,6 @@ pub fn lstm_layer(
     dense: usize,
     reverse: bool,
 ) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
-    let [batch, time, _] = xw.dims();
-    let hidden = h0.dims()[1];
     let out = Tensor::<3>::from_dispatch(<Dispatch as LstmGates>::lstm_layer(
         xw.into_dispatch(),
         w_hidden.into_dispatch(),
@@ -1181,12 +1179,7 @@ pub fn lstm_layer(
         dense,
         reverse,
     ));
-    // `h_T` and `c_T` through one narrow of both, then narrowed apart: the gradient of a
-    // narrow is a zeroed tensor the size of what it narrows (burn's slice backward), and the
-    // gradients reaching `out` are added, so each narrow of `out` costs two passes over it.
-    let last = out.clone().narrow(1, time, 2);
-    let state = |i: usize| last.clone().narrow(1, i, 1).reshape([batch, hidden]);
-    (out.narrow(1, 0, time), state(0), state(1))
+    super::outputs_and_state(out)
 }
 
 /// The f32 data of `gates` and `c` and `[batch, hidden]`, checked.

@@ -558,8 +558,6 @@ pub fn lstm_layer(
     keep: Tensor<2>,
     reverse: bool,
 ) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
-    let [batch, time, _] = xw.dims();
-    let hidden = h0.dims()[1];
     let out = Tensor::<3>::from_dispatch(<Dispatch as GpuLstmGates>::gpu_lstm_layer(
         xw.into_dispatch(),
         w_hidden.into_dispatch(),
@@ -568,10 +566,7 @@ pub fn lstm_layer(
         keep.into_dispatch(),
         reverse,
     ));
-    // One narrow for both final states (see `lstm::cpu::lstm_layer`).
-    let last = out.clone().narrow(1, time, 2);
-    let state = |i: usize| last.clone().narrow(1, i, 1).reshape([batch, hidden]);
-    (out.narrow(1, 0, time), state(0), state(1))
+    super::outputs_and_state(out)
 }
 
 #[cfg(test)]

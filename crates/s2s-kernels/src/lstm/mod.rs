@@ -8,3 +8,19 @@ pub mod cpu;
 #[cfg(not(feature = "gpu-tuned"))]
 pub(crate) mod gpu;
 pub(crate) mod lockstep;
+
+use burn::tensor::Tensor;
+
+/// A layer kernel's output `[batch, time + 2, hidden]` (`h_t` for every step, then `h_T` and
+/// `c_T`) cut into the outputs `[batch, time, hidden]` and the final `(h, c)`.
+///
+/// `h_T` and `c_T` come through one narrow of both, then narrowed apart: the gradient of a
+/// narrow is a zeroed tensor the size of what it narrows (burn's slice backward), and the
+/// gradients reaching `out` are added, so each narrow of `out` costs two passes over it.
+pub(crate) fn outputs_and_state(out: Tensor<3>) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
+    let [batch, rows, hidden] = out.dims();
+    let time = rows - 2;
+    let last = out.clone().narrow(1, time, 2);
+    let state = |i: usize| last.clone().narrow(1, i, 1).reshape([batch, hidden]);
+    (out.narrow(1, 0, time), state(0), state(1))
+}
