@@ -20,8 +20,7 @@
 //!
 //! Measured on the Zen 3 EPYC VM (2 vCPUs, AVX2; 2026-11-27, `s2s bench --device cpu
 //! --core-split 1|2`, alternated): training the Transformer 1.22–1.30× and the LSTM
-//! 1.05–1.14× faster cut in two; `scripts/bench-vs-torch.sh` then put every model at
-//! 1.23–2.02× PyTorch's training speed (docs/benchmarks.md).
+//! 1.05–1.14× faster cut in two. The ratios to PyTorch: docs/benchmarks.md.
 
 use std::ops::Range;
 

@@ -111,30 +111,14 @@ where
     let examples: Vec<Example> =
         sources.iter().map(|s| Example { src: s.clone(), tgt: Vec::new() }).collect();
     let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); sources.len()];
-    let capturable = !s2s_kernels::ops::is_cpu(device)
+    let cpu = s2s_kernels::ops::is_cpu(device);
+    let capturable = !cpu
         && match search {
             Search::Greedy { attention, .. } => !attention,
             Search::Beam(cfg) => !cfg.attention,
             Search::Sample(_) => false,
         };
-    let batches: Vec<Vec<usize>> = Batcher::new(&examples, batch).ordered();
-    if s2s_kernels::ops::is_cpu(device) {
-        // Each batch cut by sentence, the parts side by side on their shares of the cores
-        // (`crate::core_split`): a sentence's hypotheses do not depend on the others in its
-        // batch (tested: batch-size invariance).
-        let split = decode_split();
-        for idx in batches {
-            let parts = row_ranges(idx.len(), split.parts());
-            let hyps = split.run_first(parts.len(), |i| {
-                decode_eager(model, &examples, &idx[parts[i].clone()], search, device)
-            });
-            for (h, &i) in hyps.into_iter().flatten().zip(&idx) {
-                out[i] = h;
-            }
-        }
-        return out;
-    }
-    for idx in batches {
+    for idx in Batcher::new(&examples, batch).ordered() {
         let hyps: Vec<Vec<Hypothesis>> = match (captured.as_mut().filter(|_| capturable), search) {
             (Some(c), Search::Greedy { limit, .. }) => {
                 let b = Batch::collate(&examples, &idx);
@@ -143,6 +127,20 @@ where
             (Some(c), Search::Beam(cfg)) => {
                 let b = Batch::collate(&examples, &idx);
                 c.beam(&b.src, &b.src_lens, b.src_len, cfg)
+            }
+            // On the CPU the batch is cut by sentence, the parts side by side on their shares
+            // of the cores (`crate::core_split`): a sentence's hypotheses do not depend on the
+            // others in its batch (tested: batch-size invariance).
+            _ if cpu => {
+                let split = decode_split();
+                let parts = row_ranges(idx.len(), split.parts());
+                split
+                    .run_first(parts.len(), |i| {
+                        decode_eager(model, &examples, &idx[parts[i].clone()], search, device)
+                    })
+                    .into_iter()
+                    .flatten()
+                    .collect()
             }
             _ => decode_eager(model, &examples, &idx, search, device),
         };
