@@ -4,7 +4,8 @@
 #   scripts/experiment-doc.sh --from RUNS_DIR --doc LABEL
 # The first form runs `s2s experiment run FILE` (with the options given, e.g. `--device cpu`),
 # records the date, the commit, the minutes it took and this command in RUNS_DIR/measured, then
-# writes the table; `--from` writes the table of a run the first form made, running nothing.
+# writes the table (an interrupted run writes none: the same command resumes it, and its minutes
+# add up over the sittings); `--from` writes the table of a run the first form made, running nothing.
 # One row per run (results.json and each run's metrics.csv): parameters, steps trained (and
 # the epoch, from 1, they ended in), training minutes, test BLEU with its 95 % interval, p
 # against the experiment's baseline (paired bootstrap), chrF, test perplexity, and BLEU by
@@ -25,9 +26,33 @@ if [ -z "$from" ]; then
   from=runs/$name
   for ((i = 1; i <= $#; i++)); do [ "${!i}" = --out ] && { j=$((i + 1)); from=${!j}; }; done
   commit=$(measured_commit)
+  # A run interrupted (SIGINT/SIGTERM: each model checkpoints and stops) is resumed by the same
+  # command; the seconds of its earlier sittings, and the commit of the first, are kept in
+  # $from/seconds-so-far (the table then names both commits, FIRST..LAST, where they differ).
+  before=0; first=$commit
+  [ -f "$from/seconds-so-far" ] && read -r before first < "$from/seconds-so-far"
+  [ "$first" = "$commit" ] || commit=$first..$commit
   start=$SECONDS
   "$bin" experiment run "$file" "$@"
-  echo "$(date -u +%F) $commit $(((SECONDS - start + 30) / 60)) $args" > "$from/measured"
+  seconds=$((before + SECONDS - start))
+  if ! python3 - "$from" <<'EOF'
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+def done(d):
+    try:
+        return (d / "test/scores.json").exists() and json.loads((d / "run.json").read_text())["status"] == "finished"
+    except (OSError, ValueError, KeyError):
+        return False
+sys.exit(0 if all(done(root / e["dir"]) for e in json.loads((root / "experiment.json").read_text())["entries"]) else 1)
+EOF
+  then
+    echo "$seconds ${commit%%..*}" > "$from/seconds-so-far"
+    echo "experiment-doc.sh: not every run finished ($((seconds / 60)) min so far): rerun the same command to resume; no table written" >&2
+    exit 1
+  fi
+  rm -f "$from/seconds-so-far"
+  echo "$(date -u +%F) $commit $(((seconds + 30) / 60)) $args" > "$from/measured"
 fi
 [ -f "$from/measured" ] || {
   echo "experiment-doc.sh: $from/measured is missing: the table needs the date and commit of a run made by this script" >&2
