@@ -24,7 +24,12 @@ if [ -z "$from" ]; then
   [ -x "$bin" ] || { cargo build --release -p s2s; bin=target/release/s2s; }
   name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$file" | head -1)
   from=runs/$name
-  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --out ] && { j=$((i + 1)); from=${!j}; }; done
+  only=
+  for ((i = 1; i <= $#; i++)); do
+    j=$((i + 1))
+    [ "${!i}" = --out ] && from=${!j}
+    [ "${!i}" = --only ] && only=${!j}
+  done
   commit=$(measured_commit)
   # A run interrupted (SIGINT/SIGTERM: each model checkpoints and stops) is resumed by the same
   # command; the seconds of its earlier sittings, and the commit of the first, are kept in
@@ -35,16 +40,17 @@ if [ -z "$from" ]; then
   start=$SECONDS
   "$bin" experiment run "$file" "$@"
   seconds=$((before + SECONDS - start))
-  if ! python3 - "$from" <<'EOF'
+  if ! python3 - "$from" "$only" <<'EOF'
 import json, sys
 from pathlib import Path
-root = Path(sys.argv[1])
+root, only = Path(sys.argv[1]), sys.argv[2]
 def done(d):
     try:
         return (d / "test/scores.json").exists() and json.loads((d / "run.json").read_text())["status"] == "finished"
     except (OSError, ValueError, KeyError):
         return False
-sys.exit(0 if all(done(root / e["dir"]) for e in json.loads((root / "experiment.json").read_text())["entries"]) else 1)
+entries = json.loads((root / "experiment.json").read_text())["entries"]
+sys.exit(0 if all(done(root / e["dir"]) for e in entries if not only or only in (e["model"], e["name"])) else 1)
 EOF
   then
     echo "$seconds ${commit%%..*}" > "$from/seconds-so-far"
