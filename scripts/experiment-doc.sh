@@ -40,6 +40,8 @@ if [ -z "$from" ]; then
   start=$SECONDS
   "$bin" experiment run "$file" "$@"
   seconds=$((before + SECONDS - start))
+  # Every run asked for finished: the test of `s2s_train::experiment::finished` (results.json
+  # also lists runs that stopped part-way, with no test scores).
   if ! python3 - "$from" "$only" <<'EOF'
 import json, sys
 from pathlib import Path
