@@ -20,14 +20,13 @@
 //!   0's `xe + x W_feed` are one call): each thread adds the base to the columns it has just
 //!   computed, so the result has the bits of the composed sum (tested) without a tensor or
 //!   pass of its own.
-//! - **Training** (autodiff), up to 256 rows: the columns of `W` cut into one block per
-//!   thread, each block one single-threaded `gemm` call (~85 GFLOP/s on that shape; PyTorch
-//!   117 with 2 threads); backward `∂x = ∂y Wᵀ` the same way, from one row-major `Wᵀ` that
-//!   every step's backward by that `W` shares ([`transposed`]), `∂W = xᵀ ∂y` through burn,
-//!   whose threading suits its `d_in` rows — or, for a weight wrapped by
-//!   [`crate::gemm::deferred_grad::defer_grad`], once for all steps. Weights change with every
-//!   optimiser step, so nothing is kept packed (training never uses the cache), and
-//!   [`add_matmul`] composes the sum.
+//! - **Training** (autodiff), up to 256 rows: `W` packed for [`PackedB`] once a teacher-forced
+//!   pass, by the first step's product, and read by every other step's product by it; `Wᵀ`
+//!   likewise for the backward `∂x = ∂y Wᵀ` ([`shared`]); the columns cut over the threads as
+//!   above. `∂W = xᵀ ∂y` goes through burn, whose threading suits its `d_in` rows — or, for a
+//!   weight wrapped by [`crate::gemm::deferred_grad::defer_grad`], once for all steps. Weights
+//!   change with every optimiser step, so the packs live only as long as the pass's backward
+//!   steps (training never uses the decoding cache), and [`add_matmul`] composes the sum.
 //!
 //! Larger products (while training, and for tensors computed afresh, [`matmul_fresh`]) go to
 //! `gemm` with its own threads ([`matmul_2d`]: burn's product, without its output copy; see
@@ -139,30 +138,32 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
             // `∂W` waits when `W` is deferred ([`crate::gemm::deferred_grad`]).
             [false, true],
             |[x, w], keep| {
-                if !keep {
-                    // Weights change with every optimiser step: never kept packed while training.
-                    return (Flex::small_matmul(x, w, false), None);
+                let [m, k] = x.layout().shape().dims::<2>();
+                if !keep || m > SPLIT_MAX_ROWS {
+                    // Larger products take `gemm`'s threads (weights change with every
+                    // optimiser step: never kept packed across steps while training).
+                    let out = Flex::small_matmul(x.clone(), w.clone(), false);
+                    return (out, keep.then_some((x, w, None)));
                 }
-                let out = Flex::small_matmul(x.clone(), w.clone(), false);
-                // `x`, `W`, and `Wᵀ` shared with the other steps' products by the same `W`
-                // (larger products take `gemm`'s threads and never read it).
-                let rows = x.layout().shape().dims::<2>()[0];
-                let w_t = if rows > SPLIT_MAX_ROWS { Transposed::default() } else { transposed(&w) };
-                (out, Some((x, w, w_t)))
+                // `W` packed once for every step's product by it in this pass ([`shared`]).
+                let packs = shared(&w);
+                let out = packs.w.get_or_init(|| pack(&w)).product(&f32s(&x), m, k, None);
+                let n = w.layout().shape().dims::<2>()[1];
+                (FlexTensor::from_data(TensorData::new(out, [m, n])), Some((x, w, Some(packs))))
             },
-            |(x, w, w_t), dy, [x_needed, _]| {
+            |(x, w, packs), dy, [x_needed, _]| {
                 let dx = x_needed.then(|| {
                     let [m, n] = dy.layout().shape().dims::<2>();
                     let k = w.layout().shape().dims::<2>()[0];
-                    if m > SPLIT_MAX_ROWS {
-                        return matmul_2d(&dy, &Flex::float_transpose(w));
+                    let w_t = Flex::float_transpose(w);
+                    match packs {
+                        None => matmul_2d(&dy, &w_t),
+                        // `Wᵀ` packed by the first step's backward to need it.
+                        Some(p) => FlexTensor::from_data(TensorData::new(
+                            p.w_t.get_or_init(|| pack(&w_t)).product(&f32s(&dy), m, n, None),
+                            [m, k],
+                        )),
                     }
-                    // `Wᵀ` `[n, k]`, row-major, made by the first step's backward to need it.
-                    let w_t = w_t.get_or_init(|| f32s(&Flex::float_transpose(w)).into_owned());
-                    FlexTensor::from_data(TensorData::new(
-                        split_columns(&f32s(&dy), m, n, w_t, k, k, 1),
-                        [m, k],
-                    ))
                 });
                 [dx.map(Part::Whole), Some(Part::Product(x, dy))]
             },
@@ -170,31 +171,58 @@ impl<C: CheckpointStrategy> SmallMatmul for Autodiff<Flex, C> {
     }
 }
 
-/// `Wᵀ` as a row-major copy, made once by the first backward step that needs it.
-type Transposed = Arc<OnceLock<Vec<f32>>>;
+/// `W` and `Wᵀ` packed for [`PackedB`], each made by the first product (forward) or backward
+/// step (`∂x = ∂y Wᵀ`) to need it and read by every other step by the same `W` in the pass.
+#[derive(Debug, Default)]
+struct Packs {
+    w: OnceLock<PackedB>,
+    w_t: OnceLock<PackedB>,
+}
 
-/// The [`Transposed`] of every weight whose products' backward steps are still to run, by its
+/// The [`Packs`] of every weight whose products' backward steps are still to run, by its
 /// storage's address and layout. An entry lives only as long as some backward step holds its
-/// `Wᵀ`; such a step also holds `W`, so `W`'s storage can neither be freed (and its address
+/// packs; such a step also holds `W`, so `W`'s storage can neither be freed (and its address
 /// reused) nor written in place (burn writes in place only storage it holds alone) while the
 /// entry lives: a live entry always describes the same values.
-static TRANSPOSED: Mutex<Vec<(usize, Layout, Weak<OnceLock<Vec<f32>>>)>> = Mutex::new(Vec::new());
+static SHARED: Mutex<Vec<(usize, Layout, Weak<Packs>)>> = Mutex::new(Vec::new());
 
-/// The `Wᵀ` shared by every product by `w` in one teacher-forced pass. A decoder multiplies
-/// each step's state by the same weights (`[64, 512] × [512, 2048]` per LSTM layer); the
-/// backward `∂x = ∂y Wᵀ` of each step had `gemm` gather `W` column by column (its operand
-/// packing, ~11 % of Luong's training step) at every step. Made once and read contiguously,
-/// `gemm` computes the same sums in the same order: the results are the same to the bit.
-fn transposed(w: &FlexTensor) -> Transposed {
+/// The [`Packs`] shared by every product by `w` in one teacher-forced pass. A decoder
+/// multiplies each step's state by the same weights (`[32, 512] × [512, 2048]` per LSTM layer
+/// and core-split part); `gemm` re-packed all of `W` on every call, forward and backward, and
+/// ran those products at 27–38 GFLOP/s on one core of the Zen 3 VM, against 79–86 for the same
+/// products on a `W` packed ahead (39 % of Luong's training products' time went to them).
+/// Packing once a pass keeps the cost of a `W` changed by every optimiser step to one packing
+/// per pass, which the steps share.
+fn shared(w: &FlexTensor) -> Arc<Packs> {
     let key = Arc::as_ptr(&w.data_arc()) as usize;
-    let mut all = TRANSPOSED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut all = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(t) = all.iter().find(|(k, l, _)| *k == key && l == w.layout()).and_then(|e| e.2.upgrade()) {
         return t;
     }
     all.retain(|e| e.2.strong_count() > 0);
-    let t = Transposed::default();
+    let t = Arc::new(Packs::default());
     all.push((key, w.layout().clone(), Arc::downgrade(&t)));
     t
+}
+
+/// A 2-D f32 flex tensor packed for [`PackedB`], read through its strides: rows copied whole
+/// when contiguous, else gathered column by column (a transposed weight: contiguous reads).
+fn pack(t: &FlexTensor) -> PackedB {
+    let [k, n] = t.layout().shape().dims::<2>();
+    let (data, rs, cs) = strided(t);
+    PackedB::from_row_blocks(k, n, |rows, block| {
+        if cs == 1 {
+            for (i, r) in rows.enumerate() {
+                block[i * n..(i + 1) * n].copy_from_slice(&data[r * rs..r * rs + n]);
+            }
+        } else {
+            for c in 0..n {
+                for (i, r) in rows.clone().enumerate() {
+                    block[i * n + c] = data[r * rs + c * cs];
+                }
+            }
+        }
+    })
 }
 
 /// `A B` for row-major `A` (`[m, k]`) and `B` (`[k, n]`, element `(r, c)` at
@@ -258,8 +286,7 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
         return p;
     }
     let [k, n] = w.layout().shape().dims::<2>();
-    let (data, rs, cs) = strided(w);
-    let p = Arc::new(PackedB::from_fn(k, n, |r, c| data[r * rs + c * cs]));
+    let p = Arc::new(pack(w));
     cache.1 += 4 * k * n;
     cache.0.push((w.clone(), p.clone()));
     while cache.1 > PACKED_BYTES && cache.0.len() > 1 {
@@ -467,32 +494,39 @@ mod tests {
         }
     }
 
-    /// Steps that multiply by one weight share its `Wᵀ` ([`transposed`]) in the backward pass,
-    /// and nothing else does: two products by `W` and one by `Wᵀ`, a view of the same storage
-    /// read the other way, give burn's `∂x` each; so does a second pass after `W`'s storage
-    /// was written in place (flex writes in place storage held alone), which must not read the
-    /// first pass's `Wᵀ`.
+    /// Steps that multiply by one weight share its packed `W` and `Wᵀ` ([`shared`]), and
+    /// nothing else does: two products by `W`, one by `Wᵀ` and one by the lower half of `W`'s
+    /// rows, views of the same storage read other ways, give burn's product and `∂x` each; so
+    /// does a second pass after `W`'s storage was written in place (flex writes in place
+    /// storage held alone), which must not read the first pass's packs.
     #[test]
-    fn steps_share_the_transpose_of_their_weight_and_never_a_stale_one() {
+    fn steps_share_their_packed_weight_and_never_a_stale_one() {
         let ad = Device::flex().autodiff();
         ad.seed(5);
         let (m, k) = (16, 48);
         let mut w = Tensor::<2>::random([k, k], Distribution::Normal(0.0, 1.0), &ad).inner();
         for pass in 0..3 {
-            let xs: Vec<_> =
-                (0..3).map(|_| Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &ad)).collect();
+            let xs: Vec<_> = [k, k, k, k / 2]
+                .iter()
+                .map(|&cols| Tensor::<2>::random([m, cols], Distribution::Normal(0.0, 1.0), &ad))
+                .collect();
             let run = |fast: bool| {
                 let w = Tensor::from_inner(w.clone()).require_grad();
                 let xs: Vec<_> = xs.iter().map(|x| x.clone().require_grad()).collect();
                 let mul = |x: Tensor<2>, w: Tensor<2>| if fast { matmul(x, w) } else { x.matmul(w) };
-                let y = mul(xs[0].clone(), w.clone())
-                    + mul(xs[1].clone(), w.clone()) * 2.0
-                    + mul(xs[2].clone(), w.clone().transpose()).sin();
-                let grads = y.sum().backward();
-                xs.iter().map(|x| x.grad(&grads).expect("∂x")).collect::<Vec<_>>()
+                let ys = [
+                    mul(xs[0].clone(), w.clone()),
+                    mul(xs[1].clone(), w.clone()) * 2.0,
+                    mul(xs[2].clone(), w.clone().transpose()).sin(),
+                    mul(xs[3].clone(), w.clone().narrow(0, k / 2, k / 2)).cos(),
+                ];
+                let grads = ys.iter().cloned().reduce(|a, b| a + b).expect("products").sum().backward();
+                let dxs = xs.iter().map(|x| x.grad(&grads).expect("∂x"));
+                ys.iter().map(|y| y.clone().inner()).zip(dxs).collect::<Vec<_>>()
             };
-            for (i, (fast, burn)) in run(true).into_iter().zip(run(false)).enumerate() {
-                assert!(max_diff(fast, burn) < 1e-4, "pass {pass}, product {i}: ∂x");
+            for (i, ((y, dx), (y_burn, dx_burn))) in run(true).into_iter().zip(run(false)).enumerate() {
+                assert!(max_diff(y, y_burn) < 1e-4, "pass {pass}, product {i}: y");
+                assert!(max_diff(dx, dx_burn) < 1e-4, "pass {pass}, product {i}: ∂x");
             }
             w = w.mul_scalar(-0.5).add_scalar(0.25);
         }
