@@ -58,8 +58,9 @@ impl std::str::FromStr for Capture {
 pub struct Budget {
     /// Optimizer steps.
     pub steps: Option<u64>,
-    /// Passes over the training data, counted as steps: `epochs ×` the first epoch's batches
-    /// (epochs of token-filled batches differ by a few; docs/decisions.md, "Data").
+    /// Whole passes over the training data: training stops at the end of the last one, each
+    /// pass counted with its own batches (token-filled epochs differ by a few;
+    /// docs/decisions.md, "Data").
     pub epochs: Option<u64>,
     /// Wall-clock minutes of training (validation included).
     pub minutes: Option<f64>,

@@ -332,10 +332,25 @@ enum Ending {
     Interrupted,
 }
 
-/// The step budget: `budget.steps`, or `budget.epochs` of `epoch_len` steps, whichever ends first.
-fn max_steps(spec: &TrainSpec, epoch_len: u64) -> u64 {
+/// The step budget: `budget.steps`, or the steps of `budget.epochs` whole passes over the
+/// training data, whichever ends first. Epochs of token-filled batches from shuffled pools
+/// differ by a few batches, so each pass is counted with its own length, `epoch_len(e)`
+/// batches (a planning pass over the lengths), `per_step` batches to a step; passes past the
+/// step budget are not planned. As with fairseq's `--max-epoch`, training stops at the end of
+/// the last pass (with `per_step > 1`, its last step takes what it lacks from the next pass,
+/// as every step does at an epoch's end). Known before the first step: the progress bar and
+/// the captured steps' last loss read need it.
+fn max_steps(spec: &TrainSpec, per_step: u64, mut epoch_len: impl FnMut(u64) -> u64) -> u64 {
     let steps = spec.budget.steps.unwrap_or(u64::MAX);
-    steps.min(spec.budget.epochs.map(|e| e * epoch_len).unwrap_or(u64::MAX))
+    let Some(epochs) = spec.budget.epochs else { return steps };
+    let mut batches = 0u64;
+    for e in 0..epochs {
+        batches += epoch_len(e);
+        if batches.div_ceil(per_step) >= steps {
+            return steps;
+        }
+    }
+    batches.div_ceil(per_step)
 }
 
 /// A run in progress: the model and optimizer, the trainer's state, and where it writes.
@@ -416,7 +431,7 @@ impl<'j, 'a> Run<'j, 'a> {
     fn steps(&mut self, mut captured: Option<&mut CapturedSteps>) -> Result<Ending, TrainError> {
         let spec = self.job.spec;
         let batcher = StreamBatcher::new(&self.job.data.train, spec.batch);
-        let max_steps = max_steps(spec, batcher.epoch_len(spec.seed, 0).div_ceil(self.per_step()) as u64);
+        let max_steps = max_steps(spec, self.per_step() as u64, |e| batcher.epoch_len(spec.seed, e) as u64);
         self.bar = progress_bar(self.job.progress, max_steps, self.st.step);
         let (started, wall0) = (Instant::now(), self.st.wall);
         let wall = || wall0 + started.elapsed().as_secs_f64();
@@ -736,6 +751,35 @@ fn save(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::Budget;
+
+    /// An epoch budget counts each pass's own batches, `per_step` to a step, and stops at the
+    /// step budget without planning the passes past it.
+    #[test]
+    fn an_epoch_budget_ends_with_the_last_pass() {
+        let spec = |steps, epochs| TrainSpec {
+            budget: Budget { steps, epochs, minutes: None },
+            ..Default::default()
+        };
+        let lens = [10u64, 9, 11, 8];
+        let len = |e: u64| lens[e as usize];
+        assert_eq!(max_steps(&spec(None, Some(3)), 1, len), 30);
+        assert_eq!(max_steps(&spec(None, Some(2)), 1, len), 19);
+        assert_eq!(max_steps(&spec(None, Some(2)), 2, len), 10);
+        assert_eq!(max_steps(&spec(Some(25), Some(3)), 1, len), 25);
+        assert_eq!(max_steps(&spec(Some(40), Some(3)), 1, len), 30);
+        assert_eq!(max_steps(&spec(Some(7), None), 1, len), 7);
+        let mut planned = vec![];
+        assert_eq!(
+            max_steps(&spec(Some(12), Some(4)), 1, |e| {
+                planned.push(e);
+                len(e)
+            }),
+            12
+        );
+        assert_eq!(planned, [0, 1], "passes past the step budget are not planned");
+    }
     /// A device's report (the shape cubecl's takes on lavapipe) is reduced to its innermost
     /// cause; a report without causes to its first line.
     #[test]
