@@ -6,27 +6,14 @@ mod common;
 
 use std::path::Path;
 
-use s2s_data::{Level, TokenizerConfig};
-use s2s_models::{ModelSpec, TransformerSpec};
 use s2s_train::pipeline::run_and_test;
-use s2s_train::run::{DataSpec, RunConfig};
+use s2s_train::run::RunConfig;
 use s2s_train::{Budget, TrainSpec};
 
 fn config(core_split: u32, dropout: f64) -> RunConfig {
-    RunConfig {
-        data: DataSpec::Builtin { pairs: 400, seed: 3, max_tokens: 12 },
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: false, min_freq: 1 },
-        model: ModelSpec::Transformer(TransformerSpec {
-            d_model: 16,
-            heads: 2,
-            ffn: 32,
-            enc_layers: 1,
-            dec_layers: 1,
-            dropout,
-            attention_dropout: dropout,
-            ..Default::default()
-        }),
-        train: TrainSpec {
+    common::small_run(
+        common::tiny_transformer(dropout),
+        TrainSpec {
             core_split,
             budget: Budget { steps: Some(6), epochs: None, minutes: None },
             valid_every: 3,
@@ -34,7 +21,7 @@ fn config(core_split: u32, dropout: f64) -> RunConfig {
             batch: s2s_data::BatchConfig { max_tokens: 120, ..Default::default() },
             ..Default::default()
         },
-    }
+    )
 }
 
 /// Each metrics row's training loss and validation perplexity, and the last checkpoint's

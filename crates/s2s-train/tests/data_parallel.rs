@@ -9,24 +9,21 @@ mod common;
 use std::path::Path;
 
 use burn::tensor::Device;
-use s2s_data::{Level, TokenizerConfig};
 use s2s_models::{AttentionRnnSpec, ModelSpec};
 use s2s_train::pipeline::run_and_test;
-use s2s_train::run::{DataSpec, RunConfig};
+use s2s_train::run::RunConfig;
 use s2s_train::{Budget, TrainSpec};
 
 fn config(devices: u32, accumulate: u32) -> RunConfig {
-    RunConfig {
-        data: DataSpec::Builtin { pairs: 400, seed: 3, max_tokens: 12 },
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: false, min_freq: 1 },
-        model: ModelSpec::Bahdanau(AttentionRnnSpec {
+    common::small_run(
+        ModelSpec::Bahdanau(AttentionRnnSpec {
             emb: 16,
             hidden: 16,
             attention_dim: 16,
             dropout: 0.0,
             ..Default::default()
         }),
-        train: TrainSpec {
+        TrainSpec {
             devices,
             accumulate,
             // Each batch whole on the one-device side too (crate::core_split is tested on its own).
@@ -37,7 +34,7 @@ fn config(devices: u32, accumulate: u32) -> RunConfig {
             batch: s2s_data::BatchConfig { max_tokens: 120, ..Default::default() },
             ..Default::default()
         },
-    }
+    )
 }
 
 /// metrics.csv without its wall-clock columns, and the last checkpoint's tensor bytes (the

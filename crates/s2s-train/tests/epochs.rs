@@ -2,26 +2,18 @@
 //! stops at the end of its last pass, each pass counted with its own batches, though
 //! token-filled epochs differ by a few.
 
-use s2s_data::{Level, StreamBatcher, TokenizerConfig};
-use s2s_models::{ModelSpec, TransformerSpec};
+mod common;
+
+use s2s_data::StreamBatcher;
 use s2s_train::pipeline::run_and_test;
-use s2s_train::run::{DataSpec, RunConfig, prepare};
+use s2s_train::run::prepare;
 use s2s_train::{Budget, TrainSpec};
 
 #[test]
 fn an_epoch_budget_stops_at_the_end_of_the_last_pass() {
-    let cfg = RunConfig {
-        data: DataSpec::Builtin { pairs: 300, seed: 3, max_tokens: 12 },
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: false, min_freq: 1 },
-        model: ModelSpec::Transformer(TransformerSpec {
-            d_model: 16,
-            heads: 2,
-            ffn: 32,
-            enc_layers: 1,
-            dec_layers: 1,
-            ..Default::default()
-        }),
-        train: TrainSpec {
+    let cfg = common::small_run(
+        common::tiny_transformer(0.1),
+        TrainSpec {
             budget: Budget { steps: None, epochs: Some(3), minutes: None },
             valid_every: 1000,
             valid_bleu_sentences: 8,
@@ -29,7 +21,7 @@ fn an_epoch_budget_stops_at_the_end_of_the_last_pass() {
             batch: s2s_data::BatchConfig { max_tokens: 150, pool_batches: 4, ..Default::default() },
             ..Default::default()
         },
-    };
+    );
     let dir = std::env::temp_dir().join(format!("s2s-epochs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let search = s2s_train::testset::greedy(cfg.train.max_output);
