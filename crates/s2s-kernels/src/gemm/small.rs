@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use crate::cpu::flex_data::f32s;
 use crate::gemm::deferred_grad::Part;
 use crate::gemm::flex::{gemm_into, matmul_2d, strided};
-use crate::gemm::packed::{PackedB, SendPtr};
+use crate::gemm::packed::{PackedB, SendPtr, transpose};
 use crate::own_backward::WithBackward;
 
 /// While training, products with more rows than this go to [`matmul_2d`] (their weights are
@@ -206,7 +206,8 @@ fn shared(w: &FlexTensor) -> Arc<Packs> {
 }
 
 /// A 2-D f32 flex tensor packed for [`PackedB`], read through its strides: rows copied whole
-/// when contiguous, else gathered column by column (a transposed weight: contiguous reads).
+/// when contiguous, a transposed one (a weight's `Wᵀ`) through [`transpose`]'s tiles, else
+/// gathered element by element.
 fn pack(t: &FlexTensor) -> PackedB {
     let [k, n] = t.layout().shape().dims::<2>();
     let (data, rs, cs) = strided(t);
@@ -215,6 +216,8 @@ fn pack(t: &FlexTensor) -> PackedB {
             for (i, r) in rows.enumerate() {
                 block[i * n..(i + 1) * n].copy_from_slice(&data[r * rs..r * rs + n]);
             }
+        } else if rs == 1 {
+            transpose(&data, cs, rows.start, n, rows.len(), block, n);
         } else {
             for c in 0..n {
                 for (i, r) in rows.clone().enumerate() {

@@ -100,7 +100,7 @@ use crate::cpu::fastmath::{LANES, chunk, chunk_mut, sigmoid, tanh};
 use std::ops::Range;
 
 use crate::cpu::flex_data::{contiguous, f32s};
-use crate::gemm::packed::{PackedB, SendPtr};
+use crate::gemm::packed::{PackedB, SendPtr, transpose};
 use crate::lstm::lockstep::{self, Progress, Slot};
 use crate::own_backward::WithBackward;
 
@@ -294,38 +294,6 @@ fn pack_backward(w: &[f32], h: usize, groups: &[Range<usize>], i: usize) -> Vec<
             })
         })
         .collect()
-}
-
-/// `dst[i·ld_dst + c] = src[c·ld_src + col + i]` for `c < cols`, `i < rows`: columns
-/// `col..col + rows` of `cols` rows of `src`, transposed, through a 16 × 16 tile on the stack,
-/// so that every read and every write is a run of 16 floats. (Element by element, the
-/// writes of one source row landed 1 KiB apart in `dst`, lines that share four L1 sets:
-/// transposing `W_h` for the backward pass took 2.3–3.4 million cycles a layer call.)
-fn transpose(
-    src: &[f32],
-    ld_src: usize,
-    col: usize,
-    cols: usize,
-    rows: usize,
-    dst: &mut [f32],
-    ld_dst: usize,
-) {
-    const T: usize = 16;
-    let mut tile = [[0f32; T]; T];
-    for c0 in (0..cols).step_by(T) {
-        let tc = T.min(cols - c0);
-        for i0 in (0..rows).step_by(T) {
-            let ti = T.min(rows - i0);
-            for c in 0..tc {
-                for (i, &x) in src[(c0 + c) * ld_src + col + i0..][..ti].iter().enumerate() {
-                    tile[i][c] = x;
-                }
-            }
-            for (i, t) in tile[..ti].iter().enumerate() {
-                dst[(i0 + i) * ld_dst + c0..][..tc].copy_from_slice(&t[..tc]);
-            }
-        }
-    }
 }
 
 /// Copies a group's `[rows, |U|]` block into columns `U` of a `[rows, hidden]` matrix (what
