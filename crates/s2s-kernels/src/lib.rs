@@ -12,13 +12,18 @@
 //! `layer_norm`, `dropout`, `loss`, `optimizer`, `tanh`; and what they share: matrix products
 //! (`gemm`), the CPU's vector math (`cpu`) and GPU launches, captured steps and timing (`gpu`).
 //! Only what other crates call is public: [`ops`], [`mode`] and [`reference`]; [`capture`], the
-//! few calls a captured GPU step needs beyond its operations; and [`bench`], the entry points
-//! the benchmarks time directly.
+//! few calls a captured GPU step needs beyond its operations; [`Crew`], which the CPU's
+//! split steps run their parts under; and [`bench`], the entry points the benchmarks time
+//! directly.
 //! `docs/kernels.md` says why each exists, what it replaces and how it is tested.
 
 pub mod mode;
 pub mod ops;
 pub mod reference;
+
+/// The threads of a CPU step cut into parts (`s2s_train::core_split`): each runs its part as
+/// a member, and a member whose part has finished helps the others' large products.
+pub use crate::cpu::crew::Crew;
 
 pub(crate) mod attention;
 pub(crate) mod cpu;

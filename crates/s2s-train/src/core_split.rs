@@ -15,6 +15,9 @@
 //! Each part draws its dropout masks from its own seed (`s2s_kernels::ops::reseed` in the
 //! thread that computes it).
 //!
+//! The parts run as one [`s2s_kernels::Crew`]: a VM's vCPUs do not run at equal speed, and
+//! the part that finishes first helps the other's large products instead of waiting idle.
+//!
 //! Decoding on the CPU cuts its batches the same way (`crate::evaluate::decode_split`): a
 //! sentence's translation does not depend on its batch, so there the output is the same.
 //!
@@ -87,7 +90,9 @@ impl CoreSplit {
         if self.pools.is_empty() || n != self.parts {
             return (0..n).map(work).collect();
         }
-        let work = &work;
+        // A part that finishes first helps the others' large products (`Crew`).
+        let crew = &s2s_kernels::Crew::new(n);
+        let work = &|i| crew.part(|| work(i));
         std::thread::scope(|s| {
             let others: Vec<_> = self.pools[1..]
                 .iter()

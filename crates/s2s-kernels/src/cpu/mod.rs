@@ -1,5 +1,6 @@
 //! What the CPU kernels share: vectorised `exp`, `σ`, `tanh` and the instruction set they run
-//! (`fastmath`), and flex tensors' data as slices (`flex_data`).
+//! (`fastmath`), flex tensors' data as slices (`flex_data`), and the threads of a step cut into
+//! parts, which help each other's large products (`crew`).
 //!
 //! Kernel outputs are written once, never zero-filled first (`lstm::cpu`'s `Unzeroed`,
 //! `PackedB::product`, `softmax::cpu`'s `fill`, `gemm::flex::matmul_2d`): allocated with
@@ -7,5 +8,6 @@
 //! unwritten memory, before `set_len`. Each one's tests start from, or check against, outputs
 //! that would show an element left unwritten.
 
+pub mod crew;
 pub mod fastmath;
 pub mod flex_data;

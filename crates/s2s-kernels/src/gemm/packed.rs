@@ -228,11 +228,15 @@ impl PackedB {
             assert!(base.len() == n || base.len() == m * n, "packed_gemm: base is neither [1, n] nor [m, n]");
         }
         let panels = self.panels();
-        let blocks = rayon::current_num_threads().min(panels.div_ceil(4)).max(1);
+        // In a part of a split step, a crew member waiting idle takes a range of its own
+        // (`cpu::crew`); the result has the same bits however the panels are cut (tested).
+        let idle = crate::cpu::crew::idle();
+        let blocks = (rayon::current_num_threads() + idle).min(panels.div_ceil(4)).max(1);
         let per = panels.div_ceil(blocks);
         let out = SendPtr(c);
         let kernel = kernel();
-        (0..panels).step_by(per.max(1)).collect::<Vec<_>>().into_par_iter().for_each(|p0| {
+        let starts: Vec<usize> = (0..panels).step_by(per.max(1)).collect();
+        let block = |p0: usize| {
             let out = &out;
             let p1 = (p0 + per).min(panels);
             // Rows in blocks of `MC`, so a block of `A` stays in L2 while the panels pass.
@@ -245,7 +249,12 @@ impl PackedB {
                     self.run(&a[r0 * lda..], rows, lda, out.0.add(r0 * ldc), ldc, false, base, p0..p1, kernel)
                 };
             }
-        });
+        };
+        if idle > 0 {
+            crate::cpu::crew::offer(starts.len(), &|i| block(starts[i]));
+        } else {
+            starts.into_par_iter().for_each(block);
+        }
     }
 
     fn panels(&self) -> usize {
@@ -498,7 +507,7 @@ pub(crate) fn transpose(
 /// An output's first element, shared by threads that write disjoint elements of it (here in
 /// `matmul_par`, and in `gemm::small`'s column blocks).
 pub(crate) struct SendPtr(pub(crate) *mut f32);
-// SAFETY: every user hands it only to threads that write disjoint elements.
+// SAFETY: every user hands it only to threads that write disjoint elements, or only read.
 unsafe impl Sync for SendPtr {}
 // SAFETY: as above (a worker's own state may hold one).
 unsafe impl Send for SendPtr {}
