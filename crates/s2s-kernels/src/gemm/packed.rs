@@ -228,10 +228,11 @@ impl PackedB {
             assert!(base.len() == n || base.len() == m * n, "packed_gemm: base is neither [1, n] nor [m, n]");
         }
         let panels = self.panels();
-        // In a part of a split step, a crew member waiting idle takes a range of its own
-        // (`cpu::crew`); the result has the same bits however the panels are cut (tested).
-        let idle = crate::cpu::crew::idle();
-        let blocks = (rayon::current_num_threads() + idle).min(panels.div_ceil(4)).max(1);
+        // One range of panels per thread of this pool and, in a part of a split step, one
+        // for each crew member waiting idle (`cpu::crew`); the result has the same bits
+        // however the panels are cut (tested).
+        let threads = rayon::current_num_threads();
+        let blocks = (threads + crate::cpu::crew::idle()).min(panels.div_ceil(4)).max(1);
         let per = panels.div_ceil(blocks);
         let out = SendPtr(c);
         let kernel = kernel();
@@ -250,11 +251,12 @@ impl PackedB {
                 };
             }
         };
-        if idle > 0 {
-            crate::cpu::crew::offer(starts.len(), &|i| block(starts[i]));
-        } else {
-            starts.into_par_iter().for_each(block);
-        }
+        // This pool's ranges at once here, the rest offered to the crew (none outside one).
+        let (own, offered) = starts.split_at(threads.min(starts.len()));
+        crate::cpu::crew::offer(1 + offered.len(), &|i| match i {
+            0 => own.par_iter().for_each(|&p0| block(p0)),
+            i => block(offered[i - 1]),
+        });
     }
 
     fn panels(&self) -> usize {
