@@ -133,29 +133,24 @@ pub(crate) unsafe fn gemm_pieces(
     crate::cpu::crew::offer(len.div_ceil(width), &|i| {
         let (start, (c, a, b)) = (i * width, (&c, &a, &b));
         let part = width.min(len - start);
+        // Columns `start..` of `C` and `B`, or rows `start..` of `C` and `A`.
+        let (dims, c_at, a_at, b_at) = if by_columns {
+            ([m, part, k], start, 0, start * b_cs)
+        } else {
+            ([part, n, k], start * ldc, start * a_rs, 0)
+        };
         // SAFETY: each piece writes its own rows or columns `start..start + part` of `C` and
         // reads within `A` and `B` as the whole product would (the caller's guarantees);
         // `offer` returns only once every piece has run.
         unsafe {
-            if by_columns {
-                gemm_into(
-                    [m, part, k],
-                    c.0.add(start),
-                    ldc,
-                    (a.0, a_rs, a_cs),
-                    (b.0.add(start * b_cs), b_rs, b_cs),
-                    parallelism,
-                )
-            } else {
-                gemm_into(
-                    [part, n, k],
-                    c.0.add(start * ldc),
-                    ldc,
-                    (a.0.add(start * a_rs), a_rs, a_cs),
-                    (b.0, b_rs, b_cs),
-                    parallelism,
-                )
-            }
+            gemm_into(
+                dims,
+                c.0.add(c_at),
+                ldc,
+                (a.0.add(a_at), a_rs, a_cs),
+                (b.0.add(b_at), b_rs, b_cs),
+                parallelism,
+            )
         }
     });
 }
