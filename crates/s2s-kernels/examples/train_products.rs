@@ -1,5 +1,7 @@
 //! One thread, the lstm bench shape's training products (one core-split part: 768 rows):
-//! `gemm` (burn's product, `matmul_2d`) against our packed kernel (packing included).
+//! `gemm` (burn's product, `matmul_2d`) against our packed kernel (packing included); then the
+//! recurrent steps' 32-row products (one part's state by a weight packed once, 24 steps in a row,
+//! as a layer's pass runs them), packed kernel only.
 //!
 //!   cargo run --release -p s2s-kernels --example train_products -- [ROUNDS]
 
@@ -52,6 +54,31 @@ fn main() {
                 flop / p / 1e9,
                 100.0 * (g / p - 1.0)
             );
+        }
+        for (name, m, k, n) in [
+            ("h W_h", 32, 512, 2048),
+            ("[x; h̃] W_x", 32, 768, 2048),
+            ("∂g W_hᵀ", 32, 2048, 512),
+            ("[h; c] W_c", 32, 1024, 512),
+        ] {
+            let (a, _) = tensor(m, k, 1);
+            let (b, _) = tensor(k, n, 2);
+            let packed = PackedB::from_row_blocks(k, n, |rows, block| {
+                block.copy_from_slice(&b[rows.start * n..rows.end * n])
+            });
+            let mut c = vec![0f32; m * n];
+            let steps = 24;
+            let flop = 2.0 * (m * k * n * steps) as f64;
+            let mut best = f64::MAX;
+            for _ in 0..rounds.max(5) {
+                let t = Instant::now();
+                for _ in 0..steps {
+                    packed.matmul(&a, m, k, &mut c, n, false);
+                    std::hint::black_box(&mut c);
+                }
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            println!("{name:12} {m:5}×{k:5}×{n:5}: packed, {steps} steps {:6.1} GFLOP/s", flop / best / 1e9);
         }
     });
 }
