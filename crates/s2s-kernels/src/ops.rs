@@ -497,6 +497,7 @@ pub fn label_smoothed_xent(
 
 pub use crate::optimizer::adam::{FusedAdam, step as adam_step};
 pub use crate::optimizer::clip::{clip_global_norm, global_norm, scale_grads};
+pub use crate::optimizer::in_place::GradientSum;
 /// Beam search's pick: each row's `n` best log-probabilities straight from the logits (CPU), and
 /// the `n` best entries of a row on the host.
 pub use crate::softmax::top_k::{top, top_log_probs};

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::Batch;
 use s2s_kernels::capture::{GraphError, LossSum, Recorder, StepGraph};
-use s2s_kernels::ops::{FusedAdam, clip_global_norm};
+use s2s_kernels::ops::{FusedAdam, GradientSum, clip_global_norm};
 use s2s_models::{Model, Source};
 use serde::Serialize;
 
@@ -177,9 +177,9 @@ fn split_step_ops(
     let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
     let done = split.gradients(&model, device, parts, tokens as f64, epsilon);
     let forward = done[0].seconds[0];
-    let mut acc = GradientsAccumulator::<Model>::new();
+    let mut acc = GradientSum::new();
     let loss_sum = crate::core_split::accumulate(done, &model, &mut acc);
-    let mut grads = acc.grads();
+    let mut grads = acc.take();
     let backward = start.elapsed().as_secs_f64() - forward;
     let lap = Instant::now();
     let _ = clip_global_norm(&model, &mut grads, clip);

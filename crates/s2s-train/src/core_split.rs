@@ -28,9 +28,10 @@
 use std::ops::Range;
 
 use burn::module::Module;
-use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use rayon::{ThreadPool, ThreadPoolBuilder};
+use s2s_kernels::ops::GradientSum;
 use s2s_models::Model;
 
 use crate::captured::StepInputs;
@@ -152,9 +153,9 @@ impl CoreSplit {
 }
 
 /// Adds the gradients of `parts` (of `model`) to `acc` in part order; returns the total of their loss sums.
-pub fn accumulate(parts: Vec<Part>, model: &Model, acc: &mut GradientsAccumulator<Model>) -> f64 {
+pub fn accumulate(parts: Vec<Part>, model: &Model, acc: &mut GradientSum) -> f64 {
     parts.into_iter().fold(0.0, |loss, part| {
-        acc.accumulate(model, part.grads);
+        acc.add(model, part.grads);
         loss + part.loss_sum
     })
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use s2s_data::{Batch, EpochPlan, Example, PreparedDataset, StreamBatcher, Tokenizers};
@@ -27,7 +27,7 @@ use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
 use crate::loss::label_smoothed_loss;
 use crate::metrics::{self, MetricsRow};
 use s2s_kernels::ops::FusedAdam;
-use s2s_kernels::ops::clip_global_norm;
+use s2s_kernels::ops::{GradientSum, clip_global_norm};
 
 /// The data of a training run, already tokenised.
 pub struct TrainData {
@@ -484,7 +484,7 @@ impl<'j, 'a> Run<'j, 'a> {
     fn eager_step(&mut self, indices: &[Vec<usize>]) -> Result<bool, TrainError> {
         let spec = self.job.spec;
         let n = self.devices.len();
-        let mut acc = GradientsAccumulator::<Model>::new();
+        let mut acc = GradientSum::new();
         let mut step_tokens = 0u64;
         let mut step_loss = 0.0;
         for (micro, batches) in indices.chunks(n).enumerate() {
@@ -504,7 +504,7 @@ impl<'j, 'a> Run<'j, 'a> {
             for (grads, loss, tokens) in shards {
                 step_loss += loss;
                 step_tokens += tokens;
-                acc.accumulate(self.model(), grads);
+                acc.add(self.model(), grads);
             }
         }
         if crate::interrupt::nan_at(self.st.step + 1) {
@@ -514,7 +514,7 @@ impl<'j, 'a> Run<'j, 'a> {
             return self.skip_nonfinite(step_loss).map(|()| false);
         }
         self.consecutive_skips = 0;
-        let mut grads = acc.grads();
+        let mut grads = acc.take();
         clip_global_norm(self.model(), &mut grads, spec.clip_norm);
         self.st.step += 1;
         self.last_lr = spec.schedule.lr(spec.lr, self.st.step, &self.st.schedule);
@@ -534,7 +534,7 @@ impl<'j, 'a> Run<'j, 'a> {
         split: &CoreSplit,
         indices: &[usize],
         micro: usize,
-        acc: &mut GradientsAccumulator<Model>,
+        acc: &mut GradientSum,
     ) -> Result<(f64, u64), TrainError> {
         let spec = self.job.spec;
         let seed = step_seed(spec.seed, self.st.step, micro as u64);

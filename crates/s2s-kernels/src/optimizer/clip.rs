@@ -2,6 +2,10 @@
 //! parameters together, every gradient is scaled by `max_norm / ‖g‖₂`. (burn's
 //! `GradientClippingConfig::Norm` clips each tensor on its own, which changes the direction.)
 //!
+//! On flex the norm, the scaling and the sum of a split step's parts are each one pass over
+//! every gradient on every thread ([`crate::optimizer::in_place`]); `--kernels reference`
+//! keeps the composed operations below.
+//!
 //! On a GPU (cubecl without burn's fusion) the sum of squares and the scaling each run one
 //! launch for up to 64 parameters, a kernel over a cubecl `Sequence` of the gradients' buffers
 //! (fewer where the device binds fewer buffers to a kernel: `max_bindings`), as Adam does
@@ -56,6 +60,11 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
     {
         return norm;
     }
+    if !crate::mode::reference()
+        && let Some(norm) = crate::optimizer::in_place::global_norm(module, grads)
+    {
+        return norm;
+    }
     let mut v = SquaredNorm { grads, sum: None };
     module.visit(&mut v);
     v.sum.map(|s| (s.into_scalar::<f32>() as f64).sqrt()).unwrap_or(0.0)
@@ -66,6 +75,9 @@ pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f
     #[cfg(not(feature = "gpu-tuned"))]
     if !crate::mode::reference() && gpu::scale(module, grads, factor as f32) {
         return;
+    }
+    if !crate::mode::reference() {
+        return crate::optimizer::in_place::scale(module, grads, factor);
     }
     module.visit(&mut Scale { grads, factor });
 }
