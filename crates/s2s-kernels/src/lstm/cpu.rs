@@ -585,7 +585,22 @@ unsafe fn forward_product(
         let p = &packed[j];
         // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
         // in step `s + 1`, after waiting for this worker's step `s` (`lstm::lockstep`).
-        p.matmul(unsafe { h_bufs[j][cur].get() }, b_n, p.k(), &mut g.gates, 4 * n, first > 0);
+        let h = unsafe { h_bufs[j][cur].get() };
+        step_product(p, h, b_n, &mut g.gates, 4 * n, first > 0, packed.len());
+    }
+}
+
+/// `C (+)= A · packed` for a step of a layer cut into `groups` groups. Alone (one group: a
+/// part of a split step, [`crate::cpu::crew`]) the product's columns are offered to a crew
+/// member waiting idle ([`PackedB::matmul_par`], the same bits however they are cut): the
+/// recurrences were the one part of a slower vCPU's half that the other core could not help
+/// with. With several groups the workers already share the step.
+#[inline(always)]
+fn step_product(p: &PackedB, a: &[f32], m: usize, c: &mut [f32], ldc: usize, add: bool, groups: usize) {
+    if groups == 1 && !add {
+        p.matmul_par(a, m, p.k(), c, ldc);
+    } else {
+        p.matmul(a, m, p.k(), c, ldc, add);
     }
 }
 
@@ -864,7 +879,8 @@ unsafe fn backward_product(
         let p = &packed[j];
         // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
         // `s + 2`, after waiting for this worker's step `s + 1` (`lstm::lockstep`).
-        p.matmul(unsafe { step[j][s % 2].get() }, b_n, p.k(), &mut g.dh_prev, n, first > 0);
+        let dg = unsafe { step[j][s % 2].get() };
+        step_product(p, dg, b_n, &mut g.dh_prev, n, first > 0, packed.len());
     }
 }
 
@@ -1314,5 +1330,63 @@ mod tests {
         let from_gates = backward(false);
         assert!(from_gates.iter().any(|&b| f32::from_bits(b) != 0.0), "the test compares something");
         assert_eq!(backward(true), from_gates);
+    }
+
+    /// A layer run alone as one part of a split step, its recurrent products helped by the
+    /// other part's idle thread ([`step_product`]), gives the bits it gives outside a crew,
+    /// forward and backward, both directions.
+    #[test]
+    fn a_layer_helped_by_the_crew_has_the_bits_of_one_alone() {
+        use crate::cpu::crew::{Crew, HELPED};
+        use std::sync::atomic::Ordering;
+        let d = Device::flex().autodiff();
+        d.seed(3);
+        let (b, t, h) = (24, 12, 160);
+        let xw = Tensor::<3>::random([b, t, 4 * h], Distribution::Normal(0.0, 1.0), &d);
+        let w = Tensor::<2>::random([h, 4 * h], Distribution::Normal(0.0, 0.1), &d);
+        let h0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
+        let c0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
+        let probe = Tensor::<3>::random([b, t, h], Distribution::Normal(0.0, 1.0), &d);
+        let keep = Tensor::<2>::ones([b, t], &d);
+        let bits = |t: Tensor<3>| t.into_data().iter::<f32>().map(f32::to_bits).collect::<Vec<_>>();
+        let run = |reverse: bool| {
+            let (xw, w) = (xw.clone().require_grad(), w.clone().require_grad());
+            let (out, _, _) =
+                lstm_layer(xw.clone(), w.clone(), h0.clone(), c0.clone(), keep.clone(), t, reverse);
+            let grads = (out.clone() * probe.clone()).sum().backward();
+            let dw = w.grad(&grads).expect("∂W_h").unsqueeze::<3>();
+            [bits(out.inner()), bits(xw.grad(&grads).expect("∂xw")), bits(dw)]
+        };
+        // One thread for the part, as in a split step: the layer runs as one group.
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        for reverse in [false, true] {
+            let alone = one.install(|| run(reverse));
+            let before = HELPED.load(Ordering::Relaxed);
+            for attempt in 0.. {
+                let crew = Crew::new(2);
+                let helped = std::thread::scope(|s| {
+                    s.spawn(|| crew.part(|| ()));
+                    one.install(|| {
+                        crew.part(|| {
+                            while crate::cpu::crew::idle() == 0 {
+                                std::thread::yield_now();
+                            }
+                            run(reverse)
+                        })
+                    })
+                });
+                assert!(helped == alone, "reverse {reverse}: a helped layer's bits differ");
+                // (Until a helper has claimed a piece at least once, or the machine has one core.)
+                let claimed = HELPED.load(Ordering::Relaxed) > before;
+                if claimed || attempt == 20 || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2
+                {
+                    assert!(
+                        claimed || attempt < 20,
+                        "20 helped runs and no piece ever claimed by the helper"
+                    );
+                    break;
+                }
+            }
+        }
     }
 }
