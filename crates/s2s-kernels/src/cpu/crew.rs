@@ -13,10 +13,10 @@
 //! product started while a member waits idle ([`idle`]) cuts itself into pieces and
 //! [`offer`]s all but the first: it computes the first itself, takes back every piece nobody
 //! has claimed, and waits for the ones a helper claimed. A piece is a product of its own over
-//! some rows or columns of the output (a packed product's column ranges, including each step
-//! of an LSTM layer's recurrence, which a part runs on its own thread), with every output element summed in the same order as
-//! in the whole product, so the result has the same bits whoever computes it and however it
-//! is cut (`gemm::flex`'s and `gemm::packed`'s tests hold them equal): a step's result never
+//! some rows or columns of the output (a packed product's column ranges, each step of an LSTM
+//! layer's recurrence included: a part runs its layers on its own thread), with every output
+//! element summed in the same order as in the whole product, so the result has the same bits
+//! whoever computes it and however it is cut (`gemm::flex`'s and `gemm::packed`'s tests hold them equal): a step's result never
 //! depends on which vCPU ran late. Training gained 1.03× for the Transformer, Luong and the
 //! LSTM in paired runs (`docs/kernels.md`); decoding's halves (`evaluate::decode_split`) run
 //! as a crew too, where the bench's halves end together and nothing changed.
