@@ -39,19 +39,6 @@ impl ModuleVisitor for SquaredNorm<'_> {
     }
 }
 
-struct Scale<'a> {
-    grads: &'a mut GradientsParams,
-    factor: f64,
-}
-
-impl ModuleVisitor for Scale<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if let Some(g) = self.grads.remove::<D>(param.id) {
-            self.grads.register(param.id, g.mul_scalar(self.factor));
-        }
-    }
-}
-
 /// The global L2 norm of `grads` over `module`'s parameters.
 pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
     #[cfg(not(feature = "gpu-tuned"))]
@@ -76,10 +63,7 @@ pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f
     if !crate::mode::reference() && gpu::scale(module, grads, factor as f32) {
         return;
     }
-    if !crate::mode::reference() {
-        return crate::optimizer::in_place::scale(module, grads, factor);
-    }
-    module.visit(&mut Scale { grads, factor });
+    crate::optimizer::in_place::scale(module, grads, factor);
 }
 
 /// The global norm before clipping, as [`clip_global_norm`] left it: known on the CPU, still on

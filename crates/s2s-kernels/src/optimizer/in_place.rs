@@ -111,15 +111,20 @@ impl ModuleVisitor for Scale<'_> {
         if let Some(g) = self.grads.remove::<D>(param.id) {
             // (`mul_scalar` multiplies by the factor as an f32, as here.)
             let f = self.factor as f32;
-            let scaled =
-                update(g, |xs| xs.par_chunks_mut(BLOCK).for_each(|c| c.iter_mut().for_each(|x| *x *= f)))
-                    .unwrap_or_else(|g| g.mul_scalar(self.factor));
+            let in_place = |g| match crate::mode::reference() {
+                true => Err(g),
+                false => {
+                    update(g, |xs| xs.par_chunks_mut(BLOCK).for_each(|c| c.iter_mut().for_each(|x| *x *= f)))
+                }
+            };
+            let scaled = in_place(g).unwrap_or_else(|g| g.mul_scalar(self.factor));
             self.grads.register(param.id, scaled);
         }
     }
 }
 
-/// Every gradient times `factor`: in place where it can be, else through `mul_scalar`.
+/// Every gradient times `factor`: in place where it can be (not under `--kernels reference`),
+/// else through `mul_scalar`.
 pub(crate) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
     module.visit(&mut Scale { grads, factor });
 }
