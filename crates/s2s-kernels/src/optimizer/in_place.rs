@@ -3,8 +3,8 @@
 //!
 //! Composed from burn's tensor operations these were a squared copy of every gradient (62 MB
 //! of fresh pages a step for the LSTM bench shape's 15.5M parameters) summed by flex's SIMD
-//! sum, a scaling and an addition each on one thread while the other core waited: 8–11 ms of
-//! a 0.7–0.9 s LSTM step for the clip and 9–10 ms for the parts' sum (AMX Xeon VM, capped to
+//! sum and a scaling: 11 ms of a 0.7–0.9 s LSTM step for the clip (5–7 ms here), and the
+//! parts' sum 7–11 ms (5–10 here: it is bound by memory either way; AMX Xeon VM, capped to
 //! AVX2). Here:
 //!
 //! - the **norm** sums each gradient in blocks of [`BLOCK`] elements, sixteen f32 lanes a
