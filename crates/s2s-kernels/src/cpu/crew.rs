@@ -16,10 +16,11 @@
 //! some rows or columns of the output (a packed product's column ranges, each step of an LSTM
 //! layer's recurrence included: a part runs its layers on its own thread), with every output
 //! element summed in the same order as in the whole product, so the result has the same bits
-//! whoever computes it and however it is cut (`gemm::flex`'s and `gemm::packed`'s tests hold them equal): a step's result never
-//! depends on which vCPU ran late. Training gained 1.03× for the Transformer, Luong and the
-//! LSTM in paired runs (`docs/kernels.md`); decoding's halves (`evaluate::decode_split`) run
-//! as a crew too, where the bench's halves end together and nothing changed.
+//! whoever computes it and however it is cut (`gemm::flex`'s and `gemm::packed`'s tests hold
+//! them equal): a step's result never depends on which vCPU ran late. Training gained 1.03×
+//! for the Transformer, Luong and the LSTM in paired runs (`docs/kernels.md`); decoding's
+//! halves (`evaluate::decode_split`) run as a crew too, where the bench's halves end together
+//! and nothing changed.
 //!
 //! The waiting helper sleeps on a condition variable between pieces (a 1 ms timeout bounds a
 //! missed wake-up), so a crew costs nothing while every part is busy.

@@ -47,9 +47,7 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
     {
         return norm;
     }
-    if !crate::mode::reference()
-        && let Some(norm) = crate::optimizer::in_place::global_norm(module, grads)
-    {
+    if let Some(norm) = crate::optimizer::in_place::global_norm(module, grads) {
         return norm;
     }
     let mut v = SquaredNorm { grads, sum: None };

@@ -26,7 +26,7 @@ use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
 /// Elements a block: one rayon task, its f32 partial sums short enough to stay accurate.
-pub(crate) const BLOCK: usize = 1 << 12;
+const BLOCK: usize = 1 << 12;
 
 /// The f32 flex tensor inside `t`, or `t` back.
 fn flex_of<const D: usize>(t: Tensor<D>) -> Result<FlexTensor, Tensor<D>> {
@@ -38,8 +38,12 @@ fn flex_of<const D: usize>(t: Tensor<D>) -> Result<FlexTensor, Tensor<D>> {
 }
 
 /// `t`, a flex tensor holding all of its storage alone (contiguous from offset 0), with `f`
-/// applied to its elements in place; `Err(t)` untouched otherwise.
+/// applied to its elements in place; `Err(t)` untouched otherwise, and always under
+/// `--kernels reference` (which runs burn's operations).
 fn update<const D: usize>(t: Tensor<D>, f: impl FnOnce(&mut [f32])) -> Result<Tensor<D>, Tensor<D>> {
+    if crate::mode::reference() {
+        return Err(t);
+    }
     let n = t.shape().num_elements();
     let mut flex = flex_of(t)?;
     let whole = flex.layout().contiguous_offsets() == Some((0, n)) && flex.storage::<f32>().len() == n;
@@ -60,7 +64,7 @@ fn flex_dispatch(f: FlexTensor) -> DispatchTensor {
 }
 
 /// `Σ x²` of `xs` in the fixed order of the module doc.
-pub(crate) fn sum_of_squares(xs: &[f32]) -> f64 {
+fn sum_of_squares(xs: &[f32]) -> f64 {
     let blocks: Vec<f64> = xs
         .par_chunks(BLOCK)
         .map(|block| {
@@ -94,8 +98,12 @@ impl ModuleVisitor for SquaredNorm<'_> {
     }
 }
 
-/// `‖g‖₂` over `module`'s parameters; `None` unless every gradient is on flex.
+/// `‖g‖₂` over `module`'s parameters; `None` unless every gradient is on flex, and under
+/// `--kernels reference`.
 pub(crate) fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> Option<f64> {
+    if crate::mode::reference() {
+        return None;
+    }
     let mut v = SquaredNorm { grads, sum: Some(0.0) };
     module.visit(&mut v);
     v.sum.map(f64::sqrt)
@@ -111,13 +119,9 @@ impl ModuleVisitor for Scale<'_> {
         if let Some(g) = self.grads.remove::<D>(param.id) {
             // (`mul_scalar` multiplies by the factor as an f32, as here.)
             let f = self.factor as f32;
-            let in_place = |g| match crate::mode::reference() {
-                true => Err(g),
-                false => {
-                    update(g, |xs| xs.par_chunks_mut(BLOCK).for_each(|c| c.iter_mut().for_each(|x| *x *= f)))
-                }
-            };
-            let scaled = in_place(g).unwrap_or_else(|g| g.mul_scalar(self.factor));
+            let scaled =
+                update(g, |xs| xs.par_chunks_mut(BLOCK).for_each(|c| c.iter_mut().for_each(|x| *x *= f)))
+                    .unwrap_or_else(|g| g.mul_scalar(self.factor));
             self.grads.register(param.id, scaled);
         }
     }
@@ -144,7 +148,7 @@ impl ModuleVisitor for Add<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let sum = match (self.acc.remove::<D>(param.id), self.new.remove::<D>(param.id)) {
             (Some(acc), Some(new)) => match flex_of(new.clone()) {
-                Ok(b) if b.is_contiguous() && !crate::mode::reference() => {
+                Ok(b) if b.is_contiguous() => {
                     let b = crate::cpu::flex_data::f32s(&b);
                     update(acc, |a| {
                         a.par_chunks_mut(BLOCK)
@@ -244,7 +248,7 @@ mod tests {
         });
         assert!(one > 0.0 && (one - composed).abs() < 1e-6 * composed, "{one} vs {composed}");
         // f64 over every square, summed plainly: the blocks' order loses nothing that matters.
-        let exact: f64 = values(&model, &grads).iter().map(|&b| (f32::from_bits(b) as f64).powi(2)).sum();
+        let exact: f64 = xs.iter().map(|&x| (x as f64).powi(2)).sum();
         assert!((one - exact.sqrt()).abs() < 1e-6 * one, "{one} vs {}", exact.sqrt());
     }
 
@@ -289,7 +293,7 @@ mod tests {
         assert_ne!(sum.get::<2>(id).unwrap().to_data().try_to_vec::<f32>().unwrap(), before);
     }
 
-    /// The gradients' values as fresh tensors (sharing no storage), keyed as `from_params` reads them.
+    /// The gradients' values as fresh tensors (sharing no storage), under the same parameter ids.
     fn values_as_grads(model: &(Linear, Linear), g: &GradientsParams) -> GradientsParams {
         let mut out = GradientsParams::new();
         struct Copy<'a>(&'a GradientsParams, &'a mut GradientsParams);
