@@ -108,7 +108,7 @@ impl Crew {
             if piece.claim() {
                 self.idle.fetch_sub(1, Ordering::AcqRel);
                 #[cfg(test)]
-                HELPED.fetch_add(1, Ordering::Relaxed);
+                HELPED.with(|n| n.set(n.get() + 1));
                 piece.run();
                 self.idle.fetch_add(1, Ordering::AcqRel);
             }
@@ -117,9 +117,12 @@ impl Crew {
     }
 }
 
-/// Pieces run by a helper, in this process (the tests check that help happened).
 #[cfg(test)]
-pub(crate) static HELPED: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Pieces this thread ran as a helper (a test checks that help happened; per thread, so
+    /// that tests running at once do not count each other's).
+    pub(crate) static HELPED: Cell<usize> = const { Cell::new(0) };
+}
 
 /// How many members of this thread's crew wait idle for pieces (0 outside a crew's part).
 pub(crate) fn idle() -> usize {
