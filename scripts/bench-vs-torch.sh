@@ -3,6 +3,7 @@
 # machine, then the ratio per model (ours / PyTorch).
 #   scripts/bench-vs-torch.sh [--device cpu|wgpu] [--steps N] [--models lstm,transformer] [--rounds R] [--ct2]
 #                             [--shapes FILE] [--capture] [--isa avx2|avx512] [--busy] [--doc LABEL]
+#                             [--precision f32|mixed]
 # Each round runs every model once with ours, then once with PyTorch, model by model, so the
 # two meet the same machine state; with R > 1 the table shows the median of each figure and
 # the range of the per-round ratios (shared VMs drift 10-30 % between runs).
@@ -11,6 +12,10 @@
 # anchor) in every round and prints our Transformer's greedy and beam-5 ratios to it.
 # --shapes FILE: other shapes in models.json's format (experiments/bench/multi30k-4k.json, …) for
 # both sides: PyTorch's references run from a temporary copy whose models.json is FILE.
+# --precision P runs both sides at precision P: ours with `s2s bench --precision P`, PyTorch
+# through scripts/torch_precision.py (torch_ref.py's models and protocol; f32 with TF32 off on
+# matmul and cuDNN, mixed under torch.autocast(float16) with a GradScaler), so that mixed meets
+# mixed and f32 meets f32. Without it PyTorch runs torch_ref.py as it is.
 # --capture also runs ours with `--capture on` (the training step and the greedy and beam steps
 # replayed from captured graphs, GPU only) in every round and prints its table too.
 # --isa avx2 caps every side's CPU instruction set, to see on an AVX-512 machine what an AVX2
@@ -36,7 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/measured.sh
 args=$(typed "$@")
-device=cpu; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=; from=
+device=cpu; precision=; steps=20; models=lstm,bahdanau,luong,transformer; rounds=1; ct2=0; shapes=; capture=0; isa=; busy=0; doc=; from=
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2;;
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
     --busy) busy=1; shift;;
     --doc) doc=$2; shift 2;;
     --from) from=$(realpath "$2"); shift 2;;
+    --precision) precision=$2; shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -114,6 +120,13 @@ bounded() {
   if [ -n "$left" ]; then timeout "$left" "$@"; else "$@"; fi
 }
 cp "$shared/bench/"*.py "$shared/bench/models.json" "$refs/"
+# PyTorch's side, and ours's precision flag (none: each side's default, f32).
+torch_run=(python3 "$refs/torch_ref.py"); ours_precision=()
+if [ -n "$precision" ]; then
+  case "$precision" in f32|mixed) ;; *) echo "--precision takes f32 or mixed" >&2; exit 2;; esac
+  torch_run=(python3 scripts/torch_precision.py --precision "$precision" --refs "$refs")
+  ours_precision=(--precision "$precision")
+fi
 ours_shapes=()
 if [ -n "$shapes" ]; then cp "$shapes" "$refs/models.json"; ours_shapes=(--shapes "$shapes"); fi
 for _ in $(seq "$rounds"); do
@@ -123,18 +136,18 @@ for _ in $(seq "$rounds"); do
       bounded "$S2S_BIN_BASE" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$based" \
         || echo "s2s bench (base build) failed on $m" >&2
     fi
-    bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json >> "$ours" \
+    bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" "${ours_precision[@]}" --json >> "$ours" \
       || echo "s2s bench failed on $m" >&2
     if [ "$capture" = 1 ]; then
       bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --capture on --json \
         >> "$replayed" || echo "s2s bench --capture on failed on $m" >&2
     fi
-    bounded python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
+    bounded "${torch_run[@]}" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
       --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs" || echo "torch_ref.py failed on $m: see $errs" >&2
     if [ "$busy" = 1 ]; then
-      with_busy_core bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" --json \
+      with_busy_core bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" "${ours_precision[@]}" --json \
         >> "$ours_busy" || echo "s2s bench (busy core) failed on $m" >&2
-      with_busy_core bounded python3 "$refs/torch_ref.py" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
+      with_busy_core bounded "${torch_run[@]}" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
         --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs_busy" || echo "torch_ref.py (busy core) failed on $m" >&2
     fi
     if [ "$ct2" = 1 ] && [ "$m" = transformer ]; then
@@ -214,7 +227,7 @@ if ct2:
 PY
 [ -n "$doc" ] || exit 0
 # The block's key names what it measured; its header says when, on what, and how.
-key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}"
+key="bench-vs-torch: $device, $doc${isa:+, capped to ${isa^^}}${precision:+, $precision precision}"
 read -r day commit rounds ran < "$keep/measured"
 versions=$(cat "$keep/versions" 2> /dev/null || echo "PyTorch ?")
 sides="$device, ${TORCH_THREADS:-2} threads each side"

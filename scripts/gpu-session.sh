@@ -19,6 +19,10 @@
 #             bench   scripts/bench-vs-torch.sh --device wgpu --capture against PyTorch on CUDA,
 #                     at the reference shape and at ~4,096 target tokens
 #                     (experiments/bench/multi30k-4k.json): $OUT/bench-*.md and raw JSON lines
+#             precision  both precisions of both sides at ~4,096 target tokens: ours
+#                     `--precision f32` and `--precision mixed` (eager), PyTorch through
+#                     scripts/torch_precision.py (f32 with TF32 off; autocast f16 with a
+#                     GradScaler): $OUT/bench-f32.md, $OUT/bench-mixed.md and raw JSON lines
 #             spirv   the SPIR-V build (packed with SPIRV=1) beside the WGSL build and PyTorch on
 #                     CUDA at ~4,096 target tokens, with both builds' last training losses, and
 #                     its launch probe: $OUT/bench-spirv.md, $OUT/spirv-probe.jsonl; a later
@@ -39,7 +43,8 @@
 #             multi30k  experiments/multi30k-gpu.toml (its minutes set to the time left: the
 #                     Transformer 60 %, Luong 40 %, or MULTI30K_ONLY=transformer|luong alone) on
 #                     the GPU: $OUT/multi30k/<model>/ with test2016 hypotheses, scores and the
-#                     metrics (not the checkpoints)
+#                     metrics (not the checkpoints); MULTI30K_PRECISION=mixed trains in mixed
+#                     precision (f16 products, dynamic loss scaling; its steps eager)
 #   or:     command `scripts/gpu-session.sh device [WHAT]`: the same, packed into
 #           $OUT/results.tgz (the tool brings back at most 8 files), log.txt and the tables beside it
 #           Every step's output also goes to $OUT/log.txt; the machine's description to env.txt.
@@ -175,6 +180,16 @@ run() {
             scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
               --shapes "$file" --capture | tee "$out/bench-$shape.md"
         done;;
+      precision)
+        # Mixed meets mixed and f32 meets f32, at the shape the goals are set at.
+        for p in mixed f32; do
+          local keep=$out/bench-$p
+          mkdir -p "$keep"
+          S2S_SHARED=.devbin/shared S2S_BIN=$bin TORCH_DEVICE=${TORCH_DEVICE:-cuda} KEEP_JSON=$keep \
+            DEADLINE=$((bench_budget - SECONDS)) RUN_TIMEOUT=${RUN_TIMEOUT:-75} \
+            scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
+              --shapes experiments/bench/multi30k-4k.json --precision "$p" | tee "$out/bench-$p.md"
+        done;;
       spirv)
         # The SPIR-V build (cubecl's own compiler: push-constant addresses, cooperative-matrix
         # products) beside the default WGSL build and PyTorch on CUDA, at ~4,096 target tokens;
@@ -288,6 +303,10 @@ PY
             -e "/kind = \"noam\"/s/minutes = [0-9.]*/minutes = $tmin/" \
             -e "/^train = { budget = { minutes/s/minutes = [0-9.]*/minutes = $lmin/" \
             experiments/multi30k-gpu.toml > /tmp/multi30k-gpu.toml
+        if [ "${MULTI30K_PRECISION:-f32}" = mixed ]; then
+          sed -i 's/^\[train\]$/[train]\nprecision = "mixed"/' /tmp/multi30k-gpu.toml
+          echo "multi30k trains in mixed precision"
+        fi
         # Captured steps are on by default on a GPU (capture = "auto"); should one fail, the
         # runs resume from their checkpoints with every step eager, and the log says so.
         rm -rf /tmp/multi30k-gpu
@@ -308,7 +327,7 @@ PY
           cp "$run"/test/hypotheses.txt "$run"/test/scores.json "$out/multi30k/$name/" 2>/dev/null || true
         done
         cp /tmp/multi30k-gpu/report.md "$out/multi30k/" 2>/dev/null || true;;
-      *) echo "unknown step $w (driver, auto, probe, bench, spirv, products, split, kernels, capture, tasks, multi30k)" >&2; exit 2;;
+      *) echo "unknown step $w (driver, auto, probe, bench, precision, spirv, products, split, kernels, capture, tasks, multi30k)" >&2; exit 2;;
     esac
   done
   echo "done at ${SECONDS}s"
@@ -331,5 +350,5 @@ case "${1:-}" in
   pack) pack;;
   device) shift; device "$@";;
   run) shift; run "$@";;
-  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [spirv] [products] [split] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
+  *) echo "usage: scripts/gpu-session.sh pack | run|device [driver] [auto] [probe] [bench] [precision] [spirv] [products] [split] [kernels] [capture] [tasks] [multi30k]" >&2; exit 2;;
 esac

@@ -110,6 +110,31 @@ pub fn with<T>(k: Kernels, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+thread_local! {
+    static HALF_PRODUCTS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread's matrix products take f16 operands (mixed precision: inputs cast to
+/// f16, products accumulated in f32 by the device, results cast back to f32). Set only around
+/// a step's forward on a GPU ([`with_half_products`]); the casts' gradients cast back, so the
+/// backward's products are f16 too, and everything else stays f32.
+pub fn half_products() -> bool {
+    HALF_PRODUCTS.with(Cell::get)
+}
+
+/// Runs `f` with f16 products on this thread when `on` (see [`half_products`]), then
+/// restores what was there (also when `f` panics).
+pub fn with_half_products<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            HALF_PRODUCTS.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(HALF_PRODUCTS.with(|o| o.replace(on)));
+    f()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,14 +8,16 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData};
 use s2s_decode::{BeamConfig, CapturedSearch, MaxLength, Run, beam_search, greedy};
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::captured::{FixedBatchTrainer, StepInputs};
+use crate::captured::FixedBatchTrainer;
 use crate::core_split::row_ranges;
+use crate::precision::Precision;
+use crate::step::{DeviceBatch, StepSettings};
 use s2s_kernels::bench::Snapshot;
 use s2s_kernels::ops::FusedAdam;
 use s2s_kernels::ops::is_cpu;
@@ -56,11 +58,40 @@ pub struct Shape {
     dec_layers: Option<usize>,
 }
 
+/// The training step's settings: `torch_ref.py`'s (Adam at 1e-4, clipped at 1, label smoothing
+/// 0.1) unless the file says otherwise.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BenchTrain {
+    /// Learning rate.
+    pub lr: f64,
+    /// Global norm the gradients are clipped to.
+    pub clip: f64,
+    /// Label smoothing ε.
+    pub label_smoothing: f64,
+}
+
+impl Default for BenchTrain {
+    fn default() -> Self {
+        Self { lr: 1e-4, clip: 1.0, label_smoothing: 0.1 }
+    }
+}
+
+impl BenchTrain {
+    /// As a training step's settings.
+    pub fn settings(&self) -> StepSettings {
+        StepSettings { lr: self.lr, clip: self.clip, label_smoothing: self.label_smoothing }
+    }
+}
+
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
 pub struct BenchConfig {
     /// Batch shape.
     pub batch: BatchShape,
+    /// The training step's settings (`"train"`; `torch_ref.py`'s when absent).
+    #[serde(default)]
+    pub train: BenchTrain,
     /// Model shapes by name.
     pub models: BTreeMap<String, Shape>,
 }
@@ -140,6 +171,9 @@ pub enum BenchError {
     /// The model cannot be built.
     #[error(transparent)]
     Model(#[from] s2s_models::ModelError),
+    /// A precision the device or the step mode cannot run.
+    #[error("{0}")]
+    Precision(String),
 }
 
 impl Shape {
@@ -218,6 +252,11 @@ pub struct BenchResult {
     /// builds or devices that compute the same step agree to rounding); `None` without training.
     #[serde(default)]
     pub train_loss: Option<f32>,
+    /// The products' precision, `f32` or `mixed`.
+    pub precision: String,
+    /// Mixed precision: the loss scale after the timed steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
     /// Greedy decoding sentences per second.
     pub decode_sentences_per_s: f64,
     /// Beam-5 decoding sentences per second.
@@ -248,8 +287,28 @@ pub struct BenchResult {
     pub decode_eager_because: Option<String>,
 }
 
+/// Rows `rows` of the benchmark's batch of shape `b` on `device`: random token ids, full rows
+/// (no padding), the same ids whichever rows are asked for.
+pub fn random_batch(b: BatchShape, rows: std::ops::Range<usize>, device: &Device) -> DeviceBatch {
+    let (n, s, t) = (rows.len(), b.src_len, b.tgt_len);
+    let src_ids: Vec<u32> = random_ids(b.sentences * s, b.src_vocab, 1)[rows.start * s..rows.end * s]
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
+    let y = random_ids(b.sentences * (t + 1), b.tgt_vocab, 2);
+    let tgt_in: Vec<i64> = rows.clone().flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
+    let tgt_out: Vec<i64> = rows.flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
+    DeviceBatch {
+        src: Source::new(&src_ids, &vec![s; n], s, device),
+        tgt_in: Tensor::from_data(TensorData::new(tgt_in, [n, t]), device),
+        tgt_out: Tensor::from_data(TensorData::new(tgt_out, [n, t]), device),
+        keep: Tensor::ones([n, t], device),
+        tokens: n * t,
+    }
+}
+
 /// `n` token ids in `4..vocab` (past the special tokens), reproducible from `seed`.
-pub(crate) fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
+fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<i64> {
     let mut rng = s2s_data::rng::SplitMix64::new(seed);
     (0..n).map(|_| 4 + (rng.next_u64() % (vocab as u64 - 4)) as i64).collect()
 }
@@ -278,10 +337,14 @@ pub enum Jobs {
 }
 
 /// How [`bench`]'s training steps run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepMode {
+    /// Rate, clip and label smoothing ([`BenchConfig::train`]).
+    pub settings: StepSettings,
     /// Replayed from one captured graph after the warm-up, and decoding steps likewise (GPU).
     pub capture: bool,
+    /// The products' precision (mixed: eager GPU steps, dynamic loss scaling).
+    pub precision: Precision,
     /// Parts a CPU step is cut into over the cores, as the trainer's `core_split`
     /// ([`crate::core_split`]; 1: the step whole, every core on each operation).
     pub core_split: usize,
@@ -302,6 +365,12 @@ pub fn bench(
     mode: StepMode,
     jobs: Jobs,
 ) -> Result<BenchResult, BenchError> {
+    mode.precision.check_device(device).map_err(BenchError::Precision)?;
+    if mode.precision == Precision::Mixed && mode.capture {
+        return Err(BenchError::Precision(
+            "--precision mixed runs eager steps: captured steps are f32 only; leave out --capture".into(),
+        ));
+    }
     let ad = device.clone().autodiff();
     ad.seed(0);
     let model = spec.init(b.src_vocab, b.tgt_vocab, &ad)?;
@@ -309,12 +378,15 @@ pub fn bench(
         model: name.to_string(),
         device: device_name.to_string(),
         params: model.num_params(),
+        precision: mode.precision.to_string(),
         ..Default::default()
     };
     let (warm_up, train_steps) = if jobs == Jobs::Decode { (0, 0) } else { (3, steps) };
     let model = time_training(&mut result, model, b, (warm_up, train_steps), (device, &ad), mode)?;
     if jobs != Jobs::Train {
-        time_decoding(&mut result, &model.valid(), b, (steps / 4).max(1), device, mode.capture);
+        let valid = model.valid();
+        mode.precision
+            .products(|| time_decoding(&mut result, &valid, b, (steps / 4).max(1), device, mode.capture));
     }
     result.peak_rss_mib = peak_rss_mib();
     Ok(result)
@@ -333,11 +405,15 @@ fn time_training(
     mode: StepMode,
 ) -> Result<Model, BenchError> {
     let capture = mode.capture;
-    let batch = StepInputs::random(b, ad);
-    // burn's `AdamConfig` defaults, through the trainer's Adam; clipped at 1 like torch_ref.py.
+    let batch = random_batch(b, 0..b.sentences, ad);
+    let parts =
+        row_ranges(b.sentences, mode.core_split).into_iter().map(|r| random_batch(b, r, ad)).collect();
+    // burn's `AdamConfig` defaults, through the trainer's Adam.
     let adam = FusedAdam::new(0.9, 0.999, 1e-5, 0.0);
-    let mut trainer =
-        FixedBatchTrainer::new(model, ad, batch, adam, 1e-4, 1.0, 0).with_core_split(b, mode.core_split);
+    let mut trainer = FixedBatchTrainer::new(model, ad, batch, adam, mode.settings, 0).with_core_split(parts);
+    if mode.precision == Precision::Mixed {
+        trainer = trainer.mixed();
+    }
     let phases = ["forward", "backward", "clip", "adam"];
     let mut phase_s = [0f64; 4];
     // Eager steps read the loss at every step, as the trainer's logging does; replayed ones
@@ -354,6 +430,7 @@ fn time_training(
     }
     trainer.sync();
     result.train_loss = (steps > 0).then(|| trainer.loss());
+    result.loss_scale = trainer.scaler().map(|s| s.scale());
     if steps > 0 {
         result.train_tokens_per_s = (steps * b.sentences * b.tgt_len) as f64 / t0.elapsed().as_secs_f64();
     }

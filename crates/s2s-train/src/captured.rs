@@ -4,7 +4,7 @@
 //!
 //! A captured step ([`s2s_kernels::capture`]) is recorded once per batch shape, after a warm-up
 //! step, and each later step of that shape writes only what changes — the batch's token ids
-//! and masks into the graph's input buffers ([`StepInputs::write`]), its dropout seeds and
+//! and masks into the graph's input buffers ([`DeviceBatch::write`]), its dropout seeds and
 //! Adam's coefficients (kept on the device, `s2s_kernels::capture::require_in_place`) — then
 //! replays the launches: forward, label-smoothed loss, backward, global-norm clip and Adam,
 //! the parameters and moments updated in place. The loss is divided by the token count the device sums from the target
@@ -16,114 +16,36 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use burn::optim::{GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::optim::ModuleOptimizer;
+use burn::tensor::{Device, Tensor, TensorData};
 use s2s_data::Batch;
 use s2s_kernels::capture::{GraphError, LossSum, Recorder, StepGraph};
-use s2s_kernels::ops::{FusedAdam, GradientSum, clip_global_norm};
-use s2s_models::{Model, Source};
+use s2s_kernels::ops::{FusedAdam, GradientSum};
+use s2s_models::Model;
 use serde::Serialize;
 
-use crate::bench::{BatchShape, random_ids};
 use crate::core_split::CoreSplit;
-use crate::loss::label_smoothed_loss;
+use crate::precision::LossScaler;
+use crate::step::{self, DeviceBatch, Norm, StepSettings};
 
-/// One batch on the device: a step's inputs. In a captured step these buffers are the
-/// graph's inputs, rewritten in place for every batch of their shape.
-///
-/// # Shapes
-/// - `src`: `[rows, src_len]`; `tgt_in`, `tgt_out`, `keep`: `[rows, tgt_len]`
-#[derive(Clone)]
-pub struct StepInputs {
-    pub(crate) src: Source,
-    pub(crate) tgt_in: Tensor<2, Int>,
-    pub(crate) tgt_out: Tensor<2, Int>,
-    pub(crate) keep: Tensor<2>,
-    tokens: usize,
-}
-
-impl StepInputs {
-    /// Random token ids of shape `b` (the benchmark's batch: full rows, no padding) on `device`.
-    pub fn random(b: BatchShape, device: &Device) -> Self {
-        Self::random_rows(b, 0..b.sentences, device)
-    }
-
-    /// Rows `rows` of [`random`](Self::random)'s batch (a part of the step cut over the cores).
-    pub fn random_rows(b: BatchShape, rows: std::ops::Range<usize>, device: &Device) -> Self {
-        let (n, s, t) = (rows.len(), b.src_len, b.tgt_len);
-        let src_ids: Vec<u32> = random_ids(b.sentences * s, b.src_vocab, 1)[rows.start * s..rows.end * s]
-            .iter()
-            .map(|&i| i as u32)
-            .collect();
-        let y = random_ids(b.sentences * (t + 1), b.tgt_vocab, 2);
-        let tgt_in: Vec<i64> = rows.clone().flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
-        let tgt_out: Vec<i64> = rows.flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
-        Self {
-            src: Source::new(&src_ids, &vec![s; n], s, device),
-            tgt_in: Tensor::from_data(TensorData::new(tgt_in, [n, t]), device),
-            tgt_out: Tensor::from_data(TensorData::new(tgt_out, [n, t]), device),
-            keep: Tensor::ones([n, t], device),
-            tokens: n * t,
-        }
-    }
-
-    /// `b` on `device`.
-    pub fn new(b: &Batch, device: &Device) -> Self {
-        let d = crate::evaluate::DeviceBatch::new(b, device);
-        Self { src: d.src, tgt_in: d.tgt_in, tgt_out: d.tgt_out, keep: d.tgt_keep, tokens: d.tokens }
-    }
-
-    /// `b` on `device`, as a captured step's inputs (its source marked so: see
-    /// [`Source::graph_input`]).
-    pub fn graph_input(b: &Batch, device: &Device) -> Self {
-        let d = crate::evaluate::DeviceBatch::new(b, device);
-        Self {
-            src: d.src.as_graph_input(),
-            tgt_in: d.tgt_in,
-            tgt_out: d.tgt_out,
-            keep: d.tgt_keep,
-            tokens: d.tokens,
-        }
-    }
-
-    /// Writes `b` (of this shape) into these buffers, for the next replay.
-    pub fn write(&mut self, b: &Batch) {
-        use s2s_kernels::capture::{write_floats, write_ids};
-        let [rows, s] = self.src.ids.dims();
-        assert_eq!(
-            (b.size(), b.src_len, b.tgt_len),
-            (rows, s, self.keep.dims()[1]),
-            "a batch of another shape"
-        );
-        let (tgt_keep, _) = Source::masks(&b.tgt_lens, b.tgt_len);
-        self.src.write(&b.src, &b.src_lens);
-        write_ids(&self.tgt_in, &b.tgt_in);
-        write_ids(&self.tgt_out, &b.tgt_out);
-        write_floats(&self.keep, &tgt_keep);
-        self.tokens = b.tgt_tokens();
-    }
-
-    /// Target tokens a step.
-    pub fn tokens(&self) -> usize {
-        self.tokens
-    }
-}
-
-/// The operations of one training step on `inputs` — forward, label-smoothed loss (`ε`) over
-/// the real target tokens, backward, global-norm clip at `clip`, Adam at `lr` — what eager
-/// steps run and a capture records. Returns the model and the per-token loss (on the device).
-/// `spent`, when given, adds each phase's seconds: forward (with the loss), backward, clip, Adam.
+/// The operations of one training step on `inputs` — [`step::gradients`] (the loss divided by
+/// the token count the device sums: a host number would be frozen at capture),
+/// [`step::clipped`], [`step::apply`] — what eager steps run and a capture records. Returns the
+/// model and the per-token loss (on the device). `read` reads the loss back before the
+/// backward (a synchronisation, as the trainer's logging does); `spent`, when given, adds each
+/// phase's seconds: forward (with the loss), backward, clip, Adam; `sum` adds the loss to a
+/// captured run's device sum; `scaler`, mixed precision's loss scaler (eager steps only: a
+/// step it skips leaves the model as it was).
 #[allow(clippy::too_many_arguments)]
 fn step_ops(
     model: Model,
-    inputs: &StepInputs,
+    inputs: &DeviceBatch,
     optim: &mut ModuleOptimizer,
-    lr: f64,
-    clip: f64,
-    epsilon: f64,
+    (lr, clip, epsilon): (f64, f64, f64),
     read: bool,
     spent: Option<&mut Phases>,
     sum: Option<&LossSum>,
+    mut scaler: Option<&mut LossScaler>,
 ) -> (Model, Tensor<1>) {
     let mut laps = [0f64; 4];
     let mut lap = Instant::now();
@@ -131,29 +53,30 @@ fn step_ops(
         laps[i] += lap.elapsed().as_secs_f64();
         lap = Instant::now();
     };
-    let out = model.forward(&inputs.src, inputs.tgt_in.clone());
-    let tokens = inputs.keep.clone().sum();
-    let loss = label_smoothed_loss(out.logits, inputs.tgt_out.clone(), &inputs.keep, epsilon)
-        .smoothed
-        .div(tokens.clone());
-    let value = loss.clone().inner();
-    if let Some(sum) = sum {
-        sum.add(value.clone(), tokens.inner());
-    }
-    if read {
-        let _ = value.clone().into_scalar::<f32>();
-    }
-    done(0);
-    let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+    let mixed = scaler.as_ref().map(|s| s.scale());
+    let Ok(g) = step::gradients(&model, inputs, epsilon, Norm::Device, mixed, |loss| {
+        if read {
+            let _ = loss.clone().into_scalar::<f32>();
+        }
+        done(0);
+        Ok::<(), std::convert::Infallible>(())
+    });
     done(1);
-    let _ = clip_global_norm(&model, &mut grads, clip);
-    done(2);
-    let model = s2s_kernels::ops::adam_step(optim, lr, model, grads);
+    if let (Some(sum), Some(tokens)) = (sum, g.device_tokens) {
+        sum.add(g.loss.clone(), tokens);
+    }
+    let model = match step::clipped(&model, g.grads, clip, scaler.as_deref_mut()) {
+        Some(grads) => {
+            done(2);
+            step::apply(optim, lr, model, grads)
+        }
+        None => model,
+    };
     done(3);
     if let Some(p) = spent {
         p.iter_mut().zip(laps).for_each(|(a, b)| *a += b);
     }
-    (model, value)
+    (model, g.loss)
 }
 
 /// The dropout seed of part `i` of a step whose seed is `seed` (part 0's is the step's).
@@ -168,7 +91,7 @@ fn split_step_ops(
     model: Model,
     split: &CoreSplit,
     device: &Device,
-    parts: &[(StepInputs, u64)],
+    parts: &[(DeviceBatch, u64)],
     optim: &mut ModuleOptimizer,
     (lr, clip, epsilon): (f64, f64, f64),
     spent: Option<&mut Phases>,
@@ -179,12 +102,11 @@ fn split_step_ops(
     let forward = done[0].seconds[0];
     let mut acc = GradientSum::new();
     let loss_sum = crate::core_split::accumulate(done, &model, &mut acc);
-    let mut grads = acc.take();
     let backward = start.elapsed().as_secs_f64() - forward;
     let lap = Instant::now();
-    let _ = clip_global_norm(&model, &mut grads, clip);
+    let grads = step::clipped(&model, acc.take(), clip, None).expect("no loss scaler, no skipped step");
     let clipped = lap.elapsed().as_secs_f64();
-    let model = s2s_kernels::ops::adam_step(optim, lr, model, grads);
+    let model = step::apply(optim, lr, model, grads);
     if let Some(p) = spent {
         p.iter_mut()
             .zip([forward, backward, clipped, lap.elapsed().as_secs_f64() - clipped])
@@ -203,11 +125,10 @@ pub struct FixedBatchTrainer {
     model: Option<Model>,
     /// The model's (autodiff) device.
     device: Device,
-    batch: StepInputs,
+    batch: DeviceBatch,
     adam: FusedAdam,
     optim: ModuleOptimizer,
-    lr: f64,
-    clip: f64,
+    settings: StepSettings,
     seed: u64,
     /// Adam steps run so far.
     time: usize,
@@ -215,20 +136,21 @@ pub struct FixedBatchTrainer {
     loss: Option<Tensor<1>>,
     graph: Option<StepGraph>,
     /// The step cut over the CPU's cores, and the batch's parts ([`crate::core_split`]).
-    split: Option<(CoreSplit, Vec<StepInputs>)>,
+    split: Option<(CoreSplit, Vec<DeviceBatch>)>,
+    /// Mixed precision's loss scaler (eager GPU steps).
+    scaler: Option<LossScaler>,
 }
 
 impl FixedBatchTrainer {
-    /// `model` (on an autodiff device) trained on `batch` by `adam` at rate `lr`, clipped at
-    /// `clip`, label smoothing 0.1; step `k`'s dropout masks are drawn after reseeding with
+    /// `model` (on an autodiff device) trained on `batch` by `adam` with `settings` (rate,
+    /// clip, label smoothing); step `k`'s dropout masks are drawn after reseeding with
     /// `seed + k`.
     pub fn new(
         model: Model,
         device: &Device,
-        batch: StepInputs,
+        batch: DeviceBatch,
         adam: FusedAdam,
-        lr: f64,
-        clip: f64,
+        settings: StepSettings,
         seed: u64,
     ) -> Self {
         let optim = ModuleOptimizer::from(adam.clone().batched());
@@ -238,25 +160,33 @@ impl FixedBatchTrainer {
             batch,
             adam,
             optim,
-            lr,
-            clip,
+            settings,
             seed,
             time: 0,
             loss: None,
             graph: None,
             split: None,
+            scaler: None,
         }
     }
 
-    /// Eager steps cut into `parts` parts over the CPU's cores, as the trainer's are
-    /// ([`crate::core_split`]; `b` is the batch's shape, the batch [`StepInputs::random`]'s).
-    /// One part, or a GPU, leaves the step whole.
-    pub fn with_core_split(mut self, b: BatchShape, parts: usize) -> Self {
-        if parts > 1 && s2s_kernels::ops::is_cpu(&self.device) {
-            let rows = crate::core_split::row_ranges(b.sentences, parts);
-            let inputs =
-                rows.into_iter().map(|r| StepInputs::random_rows(b, r, &self.device)).collect::<Vec<_>>();
-            self.split = Some((CoreSplit::new(inputs.len()), inputs));
+    /// Steps in mixed precision (f16 products, dynamic loss scaling; eager steps on a GPU:
+    /// [`capture`](Self::capture) refuses them).
+    pub fn mixed(mut self) -> Self {
+        self.scaler = Some(LossScaler::default());
+        self
+    }
+
+    /// The loss scaler, in mixed precision.
+    pub fn scaler(&self) -> Option<&LossScaler> {
+        self.scaler.as_ref()
+    }
+
+    /// Eager steps cut over the CPU's cores, as the trainer's are ([`crate::core_split`]):
+    /// `parts` are the batch's rows cut in order. One part, or a GPU, leaves the step whole.
+    pub fn with_core_split(mut self, parts: Vec<DeviceBatch>) -> Self {
+        if parts.len() > 1 && s2s_kernels::ops::is_cpu(&self.device) {
+            self.split = Some((CoreSplit::new(parts.len()), parts));
         }
         self
     }
@@ -271,25 +201,18 @@ impl FixedBatchTrainer {
         let model = self.model.take().expect("a model between steps");
         self.device.seed(self.step_seed());
         s2s_kernels::ops::reseed(self.step_seed());
+        let s = self.settings.tuple();
         let (model, loss) = match &self.split {
             None => {
-                step_ops(model, &self.batch, &mut self.optim, self.lr, self.clip, 0.1, read, phases, None)
+                step_ops(model, &self.batch, &mut self.optim, s, read, phases, None, self.scaler.as_mut())
             }
             Some((split, parts)) => {
-                let seeded: Vec<(StepInputs, u64)> = parts
+                let seeded: Vec<(DeviceBatch, u64)> = parts
                     .iter()
                     .enumerate()
                     .map(|(i, p)| (p.clone(), part_seed(self.step_seed(), i)))
                     .collect();
-                split_step_ops(
-                    model,
-                    split,
-                    &self.device,
-                    &seeded,
-                    &mut self.optim,
-                    (self.lr, self.clip, 0.1),
-                    phases,
-                )
+                split_step_ops(model, split, &self.device, &seeded, &mut self.optim, s, phases)
             }
         };
         self.model = Some(model);
@@ -303,7 +226,7 @@ impl FixedBatchTrainer {
             self.eager(read, phases);
             return Ok(());
         };
-        graph.set_step(self.step_seed(), self.adam.coefficients(self.time + 1, self.lr));
+        graph.set_step(self.step_seed(), self.adam.coefficients(self.time + 1, self.settings.lr));
         // SAFETY: the recorded step's buffers are the batch's and the loss's (held by `self`),
         // the parameters and moments (updated in place, held by the model and the optimizer
         // in `self`) and intermediates the graph pins itself; nothing else runs on the stream.
@@ -322,9 +245,9 @@ impl FixedBatchTrainer {
         self.eager(true, None);
         let warm = self.loss();
         let model = self.model.take().expect("a model between steps");
-        let (batch, optim) = (&self.batch, &mut self.optim);
+        let (batch, optim, s) = (&self.batch, &mut self.optim, self.settings.tuple());
         let (graph, (model, loss)) =
-            recorder.record(|| step_ops(model, batch, optim, self.lr, self.clip, 0.1, false, None, None))?;
+            recorder.record(|| step_ops(model, batch, optim, s, false, None, None, None))?;
         self.model = Some(model);
         self.loss = Some(loss);
         self.graph = Some(graph);
@@ -394,7 +317,7 @@ impl CaptureStats {
 /// One bucket shape's inputs and graph.
 struct Entry {
     shape: (usize, usize, usize),
-    inputs: StepInputs,
+    inputs: DeviceBatch,
     graph: StepGraph,
     /// The recorded step's loss (its buffer, which the graph writes).
     _loss: Tensor<1>,
@@ -461,13 +384,13 @@ impl CapturedSteps {
         if self.replay(shape, &padded, seed, time, lr)? {
             return Ok(model);
         }
-        let inputs = StepInputs::graph_input(&padded, &self.device);
+        let inputs = DeviceBatch::graph_input(&padded, &self.device);
         self.stats.eager += 1;
         let (device, eps, sum) = (self.device.clone(), self.epsilon, self.sum.as_ref());
         let eager = |model, optim: &mut ModuleOptimizer| {
             device.seed(seed);
             s2s_kernels::ops::reseed(seed);
-            step_ops(model, &inputs, optim, lr, clip, eps, false, None, sum).0
+            step_ops(model, &inputs, optim, (lr, clip, eps), false, None, sum, None).0
         };
         if self.max_graphs == 0 {
             return Ok(eager(model, optim));
@@ -534,7 +457,7 @@ impl CapturedSteps {
         recorder: Recorder,
         model: Model,
         optim: &mut ModuleOptimizer,
-        inputs: StepInputs,
+        inputs: DeviceBatch,
         shape: (usize, usize, usize),
         lr: f64,
         clip: f64,
@@ -546,7 +469,7 @@ impl CapturedSteps {
         }
         let (eps, sum) = (self.epsilon, self.sum.as_ref());
         let (graph, (model, loss)) =
-            recorder.record(|| step_ops(model, &inputs, optim, lr, clip, eps, false, None, sum))?;
+            recorder.record(|| step_ops(model, &inputs, optim, (lr, clip, eps), false, None, sum, None))?;
         self.entries.push(Entry { shape, inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());

@@ -42,6 +42,10 @@ pub struct TrainerState {
     /// Batches skipped because their loss was not finite (`skip_nonfinite`).
     #[serde(default)]
     pub skipped_batches: u64,
+    /// Mixed precision's loss scaler (its scale, its window, the steps it skipped); absent in
+    /// f32 runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaler: Option<crate::precision::LossScaler>,
 }
 
 impl TrainerState {
@@ -59,6 +63,7 @@ impl TrainerState {
             loss_window: (0.0, 0),
             finished: false,
             skipped_batches: 0,
+            loss_scaler: None,
         }
     }
 }

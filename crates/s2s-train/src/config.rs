@@ -4,6 +4,7 @@ use s2s_data::BatchConfig;
 use s2s_decode::MaxLength;
 use serde::{Deserialize, Serialize};
 
+use crate::precision::Precision;
 use crate::schedule::Schedule;
 
 /// Which Adam.
@@ -124,6 +125,9 @@ pub struct TrainSpec {
     /// Most captured graphs alive (one per batch shape; the least recently used is dropped
     /// past it). 0 pads batches as captured training does but runs every step eagerly.
     pub capture_graphs: usize,
+    /// The matrix products' precision: `f32`, or `mixed` (f16 products, f32 weights, dynamic
+    /// loss scaling; a GPU only: [`crate::precision`]).
+    pub precision: Precision,
 }
 
 impl Default for TrainSpec {
@@ -153,6 +157,7 @@ impl Default for TrainSpec {
             keep_last: 1,
             capture: Capture::Auto,
             capture_graphs: 16,
+            precision: Precision::F32,
         }
     }
 }

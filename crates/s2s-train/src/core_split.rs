@@ -34,8 +34,7 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 use s2s_kernels::ops::GradientSum;
 use s2s_models::Model;
 
-use crate::captured::StepInputs;
-use crate::loss::label_smoothed_loss;
+use crate::step::{self, DeviceBatch, Norm};
 
 /// The thread pools the parts of a step run on: one per part, each with its share of the
 /// current pool's threads; none (the parts run one after another, on the current pool) when
@@ -127,7 +126,7 @@ impl CoreSplit {
         &self,
         model: &Model,
         device: &Device,
-        parts: &[(StepInputs, u64)],
+        parts: &[(DeviceBatch, u64)],
         norm: f64,
         epsilon: f64,
     ) -> Vec<Part> {
@@ -137,17 +136,16 @@ impl CoreSplit {
             .collect();
         self.run_first(parts.len(), |i| {
             let (inputs, seed) = &parts[i];
-            let replica = &replicas[i];
             let start = std::time::Instant::now();
             s2s_kernels::ops::reseed(*seed);
-            let out = replica.forward(&inputs.src, inputs.tgt_in.clone());
-            let loss = label_smoothed_loss(out.logits, inputs.tgt_out.clone(), &inputs.keep, epsilon)
-                .smoothed
-                .div_scalar(norm);
-            let loss_sum = loss.clone().into_scalar::<f32>() as f64 * norm;
-            let forward = start.elapsed().as_secs_f64();
-            let grads = GradientsParams::from_grads(loss.backward(), replica);
-            Part { grads, loss_sum, seconds: [forward, start.elapsed().as_secs_f64() - forward] }
+            let mut loss_sum = 0.0;
+            let mut forward = 0.0;
+            let Ok(done) = step::gradients(&replicas[i], inputs, epsilon, Norm::Host(norm), None, |loss| {
+                loss_sum = loss.clone().into_scalar::<f32>() as f64 * norm;
+                forward = start.elapsed().as_secs_f64();
+                Ok::<(), std::convert::Infallible>(())
+            });
+            Part { grads: done.grads, loss_sum, seconds: [forward, start.elapsed().as_secs_f64() - forward] }
         })
     }
 }

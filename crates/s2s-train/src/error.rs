@@ -37,6 +37,16 @@ pub enum TrainError {
         /// The loss.
         value: f64,
     },
+    /// Mixed precision's loss scale fell below its floor: the gradients overflow at any scale.
+    #[error(
+        "the gradients overflowed at every loss scale down to {scale} (step {step}): the loss is exploding, not the scale too high; the last good checkpoint is kept — lower lr or clip_norm, or train with precision = \"f32\", and resume"
+    )]
+    LossScale {
+        /// Step.
+        step: u64,
+        /// The scale reached.
+        scale: f64,
+    },
     /// The device failed while computing a step (a GPU out of memory, or over a software
     /// Vulkan device's limits): nothing of the step was applied.
     #[error(

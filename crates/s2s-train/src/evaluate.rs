@@ -1,7 +1,7 @@
 //! Validation and test measurements shared by the loop and the CLI: teacher-forced
 //! perplexity and greedy-decoded BLEU.
 
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::Device;
 use s2s_data::{Batch, BatchConfig, Batcher, Example, Tokenizer};
 use s2s_decode::{
     BeamConfig, CapturedSearch, Hypothesis, Incremental, MaxLength, Run, SampleConfig, beam_search, greedy,
@@ -11,36 +11,7 @@ use s2s_models::{Model, Source};
 
 use crate::core_split::{CoreSplit, row_ranges};
 use crate::loss::label_smoothed_loss;
-
-/// A padded batch's tensors on a device.
-pub struct DeviceBatch {
-    /// The source.
-    pub src: Source,
-    /// Decoder input `[batch, tgt]`.
-    pub tgt_in: Tensor<2, Int>,
-    /// Targets `[batch, tgt]`.
-    pub tgt_out: Tensor<2, Int>,
-    /// 1 on real target positions.
-    pub tgt_keep: Tensor<2>,
-    /// Real target tokens (with `</s>`).
-    pub tokens: usize,
-}
-
-impl DeviceBatch {
-    /// Moves a collated batch to `device`.
-    pub fn new(b: &Batch, device: &Device) -> Self {
-        let ids = |v: &[u32]| -> Vec<i64> { v.iter().map(|&i| i as i64).collect() };
-        let n = b.size();
-        let keep: Vec<f32> = b.tgt_mask().into_iter().map(|k| if k { 1.0 } else { 0.0 }).collect();
-        Self {
-            src: Source::new(&b.src, &b.src_lens, b.src_len, device),
-            tgt_in: Tensor::from_data(TensorData::new(ids(&b.tgt_in), [n, b.tgt_len]), device),
-            tgt_out: Tensor::from_data(TensorData::new(ids(&b.tgt_out), [n, b.tgt_len]), device),
-            tgt_keep: Tensor::from_data(TensorData::new(keep, [n, b.tgt_len]), device),
-            tokens: b.tgt_tokens(),
-        }
-    }
-}
+use crate::step::DeviceBatch;
 
 /// Summed NLL and tokens over `examples` (teacher-forced; padding excluded, `</s>` included).
 pub fn nll(model: &Model, examples: &[Example], batch: BatchConfig, device: &Device) -> (f64, u64) {
@@ -48,7 +19,7 @@ pub fn nll(model: &Model, examples: &[Example], batch: BatchConfig, device: &Dev
     for idx in Batcher::new(examples, batch).ordered() {
         let b = DeviceBatch::new(&Batch::collate(examples, &idx), device);
         let out = model.forward(&b.src, b.tgt_in.clone());
-        let l = label_smoothed_loss(out.logits, b.tgt_out, &b.tgt_keep, 0.0);
+        let l = label_smoothed_loss(out.logits, b.tgt_out, &b.keep, 0.0);
         sum += l.nll.into_scalar::<f32>() as f64;
         tokens += b.tokens as u64;
     }

@@ -7,7 +7,9 @@
 //! Fault injection (tests only, read from the environment once per use):
 //! `S2S_FAULT_ABORT_IN_CHECKPOINT=N` aborts the process in the middle of writing the
 //! checkpoint of step N (model and optimizer files written, not yet renamed into place);
-//! `S2S_FAULT_NAN_AT_STEP=N` makes the first loss computed for step N non-finite.
+//! `S2S_FAULT_NAN_AT_STEP=N` makes the first loss computed for step N non-finite;
+//! `S2S_FAULT_OVERFLOW_AT_STEP=N` (mixed precision) scales the loss of step N's first try by
+//! infinity, so that its gradients overflow.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,4 +42,11 @@ static NAN_FIRED: AtomicBool = AtomicBool::new(false);
 /// Fault injection: whether the loss of `step` must be made non-finite (once per process).
 pub(crate) fn nan_at(step: u64) -> bool {
     fault("S2S_FAULT_NAN_AT_STEP") == Some(step) && !NAN_FIRED.swap(true, Ordering::SeqCst)
+}
+
+static OVERFLOW_FIRED: AtomicBool = AtomicBool::new(false);
+
+/// Fault injection: whether the gradients of `step` must overflow (once per process).
+pub(crate) fn overflow_at(step: u64) -> bool {
+    fault("S2S_FAULT_OVERFLOW_AT_STEP") == Some(step) && !OVERFLOW_FIRED.swap(true, Ordering::SeqCst)
 }

@@ -134,6 +134,9 @@ fn log_outcome(outcome: &TrainOutcome, log: &dyn Fn(&str)) {
     if outcome.skipped_batches > 0 {
         log(&format!("skipped {} batches with a non-finite loss", outcome.skipped_batches));
     }
+    if let Some((scale, skipped)) = outcome.loss_scale {
+        log(&format!("mixed precision: loss scale {scale} at the end, {skipped} overflow steps skipped"));
+    }
     if let Some(c) = &outcome.capture {
         let (batches, buckets) = c.padding();
         log(&format!(

@@ -18,16 +18,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use s2s_data::{Batch, EpochPlan, Example, PreparedDataset, StreamBatcher, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
-use crate::captured::{CaptureStats, CapturedSteps, StepInputs, part_seed};
+use crate::captured::{CaptureStats, CapturedSteps, part_seed};
 use crate::checkpoint::{Checkpoints, TrainerState};
 use crate::config::{Capture, OptimizerKind, StopMetric, TrainSpec};
 use crate::core_split::{CoreSplit, accumulate, row_ranges};
 use crate::error::TrainError;
-use crate::evaluate::{DeviceBatch, Search, detokenize, nll, translate};
-use crate::loss::label_smoothed_loss;
+use crate::evaluate::{Search, detokenize, nll, translate};
 use crate::metrics::{self, MetricsRow};
-use s2s_kernels::ops::FusedAdam;
-use s2s_kernels::ops::{GradientSum, clip_global_norm};
+use crate::precision::{LossScaler, Precision};
+use crate::step::{self, DeviceBatch, Norm};
+use s2s_kernels::ops::{FusedAdam, GradientSum};
 
 /// The data of a training run, already tokenised.
 pub struct TrainData {
@@ -62,6 +62,9 @@ pub struct TrainOutcome {
     pub skipped_batches: u64,
     /// What captured steps did, when steps were captured (this process's share of the run).
     pub capture: Option<CaptureStats>,
+    /// Mixed precision: the loss scale at the end and the steps skipped because their
+    /// gradients overflowed (in the whole run).
+    pub loss_scale: Option<(f64, u64)>,
 }
 
 /// Everything `train` needs.
@@ -168,24 +171,28 @@ fn root_cause(report: &str) -> String {
 /// `Module::fork`), the gradients brought back to `devices[0]` — the main-device scheme of
 /// burn-train's multi-device strategy (docs/scaling.md). Returns each device's [`Shard`], in
 /// device order, or what a device said when it failed.
+#[allow(clippy::too_many_arguments)]
 fn shard_gradients(
     model: &Model,
     devices: &[Device],
     shards: &[(Batch, u64)],
     spec: &TrainSpec,
     scale: f64,
+    mixed: Option<f64>,
 ) -> Result<Vec<Shard>, String> {
     let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| -> Result<Shard, String> {
         let b = DeviceBatch::new(batch, device);
         device.seed(*seed);
         s2s_kernels::ops::reseed(*seed); // the GPU masks' host stream (see its doc)
-        let out = model.forward(&b.src, b.tgt_in.clone());
-        let l = label_smoothed_loss(out.logits, b.tgt_out.clone(), &b.tgt_keep, spec.label_smoothing);
-        let loss = l.smoothed.div_scalar(b.tokens as f64 * scale);
-        // The first read-back of the step: where a device that failed says so.
-        let sum = loss.clone().try_into_scalar::<f32>().map_err(|e| root_cause(&e.to_string()))? as f64;
-        let sum = sum * b.tokens as f64 * scale;
-        Ok((GradientsParams::from_grads(loss.backward(), model), sum, b.tokens as u64))
+        let norm = b.tokens as f64 * scale;
+        let mut sum = 0.0;
+        let g = step::gradients(model, &b, spec.label_smoothing, Norm::Host(norm), mixed, |loss| {
+            // The first read-back of the step: where a device that failed says so.
+            sum =
+                loss.clone().try_into_scalar::<f32>().map_err(|e| root_cause(&e.to_string()))? as f64 * norm;
+            Ok::<(), String>(())
+        })?;
+        Ok((g.grads, sum, b.tokens as u64))
     };
     if devices.len() == 1 {
         return Ok(vec![step(model, &devices[0], &shards[0])?]);
@@ -269,6 +276,7 @@ fn captured_steps(
         (spec.accumulate > 1, "accumulate = 1"),
         (spec.optimizer != OptimizerKind::Adam, "optimizer = \"adam\""),
         (spec.skip_nonfinite, "skip_nonfinite = false"),
+        (spec.precision != Precision::F32, "precision = \"f32\""),
     ]
     .into_iter()
     .filter_map(|(blocked, need)| blocked.then_some(need))
@@ -304,6 +312,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             job.devices.len()
         )));
     }
+    spec.precision.check_device(&job.devices[0]).map_err(TrainError::Config)?;
     let devices: Vec<Device> = job.devices.iter().map(|d| d.clone().autodiff()).collect();
     // Adam's step count: the trainer's, which a checkpoint saves (a replayed step leaves the
     // optimizer's per-parameter counts where the capture left them).
@@ -394,6 +403,7 @@ impl<'j, 'a> Run<'j, 'a> {
         let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
         let mut optim = optimizer(spec, &clock);
         let mut st = TrainerState::start(spec.schedule.start());
+        st.loss_scaler = (spec.precision == Precision::Mixed).then(LossScaler::default);
         if let Some(dir) = ckpts.pointed("last")? {
             st = Checkpoints::read_state(&dir)?;
             model = load_model(job.model, job.tokenizers, &dir, &ad)?;
@@ -499,8 +509,14 @@ impl<'j, 'a> Run<'j, 'a> {
                 let seed = step_seed(spec.seed, self.st.step, (micro * n + d) as u64);
                 shards.push((self.job.data.train.collate(indices)?, seed));
             }
-            let shards = shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64)
-                .map_err(|message| TrainError::Device { step: self.st.step + 1, message })?;
+            let mixed =
+                self.st.loss_scaler.as_ref().map(|s| match crate::interrupt::overflow_at(self.st.step + 1) {
+                    true => f64::INFINITY,
+                    false => s.scale(),
+                });
+            let shards =
+                shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64, mixed)
+                    .map_err(|message| TrainError::Device { step: self.st.step + 1, message })?;
             for (grads, loss, tokens) in shards {
                 step_loss += loss;
                 step_tokens += tokens;
@@ -514,13 +530,16 @@ impl<'j, 'a> Run<'j, 'a> {
             return self.skip_nonfinite(step_loss).map(|()| false);
         }
         self.consecutive_skips = 0;
-        let mut grads = acc.take();
-        clip_global_norm(self.model(), &mut grads, spec.clip_norm);
+        let model = self.model.as_ref().expect("the model is back after every step");
+        let Some(grads) = step::clipped(model, acc.take(), spec.clip_norm, self.st.loss_scaler.as_mut())
+        else {
+            return self.skip_overflow().map(|()| false);
+        };
         self.st.step += 1;
         self.last_lr = spec.schedule.lr(spec.lr, self.st.step, &self.st.schedule);
         self.clock.store(self.st.step as usize, Ordering::Relaxed);
         let model = self.model.take().expect("the model is back after every step");
-        self.model = Some(s2s_kernels::ops::adam_step(&mut self.optim, self.last_lr, model, grads));
+        self.model = Some(step::apply(&mut self.optim, self.last_lr, model, grads));
         self.st.loss_window.0 += step_loss;
         self.st.loss_window.1 += step_tokens;
         Ok(true)
@@ -541,9 +560,9 @@ impl<'j, 'a> Run<'j, 'a> {
         let mut parts = Vec::with_capacity(split.parts());
         for (i, rows) in row_ranges(indices.len(), split.parts()).into_iter().enumerate() {
             let batch = self.job.data.train.collate(&indices[rows])?;
-            parts.push((StepInputs::new(&batch, &self.devices[0]), part_seed(seed, i)));
+            parts.push((DeviceBatch::new(&batch, &self.devices[0]), part_seed(seed, i)));
         }
-        let tokens: usize = parts.iter().map(|(p, _)| p.tokens()).sum();
+        let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
         let norm = (tokens * self.per_step()) as f64;
         let done = split.gradients(self.model(), &self.devices[0], &parts, norm, spec.label_smoothing);
         Ok((accumulate(done, self.model(), acc), tokens as u64))
@@ -561,9 +580,23 @@ impl<'j, 'a> Run<'j, 'a> {
         if self.consecutive_skips > 100 {
             return Err(TrainError::NonFinite { step, value: loss });
         }
-        if let Some(bar) = &self.bar {
-            bar.println(format!("skipped a batch with a {loss} loss before step {step}"));
+        self.say(&format!("skipped a batch with a {loss} loss before step {step}"));
+        Ok(())
+    }
+
+    /// A step whose gradients overflowed under mixed precision: skipped (the scaler halved its
+    /// scale), said under the progress bar; an error once the scale is below its floor (the
+    /// loss itself is exploding).
+    fn skip_overflow(&mut self) -> Result<(), TrainError> {
+        let step = self.st.step + 1;
+        let scaler = self.st.loss_scaler.as_ref().expect("only a loss scaler skips a step");
+        if scaler.below_floor() {
+            return Err(TrainError::LossScale { step, scale: scaler.scale() });
         }
+        self.say(&format!(
+            "gradient overflow before step {step}: skipped, loss scale now {}",
+            scaler.scale()
+        ));
         Ok(())
     }
 
@@ -615,14 +648,27 @@ impl<'j, 'a> Run<'j, 'a> {
     /// patience has run out.
     fn validate(&mut self) -> Result<bool, TrainError> {
         let (stop, ppl, bleu) = self.validate_and_checkpoint()?;
-        if let Some(bar) = &self.bar {
-            bar.println(format!(
-                "step {}: val ppl {ppl:.2}, val BLEU {bleu:.2}{}",
-                self.st.step,
-                if self.st.best_step == self.st.step { " (best)" } else { "" }
-            ));
-        }
+        let scale = match &self.st.loss_scaler {
+            Some(s) => format!(", loss scale {} ({} overflow steps skipped)", s.scale(), s.skipped),
+            None => String::new(),
+        };
+        self.say(&format!(
+            "step {}: val ppl {ppl:.2}, val BLEU {bleu:.2}{}{scale}",
+            self.st.step,
+            if self.st.best_step == self.st.step { " (best)" } else { "" }
+        ));
         Ok(stop)
+    }
+
+    /// A line for the person watching the run: under the progress bar on a terminal, on
+    /// stderr when the bar is hidden (stderr redirected: `2> log`, nohup, CI), so no line the
+    /// terminal would show is lost; nothing without progress output.
+    fn say(&self, line: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            Some(_) => eprintln!("{line}"),
+            None => {}
+        }
     }
 
     /// An interrupted run only checkpoints where it stands; a finished one validates its last
@@ -656,6 +702,7 @@ impl<'j, 'a> Run<'j, 'a> {
             interrupted: ending == Ending::Interrupted,
             skipped_batches: self.st.skipped_batches,
             capture,
+            loss_scale: self.st.loss_scaler.as_ref().map(|s| (s.scale(), s.skipped)),
         })
     }
 

@@ -5,8 +5,9 @@
 
 use s2s_kernels::ops::FusedAdam;
 use s2s_models::{LstmSpec, ModelSpec, TransformerSpec};
-use s2s_train::bench::BatchShape;
-use s2s_train::captured::{FixedBatchTrainer, StepInputs};
+use s2s_train::bench::{BatchShape, random_batch};
+use s2s_train::captured::FixedBatchTrainer;
+use s2s_train::step::StepSettings;
 
 /// Tiny models of the four kinds, every dropout site on.
 fn specs() -> Vec<(&'static str, ModelSpec)> {
@@ -29,9 +30,10 @@ fn losses(
     let ad = gpu.clone().autodiff();
     ad.seed(3);
     let model = spec.init(SHAPE.src_vocab, SHAPE.tgt_vocab, &ad).unwrap();
-    let batch = StepInputs::random(SHAPE, &ad);
+    let batch = random_batch(SHAPE, 0..SHAPE.sentences, &ad);
+    let settings = StepSettings { lr: 3e-3, clip: 1.0, label_smoothing: 0.1 };
     let mut t =
-        FixedBatchTrainer::new(model, &ad, batch, FusedAdam::new(0.9, 0.999, 1e-8, 0.0), 3e-3, 1.0, 77);
+        FixedBatchTrainer::new(model, &ad, batch, FusedAdam::new(0.9, 0.999, 1e-8, 0.0), settings, 77);
     let mut out = Vec::new();
     while out.len() < steps {
         if Some(out.len()) == capture_after {

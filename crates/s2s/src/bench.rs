@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// 1: the step whole, every core on each operation).
     #[arg(long, default_value_t = s2s_train::TrainSpec::default().core_split as usize)]
     core_split: usize,
+    /// Matrix-product precision: f32, or mixed (f16 products, f32 weights, dynamic loss
+    /// scaling; eager GPU steps), compared with PyTorch's autocast (scripts/torch_precision.py).
+    #[arg(long, default_value = "f32")]
+    precision: s2s_train::precision::Precision,
     /// Training only: no decoding passes (their figures 0), e.g. to profile the training step.
     #[arg(long, conflicts_with = "no_train")]
     no_decode: bool,
@@ -108,7 +112,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
             a.steps.max(1),
             &device,
             &device_name,
-            StepMode { capture: a.capture == Capture::On, core_split: a.core_split },
+            StepMode {
+                settings: cfg.train.settings(),
+                precision: a.precision,
+                capture: a.capture == Capture::On,
+                core_split: a.core_split,
+            },
             jobs(&a),
         )?;
         if a.json {

@@ -114,6 +114,10 @@ pub struct TrainArgs {
     /// Most captured graphs alive (one per batch shape; 0: padded eager steps).
     #[arg(long)]
     capture_graphs: Option<usize>,
+    /// Matrix-product precision: f32, or mixed (f16 products, f32 weights, dynamic loss
+    /// scaling; a GPU only).
+    #[arg(long)]
+    precision: Option<s2s_train::precision::Precision>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -235,6 +239,7 @@ fn apply_train_flags(a: &TrainArgs, t: &mut TrainSpec) {
     set(&mut t.devices, a.devices);
     set(&mut t.capture, a.capture);
     set(&mut t.capture_graphs, a.capture_graphs);
+    set(&mut t.precision, a.precision);
     if a.skip_nonfinite {
         t.skip_nonfinite = true;
     }

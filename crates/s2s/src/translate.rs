@@ -15,6 +15,7 @@ use s2s_train::checkpoint::Checkpoints;
 use s2s_train::config::Capture;
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_with};
+use s2s_train::precision::Precision;
 use s2s_train::run::{RunManifest, read_manifest};
 
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
@@ -63,6 +64,10 @@ pub struct TranslateArgs {
     /// search without --attention): auto (on a physical GPU), on, off.
     #[arg(long, default_value = "auto")]
     capture: Capture,
+    /// Matrix-product precision: f32, or mixed (f16 products; a GPU only). Mixed decoding may
+    /// pick another token where two are nearly tied.
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
     /// Sample each next token instead of searching (--temperature, --top-k, --top-p, --seed);
     /// reproducible for a seed, whatever the batch size.
     #[arg(long, conflicts_with_all = ["nbest", "beam"])]
@@ -99,6 +104,8 @@ struct Translator {
     max_src: usize,
     /// Whether greedy and beam steps are replayed from captured graphs.
     capture: bool,
+    /// The products' precision.
+    precision: Precision,
 }
 
 impl Translator {
@@ -114,7 +121,9 @@ impl Translator {
             ..Default::default()
         };
         let capture = capture_for(a.capture, &device)?;
-        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1), capture })
+        a.precision.check_device(&device).map_err(|e| anyhow::anyhow!("--precision mixed: {e}"))?;
+        let precision = a.precision;
+        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1), capture, precision })
     }
 
     /// Encodes one line (empty stays empty), truncating with a warning.
@@ -150,14 +159,14 @@ impl Translator {
                 }
                 s => s,
             };
-            let hyps = match kept {
+            let hyps = self.precision.products(|| match kept {
                 Kept::Single(captured) => {
                     translate_with(&self.models[0], &picked, self.batch, &search, &self.device, captured)
                 }
                 Kept::Ensemble(ensemble, captured) => {
                     translate_with(*ensemble, &picked, self.batch, &search, &self.device, captured)
                 }
-            };
+            });
             for (h, &i) in hyps.into_iter().zip(&group) {
                 out[i] = h;
             }

@@ -1184,3 +1184,56 @@ fn course_lists_runs_and_judges_a_claim() {
     let o = s2s(&["course", "run", "nothing-of-the-sort", "--out", out.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o.stderr).contains("s2s course list"), "{}", text(&o.stderr));
 }
+
+/// Mixed precision (wgpu; lavapipe where there is no GPU) through an overflow and a crash: the
+/// gradients of step 3 overflow (injected), so the step is skipped and the loss scale halved;
+/// killed inside the checkpoint of step 8 and resumed, the run ends as an uninterrupted one
+/// with the same overflow does (the scaler is in the checkpoint): the same metrics, to the
+/// rounding of burn's timing-tuned kernel choice. On the CPU `--precision mixed` is refused.
+#[test]
+fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
+    let o = run_env(
+        &[crash_args(&tmp("mixed-cpu").join("run"), "4"), vec!["--precision".into(), "mixed".into()]]
+            .concat(),
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("precision = \"f32\""), "{}", text(&o.stderr));
+    let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let base = tmp("mixed");
+    let gpu = |run: &std::path::Path| {
+        let mut a = crash_args(run, "12");
+        let d = a.iter().position(|x| x == "cpu").unwrap();
+        a[d] = "wgpu".into();
+        let m = a.iter().position(|x| x == "--max-tokens").unwrap();
+        a[m + 1] = "128".into();
+        a.extend(["--capture", "off", "--precision", "mixed"].map(String::from));
+        a
+    };
+    let overflow = ("S2S_FAULT_OVERFLOW_AT_STEP", "3");
+    let reference = base.join("reference");
+    let o = run_env(&gpu(&reference), &[overflow]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let said = text(&o.stderr);
+    assert!(said.contains("loss scale 64 at the end, 1 overflow steps skipped"), "{said}");
+    let run = base.join("crashed");
+    let o = run_env(&gpu(&run), &[overflow, ("S2S_FAULT_ABORT_IN_CHECKPOINT", "8")]);
+    assert!(!o.status.success() && text(&o.stderr).contains("fault injection"), "{}", text(&o.stderr));
+    let o = run_env(&gpu(&run), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("resuming from"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("1 overflow steps skipped"), "{}", text(&o.stderr));
+    let ((rows, _), (ref_rows, _)) = (outcome(&run), outcome(&reference));
+    let numbers = |rows: &[String]| -> Vec<f64> {
+        rows.iter()
+            .skip(1)
+            .flat_map(|r| r.split(',').map(|f| f.parse::<f64>().unwrap()).collect::<Vec<_>>())
+            .collect()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+    assert_eq!(rows[0], ref_rows[0]);
+    assert!(
+        numbers(&rows).iter().zip(numbers(&ref_rows)).all(|(a, b)| close(*a, b)),
+        "{rows:?}\n{ref_rows:?}"
+    );
+}

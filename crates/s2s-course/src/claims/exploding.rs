@@ -6,7 +6,7 @@ use burn::tensor::Device;
 use s2s_data::StreamBatcher;
 use s2s_models::cell::CellKind;
 use s2s_models::{LstmSpec, ModelSpec};
-use s2s_train::evaluate::DeviceBatch;
+use s2s_train::step::DeviceBatch;
 
 use super::{figure, series, trained};
 use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
@@ -47,7 +47,7 @@ fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, clip: f64, steps
         let Ok(batch) = prepared.data.train.collate(&ix) else { break };
         let b = DeviceBatch::new(&batch, &d);
         let logits = model.forward(&b.src, b.tgt_in.clone()).logits;
-        let loss = s2s_train::loss::label_smoothed_loss(logits, b.tgt_out.clone(), &b.tgt_keep, 0.0)
+        let loss = s2s_train::loss::label_smoothed_loss(logits, b.tgt_out.clone(), &b.keep, 0.0)
             .smoothed
             .div_scalar(b.tokens as f64);
         let value = loss.clone().into_scalar::<f32>() as f64;

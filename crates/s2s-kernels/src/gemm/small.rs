@@ -313,9 +313,20 @@ pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     product(x, w, false)
 }
 
+/// `x W` with f16 operands, the result back in f32 (mixed precision on a GPU: the device
+/// accumulates f16 products in f32). burn's casts are differentiable, so the backward's
+/// products take f16 operands too and the weight's gradient arrives in f32.
+fn half_product(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    use burn::tensor::FloatDType;
+    x.cast(FloatDType::F16).matmul(w.cast(FloatDType::F16)).cast(FloatDType::F32)
+}
+
 /// [`matmul`] (`reuse`: `W` is a weight, kept packed while decoding) or [`matmul_fresh`].
 fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
     if !crate::cpu::flex_data::is_flex(&x.device()) {
+        if crate::mode::half_products() {
+            return half_product(x, w);
+        }
         // Training on a GPU: the node whose weight gradient can be deferred.
         #[cfg(not(feature = "gpu-tuned"))]
         if x.is_autodiff() {
