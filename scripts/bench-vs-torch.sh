@@ -143,12 +143,12 @@ for _ in $(seq "$rounds"); do
         >> "$replayed" || echo "s2s bench --capture on failed on $m" >&2
     fi
     bounded "${torch_run[@]}" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
-      --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs" || echo "torch_ref.py failed on $m: see $errs" >&2
+      --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs" || echo "PyTorch (${torch_run[1]##*/}) failed on $m: see $errs" >&2
     if [ "$busy" = 1 ]; then
       with_busy_core bounded "$bin" bench --device "$device" --steps "$steps" --models "$m" "${ours_shapes[@]}" "${ours_precision[@]}" --json \
         >> "$ours_busy" || echo "s2s bench (busy core) failed on $m" >&2
       with_busy_core bounded "${torch_run[@]}" --device "${TORCH_DEVICE:-cpu}" --threads "${TORCH_THREADS:-2}" \
-        --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs_busy" || echo "torch_ref.py (busy core) failed on $m" >&2
+        --steps "$steps" --models "$m" 2>> "$errs" >> "$theirs_busy" || echo "PyTorch (${torch_run[1]##*/}, busy core) failed on $m" >&2
     fi
     if [ "$ct2" = 1 ] && [ "$m" = transformer ]; then
       bounded python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>> "$errs" >> "$anchor" || echo "ct2_ref.py failed: see $errs" >&2

@@ -52,6 +52,12 @@
 #           the run stops starting new work after BUDGET seconds (default 480: 8 minutes).
 #   after:  the docs' GPU table from what came back, e.g. `scripts/bench-vs-torch.sh --device wgpu
 #           --from RESULTS/bench-spirv --doc "H200"` (the run's date, commit and versions kept).
+# The prepared call, first whenever a session is lent a GPU (packed with `scripts/gpu-session.sh
+# pack`, rehearsed on lavapipe with STEPS=2 TORCH_DEVICE=cpu PRECISION_SHAPES=experiments/bench/
+# launch-bound.json; PyTorch's CPU LSTM refuses autocast f16 in oneDNN, its CUDA one does not):
+#   device run, carry [".gl", ".devbin"], timeout_s 580, command
+#   BUDGET=520 MULTI30K_ONLY=transformer MULTI30K_PRECISION=mixed scripts/gpu-session.sh device driver precision products multi30k
+# PRECISION_SHAPES names the precision step's shapes (default experiments/bench/multi30k-4k.json).
 # TRAIN_BUILD=spirv makes the multi30k step train with the SPIR-V build without the spirv step.
 # Steps and models can be narrowed for a try-out: STEPS=2 MODELS=lstm scripts/gpu-session.sh run
 # runs on any machine with a Vulkan driver (lavapipe too) and python3 with torch; TORCH_DEVICE
@@ -188,7 +194,7 @@ run() {
           S2S_SHARED=.devbin/shared S2S_BIN=$bin TORCH_DEVICE=${TORCH_DEVICE:-cuda} KEEP_JSON=$keep \
             DEADLINE=$((bench_budget - SECONDS)) RUN_TIMEOUT=${RUN_TIMEOUT:-75} \
             scripts/bench-vs-torch.sh --device wgpu --steps "$steps" --rounds 1 --models "$models" \
-              --shapes experiments/bench/multi30k-4k.json --precision "$p" | tee "$out/bench-$p.md"
+              --shapes "${PRECISION_SHAPES:-experiments/bench/multi30k-4k.json}" --precision "$p" | tee "$out/bench-$p.md"
         done;;
       spirv)
         # The SPIR-V build (cubecl's own compiler: push-constant addresses, cooperative-matrix
