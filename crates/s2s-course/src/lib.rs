@@ -177,6 +177,17 @@ pub enum CourseError {
         /// The error.
         source: std::io::Error,
     },
+    /// A stop was asked for (Ctrl-C, SIGTERM) while a claim ran: its figures are not judged.
+    #[error(
+        "interrupted during `{claim}`: the step under way was finished and the models trained so far are kept in {}; run the same command again to resume (the page was not rewritten)",
+        runs.display()
+    )]
+    Interrupted {
+        /// The claim that was running.
+        claim: &'static str,
+        /// Where the trained models are.
+        runs: PathBuf,
+    },
 }
 
 /// Runs the claims named (all when `names` is empty) and writes the page into `out`;
@@ -201,6 +212,11 @@ pub fn run(
         progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));
         let t0 = std::time::Instant::now();
         let finding = (claim.run)(&Context { budget, work: out.join("runs") });
+        // A training stopped by Ctrl-C returns early: a finding from it would judge a model
+        // that did not train to its budget.
+        if s2s_train::interrupt::stop_requested() {
+            return Err(CourseError::Interrupted { claim: claim.name, runs: out.join("runs") });
+        }
         progress(&format!(
             "  {} in {:.0} s: {}",
             match finding.verdict {

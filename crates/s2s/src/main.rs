@@ -90,7 +90,7 @@ fn main() -> ExitCode {
         eprintln!("error: S2S_KERNELS: {e}");
         return ExitCode::FAILURE;
     }
-    if matches!(cli.command, Command::Train(_) | Command::Experiment(_)) {
+    if matches!(cli.command, Command::Train(_) | Command::Experiment(_) | Command::Course(_)) {
         signals::install();
     }
     // The command runs on a worker of the rayon pool that every kernel splits its work over,

@@ -1237,3 +1237,33 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
         "{rows:?}\n{ref_rows:?}"
     );
 }
+
+/// SIGINT during `course run`: the training under way finishes its step and checkpoints, the
+/// claim is not judged, the page is not written, and the exit says how to resume.
+#[test]
+fn sigint_stops_a_course_run_without_judging_the_claim() {
+    let out = tmp("course-sigint");
+    let child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+        .args(["course", "run", "bottleneck", "--quick", "--out", out.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for a first checkpoint in any of the claim's runs, then interrupt.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let checkpointed = || {
+        std::fs::read_dir(out.join("runs"))
+            .map(|d| d.flatten().any(|e| e.path().join("checkpoints/last.json").exists()))
+            .unwrap_or(false)
+    };
+    while !checkpointed() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "an interrupted course run is not a finished one: {err}");
+    assert!(err.contains("interrupted during `bottleneck`") && err.contains("resume"), "{err}");
+    assert!(!out.join("course.md").exists(), "no page from a claim that did not finish");
+}
