@@ -2,15 +2,17 @@
 //!
 //! Lines are normalised ([`crate::normalize`]); a pair with an empty side, or with a side longer
 //! than [`ReadOptions::max_words`] words, is skipped and counted in [`ReadReport`] (never
-//! silently). Malformed input is a [`DataError`] naming the file and the 1-based line.
+//! silently). Malformed input is a [`DataError`] naming the file and the 1-based line; so is a
+//! line longer than [`MAX_LINE_BYTES`], read no further than that (memory stays bounded).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
+use crate::line::{self, LineRead, MAX_LINE_BYTES};
 use crate::normalize::normalize;
 
 /// One normalised sentence pair.
@@ -303,14 +305,22 @@ impl Lines {
         })
     }
 
-    /// Reads the next line into the buffer; false at the end of the file.
+    /// Reads the next line into the buffer; false at the end of the file; an error naming the
+    /// line when it is longer than [`MAX_LINE_BYTES`].
     fn advance(&mut self) -> Result<bool> {
-        self.buf.clear();
-        let n = self.reader.read_until(b'\n', &mut self.buf).map_err(|e| DataError::io(&self.path, e))?;
-        if n == 0 {
+        let read = line::read_line(&mut self.reader, &mut self.buf, MAX_LINE_BYTES)
+            .map_err(|e| DataError::io(&self.path, e))?;
+        if read == LineRead::End {
             return Ok(false);
         }
         self.line += 1;
+        if read == LineRead::TooLong {
+            return Err(DataError::LineTooLong {
+                path: self.path.clone(),
+                line: self.line,
+                limit: MAX_LINE_BYTES,
+            });
+        }
         Ok(true)
     }
 
@@ -324,18 +334,11 @@ impl Lines {
             .map_err(|_| DataError::InvalidUtf8 { path: self.path.clone(), line: self.line })
     }
 
-    /// Counts the remaining lines without decoding them (for the line-count mismatch message).
+    /// Counts the lines, those left included, without keeping them (for the line-count
+    /// mismatch message).
     fn count_rest(&mut self) -> Result<usize> {
-        let mut n = self.line;
-        loop {
-            self.buf.clear();
-            let read =
-                self.reader.read_until(b'\n', &mut self.buf).map_err(|e| DataError::io(&self.path, e))?;
-            if read == 0 {
-                return Ok(n);
-            }
-            n += 1;
-        }
+        let rest = line::count_lines(&mut self.reader).map_err(|e| DataError::io(&self.path, e))?;
+        Ok(self.line + rest)
     }
 }
 
@@ -438,6 +441,40 @@ mod tests {
         let t = tmp("allskip.en", b"a\nb\n");
         let e = read_corpus(&aligned(&s, &t), &ReadOptions::default()).unwrap_err();
         assert!(matches!(e, DataError::NothingUsable { skipped_empty: 2, .. }), "{e}");
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_an_error_naming_file_and_line() {
+        // Line 2 of the source holds the limit and one byte more; the target is fine.
+        let mut long = b"ein Hund .\n".to_vec();
+        long.extend(std::iter::repeat_n(b'x', MAX_LINE_BYTES + 1));
+        long.extend_from_slice(b"\nzwei Katzen .\n");
+        let s = tmp("long.de", &long);
+        let t = tmp("long.en", b"a dog .\nx\ntwo cats .\n");
+        let e = read_corpus(&aligned(&s, &t), &ReadOptions::default()).unwrap_err();
+        assert!(matches!(e, DataError::LineTooLong { line: 2, limit: MAX_LINE_BYTES, .. }), "{e}");
+        let m = e.to_string();
+        assert!(m.contains("long.de:2") && m.contains("one sentence per line"), "{m}");
+        // The same in a TSV file; a line of exactly the limit is still read.
+        let mut tsv = vec![b'y'; MAX_LINE_BYTES - 2];
+        tsv.extend_from_slice(b"\tz\n");
+        tsv.extend(std::iter::repeat_n(b'y', MAX_LINE_BYTES + 1));
+        let p = tmp("long.tsv", &tsv);
+        let files = CorpusFiles::Tsv { tsv: p, src_col: 0, tgt_col: 1 };
+        let mut r = PairReader::open(&files).unwrap();
+        assert!(matches!(r.next_pair(), Ok(Some(_))), "a line of exactly the limit is read");
+        let e = r.next_pair().unwrap_err();
+        assert!(e.to_string().contains("long.tsv:2"), "{e}");
+    }
+
+    #[test]
+    fn a_line_count_mismatch_counts_long_lines_too() {
+        let mut s = b"a\nb\n".to_vec();
+        s.extend(std::iter::repeat_n(b'x', 2 * MAX_LINE_BYTES));
+        let s = tmp("count.de", &s);
+        let t = tmp("count.en", b"a\n");
+        let e = read_corpus(&aligned(&s, &t), &ReadOptions::default()).unwrap_err();
+        assert!(matches!(e, DataError::LineCountMismatch { src_lines: 3, tgt_lines: 1, .. }), "{e}");
     }
 
     #[test]

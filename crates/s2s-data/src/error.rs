@@ -36,6 +36,21 @@ pub enum DataError {
         /// 1-based line number.
         line: usize,
     },
+    /// A line longer than [`crate::line::MAX_LINE_BYTES`]: not one sentence (a binary file, or
+    /// text without line breaks).
+    #[error(
+        "{path}:{line}: the line is longer than {limit} bytes; the input holds one sentence per \
+         line: check that this is the right file (text with `\\n` line ends, not a binary or a \
+         one-line export), or split the line"
+    )]
+    LineTooLong {
+        /// The file (`stdin` for standard input).
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A TSV row has fewer columns than asked for.
     #[error(
         "{path}:{line}: expected at least {needed} tab-separated columns, found {found}; \

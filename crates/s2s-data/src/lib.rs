@@ -14,6 +14,7 @@ pub mod corpus;
 pub mod error;
 pub mod filter;
 pub mod hash;
+pub mod line;
 pub mod manifest;
 pub mod normalize;
 pub mod prepare;

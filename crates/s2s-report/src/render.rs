@@ -208,38 +208,56 @@ fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Regenerates every report file of the experiment in `dir`; returns the paths written.
-pub fn write_report(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
-    let (index, runs) = load(dir)?;
-    let summaries = summarize(&runs, index.baseline_model());
-    let mut written = Vec::new();
-    // results.csv: one row per run.
-    let mut csv = String::from(
-        "name,model,kind,seed,params,bleu,bleu_ci95,p_vs_baseline,chrf,ppl,decoding,train_seconds,train_tokens_per_s,decode_sentences_per_s\n",
-    );
-    for r in &runs {
+/// `results.csv`: one row per run, written by the `csv` crate so that a name holding a comma, a
+/// quote or a line break is quoted, not split across columns.
+fn results_csv(runs: &[RunResult]) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "name",
+        "model",
+        "kind",
+        "seed",
+        "params",
+        "bleu",
+        "bleu_ci95",
+        "p_vs_baseline",
+        "chrf",
+        "ppl",
+        "decoding",
+        "train_seconds",
+        "train_tokens_per_s",
+        "decode_sentences_per_s",
+    ])?;
+    for r in runs {
         let f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_default();
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{}",
-            r.entry.name,
-            r.entry.model,
-            r.entry.kind,
-            r.entry.seed,
-            r.params,
+        w.write_record([
+            r.entry.name.clone(),
+            r.entry.model.clone(),
+            r.entry.kind.clone(),
+            r.entry.seed.to_string(),
+            r.params.to_string(),
             f(r.bleu),
             f(r.bleu_ci),
             f(r.p_vs_baseline),
             f(r.chrf),
             f(r.ppl),
             r.decoding.clone().unwrap_or_default(),
-            r.train_seconds,
-            r.tokens_per_s,
-            f(r.decode_sentences_per_s)
-        );
+            format!("{:.1}", r.train_seconds),
+            format!("{:.1}", r.tokens_per_s),
+            f(r.decode_sentences_per_s),
+        ])?;
     }
+    let bytes = w.into_inner().map_err(|e| csv::Error::from(e.into_error()))?;
+    Ok(String::from_utf8(bytes).expect("csv writes the UTF-8 strings it is given"))
+}
+
+/// Regenerates every report file of the experiment in `dir`; returns the paths written.
+pub fn write_report(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    let (index, runs) = load(dir)?;
+    let summaries = summarize(&runs, index.baseline_model());
+    let mut written = Vec::new();
     let p = dir.join("results.csv");
-    write(&p, &csv)?;
+    write(&p, &results_csv(&runs).map_err(|e| ReportError::Io { path: p.clone(), source: e.into() })?)?;
     written.push(p);
     let json = serde_json::json!({ "experiment": index.name, "models": summaries, "runs": runs });
     let p = dir.join("results.json");
@@ -332,8 +350,8 @@ mod tests {
     use super::*;
 
     /// A two-run experiment directory written by hand.
-    fn fixture() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("s2s-report-{}", std::process::id()));
+    fn fixture(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("s2s-report-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for (name, bleu) in [("lstm", 10.0), ("bahdanau", 20.0)] {
             let run = dir.join(name);
@@ -374,7 +392,7 @@ mod tests {
 
     #[test]
     fn writes_table_plots_and_self_contained_html() {
-        let dir = fixture();
+        let dir = fixture("html");
         let written = write_report(&dir).unwrap();
         assert!(written.iter().any(|p| p.ends_with("report.html")));
         let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
@@ -390,5 +408,28 @@ mod tests {
         assert_eq!(html.matches("<svg").count(), 5 + 2, "4 curves, the length plot, 2 heatmaps");
         let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
         assert_eq!(csv.lines().count(), 3);
+    }
+
+    #[test]
+    fn results_csv_quotes_names_with_commas_and_quotes() {
+        let dir = fixture("csv");
+        // Entry names are free text in experiment.json: give one a comma and a quote.
+        let index = dir.join("experiment.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+        let odd = r#"lstm, "small""#;
+        v["entries"][0]["name"] = odd.into();
+        std::fs::write(&index, v.to_string()).unwrap();
+        write_report(&dir).unwrap();
+        let mut r = csv::Reader::from_path(dir.join("results.csv")).unwrap();
+        let header = r.headers().unwrap().clone();
+        assert_eq!(header.len(), 14);
+        let rows: Vec<csv::StringRecord> = r.records().collect::<Result<_, _>>().unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|row| row.len() == header.len()), "{rows:?}");
+        let names: Vec<&str> = rows.iter().map(|row| &row[0]).collect();
+        assert!(names.contains(&odd), "{names:?}");
+        let bleu = header.iter().position(|h| h == "bleu").unwrap();
+        assert!(rows.iter().any(|row| &row[bleu] == "10.0000"), "the columns after the name stay in place");
     }
 }

@@ -114,23 +114,98 @@ impl Request {
         if !(self.alpha.is_finite() && (0.0..=5.0).contains(&self.alpha)) {
             return Err(RequestError::bad(format!("alpha {} is out of range: use 0 to 5", self.alpha)));
         }
-        match &self.models {
-            None => Ok((0..studio.models.len()).collect()),
-            Some(names) if names.is_empty() => Err(RequestError::bad("no model asked for")),
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    studio.models.iter().position(|m| &m.name == n).ok_or_else(|| RequestError {
-                        status: 404,
-                        message: format!(
-                            "no model named `{n}`: the studio has {}",
-                            studio.models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
-                        ),
-                    })
-                })
-                .collect(),
+        let Some(names) = &self.models else { return Ok((0..studio.models.len()).collect()) };
+        if names.is_empty() {
+            return Err(RequestError::bad("no model asked for"));
         }
+        // Each model runs once per request: a list longer than the studio's, or naming a model
+        // twice, would only repeat the same work.
+        if names.len() > studio.models.len() {
+            return Err(RequestError::bad(format!(
+                "{} models asked for; the studio has {}: name each model at most once, or leave \
+                 `models` out for all of them",
+                names.len(),
+                studio.models.len()
+            )));
+        }
+        let mut which: Vec<usize> = Vec::with_capacity(names.len());
+        for n in names {
+            let i = studio.models.iter().position(|m| &m.name == n).ok_or_else(|| RequestError {
+                status: 404,
+                message: format!(
+                    "no model named `{n}`: the studio has {}",
+                    studio.models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            })?;
+            if which.contains(&i) {
+                return Err(RequestError::bad(format!(
+                    "model `{n}` is asked for twice: name each model at most once"
+                )));
+            }
+            which.push(i);
+        }
+        Ok(which)
     }
+
+    /// Checks the request ([`Request::check`]) and encodes its text and reference in the tokens
+    /// of every model asked for, so that every limit — the token limits included — is checked
+    /// before any decoding starts.
+    pub fn prepare(&self, studio: &Studio, limits: &Limits) -> Result<Vec<Encoded>, RequestError> {
+        self.check(studio, limits)?
+            .into_iter()
+            .map(|i| {
+                let m = &studio.models[i];
+                Ok(Encoded {
+                    model: i,
+                    src: encode_source(m, &self.text, limits)?,
+                    reference: encode_reference(m, self, limits)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A request's text and reference in one model's tokens, within the limits
+/// ([`Request::prepare`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    /// Index of the model in [`Studio::models`].
+    pub model: usize,
+    /// The source, `</s>` not included.
+    pub src: Vec<u32>,
+    /// The reference, when one was given.
+    pub reference: Option<Vec<u32>>,
+}
+
+/// Why a request's work stopped before its last model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Its client left (closed the connection) before the answer.
+    Gone,
+    /// It ran past its deadline (`--request-timeout`).
+    Deadline,
+}
+
+/// Runs `req` on every model of `encoded`, in order. `stop` is asked before each model and
+/// between a model's beam search and its teacher-forced passes; the first `Some` ends the work
+/// there. `done` hears each model finished.
+pub fn run_request(
+    studio: &Studio,
+    encoded: &[Encoded],
+    req: &Request,
+    stop: impl Fn() -> Option<Stopped>,
+    mut done: impl FnMut(&ModelResult),
+) -> Result<Vec<ModelResult>, Stopped> {
+    let mut results = Vec::with_capacity(encoded.len());
+    for e in encoded {
+        if let Some(why) = stop() {
+            return Err(why);
+        }
+        let r = run_model(studio, e, req, &stop)?;
+        done(&r);
+        results.push(r);
+    }
+    Ok(results)
 }
 
 /// One attention layer of a teacher-forced pass, for the page.
@@ -292,20 +367,25 @@ pub struct ModelResult {
     pub ms: f64,
 }
 
-/// Runs `req` on model `m` of `studio`.
+/// Runs `req` on the model of `e` (its text and reference in that model's tokens); `stop` is
+/// asked between the beam search and the teacher-forced passes.
 pub fn run_model(
     studio: &Studio,
-    m: &Loaded,
+    e: &Encoded,
     req: &Request,
-    limits: &Limits,
-) -> Result<ModelResult, RequestError> {
+    stop: impl Fn() -> Option<Stopped>,
+) -> Result<ModelResult, Stopped> {
     let started = Instant::now();
+    let m = &studio.models[e.model];
     let device = &studio.device;
-    let src = encode_source(m, &req.text, limits)?;
-    let Searched { hyps, best, cut, steps } = traced_search(m, req, &src, device);
-    let translation = forced(m, &src, &best, !cut, req.alpha, device);
-    let reference_ids = encode_reference(m, req, limits)?;
-    let reference = reference_ids.as_ref().map(|ids| forced(m, &src, ids, true, req.alpha, device));
+    let src = &e.src;
+    let Searched { hyps, best, cut, steps } = traced_search(m, req, src, device);
+    if let Some(why) = stop() {
+        return Err(why);
+    }
+    let translation = forced(m, src, &best, !cut, req.alpha, device);
+    let reference_ids = &e.reference;
+    let reference = reference_ids.as_ref().map(|ids| forced(m, src, ids, true, req.alpha, device));
     let verdict = reference_ids
         .as_ref()
         .zip(reference.as_ref())

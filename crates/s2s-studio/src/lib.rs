@@ -16,9 +16,9 @@ use std::path::PathBuf;
 
 use burn::tensor::Device;
 
-pub use analyse::{Limits, ModelResult, Request, RequestError};
+pub use analyse::{Encoded, Limits, ModelResult, Request, RequestError, Stopped, run_request};
 pub use load::{Loaded, Studio};
-pub use server::{Options, bind, router, serve};
+pub use server::{Options, Stats, bind, router, serve, serve_on};
 
 /// Test sentences with a gold alignment scored at start-up for each model's AER, at most
 /// (spread over all lengths).

@@ -7,21 +7,44 @@
 //! Decoding runs on a bounded pool: at most `workers` requests decode at once (each on a
 //! blocking thread), at most `queue` more wait for a worker, and a request beyond that is
 //! answered 503 at once. Bad requests get a 4xx and a JSON `{"error": …}` the page shows.
+//!
+//! What one client can take is bounded too (docs/decisions.md, "Studio"):
+//! - every request must name this machine in its `Host` header (`localhost`, an IP address
+//!   the server answers on, or a name given with `--allow-host`; 403 otherwise), and a POST
+//!   must be `Content-Type: application/json` (415 otherwise): a web page in the user's
+//!   browser can neither post a plain-text form to the studio nor reach it through DNS
+//!   rebinding;
+//! - every limit of a request is checked before it decodes ([`Request::prepare`]);
+//! - a request has [`Options::request_timeout`] from its first byte of body to its answer: its
+//!   body must arrive within it (408), and its decoding stops when it runs out (504) or when
+//!   the client closes the connection, at the next model or between a model's search and
+//!   its forced passes ([`run_request`]);
+//! - a connection has [`Options::read_timeout`] to send a request's headers, idle between
+//!   requests included, and at most [`Options::max_connections`] are served at once (more
+//!   wait to be accepted).
 
-use std::net::SocketAddr;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{StatusCode, Uri, header};
+use axum::body::Body;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde::Serialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::{Instant, timeout_at};
 
 use crate::StudioError;
-use crate::analyse::{Limits, ModelResult, Request, RequestError, run_model};
+use crate::analyse::{Encoded, Limits, ModelResult, Request, RequestError, Stopped, run_request};
 use crate::load::{Example, Studio};
 
 /// The page: HTML, CSS and JavaScript in one file.
@@ -43,16 +66,80 @@ pub struct Options {
     pub queue: usize,
     /// Per-request limits.
     pub limits: Limits,
+    /// Longest a translation request may take, from reading its body to its answer (waiting
+    /// for a worker included).
+    pub request_timeout: Duration,
+    /// Longest a connection may take to send a request's headers, or stay idle between
+    /// requests.
+    pub read_timeout: Duration,
+    /// Connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// Host names the studio answers to besides `localhost` and IP addresses (the name of
+    /// this machine on a network, when bound to one).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: 0,
+            workers: 2,
+            queue: 32,
+            limits: Limits::default(),
+            request_timeout: Duration::from_secs(60),
+            read_timeout: Duration::from_secs(30),
+            max_connections: 64,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+/// What the server did since it started (printed when it stops; read by the tests).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Translation requests handed to a worker (their limits checked).
+    pub started: AtomicU64,
+    /// Translation requests answered with results.
+    pub answered: AtomicU64,
+    /// Translation requests whose client closed the connection before the answer.
+    pub abandoned: AtomicU64,
+    /// Translation requests answered 504 at their deadline.
+    pub timed_out: AtomicU64,
+    /// Decoding jobs stopped before their last model (client gone, or the deadline).
+    pub stopped: AtomicU64,
+    /// Models run, over every request.
+    pub models_run: AtomicU64,
+}
+
+impl Stats {
+    fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One line for the log.
+    pub fn summary(&self) -> String {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "{} translations answered, {} abandoned by their client, {} past --request-timeout",
+            n(&self.answered),
+            n(&self.abandoned),
+            n(&self.timed_out)
+        )
+    }
 }
 
 struct App {
     studio: Studio,
     limits: Limits,
+    request_timeout: Duration,
+    hosts: Hosts,
     info: Vec<u8>,
     /// One permit per worker.
     workers: Arc<Semaphore>,
     /// One permit per request decoding or waiting (`workers + queue`).
     admitted: Arc<Semaphore>,
+    stats: Arc<Stats>,
 }
 
 #[derive(Serialize)]
@@ -107,20 +194,78 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(|e| StudioError::Serve(format!("starting the server's runtime: {e}")))?;
+    let stats = Arc::new(Stats::default());
     runtime.block_on(async {
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|e| StudioError::Serve(e.to_string()))?;
         let bound = listener.local_addr().map_err(|e| StudioError::Serve(e.to_string()))?;
         ready(bound);
-        axum::serve(listener, router(studio, opts))
-            .with_graceful_shutdown(stop_signal())
-            .await
-            .map_err(|e| StudioError::Serve(format!("serving on {bound}: {e}")))
-    })
+        let app = router(studio, opts, stats.clone());
+        serve_on(listener, app, opts, stop_signal()).await
+    })?;
+    eprintln!("{}", stats.summary());
+    Ok(())
 }
 
-/// The routes over `studio`.
-pub fn router(studio: Studio, opts: &Options) -> Router {
+/// Serves `app` on `listener` until `stop` resolves, then stops accepting, lets requests in
+/// flight finish (idle connections close), and returns. At most `opts.max_connections`
+/// connections are served at once; each has `opts.read_timeout` to send a request's headers.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    opts: &Options,
+    stop: impl Future<Output = ()>,
+) -> Result<(), StudioError> {
+    let cap = opts.max_connections.clamp(1, 1 << 20);
+    let connections = Arc::new(Semaphore::new(cap));
+    let (stopping, stopped) = watch::channel(false);
+    let mut stop = pin!(stop);
+    loop {
+        // A free connection slot first, then a connection: beyond the cap, clients wait in the
+        // kernel's accept queue.
+        let slot = tokio::select! {
+            slot = connections.clone().acquire_owned() => slot,
+            _ = &mut stop => break,
+        };
+        let Ok(slot) = slot else { break };
+        let stream = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = &mut stop => break,
+        };
+        let stream = match stream {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, a connection reset before it was accepted: go on
+                // after a pause rather than spin or stop serving.
+                eprintln!("warning: accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let mut stopped = stopped.clone();
+        let read_timeout = opts.read_timeout;
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new()).header_read_timeout(read_timeout);
+            let mut conn = pin!(http.serve_connection(TokioIo::new(stream), service));
+            tokio::select! {
+                // A connection's errors (a client gone, a timeout) end that connection only.
+                _ = conn.as_mut() => return,
+                _ = stopped.wait_for(|&s| s) => conn.as_mut().graceful_shutdown(),
+            }
+            let _ = conn.await;
+        });
+    }
+    let _ = stopping.send(true);
+    // Every slot back: every connection finished.
+    let _ = connections.acquire_many(cap as u32).await;
+    Ok(())
+}
+
+/// The routes over `studio`; `stats` counts what they do.
+pub fn router(studio: Studio, opts: &Options, stats: Arc<Stats>) -> Router {
     let info = Info {
         models: studio
             .models
@@ -145,16 +290,19 @@ pub fn router(studio: Studio, opts: &Options) -> Router {
     let app = Arc::new(App {
         studio,
         limits: opts.limits,
+        request_timeout: opts.request_timeout,
+        hosts: Hosts::new(&opts.host, &opts.allowed_hosts),
         info,
         workers: Arc::new(Semaphore::new(workers)),
         admitted: Arc::new(Semaphore::new(workers + opts.queue)),
+        stats,
     });
     Router::new()
         .route("/", get(page))
         .route("/api/info", get(info_json))
         .route("/api/translate", post(translate))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
 
@@ -183,7 +331,170 @@ fn request_error(e: RequestError) -> Response {
     error(StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST), e.message)
 }
 
-async fn translate(State(app): State<Arc<App>>, body: Bytes) -> Response {
+/// The host names and addresses the studio answers to.
+struct Hosts {
+    /// The address bound, when it is one (an unspecified one, 0.0.0.0 or ::, accepts every
+    /// IP address).
+    bound: Option<IpAddr>,
+    /// `localhost`, the bound name when it is a name, and `--allow-host` names; lower case.
+    names: Vec<String>,
+}
+
+impl Hosts {
+    fn new(bound: &str, allowed: &[String]) -> Self {
+        let bound_ip = bound.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
+        let mut names = vec!["localhost".to_string()];
+        let bound_name = bound_ip.is_none().then_some(bound);
+        for n in bound_name.into_iter().chain(allowed.iter().map(String::as_str)) {
+            let n = n.trim_end_matches('.').to_ascii_lowercase();
+            if !n.is_empty() && !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        Self { bound: bound_ip, names }
+    }
+
+    /// Whether a request with this `Host` header (a name or an address, with or without a
+    /// port) may be answered. Any port is fine (an SSH tunnel changes it); a name must be
+    /// known, because a page that rebinds its own name to this machine's address sends that
+    /// name; an address is fine when it is a loopback one, the one bound, or any with an
+    /// unspecified bind (a rebinding page cannot send an address: it has no origin of its own
+    /// under one).
+    fn allow(&self, host: &str) -> bool {
+        let name = match host.strip_prefix('[') {
+            // [v6] or [v6]:port
+            Some(rest) => match rest.split_once(']') {
+                Some((ip, port)) if port.is_empty() || port.strip_prefix(':').is_some_and(is_port) => ip,
+                _ => return false,
+            },
+            None => match host.rsplit_once(':') {
+                Some((name, port)) if is_port(port) => name,
+                Some(_) => return false,
+                None => host,
+            },
+        };
+        if let Ok(ip) = name.parse::<IpAddr>() {
+            return ip.is_loopback()
+                || self.bound.is_some_and(|b| b.is_unspecified() || b == ip)
+                || self.names.iter().any(|n| n.parse::<IpAddr>() == Ok(ip));
+        }
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        !name.is_empty() && self.names.contains(&name)
+    }
+
+    /// What the 403 says the studio answers to.
+    fn described(&self) -> String {
+        let mut what = self.names.clone();
+        what.push("127.0.0.1".into());
+        match self.bound {
+            Some(ip) if ip.is_unspecified() => what.push("any IP address".into()),
+            Some(ip) if !ip.is_loopback() => what.push(ip.to_string()),
+            _ => {}
+        }
+        what.join(", ")
+    }
+}
+
+fn is_port(s: &str) -> bool {
+    s.parse::<u16>().is_ok()
+}
+
+/// Refuses, before any route runs, a request whose `Host` the studio does not answer to (403)
+/// and a POST whose body is not declared JSON (415).
+async fn guard(State(app): State<Arc<App>>, req: HttpRequest, next: Next) -> Response {
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    match host {
+        Some(h) if app.hosts.allow(h) => {}
+        _ => {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "the studio answers requests for {} only, not for host `{}` (so that no web \
+                     page can reach it by rebinding its own name to this machine); to open it \
+                     under that name, start it with --allow-host NAME",
+                    app.hosts.described(),
+                    host.unwrap_or("(none)")
+                ),
+            );
+        }
+    }
+    if req.method() == Method::POST && !is_json(req.headers()) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the request as JSON with `Content-Type: application/json` (a form or text/plain \
+             post, which any web page could make, is refused)"
+                .into(),
+        );
+    }
+    next.run(req).await
+}
+
+/// Whether the `Content-Type` is `application/json` (any parameters, any case).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The stop flag of one request's decoding, shared with its blocking job: set when the
+/// request's future is dropped (its client closed the connection) unless it finished.
+struct Cancel {
+    flag: Arc<AtomicBool>,
+    finished: bool,
+    stats: Arc<Stats>,
+}
+
+impl Cancel {
+    fn new(stats: Arc<Stats>) -> Self {
+        Self { flag: Arc::new(AtomicBool::new(false)), finished: false, stats }
+    }
+
+    /// What the job asks before each step: [`Stopped::Gone`] once the flag is set,
+    /// [`Stopped::Deadline`] past `deadline`.
+    fn stop(&self, deadline: std::time::Instant) -> impl Fn() -> Option<Stopped> + Send + use<> {
+        let flag = self.flag.clone();
+        move || {
+            if flag.load(Ordering::Relaxed) {
+                Some(Stopped::Gone)
+            } else if std::time::Instant::now() >= deadline {
+                Some(Stopped::Deadline)
+            } else {
+                None
+            }
+        }
+    }
+
+    /// The request was answered (or answered 504): dropping it now is no client gone.
+    fn finish(mut self) {
+        self.finished = true;
+        self.flag.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.flag.store(true, Ordering::Relaxed);
+            Stats::add(&self.stats.abandoned);
+        }
+    }
+}
+
+async fn translate(State(app): State<Arc<App>>, body: Body) -> Response {
+    let deadline = Instant::now() + app.request_timeout;
+    let secs = app.request_timeout.as_secs_f64();
+    let body = match timeout_at(deadline, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return body_error(e),
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request's body did not arrive within {secs} s (--request-timeout)"),
+            );
+        }
+    };
     let text = match std::str::from_utf8(&body) {
         Ok(t) => t,
         Err(e) => {
@@ -204,8 +515,9 @@ async fn translate(State(app): State<Arc<App>>, body: Bytes) -> Response {
             );
         }
     };
-    let which = match req.check(&app.studio, &app.limits) {
-        Ok(w) => w,
+    // Every limit, the token limits included, before a worker is taken.
+    let encoded: Vec<Encoded> = match req.prepare(&app.studio, &app.limits) {
+        Ok(e) => e,
         Err(e) => return request_error(e),
     };
     let Ok(admitted) = app.admitted.clone().try_acquire_owned() else {
@@ -214,27 +526,71 @@ async fn translate(State(app): State<Arc<App>>, body: Bytes) -> Response {
             "the studio is busy (every worker decoding and the queue full): try again in a moment".into(),
         );
     };
-    let Ok(worker) = app.workers.clone().acquire_owned().await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the studio is stopping".into());
+    let worker = match timeout_at(deadline, app.workers.clone().acquire_owned()).await {
+        Ok(Ok(w)) => w,
+        Ok(Err(_)) => return error(StatusCode::SERVICE_UNAVAILABLE, "the studio is stopping".into()),
+        Err(_) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the studio is busy: no worker was free within {secs} s (--request-timeout); try again in a moment"
+                ),
+            );
+        }
     };
+    // From here, the request's future owns `cancel`: dropped with it (the client gone), it
+    // tells the job to stop.
+    let cancel = Cancel::new(app.stats.clone());
+    let stop = cancel.stop(deadline.into_std());
     let job = app.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        let _held = (admitted, worker);
-        which
-            .into_iter()
-            .map(|i| run_model(&job.studio, &job.studio.models[i], &req, &job.limits))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await;
+    let work = tokio::task::spawn_blocking(move || {
+        let held = (admitted, worker);
+        let stats = &job.stats;
+        let done = run_request(&job.studio, &encoded, &req, stop, |_| Stats::add(&stats.models_run));
+        // The worker is free before the counters say the job ended.
+        drop(held);
+        if done.is_err() {
+            Stats::add(&stats.stopped);
+        }
+        done
+    });
+    Stats::add(&app.stats.started);
+    let done = timeout_at(deadline, work).await;
+    cancel.finish();
     match done {
-        Ok(Ok(results)) => axum::Json(Answer { results }).into_response(),
-        Ok(Err(e)) => request_error(e),
-        Err(e) => error(
+        Ok(Ok(Ok(results))) => {
+            Stats::add(&app.stats.answered);
+            axum::Json(Answer { results }).into_response()
+        }
+        Ok(Ok(Err(_))) | Err(_) => {
+            Stats::add(&app.stats.timed_out);
+            error(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the translation took longer than {secs} s (--request-timeout) and was stopped: ask \
+                     fewer models, a smaller beam or a shorter sentence"
+                ),
+            )
+        }
+        Ok(Err(e)) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!(
                 "decoding failed ({e}); the studio keeps serving — this is a bug, please report it with the sentence"
             ),
         ),
+    }
+}
+
+/// The answer to a body that could not be read: too large (413), or broken off (400).
+fn body_error(e: axum::Error) -> Response {
+    let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+    if too_large {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request is larger than {} KiB: send a shorter text", MAX_BODY / 1024),
+        )
+    } else {
+        error(StatusCode::BAD_REQUEST, format!("the request's body could not be read: {e}"))
     }
 }
 
@@ -258,4 +614,80 @@ async fn stop_signal() {
     #[cfg(not(unix))]
     let _ = int.await;
     eprintln!("stopping: finishing the requests in flight");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_localhost_loopback_the_bound_address_and_allowed_names() {
+        let local = Hosts::new("127.0.0.1", &[]);
+        for ok in [
+            "localhost",
+            "LOCALHOST:8340",
+            "localhost.",
+            "127.0.0.1",
+            "127.0.0.1:9000",
+            "[::1]:8340",
+            "[::1]",
+        ] {
+            assert!(local.allow(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8340",
+            "localhost.evil.example",
+            "10.0.0.5:8340",
+            "",
+            ":8340",
+            "[::1",
+            "localhost:port",
+            "127.0.0.1:99999",
+            "[::1]8340",
+        ] {
+            assert!(!local.allow(bad), "{bad}");
+        }
+        let named = Hosts::new("127.0.0.1", &["studio.lan".into()]);
+        assert!(named.allow("Studio.LAN:8340") && !named.allow("other.lan"));
+        let lan = Hosts::new("192.168.1.5", &[]);
+        assert!(lan.allow("192.168.1.5:8340") && !lan.allow("192.168.1.6:8340"));
+        let all = Hosts::new("0.0.0.0", &[]);
+        assert!(all.allow("192.168.1.6:8340") && all.allow("[fe80::1]:8340"));
+        assert!(!all.allow("evil.example:8340"), "a name is checked whatever the bind");
+        assert!(Hosts::new("localhost", &[]).allow("localhost:1"));
+    }
+
+    #[test]
+    fn json_content_types() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, v.parse().unwrap());
+            is_json(&h)
+        };
+        assert!(with("application/json") && with("Application/JSON; charset=utf-8"));
+        assert!(!with("text/plain") && !with("application/x-www-form-urlencoded"));
+        assert!(!with("multipart/form-data; boundary=x") && !with("application/jsonx"));
+        assert!(!is_json(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_dropped_request_sets_its_flag_and_a_finished_one_counts_no_client_gone() {
+        let stats = Arc::new(Stats::default());
+        let far = std::time::Instant::now() + Duration::from_secs(3600);
+        let cancel = Cancel::new(stats.clone());
+        let stop = cancel.stop(far);
+        assert_eq!(stop(), None);
+        drop(cancel);
+        assert_eq!(stop(), Some(Stopped::Gone));
+        assert_eq!(stats.abandoned.load(Ordering::Relaxed), 1);
+        let cancel = Cancel::new(stats.clone());
+        let stop = cancel.stop(far);
+        cancel.finish();
+        assert_eq!(stop(), Some(Stopped::Gone), "a job outliving its answer stops too");
+        assert_eq!(stats.abandoned.load(Ordering::Relaxed), 1);
+        let past = Cancel::new(stats.clone());
+        assert_eq!(past.stop(std::time::Instant::now())(), Some(Stopped::Deadline));
+        past.finish();
+    }
 }

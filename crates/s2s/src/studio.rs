@@ -1,6 +1,7 @@
 //! `s2s studio`: serve a local page that compares trained models live.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
@@ -38,6 +39,23 @@ pub struct StudioArgs {
     /// Largest beam the page may ask for.
     #[arg(long, default_value_t = Limits::default().max_beam)]
     max_beam: usize,
+    /// Longest a translation request may take, in seconds, from its body to its answer (waiting
+    /// for a worker included): past it, decoding stops and the page gets 504.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout: u64,
+    /// Longest a connection may take to send a request's headers, or stay idle between requests,
+    /// in seconds; then it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    read_timeout: u64,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = Options::default().max_connections)]
+    max_connections: usize,
+    /// A host name the page may be opened under besides localhost and IP addresses (this
+    /// machine's name on a network, with --host 0.0.0.0); may be given several times. Requests
+    /// for other names are refused (403), so that no web page can reach the studio by
+    /// rebinding its own name to this machine.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
     /// Device: cpu (default: one sentence at a time decodes fastest there), wgpu or auto.
     #[arg(long, default_value = "cpu")]
     device: DeviceChoice,
@@ -55,6 +73,10 @@ pub fn run(a: StudioArgs) -> Result<()> {
             max_src_tokens: a.max_src_tokens,
             max_beam: a.max_beam.max(1),
         },
+        request_timeout: Duration::from_secs(a.request_timeout),
+        read_timeout: Duration::from_secs(a.read_timeout),
+        max_connections: a.max_connections.max(1),
+        allowed_hosts: a.allowed_hosts,
     };
     // Bound before the models load, so that a taken port fails at once.
     let listener = s2s_studio::bind(&opts)?;

@@ -1,11 +1,12 @@
 //! `s2s translate`: source sentences on stdin, translations on stdout, in input order.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use s2s_data::{BatchConfig, Tokenizers, normalize};
+use s2s_data::line::{LineRead, MAX_LINE_BYTES, read_line, skip_line};
+use s2s_data::{BatchConfig, DataError, Tokenizers, normalize};
 use s2s_decode::{
     BeamConfig, CapturedSearch, DecodeCaptureStats, Ensemble, Hypothesis, Incremental, LengthPenalty,
     MaxLength, Run, SampleConfig,
@@ -51,7 +52,8 @@ pub struct TranslateArgs {
     /// Longest source in subword tokens; longer lines are truncated with a warning.
     #[arg(long, default_value_t = 250)]
     max_src_tokens: usize,
-    /// Replace lines that are not UTF-8 by an empty line (with a warning) instead of stopping.
+    /// Replace lines that are not UTF-8, or longer than 1 MiB, by an empty line (with a warning)
+    /// instead of stopping.
     #[arg(long)]
     skip_invalid: bool,
     /// Write an SVG attention heatmap per sentence into this directory (`<line>.svg`).
@@ -336,8 +338,15 @@ pub fn run(a: TranslateArgs) -> Result<()> {
             std::io::stderr().flush().ok();
         }
         let mut buf = Vec::new();
-        let n = input.read_until(b'\n', &mut buf).context("reading stdin")?;
-        if n > 0 {
+        let read = read_line(&mut input, &mut buf, MAX_LINE_BYTES).context("reading stdin")?;
+        let n = usize::from(read != LineRead::End);
+        if read == LineRead::TooLong {
+            line_no += 1;
+            skip_line(&mut input).context("reading stdin")?;
+            if let Err(e) = push_too_long(&a, line_no, &mut pending) {
+                failure = Some(e);
+            }
+        } else if read == LineRead::Line {
             line_no += 1;
             if let Err(e) = push_line(&t, &a, line_no, buf, &mut pending) {
                 failure = Some(e);
@@ -402,6 +411,18 @@ fn push_line(
         }
     }
     Ok(())
+}
+
+/// Queues an empty output for line `line_no`, longer than [`MAX_LINE_BYTES`], with a warning under
+/// --skip-invalid; an error naming the line otherwise.
+fn push_too_long(a: &TranslateArgs, line_no: usize, pending: &mut Vec<Vec<u32>>) -> Result<()> {
+    if a.skip_invalid {
+        eprintln!("warning: line {line_no} is longer than {MAX_LINE_BYTES} bytes: output left empty");
+        pending.push(Vec::new());
+        return Ok(());
+    }
+    let e = DataError::LineTooLong { path: "stdin".into(), line: line_no, limit: MAX_LINE_BYTES };
+    Err(anyhow::anyhow!("{e}; or pass --skip-invalid to leave its output line empty"))
 }
 
 /// `indices` (ascending) cut into runs of consecutive values.

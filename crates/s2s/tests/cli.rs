@@ -270,10 +270,22 @@ fn translate_keeps_one_line_per_input_line() {
 }
 
 #[test]
-fn translate_stops_at_invalid_utf8_after_writing_the_lines_before() {
+fn translate_stops_at_invalid_utf8_or_an_overlong_line_after_writing_the_lines_before() {
     let run = tiny_run("translate-utf8", "lstm", "1");
     let run_s = run.to_str().unwrap();
-    let input: &[u8] = b"the dog sleeps .\nthe cat sleeps .\nbad \xff line\nthe dog sees the cat .\n";
+    let utf8: &[u8] = b"the dog sleeps .\nthe cat sleeps .\nbad \xff line\nthe dog sees the cat .\n";
+    // Line 3: one byte over the 1 MiB limit, as if a binary file were piped in.
+    let mut overlong = b"the dog sleeps .\nthe cat sleeps .\n".to_vec();
+    overlong.extend(std::iter::repeat_n(b'x', s2s_data::line::MAX_LINE_BYTES + 1));
+    overlong.extend_from_slice(b"\nthe dog sees the cat .\n");
+    for (input, says) in [(utf8, "line 3"), (&overlong[..], "stdin:3")] {
+        translate_stops_at_line_3(run_s, input, says);
+    }
+}
+
+/// `s2s translate` on `input`, whose line 3 is bad: it writes lines 1 and 2 and stops with a message
+/// that says `says` and names --skip-invalid; with --skip-invalid, line 3's output is empty.
+fn translate_stops_at_line_3(run_s: &str, input: &[u8], says: &str) {
     let go = |extra: &[&str]| {
         let mut args = vec!["translate", "--model", run_s, "--device", "cpu", "--beam", "2"];
         args.extend(extra);
@@ -284,13 +296,18 @@ fn translate_stops_at_invalid_utf8_after_writing_the_lines_before() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(input).unwrap();
+        // The child may stop reading at line 3 and exit before the last bytes are written.
+        let _ = child.stdin.take().unwrap().write_all(input);
         child.wait_with_output().unwrap()
     };
     let o = go(&[]);
     assert!(!o.status.success());
     assert_eq!(text(&o.stdout).lines().count(), 2, "the two lines before are written");
-    assert!(text(&o.stderr).contains("line 3") && text(&o.stderr).contains("--skip-invalid"));
+    assert!(
+        text(&o.stderr).contains(says) && text(&o.stderr).contains("--skip-invalid"),
+        "{}",
+        text(&o.stderr)
+    );
     let o = go(&["--skip-invalid"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
