@@ -1,14 +1,19 @@
 //! Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.1–3.2.2):
-//! `Attention(Q, K, V) = softmax(QKᵀ / √d_k) V`, `d_k = d_model / h`, each head on its own
-//! projections, `MultiHead(Q, K, V) = Concat(head₁, …, head_h) W^O`.
+//! `Attention(Q, K, V) = softmax(QKᵀ / √d_k) V` ([`scaled_dot_product`]), `d_k = d_model / h`,
+//! each head on its own projections, `MultiHead(Q, K, V) = Concat(head₁, …, head_h) W^O`
+//! ([`MultiHeadAttention`]).
+//!
+//! [`scaled_dot_product`] is the equation in plain tensor operations: it runs under `--kernels
+//! reference` and wherever no fast kernel applies. Where one does — one fused kernel for all
+//! heads when the projections came from one product, a decoding step's kernel for one query
+//! position — the kernels crate computes the same (`s2s_kernels::ops::fast_attention`,
+//! `fast_cached_attention`, which return `None` elsewhere); the tests below hold the two equal.
 //!
 //! Four uses, one equation: self-attention ([`MultiHeadAttention::forward`]), a decoder's
 //! self-attention to the positions it has seen ([`MultiHeadAttention::forward_cached`]),
 //! cross-attention to the encoder memory ([`MultiHeadAttention::forward_memory`], whose keys
 //! and values [`MultiHeadAttention::memory`] projects once per sentence), and self-attention
-//! keeping its weights for display ([`MultiHeadAttention::forward_weights`]). Which kernel
-//! computes the heads is the kernels crate's choice (`s2s_kernels::ops::attend_heads` and its
-//! neighbours).
+//! keeping its weights for display ([`MultiHeadAttention::forward_weights`]).
 
 use burn::config::Config;
 use burn::module::{Module, Param};
@@ -17,6 +22,45 @@ use burn::tensor::{Device, Int, Tensor};
 use s2s_kernels::ops::{self, Heads, StepCache};
 
 pub use s2s_kernels::ops::KeyValue;
+
+/// Scaled dot-product attention (eq. 1) of every head at once: `softmax(QKᵀ / √d_k + mask) V`,
+/// dropout on the weights. `scaled = false` leaves out the division (the unscaled ablation,
+/// `softmax(QKᵀ + mask) V`). `mask` is additive: 0 where a key may be read, −∞ where not.
+/// The softmax and the dropout are the kernels crate's (one pass a row on the CPU; burn's
+/// operations under `--kernels reference`).
+///
+/// # Shapes
+/// - `q` `[batch, heads, t_q, d_k]`; `k`, `v` `[batch, heads, t_k, d_k]`; `mask`
+///   broadcastable to `[batch, heads, t_q, t_k]`
+/// - returns the heads side by side `[batch, t_q, heads·d_k]` and the weights
+///   `[batch, heads, t_q, t_k]`
+pub fn scaled_dot_product(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Option<&Tensor<4>>,
+    scaled: bool,
+    dropout: &Dropout,
+) -> (Tensor<3>, Tensor<4>) {
+    let [batch, heads, t_q, d_k] = q.dims();
+    let t_k = k.dims()[2];
+    let mut scores = q.matmul(k.swap_dims(2, 3)); // QKᵀ: [batch, heads, t_q, t_k]
+    if scaled {
+        scores = scores / (d_k as f32).sqrt();
+    }
+    if let Some(m) = mask {
+        scores = scores + m.clone().expand([batch, heads, t_q, t_k]);
+    }
+    let weights = ops::softmax(scores);
+    let out = ops::dropout(dropout, weights.clone()).matmul(v); // [batch, heads, t_q, d_k]
+    (out.swap_dims(1, 2).reshape([batch, t_q, heads * d_k]), weights)
+}
+
+/// `[batch, t, d_model]` → `[batch, heads, t, d_k]`: each head's columns.
+fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
+    let [batch, t, d_model] = x.dims();
+    x.reshape([batch, t, heads, d_model / heads]).swap_dims(1, 2)
+}
 
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
@@ -90,9 +134,33 @@ impl MultiHeadAttentionConfig {
 }
 
 impl MultiHeadAttention {
-    /// How the heads attend.
-    fn attention(&self) -> Heads<'_> {
-        Heads { count: self.heads, scaled: self.scaled, dropout: &self.dropout }
+    /// How the fast kernels attend: the heads, the scores' scale (`1/√d_k`, or 1 unscaled:
+    /// what [`scaled_dot_product`] divides by) and the dropout.
+    fn fast(&self) -> Heads<'_> {
+        let d_k = self.query.weight.dims()[1] / self.heads;
+        let scale = if self.scaled { 1.0 / (d_k as f32).sqrt() } else { 1.0 };
+        Heads { count: self.heads, scale, dropout: &self.dropout }
+    }
+
+    /// `head_i = Attention(Q_i, K_i, V_i)` of projected queries `q` `[rows, t, d_model]` to
+    /// `kv`, row `r` reading row `rows[r]` of `kv` and `mask` (`None`: row `r`): the heads side
+    /// by side `[rows, t, d_model]` and the weights `[rows, heads, t, t_k]` — from a fast
+    /// kernel where one applies, else [`scaled_dot_product`].
+    fn attend(
+        &self,
+        q: Tensor<3>,
+        kv: &KeyValue,
+        mask: Option<&Tensor<4>>,
+        rows: Option<&Tensor<1, Int>>,
+    ) -> (Tensor<3>, Tensor<4>) {
+        ops::fast_attention(&q, kv, mask, rows, self.fast()).unwrap_or_else(|| {
+            let (kv, mask) = match rows {
+                Some(r) => (kv.clone().select(r), mask.map(|m| m.clone().select(0, r.clone()))),
+                None => (kv.clone(), mask.cloned()),
+            };
+            let q = split_heads(q, self.heads);
+            scaled_dot_product(q, kv.keys(), kv.values(), mask.as_ref(), self.scaled, &self.dropout)
+        })
     }
 
     /// Self-attention, `MultiHead(x, x, x)` under the additive `mask` (0 or −∞; a padding or
@@ -102,7 +170,7 @@ impl MultiHeadAttention {
         // Q = x W^Q, K = x W^K, V = x W^V
         let (q, kv) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
         // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side: [batch, t, d_model]
-        let heads = ops::self_attend_heads(q, &kv, mask, self.attention());
+        let (heads, _) = self.attend(q, &kv, mask, None);
         // Concat(head_1, …, head_h) W^O
         (ops::linear(&self.output, heads), kv)
     }
@@ -120,7 +188,10 @@ impl MultiHeadAttention {
         let (q, new) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
         let cache = cache.append(new.keys(), new.values());
         // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i over every cached position
-        let (heads, _) = ops::attend_heads_cached(q, &cache, mask, self.attention());
+        let (heads, _) = ops::fast_cached_attention(&q, &cache, mask, self.fast()).unwrap_or_else(|| {
+            let q = split_heads(q, self.heads);
+            scaled_dot_product(q, cache.keys(), cache.values(), mask, self.scaled, &self.dropout)
+        });
         // Concat(head_1, …, head_h) W^O
         (ops::linear(&self.output, heads), cache)
     }
@@ -146,7 +217,7 @@ impl MultiHeadAttention {
         // Q = x W^Q
         let q = ops::linear(&self.query, x);
         // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side
-        let (heads, weights) = ops::attend_heads(q, memory, mask, rows, self.attention());
+        let (heads, weights) = self.attend(q, memory, mask, rows);
         // Concat(head_1, …, head_h) W^O
         (ops::linear(&self.output, heads), weights)
     }
@@ -155,7 +226,7 @@ impl MultiHeadAttention {
     /// for showing them.
     pub fn forward_weights(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, Tensor<4>) {
         let (q, kv) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
-        let (heads, weights) = ops::attend_heads(q, &kv, mask, None, self.attention());
+        let (heads, weights) = self.attend(q, &kv, mask, None);
         (ops::linear(&self.output, heads), weights)
     }
 }
@@ -351,6 +422,103 @@ mod tests {
         for (row, v) in w.chunks(t).enumerate() {
             let b = row / heads;
             assert!(v[t - b % 3..].iter().all(|&x| x == 0.0), "padded keys of sentence {b} get exactly 0");
+        }
+    }
+
+    /// The plain equation, [`scaled_dot_product`], gives what the fast kernels give where they
+    /// apply, scaled and unscaled: the fused self- and cross-attention (output, weights, and
+    /// the gradients of the inputs and projections), and while decoding (no autodiff) the step
+    /// kernels on the memory (rows reading their sentence's row) and on the self-attention
+    /// cache.
+    #[test]
+    fn the_plain_equation_equals_the_fast_kernels() {
+        let ad = Device::flex().autodiff();
+        ad.seed(23);
+        // 9 × 120 rows: over ops::CAT_MIN_ROWS, so [Q | K | V] and [K | V] are one product each.
+        let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
+        let normal = Distribution::Normal(0.0, 1.0);
+        let x = Tensor::<3>::random([batch, t, d_model], normal, &ad);
+        let query = Tensor::<3>::random([batch, tq, d_model], normal, &ad);
+        let r = Tensor::<3>::random([batch, t, d_model], normal, &ad);
+        let rq = Tensor::<3>::random([batch, tq, d_model], normal, &ad);
+        let mask = padding(batch, t, &ad);
+        let close = |a: Tensor<3>, b: Tensor<3>, tol: f32| crate::test_support::max_diff(a, b) < tol;
+        for scaled in [true, false] {
+            let m = MultiHeadAttentionConfig::new(d_model, heads)
+                .with_dropout(0.0)
+                .with_scaled(scaled)
+                .init(&ad)
+                .unwrap();
+            let plain = |q: Tensor<3>, kv: &KeyValue| {
+                scaled_dot_product(
+                    split_heads(q, heads),
+                    kv.keys(),
+                    kv.values(),
+                    Some(&mask),
+                    scaled,
+                    &m.dropout,
+                )
+            };
+            // Self-attention: the fused kernel reads [Q | K | V].
+            let self_run = |fast: bool| {
+                let x = x.clone().require_grad();
+                let (q, kv) = ops::project_qkv(x.clone(), [&m.query, &m.key, &m.value], heads);
+                let (out, w) = if fast {
+                    ops::fast_attention(&q, &kv, Some(&mask), None, m.fast()).expect("the fused kernel runs")
+                } else {
+                    plain(q, &kv)
+                };
+                let g = (out.clone() * r.clone()).sum().backward();
+                (out.inner(), w.inner(), x.grad(&g).expect("∂x"), m.query.weight.grad(&g).expect("∂W^Q"))
+            };
+            let ((y1, w1, gx1, gw1), (y2, w2, gx2, gw2)) = (self_run(true), self_run(false));
+            assert!(close(y1, y2, 1e-5), "self, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "self, scaled {scaled}: weights");
+            assert!(close(gx1, gx2, 1e-4), "self, scaled {scaled}: ∂x");
+            assert!(crate::test_support::max_diff(gw1, gw2) < 1e-4, "self, scaled {scaled}: ∂W^Q");
+            // Cross-attention: the fused kernel reads [K | V].
+            let cross_run = |fast: bool| {
+                let (x, query) = (x.clone().require_grad(), query.clone().require_grad());
+                let kv = m.memory(x.clone());
+                let q = ops::linear(&m.query, query.clone());
+                let (out, w) = if fast {
+                    ops::fast_attention(&q, &kv, Some(&mask), None, m.fast()).expect("the fused kernel runs")
+                } else {
+                    plain(q, &kv)
+                };
+                let g = (out.clone() * rq.clone()).sum().backward();
+                (out.inner(), w.inner(), x.grad(&g).expect("∂memory"), query.grad(&g).expect("∂query"))
+            };
+            let ((y1, w1, gm1, gq1), (y2, w2, gm2, gq2)) = (cross_run(true), cross_run(false));
+            assert!(close(y1, y2, 1e-5), "cross, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "cross, scaled {scaled}: weights");
+            assert!(close(gm1, gm2, 1e-4), "cross, scaled {scaled}: ∂memory");
+            assert!(close(gq1, gq2, 1e-4), "cross, scaled {scaled}: ∂query");
+            // Decoding: one query position per row, no autodiff.
+            let d = Device::flex();
+            let m = m.valid();
+            let memory = m.memory(Tensor::from_data(x.to_data(), &d));
+            let q1 =
+                ops::linear(&m.query, Tensor::<3>::from_data(query.clone().narrow(1, 0, 1).to_data(), &d));
+            let mask = padding(batch, t, &d);
+            // Beams: row r reads its sentence's row r / 2 of the memory and the mask.
+            let sentence: Vec<i64> = (0..batch as i64).map(|r| r / 2).collect();
+            let rows = Tensor::<1, Int>::from_data(TensorData::new(sentence, [batch]), &d);
+            let (y1, w1) = ops::fast_attention(&q1, &memory, Some(&mask), Some(&rows), m.fast())
+                .expect("the step kernel runs");
+            let (picked, mask) = (memory.clone().select(&rows), mask.select(0, rows.clone()));
+            let q = split_heads(q1.clone(), heads);
+            let (y2, w2) =
+                scaled_dot_product(q, picked.keys(), picked.values(), Some(&mask), scaled, &m.dropout);
+            assert!(close(y1, y2, 1e-5), "decoding, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "decoding, scaled {scaled}: weights");
+            let cache = StepCache::new(picked.keys(), picked.values());
+            let (y1, w1) =
+                ops::fast_cached_attention(&q1, &cache, None, m.fast()).expect("the cache's kernel runs");
+            let q = split_heads(q1, heads);
+            let (y2, w2) = scaled_dot_product(q, cache.keys(), cache.values(), None, scaled, &m.dropout);
+            assert!(close(y1, y2, 1e-5), "the cache, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "the cache, scaled {scaled}: weights");
         }
     }
 
