@@ -7,6 +7,12 @@
 //!
 //! Every function has the semantics of its reference, to rounding (the kernels sum in another
 //! order and use vectorised `exp`/`tanh` approximations; see `docs/kernels.md`).
+//!
+//! Multi-head attention is the exception: its equation is the model's own
+//! (`scaled_dot_product` in the models' `transformer/mha.rs`), and its fast kernels here
+//! ([`fast_attention`], [`fast_cached_attention`], [`fused_self_attention`],
+//! [`fused_cross_attention`], [`heads_step`]) return `None` where none applies, the model then
+//! computing the equation.
 
 use burn::module::Module;
 use burn::nn::{Dropout, LayerNorm, Linear};
@@ -17,7 +23,7 @@ use crate::mode;
 use crate::reference;
 
 pub use crate::attention::multi_head::{
-    Heads, KeyValue, attend_heads, attend_heads_cached, project_kv, project_qkv, self_attend_heads,
+    Heads, KeyValue, fast_attention, fast_cached_attention, project_kv, project_qkv,
 };
 pub use crate::attention::step_cache::{SourceRows, StepCache};
 
@@ -318,24 +324,15 @@ pub fn reseed(seed: u64) {
     crate::dropout::reseed(seed)
 }
 
-/// Scaled dot-product attention over heads ([`reference::scaled_dot_product`]), with the
-/// fused softmax and dropout of this module.
-pub fn scaled_dot_product(
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
-    mask: Option<&Tensor<4>>,
-    d: &Dropout,
-) -> (Tensor<3>, Tensor<4>) {
-    // `softmax` and `dropout` are this module's, so under `--kernels reference` this is the
-    // reference itself.
-    reference::attention_with(q, k, v, mask, softmax, |w| dropout(d, w))
+/// True when the fused attention kernels run on `device` (for some mask shapes: see
+/// [`fused_self_attention`]).
+pub(crate) fn fused_attention_runs(device: &Device) -> bool {
+    matches!(route(device), Route::Cpu | Route::Gpu)
 }
 
 /// True when the fused attention kernels run on `device` with this mask shape.
 fn attention_kernels(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize, tk: usize) -> bool {
-    matches!(route(device), Route::Cpu | Route::Gpu)
-        && crate::attention::fused::mask_fits(mask.dims(), batch, tq, tk)
+    fused_attention_runs(device) && crate::attention::fused::mask_fits(mask.dims(), batch, tq, tk)
 }
 
 /// The fused kernels' dropout on the attention weights: the mask's seed and the share kept.
@@ -347,26 +344,35 @@ fn attention_dropout(d: &Dropout, device: &Device) -> (u64, f32) {
     }
 }
 
-/// Self-attention from `[Q | K | V]` (`[b, t, 3·d_model]`): the heads side by side
-/// `[b, t, d_model]`, before `W^O` ([`reference::self_attention`]); one kernel over all
-/// heads (and its own backward) on the CPU and on a GPU.
-pub fn self_attention(qkv: Tensor<3>, mask: &Tensor<4>, heads: usize, d: &Dropout) -> Tensor<3> {
+/// Multi-head self-attention from `[Q | K | V]` (`[b, t, 3·d_model]`), `softmax(s·QKᵀ + M) V`
+/// with the scale `s` given (`1/√d_k`, or 1 unscaled) and dropout on the weights: one kernel
+/// over all heads (and its own backward) on the CPU and on a GPU → (the heads side by side
+/// `[b, t, d_model]`, before `W^O`; the weights `[b, heads, t, t]`, which carry no gradient).
+/// `None` where the kernel does not run (`--kernels reference`, burn's fusion, a mask not
+/// `[b or 1, 1, t or 1, t]`): the caller computes the equation.
+pub fn fused_self_attention(
+    qkv: Tensor<3>,
+    mask: &Tensor<4>,
+    heads: usize,
+    scale: f32,
+    d: &Dropout,
+) -> Option<(Tensor<3>, Tensor<4>)> {
     let [b, t, _] = qkv.dims();
     let device = qkv.device();
     if !attention_kernels(&device, mask, b, t, t) {
-        let [q, k, v] = reference::split_qkv(qkv, heads);
-        return scaled_dot_product(q, k, v, Some(mask), d).0;
+        return None;
     }
     let drop = attention_dropout(d, &device);
-    crate::attention::fused::self_attention(qkv, mask, heads, drop).0
+    Some(crate::attention::fused::self_attention(qkv, mask, heads, scale, drop))
 }
 
 /// Attention of one query position per row while decoding: `q` `[rows, heads·d_k]` to
 /// `keys`/`values` (`[held, heads, len, d_k]` or `[held, len, heads·d_k]`, read in place)
 /// under the additive `mask` `[held or 1, len]`, row `r` reading row `source[r]` of them
 /// (`None`: row `r`): (output `[rows, heads·d_k]`, weights
-/// `[rows, heads, len]`) from one CPU kernel ([`crate::attention::step::heads_step`]); `None`
-/// where it does not run (a GPU, autodiff, `--kernels reference`): compose the operations.
+/// `[rows, heads, len]`) from one CPU kernel ([`crate::attention::step::heads_step`]), the
+/// scores times `scale`; `None` where it does not run (a GPU, autodiff, `--kernels
+/// reference`): the caller computes the equation.
 pub fn heads_step<const D: usize>(
     q: Tensor<2>,
     keys: Tensor<D>,
@@ -374,11 +380,12 @@ pub fn heads_step<const D: usize>(
     mask: Tensor<2>,
     source: Option<Tensor<1>>,
     heads: usize,
+    scale: f32,
 ) -> Option<(Tensor<2>, Tensor<3>)> {
     if !heads_step_runs(&q.device()) {
         return None;
     }
-    crate::attention::step::heads_step(q, keys, values, mask, source, heads)
+    crate::attention::step::heads_step(q, keys, values, mask, source, heads, scale)
 }
 
 /// True when [`heads_step`] runs its kernel on `device` (flex without autodiff, fast kernels).
@@ -386,26 +393,26 @@ pub fn heads_step_runs(device: &Device) -> bool {
     route(device) == Route::Cpu && !device.is_autodiff()
 }
 
-/// Attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`
-/// (`[b, t_k, 2·d_model]`): (heads side by side `[b, t_q, d_model]`, weights
-/// `[b, heads, t_q, t_k]`) ([`reference::cross_attention`]). The kernels' weights carry no
-/// gradient: they are for reports and heatmaps.
-pub fn cross_attention(
+/// Multi-head attention from projected queries `q` (`[b, t_q, d_model]`) to `[K | V]`
+/// (`[b, t_k, 2·d_model]`), as [`fused_self_attention`]: (the heads side by side
+/// `[b, t_q, d_model]`, the weights `[b, heads, t_q, t_k]`), or `None` where the kernel does
+/// not run.
+pub fn fused_cross_attention(
     q: Tensor<3>,
     kv: Tensor<3>,
     mask: &Tensor<4>,
     heads: usize,
+    scale: f32,
     d: &Dropout,
-) -> (Tensor<3>, Tensor<4>) {
+) -> Option<(Tensor<3>, Tensor<4>)> {
     let [b, tq, _] = q.dims();
     let tk = kv.dims()[1];
     let device = q.device();
     if !attention_kernels(&device, mask, b, tq, tk) {
-        let [q, k, v] = reference::split_q_kv(q, kv, heads);
-        return scaled_dot_product(q, k, v, Some(mask), d);
+        return None;
     }
     let drop = attention_dropout(d, &device);
-    crate::attention::fused::cross_attention(q, kv, mask, heads, drop)
+    Some(crate::attention::fused::cross_attention(q, kv, mask, heads, scale, drop))
 }
 
 /// `x[:, t, :]` for every step `t` of `x` (`[batch, time, d]`); on a GPU one gradient write a

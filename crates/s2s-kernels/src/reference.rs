@@ -1,5 +1,6 @@
 //! The references: every operation of [`crate::ops`] as its equation in plain burn tensor
-//! operations, calling no kernel of this crate. They define what the kernels compute — the
+//! operations, calling no kernel of this crate (but multi-head attention, whose equation is
+//! the model's own: `scaled_dot_product` in the models' `transformer/mha.rs`). They define what the kernels compute — the
 //! tests hold each kernel equal to its reference, values and gradients, on the CPU and on
 //! wgpu — and they run whole models under `--kernels reference` (`S2S_KERNELS=reference`).
 //!

@@ -77,6 +77,35 @@ fn linear(device: &Device, d_in: usize, d_out: usize) -> Linear {
     LinearConfig::new(d_in, d_out).init(device)
 }
 
+/// `[b, t, width]` columns `offset..offset + heads·d_k` as `[b, heads, t, d_k]`.
+fn heads_of(x: Tensor<3>, offset: usize, heads: usize, dk: usize) -> Tensor<4> {
+    let [b, t, _] = x.dims();
+    x.narrow(2, offset, heads * dk).reshape([b, t, heads, dk]).swap_dims(1, 2)
+}
+
+/// Multi-head attention's equation, what the fused kernels are held to (the models' own is
+/// `scaled_dot_product` in `transformer/mha.rs`): `softmax(QKᵀ/√d_k + M) V` (unscaled:
+/// without `/√d_k`), dropout on the weights, the heads side by side `[b, t_q, h·d_k]`, and
+/// the weights.
+fn attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: &Tensor<4>,
+    scaled: bool,
+    drop: &Dropout,
+) -> (Tensor<3>, Tensor<4>) {
+    let [b, h, tq, dk] = q.dims();
+    let tk = k.dims()[2];
+    let mut scores = q.matmul(k.swap_dims(2, 3));
+    if scaled {
+        scores = scores / (dk as f32).sqrt();
+    }
+    let weights = ops::softmax(scores + mask.clone().expand([b, h, tq, tk]));
+    let out = ops::dropout(drop, weights.clone()).matmul(v);
+    (out.swap_dims(1, 2).reshape([b, tq, h * dk]), weights)
+}
+
 fn padding_keep(b: usize, t: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
     // Row r keeps its first t − r positions.
     let keep: Vec<f32> =
@@ -227,23 +256,33 @@ fn every_operation_on(plain: &Device) {
         let causal: Vec<f32> =
             (0..t).flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
         let causal = Tensor::<4>::from_data(TensorData::new(causal, [1, 1, t, t]), &d);
-        for p in [0.0, 0.3] {
+        for (p, scaled) in [(0.0, true), (0.3, true), (0.3, false)] {
             let drop: Dropout = DropoutConfig::new(p).init();
+            let scale = if scaled { 1.0 / (dk as f32).sqrt() } else { 1.0 };
+            let case = |name: &str| tag(&format!("{name}, dropout {p}, scaled {scaled}"));
             for (name, mask) in [("padding", &pad4), ("causal", &causal)] {
-                same(&tag(&format!("self_attention, {name}, dropout {p}")), &d, 1e-4, || {
+                same(&case(&format!("fused_self_attention, {name}")), &d, 1e-4, || {
                     let v = l.fresh();
-                    outputs(
-                        ops::self_attention(v[0].clone().reshape([b, t, 3 * dm]), mask, heads, &drop)
-                            .flatten(0, 2),
-                        &v,
-                    )
+                    let qkv = v[0].clone().reshape([b, t, 3 * dm]);
+                    let (out, _) = if s2s_kernels::mode::reference() {
+                        let part = |i| heads_of(qkv.clone(), i * dm, heads, dk);
+                        attention(part(0), part(1), part(2), mask, scaled, &drop)
+                    } else {
+                        ops::fused_self_attention(qkv, mask, heads, scale, &drop).expect("the kernel runs")
+                    };
+                    outputs(out.flatten(0, 2), &v)
                 });
             }
-            same(&tag(&format!("cross_attention, dropout {p}")), &d, 1e-4, || {
+            same(&case("fused_cross_attention"), &d, 1e-4, || {
                 let v = l.fresh();
                 let kv = v[0].clone().reshape([b, t, 3 * dm]).narrow(2, 0, 2 * dm);
-                let (out, w) =
-                    ops::cross_attention(v[1].clone().reshape([b, tq, dm]), kv, &pad4, heads, &drop);
+                let q = v[1].clone().reshape([b, tq, dm]);
+                let (out, w) = if s2s_kernels::mode::reference() {
+                    let (k, vv) = (heads_of(kv.clone(), 0, heads, dk), heads_of(kv, dm, heads, dk));
+                    attention(heads_of(q, 0, heads, dk), k, vv, &pad4, scaled, &drop)
+                } else {
+                    ops::fused_cross_attention(q, kv, &pad4, heads, scale, &drop).expect("the kernel runs")
+                };
                 // The weights are for reports: they carry no gradient (detached here).
                 outputs(Tensor::cat(vec![out.flatten(0, 2), w.detach().flatten(0, 3)], 0), &v)
             });

@@ -4,10 +4,12 @@
 //! Per sentence `b` and head `h`, with `Q`, `K`, `V` that head's columns of the projections,
 //! additive mask `M` (0 or −∞) and dropout mask `D` (`1/keep` or 0):
 //!
-//! `P = softmax(QKᵀ/√d_k + M)`, `O = (P ⊙ D) V`
+//! `P = softmax(s·QKᵀ + M)`, `O = (P ⊙ D) V`
 //!
 //! and back, from `∂O`: `∂V = (P ⊙ D)ᵀ ∂O`, `∂P = (∂O Vᵀ) ⊙ D`,
-//! `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂Q = ∂S K/√d_k`, `∂K = ∂Sᵀ Q/√d_k`.
+//! `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))`, `∂Q = s·∂S K`, `∂K = s·∂Sᵀ Q`,
+//!
+//! with the scale `s` the caller's: `1/√d_k` (the paper's), or 1 (the unscaled ablation).
 //!
 //! Composed from burn's operations, one attention layer of the Transformer benchmark shape
 //! took ~20 ms forward and backward beyond its projections, and the three `narrow`s that
@@ -22,8 +24,9 @@
 //! draw from the same seed, so the two paths agree exactly (tested).
 //!
 //! A burn `#[backend_extension]` for flex, and for cubecl runtimes through
-//! [`crate::attention::gpu`]'s kernels; under burn's fusion (`gpu-tuned`) the operations are
-//! composed ([`crate::reference::scaled_dot_product`]). It runs whenever the projections are
+//! [`crate::attention::gpu`]'s kernels; under burn's fusion (`gpu-tuned`) it does not run, and
+//! the model composes the equation (`scaled_dot_product` in the models' `transformer/mha.rs`).
+//! It runs whenever the projections are
 //! one product (teacher-forced training; cross-attention in decoding when the memory has over
 //! 1,024 rows) and the mask is `[batch or 1, 1, t_q or 1, t_k]`. The weights returned beside
 //! the output carry no gradient (they are for inspection: heat maps, alignment); the output's
@@ -48,12 +51,14 @@ use crate::gemm::packed::SendPtr;
 /// fusion: [`crate::attention::gpu`]; see the module doc).
 #[backend_extension(Flex, Cube: cfg(not(feature = "gpu-tuned")), Autodiff)]
 pub trait FusedAttention: burn::backend::Backend {
-    /// Self-attention from `[Q | K | V]`: `(output, weights)`. `drop` is the dropout mask's
-    /// seed and the share kept (`1`: no dropout).
+    /// Self-attention from `[Q | K | V]`: `(output, weights)`. `scale` multiplies the scores
+    /// (`1/√d_k`, or 1 unscaled); `drop` is the dropout mask's seed and the share kept (`1`: no
+    /// dropout).
     fn self_attention(
         qkv: FloatTensor<Self>,
         mask: FloatTensor<Self>,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
@@ -63,6 +68,7 @@ pub trait FusedAttention: burn::backend::Backend {
         kv: FloatTensor<Self>,
         mask: FloatTensor<Self>,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -163,12 +169,12 @@ fn forward(
     v: Operand,
     mask: &Mask,
     d: Dims,
+    scale: f32,
     drop: (u64, f32),
 ) -> (Vec<f32>, Vec<f32>) {
     let Dims { batch, heads, tq, tk, dk } = d;
     let drop = DropMask::new(drop);
     let width = heads * dk;
-    let scale = 1.0 / (dk as f32).sqrt();
     let inputs = ForwardInputs { q, k, v, mask, d, drop, scale };
     let mut out = vec![0f32; batch * tq * width];
     let mut weights = vec![0f32; batch * heads * tq * tk];
@@ -201,7 +207,7 @@ fn forward(
 }
 
 /// What every task of [`forward`] reads: the operands, the additive mask, the sizes, the
-/// dropout mask and the scale `1/√d_k`.
+/// dropout mask and the scores' scale.
 struct ForwardInputs<'a> {
     q: Operand<'a>,
     k: Operand<'a>,
@@ -328,6 +334,7 @@ unsafe fn backward(
     p: &[f32],
     grad: &[f32],
     d: Dims,
+    scale: f32,
     drop: (u64, f32),
     dq: Target,
     dkk: Target,
@@ -335,7 +342,6 @@ unsafe fn backward(
 ) {
     let Dims { batch, heads, tq, tk, dk } = d;
     let drop = DropMask::new(drop);
-    let scale = 1.0 / (dk as f32).sqrt();
     let go = Operand { data: grad, t: tq, width: heads * dk, offset: 0 };
     let inputs = BackwardInputs { q, k, v, p, go, d, drop, scale };
     let targets = [SendTarget(dq), SendTarget(dkk), SendTarget(dv)];
@@ -357,7 +363,7 @@ unsafe fn backward(
 }
 
 /// What every task of [`backward`] reads: the operands, the kept weights `P`, `∂O` as an
-/// operand (`go`), the sizes, the dropout mask and the scale `1/√d_k`.
+/// operand (`go`), the sizes, the dropout mask and the scores' scale `s`.
 struct BackwardInputs<'a> {
     q: Operand<'a>,
     k: Operand<'a>,
@@ -370,8 +376,8 @@ struct BackwardInputs<'a> {
 }
 
 impl BackwardInputs<'_> {
-    /// Task `bh = b·heads + h`, head `h` of sentence `b`: row by row, `∂qᵢ = ∂Sᵢ K/√d_k`
-    /// handed to `emit(i, ∂qᵢ)`; then its sums `∂K = ∂Sᵀ Q/√d_k` and `∂V = (P ⊙ D)ᵀ ∂O`.
+    /// Task `bh = b·heads + h`, head `h` of sentence `b`: row by row, `∂qᵢ = s·∂Sᵢ K`
+    /// handed to `emit(i, ∂qᵢ)`; then its sums `∂K = s·∂Sᵀ Q` and `∂V = (P ⊙ D)ᵀ ∂O`.
     ///
     /// # Shapes
     /// - `∂qᵢ`: `[d_k]`; the returned `g_k`, `g_v`: `[t_k, d_k]`
@@ -389,7 +395,7 @@ impl BackwardInputs<'_> {
             }
             // ∂(P⊙D) = ∂O Vᵀ, and ∂V += (P⊙D)ᵀ ∂O.
             s.weights_row(self.go.row(b, h, i, dk), &vt, p);
-            // ∂S = P ⊙ (∂P − Σ P ⊙ ∂P), scaled by 1/√d_k for ∂Q and ∂K.
+            // ∂S = P ⊙ (∂P − Σ P ⊙ ∂P), scaled by s for ∂Q and ∂K.
             s.scores_row(p, self.q.row(b, h, i, dk), |j| self.k.row(b, h, j, dk), self.scale);
             emit(i, &s.dq_row);
         }
@@ -521,6 +527,7 @@ struct Call {
     kv: Option<FlexTensor>,
     mask: FlexTensor,
     dims: Dims,
+    scale: f32,
     drop: (u64, f32),
 }
 
@@ -530,11 +537,12 @@ impl Call {
         kv: Option<&FlexTensor>,
         mask: &FlexTensor,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> Self {
         let (batch, tq, tk, d_model) = sizes(dims3(q), kv.map(dims3), heads);
         let dims = Dims { batch, heads, tq, tk, dk: d_model / heads };
-        Self { q: contiguous(q), kv: kv.map(contiguous), mask: contiguous(mask), dims, drop }
+        Self { q: contiguous(q), kv: kv.map(contiguous), mask: contiguous(mask), dims, scale, drop }
     }
 
     /// `(q, k, v)` as operands.
@@ -565,7 +573,7 @@ impl Call {
             mask_strides(&self.mask, d).expect("fused attention: mask must be [batch|1, 1, t_q|1, t_k]");
         let mask = Mask { data: self.mask.as_slice::<f32>().expect("contiguous"), sb, si };
         let (q, k, v) = self.operands();
-        let (out, w) = forward(q, k, v, &mask, d, self.drop);
+        let (out, w) = forward(q, k, v, &mask, d, self.scale, self.drop);
         (
             FlexTensor::from_data(TensorData::new(out, [d.batch, d.tq, d.heads * d.dk])),
             FlexTensor::from_data(TensorData::new(w, [d.batch, d.heads, d.tq, d.tk])),
@@ -589,7 +597,7 @@ impl Call {
             None => (Target { offset: dm, ..tq }, Target { offset: 2 * dm, ..tq }),
         };
         // SAFETY: the targets cover disjoint columns of buffers sized like the operands.
-        unsafe { backward(q, k, v, &p, &g, d, self.drop, tq, tk, tv) };
+        unsafe { backward(q, k, v, &p, &g, d, self.scale, self.drop, tq, tk, tv) };
         let gq = FlexTensor::from_data(TensorData::new(gq, self.q.layout().shape().clone()));
         let gkv = gkv.map(|buf| {
             FlexTensor::from_data(TensorData::new(
@@ -606,9 +614,10 @@ impl FusedAttention for Flex {
         qkv: FlexTensor,
         mask: FlexTensor,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (FlexTensor, FlexTensor) {
-        Call::new(&qkv, None, &mask, heads, drop).forward()
+        Call::new(&qkv, None, &mask, heads, scale, drop).forward()
     }
 
     fn cross_attention(
@@ -616,9 +625,10 @@ impl FusedAttention for Flex {
         kv: FlexTensor,
         mask: FlexTensor,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (FlexTensor, FlexTensor) {
-        Call::new(&q, Some(&kv), &mask, heads, drop).forward()
+        Call::new(&q, Some(&kv), &mask, heads, scale, drop).forward()
     }
 }
 
@@ -634,13 +644,27 @@ impl std::fmt::Debug for CallState {
 impl Clone for CallState {
     fn clone(&self) -> Self {
         let c = &self.0;
-        CallState(Call { q: c.q.clone(), kv: c.kv.clone(), mask: c.mask.clone(), dims: c.dims, drop: c.drop })
+        CallState(Call {
+            q: c.q.clone(),
+            kv: c.kv.clone(),
+            mask: c.mask.clone(),
+            dims: c.dims,
+            scale: c.scale,
+            drop: c.drop,
+        })
     }
 }
 
 impl AttentionCall<Flex> for CallState {
-    fn new(q: FlexTensor, kv: Option<FlexTensor>, mask: FlexTensor, heads: usize, drop: (u64, f32)) -> Self {
-        CallState(Call::new(&q, kv.as_ref(), &mask, heads, drop))
+    fn new(
+        q: FlexTensor,
+        kv: Option<FlexTensor>,
+        mask: FlexTensor,
+        heads: usize,
+        scale: f32,
+        drop: (u64, f32),
+    ) -> Self {
+        CallState(Call::new(&q, kv.as_ref(), &mask, heads, scale, drop))
     }
 
     fn forward(&self) -> (FlexTensor, FlexTensor) {
@@ -661,12 +685,14 @@ pub fn self_attention(
     qkv: Tensor<3>,
     mask: &Tensor<4>,
     heads: usize,
+    scale: f32,
     drop: (u64, f32),
 ) -> (Tensor<3>, Tensor<4>) {
     let (o, w) = <Dispatch as FusedAttention>::self_attention(
         qkv.into_dispatch(),
         mask.clone().into_dispatch(),
         heads,
+        scale,
         drop,
     );
     (Tensor::from_dispatch(o), Tensor::from_dispatch(w))
@@ -679,6 +705,7 @@ pub fn cross_attention(
     kv: Tensor<3>,
     mask: &Tensor<4>,
     heads: usize,
+    scale: f32,
     drop: (u64, f32),
 ) -> (Tensor<3>, Tensor<4>) {
     let (o, w) = <Dispatch as FusedAttention>::cross_attention(
@@ -686,6 +713,7 @@ pub fn cross_attention(
         kv.into_dispatch(),
         mask.clone().into_dispatch(),
         heads,
+        scale,
         drop,
     );
     (Tensor::from_dispatch(o), Tensor::from_dispatch(w))
@@ -724,12 +752,13 @@ mod tests {
         k: Tensor<4>,
         v: Tensor<4>,
         mask: &Tensor<4>,
+        scale: f32,
         drop: (u64, f32),
         mask_of: fn(u64, usize, f32) -> Vec<f32>,
     ) -> Tensor<3> {
         let [b, h, tq, dk] = q.dims();
         let tk = k.dims()[2];
-        let scores = q.matmul(k.swap_dims(2, 3)) / (dk as f32).sqrt() + mask.clone().expand([b, h, tq, tk]);
+        let scores = q.matmul(k.swap_dims(2, 3)) * scale + mask.clone().expand([b, h, tq, tk]);
         let p = burn::tensor::activation::softmax(scores, 3);
         let d = Tensor::<4>::from_data(
             TensorData::new(mask_of(drop.0, b * h * tq * tk, drop.1), [b, h, tq, tk]),
@@ -739,7 +768,8 @@ mod tests {
     }
 
     /// The kernels against the composed equations, output and gradients, with padding and
-    /// causal masks, with dropout (the same seed draws the same mask) and without.
+    /// causal masks, with dropout (the same seed draws the same mask) and without, scaled by
+    /// `1/√d_k` and unscaled.
     #[test]
     fn kernels_equal_the_composed_equations() {
         kernels_equal_the_composed_equations_on(Device::flex(), crate::dropout::mask::mask);
@@ -763,40 +793,41 @@ mod tests {
         let q = Tensor::<3>::random([batch, tq, dm], Distribution::Normal(0.0, 1.0), &ad);
         let r = Tensor::<3>::random([batch, t, dm], Distribution::Normal(0.0, 1.0), &ad);
         let rq = Tensor::<3>::random([batch, tq, dm], Distribution::Normal(0.0, 1.0), &ad);
-        for drop in [(0, 1.0), (0x5eed, 0.7)] {
+        let scales = [1.0 / (dk as f32).sqrt(), 1.0];
+        for (scale, drop) in scales.into_iter().flat_map(|s| [(s, (0, 1.0)), (s, (0x5eed, 0.7))]) {
             for (name, mask) in [("padding", padding(batch, t, &ad)), ("causal", causal(t, &ad))] {
                 let run = |fused: bool| {
                     let x = qkv.clone().require_grad();
                     let y = if fused {
-                        super::self_attention(x.clone(), &mask, heads, drop).0
+                        super::self_attention(x.clone(), &mask, heads, scale, drop).0
                     } else {
                         let part = |i| heads_of(x.clone(), i * dm, heads, dk);
-                        composed(part(0), part(1), part(2), &mask, drop, mask_of)
+                        composed(part(0), part(1), part(2), &mask, scale, drop, mask_of)
                     };
                     let g = (y.clone() * r.clone()).sum().backward();
                     (y.inner(), x.grad(&g).expect("∂qkv"))
                 };
                 let ((y1, g1), (y2, g2)) = (run(true), run(false));
-                assert!(max_diff(y1, y2) < 1e-5, "self, {name}, {drop:?}: output");
-                assert!(max_diff(g1, g2) < 1e-5, "self, {name}, {drop:?}: ∂qkv");
+                assert!(max_diff(y1, y2) < 1e-5, "self, {name}, {drop:?}, scale {scale}: output");
+                assert!(max_diff(g1, g2) < 1e-5, "self, {name}, {drop:?}, scale {scale}: ∂qkv");
             }
             let mask = padding(batch, t, &ad);
             let kv = qkv.clone().narrow(2, 0, 2 * dm);
             let run = |fused: bool| {
                 let (q, kv) = (q.clone().require_grad(), kv.clone().require_grad());
                 let y = if fused {
-                    super::cross_attention(q.clone(), kv.clone(), &mask, heads, drop).0
+                    super::cross_attention(q.clone(), kv.clone(), &mask, heads, scale, drop).0
                 } else {
                     let part = |i| heads_of(kv.clone(), i * dm, heads, dk);
-                    composed(heads_of(q.clone(), 0, heads, dk), part(0), part(1), &mask, drop, mask_of)
+                    composed(heads_of(q.clone(), 0, heads, dk), part(0), part(1), &mask, scale, drop, mask_of)
                 };
                 let g = (y.clone() * rq.clone()).sum().backward();
                 (y.inner(), q.grad(&g).expect("∂q"), kv.grad(&g).expect("∂kv"))
             };
             let ((y1, q1, kv1), (y2, q2, kv2)) = (run(true), run(false));
-            assert!(max_diff(y1, y2) < 1e-5, "cross, {drop:?}: output");
-            assert!(max_diff(q1, q2) < 1e-5, "cross, {drop:?}: ∂q");
-            assert!(max_diff(kv1, kv2) < 1e-5, "cross, {drop:?}: ∂kv");
+            assert!(max_diff(y1, y2) < 1e-5, "cross, {drop:?}, scale {scale}: output");
+            assert!(max_diff(q1, q2) < 1e-5, "cross, {drop:?}, scale {scale}: ∂q");
+            assert!(max_diff(kv1, kv2) < 1e-5, "cross, {drop:?}, scale {scale}: ∂kv");
         }
     }
 }

@@ -4,9 +4,9 @@
 //! (Vaswani et al., 2017, eq. 1) and its operands (`[Q | K | V]` or `q` and `[K | V]`, read
 //! in place; the output written merged, `[batch, t_q, d_model]`):
 //!
-//! `P = softmax(QKᵀ/√d_k + M)`, `O = (P ⊙ D) V`; back, from `∂O`: `∂V = (P ⊙ D)ᵀ ∂O`,
-//! `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))` with `∂P = (∂O Vᵀ) ⊙ D`, `∂Q = ∂S K/√d_k`,
-//! `∂K = ∂Sᵀ Q/√d_k`.
+//! `P = softmax(s·QKᵀ + M)`, `O = (P ⊙ D) V`; back, from `∂O`: `∂V = (P ⊙ D)ᵀ ∂O`,
+//! `∂S = P ⊙ (∂P − rowsum(P ⊙ ∂P))` with `∂P = (∂O Vᵀ) ⊙ D`, `∂Q = s·∂S K`,
+//! `∂K = s·∂Sᵀ Q`; the scale `s` is the caller's (`1/√d_k`, or 1 unscaled).
 //!
 //! Composed from tensor operations (head split and merge, two batched products, scale,
 //! mask, softmax, dropout) one attention was ~60 launches forward and backward together; on a
@@ -54,7 +54,7 @@ struct Geometry {
     /// Mask strides over sentences and query positions (0 where it broadcasts).
     sb: u32,
     si: u32,
-    /// `1/√d_k`.
+    /// The scores' scale `s` (`1/√d_k`, or 1 unscaled).
     scale: f32,
     /// Dropout: on (1/0), the seed's two halves, the 24-bit keep threshold, `1/keep`.
     drop_on: u32,
@@ -156,7 +156,7 @@ fn output_kernel(kv: &[f32], w: &[f32], out: &mut [f32], seeds: &[u32], g: Geome
     }
 }
 
-/// One thread per row: `∂S/√d_k` (the scale of the products that follow folded in) from
+/// One thread per row: `s·∂S` (the scale of the products that follow folded in) from
 /// `∂O` (`grad`, `[batch, t_q, d_model]`).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -254,7 +254,14 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    fn new(q: CubeTensor, kv: Option<CubeTensor>, mask: CubeTensor, heads: usize, drop: (u64, f32)) -> Self {
+    fn new(
+        q: CubeTensor,
+        kv: Option<CubeTensor>,
+        mask: CubeTensor,
+        heads: usize,
+        scale: f32,
+        drop: (u64, f32),
+    ) -> Self {
         let dims3 = |t: &CubeTensor| {
             let s = t.meta.shape();
             assert!(s.num_dims() == 3, "fused attention: operands are [batch, t, width]");
@@ -290,7 +297,7 @@ impl Call {
             ov: ov as u32,
             sb: if md[0] == 1 { 0 } else { (md[2] * md[3]) as u32 },
             si: if md[2] == 1 { 0 } else { md[3] as u32 },
-            scale: 1.0 / ((dm / heads) as f32).sqrt(),
+            scale,
             drop_on: (keep < 1.0) as u32,
             seed_lo: seed as u32,
             seed_hi: (seed >> 32) as u32,
@@ -409,9 +416,10 @@ impl FusedAttention for CubeBackend {
         qkv: CubeTensor,
         mask: CubeTensor,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (CubeTensor, CubeTensor) {
-        Call::new(qkv, None, mask, heads, drop).forward()
+        Call::new(qkv, None, mask, heads, scale, drop).forward()
     }
 
     fn cross_attention(
@@ -419,15 +427,23 @@ impl FusedAttention for CubeBackend {
         kv: CubeTensor,
         mask: CubeTensor,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (CubeTensor, CubeTensor) {
-        Call::new(q, Some(kv), mask, heads, drop).forward()
+        Call::new(q, Some(kv), mask, heads, scale, drop).forward()
     }
 }
 
 impl AttentionCall<CubeBackend> for Call {
-    fn new(q: CubeTensor, kv: Option<CubeTensor>, mask: CubeTensor, heads: usize, drop: (u64, f32)) -> Self {
-        Call::new(q, kv, mask, heads, drop)
+    fn new(
+        q: CubeTensor,
+        kv: Option<CubeTensor>,
+        mask: CubeTensor,
+        heads: usize,
+        scale: f32,
+        drop: (u64, f32),
+    ) -> Self {
+        Call::new(q, kv, mask, heads, scale, drop)
     }
 
     fn forward(&self) -> (CubeTensor, CubeTensor) {

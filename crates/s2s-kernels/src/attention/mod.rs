@@ -33,6 +33,7 @@ pub(crate) trait AttentionCall<B: Backend>: Clone + Send + Debug + Sized + 'stat
         kv: Option<FloatTensor<B>>,
         mask: FloatTensor<B>,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> Self;
 
@@ -59,9 +60,10 @@ impl<B: AttentionKernels, C: CheckpointStrategy> fused::FusedAttention for Autod
         qkv: FloatTensor<Self>,
         mask: FloatTensor<Self>,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        with_own_backward::<B, C, B::Call, 1>([qkv], mask, heads, drop)
+        with_own_backward::<B, C, B::Call, 1>([qkv], mask, heads, scale, drop)
     }
 
     fn cross_attention(
@@ -69,9 +71,10 @@ impl<B: AttentionKernels, C: CheckpointStrategy> fused::FusedAttention for Autod
         kv: FloatTensor<Self>,
         mask: FloatTensor<Self>,
         heads: usize,
+        scale: f32,
         drop: (u64, f32),
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        with_own_backward::<B, C, B::Call, 2>([q, kv], mask, heads, drop)
+        with_own_backward::<B, C, B::Call, 2>([q, kv], mask, heads, scale, drop)
     }
 }
 
@@ -82,6 +85,7 @@ pub(crate) fn with_own_backward<B, C, A, const N: usize>(
     inputs: [FloatTensor<Autodiff<B, C>>; N],
     mask: FloatTensor<Autodiff<B, C>>,
     heads: usize,
+    scale: f32,
     drop: (u64, f32),
 ) -> (FloatTensor<Autodiff<B, C>>, FloatTensor<Autodiff<B, C>>)
 where
@@ -96,7 +100,7 @@ where
         |operands, keep| {
             let mut operands = operands.into_iter();
             let q = operands.next().expect("q, or [Q | K | V]");
-            let call = A::new(q, operands.next(), mask, heads, drop);
+            let call = A::new(q, operands.next(), mask, heads, scale, drop);
             let (out, w) = call.forward();
             weights = Some(w.clone());
             // The call (its operands) and the weights `P`.

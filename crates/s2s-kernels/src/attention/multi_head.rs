@@ -1,19 +1,20 @@
-//! Multi-head attention as the models call it (Vaswani et al., 2017, §3.2.2): the projections
-//! `Q = x W^Q`, `K = x W^K`, `V = x W^V`, the keys and values a decoder keeps ([`KeyValue`]),
-//! and the attention of every head, `softmax(Q Kᵀ / √d_k + mask) V`, side by side — through
-//! whichever path is fastest for the case at hand:
+//! Multi-head attention's projections and keys and values as the models call them (Vaswani et
+//! al., 2017, §3.2.2): `Q = x W^Q`, `K = x W^K`, `V = x W^V`, the keys and values a decoder keeps
+//! ([`KeyValue`]), and the fast kernels that compute every head's `softmax(s·QKᵀ + M) V` where
+//! one applies:
 //! - self-attention whose `[Q | K | V]` came from one product ([`crate::ops::linears`], above
 //!   [`crate::ops::CAT_MIN_ROWS`] rows): one fused kernel over all heads
-//!   ([`crate::ops::self_attention`]);
+//!   ([`crate::ops::fused_self_attention`]);
 //! - one query position per row while decoding: the step kernel that reads the keys and
 //!   values where they lie ([`crate::ops::heads_step`]; the self-attention cache's own,
 //!   [`StepCache::attend`]);
 //! - cross-attention to keys and values from one product: the fused kernel
-//!   ([`crate::ops::cross_attention`]);
-//! - otherwise the composed operations ([`crate::ops::scaled_dot_product`]).
+//!   ([`crate::ops::fused_cross_attention`]).
 //!
-//! Every path computes the same equation; `tests` in the models' `mha.rs` hold them to the
-//! references and to PyTorch.
+//! Elsewhere — and under `--kernels reference` — [`fast_attention`] and
+//! [`fast_cached_attention`] return `None` and the model computes the equation itself in plain
+//! tensor operations (`scaled_dot_product` in the models' `transformer/mha.rs`, which holds
+//! these kernels to it and to PyTorch in its tests).
 //!
 //! A decoder step projects `Q`, `K` and `V` with the three weights separately, so each stays
 //! in the packed-weight cache (`gemm::small`); above `CAT_MIN_ROWS` rows one product by
@@ -25,14 +26,14 @@ use burn::tensor::{Int, Tensor};
 use crate::attention::step_cache::StepCache;
 use crate::ops;
 
-/// How the heads attend: how many, whether the scores are divided by √d_k (the paper's;
-/// unscaled is a teaching ablation), and the dropout on the weights.
+/// How the heads attend: how many, the scale of the scores (`1/√d_k`, the paper's; 1 for the
+/// unscaled teaching ablation), and the dropout on the weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Heads<'a> {
     /// Heads `h`.
     pub count: usize,
-    /// Scores divided by √d_k.
-    pub scaled: bool,
+    /// The scores' scale `s` in `softmax(s·QKᵀ + M)`.
+    pub scale: f32,
     /// Dropout on the attention weights.
     pub dropout: &'a Dropout,
 }
@@ -56,7 +57,7 @@ impl Packed {
         let d = t.dims()[2] / parts;
         // `K` is the second-to-last block, `V` the last.
         let block = parts - 2 + usize::from(value);
-        crate::reference::heads_of(t.clone(), block * d, heads, d / heads)
+        heads_of(t.clone(), block * d, heads, d / heads)
     }
 
     fn select(self, indices: &Tensor<1, Int>) -> Packed {
@@ -155,10 +156,16 @@ impl KeyValue {
     }
 }
 
+/// `[b, t, width]` columns `offset..offset + heads·d_k` as `[b, heads, t, d_k]`.
+fn heads_of(x: Tensor<3>, offset: usize, heads: usize, d_k: usize) -> Tensor<4> {
+    let [b, t, _] = x.dims();
+    x.narrow(2, offset, heads * d_k).reshape([b, t, heads, d_k]).swap_dims(1, 2)
+}
+
 /// `[b, t, d]` → `[b, h, t, d/h]`.
 fn split(x: Tensor<3>, heads: usize) -> Tensor<4> {
     let d = x.dims()[2];
-    crate::reference::heads_of(x, 0, heads, d / heads)
+    heads_of(x, 0, heads, d / heads)
 }
 
 /// `Q = x W^Q`, `K = x W^K`, `V = x W^V` of `x` `[batch, t, d_model]`: the queries
@@ -175,78 +182,69 @@ pub fn project_kv(m: Tensor<3>, [wk, wv]: [&Linear; 2], heads: usize) -> KeyValu
     KeyValue::projected(k, v, heads, packed.map(Packed::Kv))
 }
 
-/// Queries as the scaled paths take them: `q` itself, or, unscaled, `√d_k · q`, so that
-/// `(√d_k q) kᵀ / √d_k = q kᵀ` on every path.
-fn queries(q: Tensor<3>, h: Heads) -> Tensor<3> {
-    if h.scaled {
-        return q;
-    }
-    let d_k = q.dims()[2] / h.count;
-    q * (d_k as f32).sqrt()
-}
-
-/// Self-attention: the heads of projected queries `q` `[batch, t, d_model]` to `kv` (their
-/// own keys and values, from [`project_qkv`]) side by side `[batch, t, d_model]`, before
-/// `W^O`. The weights are not kept (see [`attend_heads`] for them).
-pub fn self_attend_heads(q: Tensor<3>, kv: &KeyValue, mask: Option<&Tensor<4>>, h: Heads) -> Tensor<3> {
-    match (kv.packed(), mask) {
-        // The fused kernel reads `Q` inside `[Q | K | V]`: unscaled attention goes around it.
-        (Some(Packed::Qkv(qkv)), Some(m)) if h.scaled => {
-            ops::self_attention(qkv.clone(), m, h.count, h.dropout)
-        }
-        _ => attend_heads(q, kv, mask, None, h).0,
-    }
-}
-
 /// The heads of projected queries `q` `[rows, t_q, d_model]` attending to `kv`, row `r` to row
 /// `rows[r]` of `kv` and of `mask` (`None`: row `r`; beams reading one copy of their
-/// sentence's memory): the heads side by side `[rows, t_q, d_model]` before `W^O`, and the
-/// weights `[rows, heads, t_q, t_k]`. `mask` is added to the scores (0 or −∞), broadcast over
-/// heads and, where its size is 1, over query positions.
-pub fn attend_heads(
-    q: Tensor<3>,
+/// sentence's memory), through a fast kernel: the heads side by side `[rows, t_q, d_model]`
+/// before `W^O`, and the weights `[rows, heads, t_q, t_k]` (the fused kernels' carry no
+/// gradient). `mask` is added to the scores (0 or −∞), broadcast over heads and, where its
+/// size is 1, over query positions. `None` where no kernel applies: the caller computes the
+/// equation.
+pub fn fast_attention(
+    q: &Tensor<3>,
     kv: &KeyValue,
     mask: Option<&Tensor<4>>,
     rows: Option<&Tensor<1, Int>>,
     h: Heads,
-) -> (Tensor<3>, Tensor<4>) {
-    let q = queries(q, h);
-    if let Some(step) = step(&q, kv, mask, rows, h.count) {
-        return step;
-    }
-    if let Some(rows) = rows {
-        // Where the step kernel does not run: the rows' copies, then the operations below.
-        let kv = kv.clone().select(rows);
-        let mask = mask.map(|m| m.clone().select(0, rows.clone()));
-        return composed(q, &kv, mask.as_ref(), h);
-    }
-    composed(q, kv, mask, h)
-}
-
-/// [`attend_heads`] from queries already scaled, without row sources: the fused cross-attention
-/// where one product made `[K | V]`, else the composed operations.
-fn composed(q: Tensor<3>, kv: &KeyValue, mask: Option<&Tensor<4>>, h: Heads) -> (Tensor<3>, Tensor<4>) {
-    match (kv.packed(), mask) {
-        (Some(Packed::Kv(packed)), Some(m)) => ops::cross_attention(q, packed.clone(), m, h.count, h.dropout),
-        _ => ops::scaled_dot_product(split(q, h.count), kv.keys(), kv.values(), mask, h.dropout),
+) -> Option<(Tensor<3>, Tensor<4>)> {
+    match kv.packed() {
+        // Self-attention from `[Q | K | V]`: the fused kernel reads `Q` there too.
+        Some(Packed::Qkv(qkv)) if rows.is_none() => mask
+            .and_then(|m| ops::fused_self_attention(qkv.clone(), m, h.count, h.scale, h.dropout))
+            .or_else(|| step(q, kv, mask, rows, h)),
+        Some(Packed::Kv(packed)) => {
+            step(q, kv, mask, rows, h).or_else(|| fused_cross(q, packed, mask?, rows, h))
+        }
+        _ => step(q, kv, mask, rows, h),
     }
 }
 
-/// Decoding's case: one query position per row (`q` `[rows, 1, d_model]`, scaled) to the keys
-/// and values where they lie — `[K | V]` of the memory, or the heads — through one CPU kernel
+/// Cross-attention to `[K | V]` from one product through the fused kernel; with `rows`, the
+/// rows' copies of it and of `mask` first (only where the kernel runs: otherwise the caller
+/// copies them for the equation).
+fn fused_cross(
+    q: &Tensor<3>,
+    packed: &Tensor<3>,
+    mask: &Tensor<4>,
+    rows: Option<&Tensor<1, Int>>,
+    h: Heads,
+) -> Option<(Tensor<3>, Tensor<4>)> {
+    let (q, d) = (q.clone(), h.dropout);
+    match rows {
+        None => ops::fused_cross_attention(q, packed.clone(), mask, h.count, h.scale, d),
+        Some(rows) if ops::fused_attention_runs(&q.device()) => {
+            let packed = packed.clone().select(0, rows.clone());
+            let mask = mask.clone().select(0, rows.clone());
+            ops::fused_cross_attention(q, packed, &mask, h.count, h.scale, d)
+        }
+        Some(_) => None,
+    }
+}
+
+/// Decoding's case: one query position per row (`q` `[rows, 1, d_model]`) to the keys and
+/// values where they lie — `[K | V]` of the memory, or the heads — through one CPU kernel
 /// ([`ops::heads_step`]). `None` for several query positions, and where the kernel does not run.
 fn step(
     q: &Tensor<3>,
     kv: &KeyValue,
     mask: Option<&Tensor<4>>,
     source: Option<&Tensor<1, Int>>,
-    heads: usize,
+    h: Heads,
 ) -> Option<(Tensor<3>, Tensor<4>)> {
     let [rows, tq, d] = q.dims();
     if tq != 1 {
         return None;
     }
-    let len = kv.len;
+    let (len, heads) = (kv.len, h.count);
     let mask = match mask {
         Some(m) => {
             let [mr, _, mq, mk] = m.dims();
@@ -261,29 +259,29 @@ fn step(
     let source = source.map(|s| s.clone().float());
     let (out, weights) = match kv.packed() {
         Some(Packed::Kv(p)) => {
-            ops::heads_step(q, p.clone().narrow(2, 0, d), p.clone().narrow(2, d, d), mask, source, heads)?
+            let (k, v) = (p.clone().narrow(2, 0, d), p.clone().narrow(2, d, d));
+            ops::heads_step(q, k, v, mask, source, heads, h.scale)?
         }
-        _ => ops::heads_step(q, kv.keys(), kv.values(), mask, source, heads)?,
+        _ => ops::heads_step(q, kv.keys(), kv.values(), mask, source, heads, h.scale)?,
     };
     Some((out.reshape([rows, 1, d]), weights.reshape([rows, heads, 1, len])))
 }
 
-/// A decoder's self-attention to its cache: the heads of projected queries `q`
-/// `[rows, t, d_model]` (the new positions, already appended to `cache`) side by side, and the
-/// weights `[rows, heads, t, len]`; one query position per row through the cache's own kernel
-/// ([`StepCache::attend`]), else the composed operations on its keys and values.
-pub fn attend_heads_cached(
-    q: Tensor<3>,
+/// A decoder's self-attention to its cache through the cache's own kernel
+/// ([`StepCache::attend`]): the heads of projected queries `q` `[rows, 1, d_model]` (the new
+/// position, already appended to `cache`) side by side, and the weights
+/// `[rows, heads, 1, len]`. `None` for several query positions or a mask, and where the kernel
+/// does not run: the caller computes the equation on the cache's keys and values.
+pub fn fast_cached_attention(
+    q: &Tensor<3>,
     cache: &StepCache,
     mask: Option<&Tensor<4>>,
     h: Heads,
-) -> (Tensor<3>, Tensor<4>) {
-    let q = queries(q, h);
+) -> Option<(Tensor<3>, Tensor<4>)> {
     let [rows, tq, d] = q.dims();
-    if tq == 1 && mask.is_none() {
-        if let Some((out, weights)) = cache.attend(q.clone().reshape([rows, d]), h.count) {
-            return (out.reshape([rows, 1, d]), weights.reshape([rows, h.count, 1, cache.len()]));
-        }
+    if tq != 1 || mask.is_some() {
+        return None;
     }
-    ops::scaled_dot_product(split(q, h.count), cache.keys(), cache.values(), mask, h.dropout)
+    let (out, weights) = cache.attend(q.clone().reshape([rows, d]), h.count, h.scale)?;
+    Some((out.reshape([rows, 1, d]), weights.reshape([rows, h.count, 1, cache.len()])))
 }

@@ -66,6 +66,7 @@ pub trait AttentionStep: burn::backend::Backend {
         mask: FloatTensor<Self>,
         source: FloatTensor<Self>,
         heads: usize,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
@@ -106,7 +107,8 @@ impl Heads {
 
 /// Scaled dot-product attention (Vaswani et al., 2017, eq. 1) of one query position per row,
 /// every head, for decoding: per row `r` and head `h`,
-/// `sⱼ = q_rh · k_rhj / √d_k + m_rj`, `pⱼ = softmax(s)ⱼ`, `o_rh = Σⱼ pⱼ v_rhj`.
+/// `sⱼ = scale · (q_rh · k_rhj) + m_rj`, `pⱼ = softmax(s)ⱼ`, `o_rh = Σⱼ pⱼ v_rhj`, the
+/// scale `1/√d_k` (or 1, unscaled).
 ///
 /// Keys and values are read where they lie — the self-attention cache `[rows, heads, room,
 /// d_k]` narrowed to its `len` positions, or the halves of cross-attention's `[K | V]` — with
@@ -132,6 +134,7 @@ fn heads_step_flex(
     mask: &FlexTensor,
     source: &FlexTensor,
     heads: usize,
+    scale: f32,
 ) -> (FlexTensor, FlexTensor) {
     let [rows, width] = q.layout().shape().dims::<2>();
     let dk = width / heads;
@@ -161,7 +164,7 @@ fn heads_step_flex(
         heads,
         dk,
         len,
-        scale: 1.0 / (dk as f32).sqrt(),
+        scale,
     };
     let mut out = vec![0f32; rows * width];
     let mut weights = vec![0f32; rows * heads * len];
@@ -217,7 +220,7 @@ fn mask_stride(mask: &FlexTensor, held: usize, len: usize, per_position: bool) -
 
 /// What every row of [`heads_step_flex`] reads: the queries `[rows, heads·d_k]`, the keys
 /// and values where they lie (`kh`, `vh`), the mask's rows `mstride` apart, the source rows
-/// (`[rows]`, `[rows·len]` when `per_position`, or empty) and the scale `1/√d_k`.
+/// (`[rows]`, `[rows·len]` when `per_position`, or empty) and the scores' scale.
 struct Step<'a> {
     q: &'a [f32],
     keys: &'a [f32],
@@ -433,8 +436,9 @@ impl AttentionStep for Flex {
         mask: FlexTensor,
         source: FlexTensor,
         heads: usize,
+        scale: f32,
     ) -> (FlexTensor, FlexTensor) {
-        heads_step_flex(&q, &keys, &values, &mask, &source, heads)
+        heads_step_flex(&q, &keys, &values, &mask, &source, heads, scale)
     }
 
     fn weighted_sum(weights: FlexTensor, values: FlexTensor) -> FlexTensor {
@@ -582,6 +586,7 @@ pub fn heads_step<const D: usize>(
     mask: Tensor<2>,
     source: Option<Tensor<1>>,
     heads: usize,
+    scale: f32,
 ) -> Option<(Tensor<2>, Tensor<3>)> {
     if !fused(&q) {
         return None;
@@ -594,6 +599,7 @@ pub fn heads_step<const D: usize>(
         mask.into_dispatch(),
         source.into_dispatch(),
         heads,
+        scale,
     );
     Some((Tensor::from_dispatch(out), Tensor::from_dispatch(weights)))
 }
@@ -694,7 +700,7 @@ mod tests {
     }
 
     /// The decoding step's multi-head attention equals `softmax(QKᵀ/√d_k + M) V` composed
-    /// from plain tensor operations ([`crate::reference::attention_with`]), on both layouts it
+    /// from plain tensor operations (and unscaled, `softmax(QKᵀ + M) V`), on both layouts it
     /// reads in place: a self-attention cache with room beyond its length, and the halves of a
     /// `[K | V]` memory with a padding mask (−∞ on masked positions) per row.
     #[test]
@@ -702,18 +708,20 @@ mod tests {
         let d = Device::flex();
         d.seed(23);
         let normal = Distribution::Normal(0.0, 1.0);
-        for (rows, heads, dk, len, room) in [(5, 4, 8, 7, 16), (3, 2, 16, 1, 1), (6, 8, 4, 12, 12)] {
+        let cases =
+            [(5, 4, 8, 7, 16, true), (3, 2, 16, 1, 1, true), (6, 8, 4, 12, 12, true), (5, 4, 8, 7, 7, false)];
+        for (rows, heads, dk, len, room, scaled) in cases {
+            let scale = if scaled { 1.0 / (dk as f32).sqrt() } else { 1.0 };
             let q = Tensor::<2>::random([rows, heads * dk], normal, &d);
             let q4 = q.clone().reshape([rows, 1, heads, dk]).swap_dims(1, 2); // [rows, heads, 1, dk]
+            // softmax(s·QKᵀ + M) V: [rows, heads, 1, d_k], the weights [rows, heads, 1, len].
             let composed = |k: Tensor<4>, v: Tensor<4>, m: Option<Tensor<4>>| {
-                let (o, w) = crate::reference::attention_with(
-                    q4.clone(),
-                    k,
-                    v,
-                    m.as_ref(),
-                    |s| burn::tensor::activation::softmax(s, 3),
-                    |w| w,
-                );
+                let mut scores = q4.clone().matmul(k.swap_dims(2, 3)) * scale;
+                if let Some(m) = m {
+                    scores = scores + m.expand([rows, heads, 1, len]);
+                }
+                let w = burn::tensor::activation::softmax(scores, 3);
+                let o = w.clone().matmul(v).swap_dims(1, 2);
                 (o.reshape([rows, heads * dk]), w.reshape([rows, heads, len]))
             };
             // The cache: [rows, heads, room, d_k], `len` positions in use.
@@ -723,7 +731,7 @@ mod tests {
             );
             let (k, v) = (k.narrow(2, 0, len), v.narrow(2, 0, len));
             let (out, w) =
-                heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), None, heads)
+                heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), None, heads, scale)
                     .expect("flex runs the kernel");
             let (o_ref, w_ref) = composed(k, v, None);
             assert!(
@@ -740,7 +748,7 @@ mod tests {
             let mask = Tensor::<2>::from_data(TensorData::new(mask, [rows, len]), &d);
             let (kh, vh) =
                 (kv.clone().narrow(2, 0, heads * dk), kv.clone().narrow(2, heads * dk, heads * dk));
-            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), None, heads)
+            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), None, heads, scale)
                 .expect("flex runs the kernel");
             let split = |x: Tensor<3>| x.reshape([rows, len, heads, dk]).swap_dims(1, 2);
             let (o_ref, w_ref) =
@@ -758,7 +766,7 @@ mod tests {
             );
             let picked = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(picked, [rows]), &d);
             let (o_src, w_src) =
-                heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), Some(source), heads)
+                heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), Some(source), heads, scale)
                     .expect("flex");
             let (o_sel, w_sel) = heads_step(
                 q.clone(),
@@ -767,6 +775,7 @@ mod tests {
                 mask.select(0, picked),
                 None,
                 heads,
+                scale,
             )
             .expect("flex");
             assert!(
@@ -784,7 +793,8 @@ mod tests {
                 Tensor::<3>::zeros([1, 2, 4], &ad),
                 Tensor::zeros([1, 2], &ad),
                 None,
-                2
+                2,
+                1.0
             )
             .is_none()
         );

@@ -181,26 +181,29 @@ impl StepCache {
         Tensor::cat(steps, 2)
     }
 
-    /// Attention of one query position per row to the cache, no mask: `q` `[rows, heads·d_k]`
+    /// Attention of one query position per row to the cache, no mask, scores times `scale`
+    /// (`1/√d_k`, or 1 unscaled): `q` `[rows, heads·d_k]`
     /// → (output `[rows, heads·d_k]`, weights `[rows, heads, len]`) from the CPU kernel
     /// ([`crate::ops::heads_step`]) reading the cache where it lies; `None` where the kernel
     /// does not run (compose the operations on [`keys`](Self::keys) and
     /// [`values`](Self::values)).
-    pub fn attend(&self, q: Tensor<2>, heads: usize) -> Option<(Tensor<2>, Tensor<3>)> {
+    pub fn attend(&self, q: Tensor<2>, heads: usize, scale: f32) -> Option<(Tensor<2>, Tensor<3>)> {
         let device = q.device();
         if !crate::ops::heads_step_runs(&device) {
             return None; // before making a mask the kernel would not read
         }
         let mask = Tensor::zeros([1, self.len], &device);
         match &self.layout {
-            Layout::Rows { .. } => crate::ops::heads_step(q, self.keys(), self.values(), mask, None, heads),
+            Layout::Rows { .. } => {
+                crate::ops::heads_step(q, self.keys(), self.values(), mask, None, heads, scale)
+            }
             Layout::Tree { k, v, ancestry } => {
                 // `[width, heads, len, d_k]` views of the time-major slabs.
                 let view = |x: &Tensor<4>| x.clone().narrow(0, 0, self.len).permute([1, 2, 0, 3]);
                 let rows: Vec<f32> = ancestry.iter().flat_map(|a| a.iter().map(|&r| r as f32)).collect();
                 let source =
                     Tensor::<1>::from_data(TensorData::new(rows, [ancestry.len() * self.len]), &device);
-                crate::ops::heads_step(q, view(k), view(v), mask, Some(source), heads)
+                crate::ops::heads_step(q, view(k), view(v), mask, Some(source), heads, scale)
             }
         }
     }
@@ -332,8 +335,8 @@ mod tests {
                     let q = Tensor::<2>::random([rows, heads * dk], Distribution::Normal(0.0, 1.0), &d);
                     let mask = Tensor::zeros([1, t + 1], &d);
                     match (
-                        cache.attend(q.clone(), heads),
-                        crate::ops::heads_step(q, want_k, want_v, mask, None, heads),
+                        cache.attend(q.clone(), heads, 0.5),
+                        crate::ops::heads_step(q, want_k, want_v, mask, None, heads, 0.5),
                     ) {
                         (Some((o, w)), Some((o_ref, w_ref))) => {
                             assert_eq!(o.into_data(), o_ref.into_data(), "{kernels:?}: output after {t}");

@@ -8,7 +8,7 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
 
-use super::mha::{KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
+use super::mha::{KeySource, KeyValue, MultiHeadAttention, MultiHeadAttentionConfig};
 use ops::{StepCache, layer_norm};
 use s2s_kernels::ops;
 
@@ -133,7 +133,8 @@ impl LayerConfig {
 /// Self-attention and feed-forward, each residual.
 ///
 /// # Shapes
-/// - `x` `[batch, src, d_model]`, key mask `[batch, 1, 1, src]` → `[batch, src, d_model]`
+/// - `x` `[batch, src, d_model]`, key mask `[batch, 1, 1, src]` → `[batch, src, d_model]`,
+///   self-attention weights `[batch, heads, src, src]`
 #[derive(Module, Debug)]
 pub struct EncoderLayer {
     /// Self-attention.
@@ -147,23 +148,13 @@ pub struct EncoderLayer {
 }
 
 impl EncoderLayer {
-    /// Applies the layer.
-    pub fn forward(&self, x: Tensor<3>, mask: &Tensor<4>) -> Tensor<3> {
+    /// Applies the layer: the output and the self-attention weights (for showing).
+    pub fn forward(&self, x: Tensor<3>, mask: &Tensor<4>) -> (Tensor<3>, Tensor<4>) {
         let h = self.attention_residual.input(&x);
-        let (a, _) = self.self_attention.forward(h, Some(mask));
-        let x = self.attention_residual.output(x, a);
+        let a = self.self_attention.forward(h, KeySource::Input, Some(mask));
+        let x = self.attention_residual.output(x, a.output);
         let h = self.ffn_residual.input(&x);
-        self.ffn_residual.output(x, self.ffn.forward(h))
-    }
-
-    /// [`EncoderLayer::forward`] through the composed attention, which keeps its weights:
-    /// the output and the self-attention weights `[batch, heads, src, src]`, for showing.
-    pub fn inspect(&self, x: Tensor<3>, mask: &Tensor<4>) -> (Tensor<3>, Tensor<4>) {
-        let h = self.attention_residual.input(&x);
-        let (a, weights) = self.self_attention.forward_weights(h, Some(mask));
-        let x = self.attention_residual.output(x, a);
-        let h = self.ffn_residual.input(&x);
-        (self.ffn_residual.output(x, self.ffn.forward(h)), weights)
+        (self.ffn_residual.output(x, self.ffn.forward(h)), a.weights)
     }
 }
 
@@ -172,7 +163,8 @@ impl EncoderLayer {
 /// # Shapes
 /// - `x` `[batch, t, d_model]` (t new positions), cache `[batch, heads, t_prev, d_k]`,
 ///   memory keys/values `[batch, heads, src, d_k]` → `[batch, t, d_model]`, the grown cache,
-///   cross-attention weights `[batch, heads, t, src]`
+///   self-attention weights `[batch, heads, t, t_prev + t]`, cross-attention weights
+///   `[batch, heads, t, src]`
 #[derive(Module, Debug)]
 pub struct DecoderLayer {
     /// Masked self-attention.
@@ -193,7 +185,8 @@ impl DecoderLayer {
     /// Applies the layer to new positions `x`; `cache` holds the keys and values of the
     /// positions before them (none in a teacher-forced pass). `self_mask` is the causal mask
     /// over the new positions (none for a single step, which may see its whole prefix). Row `r`
-    /// attends to row `memory_rows[r]` of the memory and its mask (`None`: row `r`).
+    /// attends to row `memory_rows[r]` of the memory and its mask (`None`: row `r`). Returns
+    /// the output, the grown cache, and the self- and cross-attention weights.
     pub fn forward(
         &self,
         x: Tensor<3>,
@@ -202,40 +195,35 @@ impl DecoderLayer {
         memory: &KeyValue,
         memory_mask: &Tensor<4>,
         memory_rows: Option<&Tensor<1, Int>>,
-    ) -> (Tensor<3>, StepCache, Tensor<4>) {
+    ) -> DecoderOutput {
         let h = self.self_residual.input(&x);
-        let (a, kv) = match cache {
-            Some(c) => self.self_attention.forward_cached(h, c, self_mask),
-            None => {
-                let (a, kv) = self.self_attention.forward(h, self_mask);
-                (a, StepCache::new(kv.keys(), kv.values()))
-            }
-        };
-        let x = self.self_residual.output(x, a);
+        let source = cache.map_or(KeySource::Input, KeySource::Cached);
+        let a = self.self_attention.forward(h, source, self_mask);
+        let cache = a.keys.into_cache().expect("self-attention keeps its keys and values");
+        let x = self.self_residual.output(x, a.output);
         let h = self.cross_residual.input(&x);
-        let (c, weights) = self.cross_attention.forward_memory(h, memory, Some(memory_mask), memory_rows);
-        let x = self.cross_residual.output(x, c);
+        let source = KeySource::Memory(memory, memory_rows);
+        let c = self.cross_attention.forward(h, source, Some(memory_mask));
+        let x = self.cross_residual.output(x, c.output);
         let h = self.ffn_residual.input(&x);
-        (self.ffn_residual.output(x, self.ffn.forward(h)), kv, weights)
+        DecoderOutput {
+            output: self.ffn_residual.output(x, self.ffn.forward(h)),
+            cache,
+            self_weights: a.weights,
+            cross_weights: c.weights,
+        }
     }
+}
 
-    /// A teacher-forced [`DecoderLayer::forward`] (causal mask `self_mask`, no cache) through
-    /// the composed self-attention, which keeps its weights: the output, the self-attention
-    /// weights `[batch, heads, t, t]` and the cross-attention weights `[batch, heads, t, src]`.
-    pub fn inspect(
-        &self,
-        x: Tensor<3>,
-        self_mask: &Tensor<4>,
-        memory: &KeyValue,
-        memory_mask: &Tensor<4>,
-    ) -> (Tensor<3>, Tensor<4>, Tensor<4>) {
-        let h = self.self_residual.input(&x);
-        let (a, self_weights) = self.self_attention.forward_weights(h, Some(self_mask));
-        let x = self.self_residual.output(x, a);
-        let h = self.cross_residual.input(&x);
-        let (c, cross_weights) = self.cross_attention.forward_memory(h, memory, Some(memory_mask), None);
-        let x = self.cross_residual.output(x, c);
-        let h = self.ffn_residual.input(&x);
-        (self.ffn_residual.output(x, self.ffn.forward(h)), self_weights, cross_weights)
-    }
+/// What [`DecoderLayer::forward`] gives.
+#[derive(Debug, Clone)]
+pub struct DecoderOutput {
+    /// `[batch, t, d_model]`.
+    pub output: Tensor<3>,
+    /// The self-attention cache with the new positions.
+    pub cache: StepCache,
+    /// Self-attention weights `[batch, heads, t, t_prev + t]` (for showing).
+    pub self_weights: Tensor<4>,
+    /// Cross-attention weights `[batch, heads, t, src]`.
+    pub cross_weights: Tensor<4>,
 }

@@ -1,14 +1,18 @@
 //! Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.1–3.2.2):
-//! `Attention(Q, K, V) = softmax(QKᵀ / √d_k) V`, `d_k = d_model / h`, each head on its own
-//! projections, `MultiHead(Q, K, V) = Concat(head₁, …, head_h) W^O`.
+//! `Attention(Q, K, V) = softmax(QKᵀ / √d_k) V` ([`scaled_dot_product`]), `d_k = d_model / h`,
+//! each head on its own projections, `MultiHead(Q, K, V) = Concat(head₁, …, head_h) W^O`
+//! ([`MultiHeadAttention`]).
 //!
-//! Four uses, one equation: self-attention ([`MultiHeadAttention::forward`]), a decoder's
-//! self-attention to the positions it has seen ([`MultiHeadAttention::forward_cached`]),
-//! cross-attention to the encoder memory ([`MultiHeadAttention::forward_memory`], whose keys
-//! and values [`MultiHeadAttention::memory`] projects once per sentence), and self-attention
-//! keeping its weights for display ([`MultiHeadAttention::forward_weights`]). Which kernel
-//! computes the heads is the kernels crate's choice (`s2s_kernels::ops::attend_heads` and its
-//! neighbours).
+//! [`scaled_dot_product`] is the equation in plain tensor operations: it runs under `--kernels
+//! reference` and wherever no fast kernel applies. Where one does — one fused kernel for all
+//! heads when the projections came from one product, a decoding step's kernel for one query
+//! position — the kernels crate computes the same (`s2s_kernels::ops::fast_attention`,
+//! `fast_cached_attention`, which return `None` elsewhere); the tests below hold the two equal.
+//!
+//! Three uses, one entry point ([`MultiHeadAttention::forward`]), by where the keys and values
+//! come from ([`KeySource`]): self-attention, a decoder's self-attention to the positions it
+//! has seen (its cache), and cross-attention to the encoder memory (whose keys and values
+//! [`MultiHeadAttention::memory`] projects once per sentence). Each gives its weights too.
 
 use burn::config::Config;
 use burn::module::{Module, Param};
@@ -17,6 +21,45 @@ use burn::tensor::{Device, Int, Tensor};
 use s2s_kernels::ops::{self, Heads, StepCache};
 
 pub use s2s_kernels::ops::KeyValue;
+
+/// Scaled dot-product attention (eq. 1) of every head at once: `softmax(QKᵀ / √d_k + mask) V`,
+/// dropout on the weights. `scaled = false` leaves out the division (the unscaled ablation,
+/// `softmax(QKᵀ + mask) V`). `mask` is additive: 0 where a key may be read, −∞ where not.
+/// The softmax and the dropout are the kernels crate's (one pass a row on the CPU; burn's
+/// operations under `--kernels reference`).
+///
+/// # Shapes
+/// - `q` `[batch, heads, t_q, d_k]`; `k`, `v` `[batch, heads, t_k, d_k]`; `mask`
+///   broadcastable to `[batch, heads, t_q, t_k]`
+/// - returns the heads side by side `[batch, t_q, heads·d_k]` and the weights
+///   `[batch, heads, t_q, t_k]`
+pub fn scaled_dot_product(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Option<&Tensor<4>>,
+    scaled: bool,
+    dropout: &Dropout,
+) -> (Tensor<3>, Tensor<4>) {
+    let [batch, heads, t_q, d_k] = q.dims();
+    let t_k = k.dims()[2];
+    let mut scores = q.matmul(k.swap_dims(2, 3)); // QKᵀ: [batch, heads, t_q, t_k]
+    if scaled {
+        scores = scores / (d_k as f32).sqrt();
+    }
+    if let Some(m) = mask {
+        scores = scores + m.clone().expand([batch, heads, t_q, t_k]);
+    }
+    let weights = ops::softmax(scores);
+    let out = ops::dropout(dropout, weights.clone()).matmul(v); // [batch, heads, t_q, d_k]
+    (out.swap_dims(1, 2).reshape([batch, t_q, heads * d_k]), weights)
+}
+
+/// `[batch, t, d_model]` → `[batch, heads, t, d_k]`: each head's columns.
+fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
+    let [batch, t, d_model] = x.dims();
+    x.reshape([batch, t, heads, d_model / heads]).swap_dims(1, 2)
+}
 
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
@@ -65,7 +108,7 @@ impl MultiHeadAttentionConfig {
     /// Initialises (Xavier-uniform weights, zero biases); errors when `heads` does not divide
     /// `d_model`.
     pub fn init(&self, device: &Device) -> Result<MultiHeadAttention, crate::ModelError> {
-        if self.heads == 0 || self.d_model % self.heads != 0 {
+        if self.heads == 0 || !self.d_model.is_multiple_of(self.heads) {
             return Err(crate::ModelError::Heads { heads: self.heads, d_model: self.d_model });
         }
         let linear = || {
@@ -89,74 +132,138 @@ impl MultiHeadAttentionConfig {
     }
 }
 
+/// Where [`MultiHeadAttention::forward`]'s keys and values come from.
+// Moved once into each call: boxing the cache would allocate at every decoding step.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum KeySource<'a> {
+    /// The input itself: self-attention, `MultiHead(x, x, x)`.
+    Input,
+    /// The input and the positions before it, whose keys and values `cache` holds (a
+    /// decoding step); the input's keys and values join it.
+    Cached(StepCache),
+    /// The encoder memory's keys and values (from [`MultiHeadAttention::memory`]):
+    /// cross-attention, `MultiHead(x, m, m)`. Row `r` of the input reads row `rows[r]` of the
+    /// memory and of the mask (`None`: row `r`; the decoder's beams reading one copy of their
+    /// sentence's memory).
+    Memory(&'a KeyValue, Option<&'a Tensor<1, Int>>),
+}
+
+/// What [`MultiHeadAttention::forward`] gives: the output, the weights, and the
+/// self-attention keys and values a decoder continues from.
+#[derive(Debug, Clone)]
+pub struct Attended {
+    /// `Concat(head₁, …, head_h) W^O`, `[rows, t, d_model]`.
+    pub output: Tensor<3>,
+    /// The attention weights `[rows, heads, t, t_k]` (where a fused kernel computed them, they
+    /// carry no gradient: they are for showing).
+    pub weights: Tensor<4>,
+    /// The self-attention keys and values ([`SelfKeys::into_cache`]).
+    pub keys: SelfKeys,
+}
+
+/// The self-attention keys and values [`Attended`] keeps.
+#[derive(Debug, Clone)]
+pub enum SelfKeys {
+    /// The input's ([`KeySource::Input`]).
+    Input(KeyValue),
+    /// The cache with the input's appended ([`KeySource::Cached`]).
+    Cache(StepCache),
+    /// None: cross-attention ([`KeySource::Memory`]).
+    Memory,
+}
+
+impl SelfKeys {
+    /// The decoder's self-attention cache after the call: the cache with the input's keys and
+    /// values appended, or one started from the input's; `None` for cross-attention.
+    pub fn into_cache(self) -> Option<StepCache> {
+        match self {
+            SelfKeys::Input(kv) => Some(StepCache::new(kv.keys(), kv.values())),
+            SelfKeys::Cache(cache) => Some(cache),
+            SelfKeys::Memory => None,
+        }
+    }
+}
+
 impl MultiHeadAttention {
-    /// How the heads attend.
-    fn attention(&self) -> Heads<'_> {
-        Heads { count: self.heads, scaled: self.scaled, dropout: &self.dropout }
-    }
-
-    /// Self-attention, `MultiHead(x, x, x)` under the additive `mask` (0 or −∞; a padding or
-    /// causal mask): the output `[batch, t, d_model]`, and the keys and values, which a
-    /// decoder's cache starts from.
-    pub fn forward(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, KeyValue) {
-        // Q = x W^Q, K = x W^K, V = x W^V
-        let (q, kv) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
-        // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side: [batch, t, d_model]
-        let heads = ops::self_attend_heads(q, &kv, mask, self.attention());
+    /// `MultiHead(x, K, V)` of `x` `[rows, t, d_model]` to the keys and values of `source`,
+    /// under the additive `mask` (0 or −∞; a padding or causal mask, broadcast over heads).
+    pub fn forward(&self, x: Tensor<3>, source: KeySource<'_>, mask: Option<&Tensor<4>>) -> Attended {
+        let projections = [&self.query, &self.key, &self.value];
+        let (heads, weights, keys) = match source {
+            KeySource::Input => {
+                // Q = x W^Q, K = x W^K, V = x W^V
+                let (q, kv) = ops::project_qkv(x, projections, self.heads);
+                // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side: [rows, t, d_model]
+                let (heads, weights) = self.attend(q, &kv, mask, None);
+                (heads, weights, SelfKeys::Input(kv))
+            }
+            KeySource::Cached(cache) => {
+                // Q = x W^Q; the input's K = x W^K, V = x W^V join the cache
+                let (q, new) = ops::project_qkv(x, projections, self.heads);
+                let cache = cache.append(new.keys(), new.values());
+                // head_i over every cached position
+                let (heads, weights) = self.attend_cached(q, &cache, mask);
+                (heads, weights, SelfKeys::Cache(cache))
+            }
+            KeySource::Memory(memory, rows) => {
+                // Q = x W^Q; K, V projected from the memory once
+                let q = ops::linear(&self.query, x);
+                let (heads, weights) = self.attend(q, memory, mask, rows);
+                (heads, weights, SelfKeys::Memory)
+            }
+        };
         // Concat(head_1, …, head_h) W^O
-        (ops::linear(&self.output, heads), kv)
-    }
-
-    /// Self-attention of new positions `x` `[rows, t, d_model]` to themselves and to the
-    /// positions before them, whose keys and values `cache` holds (a decoding step: `t = 1`,
-    /// no mask): the output and the cache with the new positions appended.
-    pub fn forward_cached(
-        &self,
-        x: Tensor<3>,
-        cache: StepCache,
-        mask: Option<&Tensor<4>>,
-    ) -> (Tensor<3>, StepCache) {
-        // Q = x W^Q, and the new positions' K = x W^K, V = x W^V join the cache
-        let (q, new) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
-        let cache = cache.append(new.keys(), new.values());
-        // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i over every cached position
-        let (heads, _) = ops::attend_heads_cached(q, &cache, mask, self.attention());
-        // Concat(head_1, …, head_h) W^O
-        (ops::linear(&self.output, heads), cache)
+        Attended { output: ops::linear(&self.output, heads), weights, keys }
     }
 
     /// The encoder memory's keys and values, `K = m W^K`, `V = m W^V` of `m`
-    /// `[batch, src, d_model]`: projected once, read by every decoding step.
+    /// `[batch, src, d_model]`: projected once, read by every decoding step
+    /// ([`KeySource::Memory`]).
     pub fn memory(&self, m: Tensor<3>) -> KeyValue {
         ops::project_kv(m, [&self.key, &self.value], self.heads)
     }
 
-    /// Cross-attention, `MultiHead(x, m, m)` to the memory's keys and values (from
-    /// [`MultiHeadAttention::memory`]) under `mask`; row `r` of `x` reads row `rows[r]` of the
-    /// memory and its mask (`None`: row `r`; the decoder's beams reading one copy of their
-    /// sentence's memory): the output `[rows, t, d_model]` and the weights
-    /// `[rows, heads, t, src]`.
-    pub fn forward_memory(
+    /// `head_i = Attention(Q_i, K_i, V_i)` of projected queries `q` `[rows, t, d_model]` to
+    /// `kv`, row `r` reading row `rows[r]` of `kv` and `mask` (`None`: row `r`): the heads side
+    /// by side `[rows, t, d_model]` and the weights `[rows, heads, t, t_k]` — from a fast
+    /// kernel where one applies, else [`scaled_dot_product`].
+    fn attend(
         &self,
-        x: Tensor<3>,
-        memory: &KeyValue,
+        q: Tensor<3>,
+        kv: &KeyValue,
         mask: Option<&Tensor<4>>,
         rows: Option<&Tensor<1, Int>>,
     ) -> (Tensor<3>, Tensor<4>) {
-        // Q = x W^Q
-        let q = ops::linear(&self.query, x);
-        // head_i = softmax(Q_i K_iᵀ / √d_k + mask) V_i, side by side
-        let (heads, weights) = ops::attend_heads(q, memory, mask, rows, self.attention());
-        // Concat(head_1, …, head_h) W^O
-        (ops::linear(&self.output, heads), weights)
+        ops::fast_attention(&q, kv, mask, rows, self.fast()).unwrap_or_else(|| {
+            let (kv, mask) = match rows {
+                Some(r) => (kv.clone().select(r), mask.map(|m| m.clone().select(0, r.clone()))),
+                None => (kv.clone(), mask.cloned()),
+            };
+            let q = split_heads(q, self.heads);
+            scaled_dot_product(q, kv.keys(), kv.values(), mask.as_ref(), self.scaled, &self.dropout)
+        })
     }
 
-    /// [`MultiHeadAttention::forward`] keeping the attention weights `[batch, heads, t, t]`,
-    /// for showing them.
-    pub fn forward_weights(&self, x: Tensor<3>, mask: Option<&Tensor<4>>) -> (Tensor<3>, Tensor<4>) {
-        let (q, kv) = ops::project_qkv(x, [&self.query, &self.key, &self.value], self.heads);
-        let (heads, weights) = ops::attend_heads(q, &kv, mask, None, self.attention());
-        (ops::linear(&self.output, heads), weights)
+    /// [`MultiHeadAttention::attend`] to a decoder's cache (the new positions already in it).
+    fn attend_cached(
+        &self,
+        q: Tensor<3>,
+        cache: &StepCache,
+        mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, Tensor<4>) {
+        ops::fast_cached_attention(&q, cache, mask, self.fast()).unwrap_or_else(|| {
+            let q = split_heads(q, self.heads);
+            scaled_dot_product(q, cache.keys(), cache.values(), mask, self.scaled, &self.dropout)
+        })
+    }
+
+    /// How the fast kernels attend: the heads, the scores' scale (`1/√d_k`, or 1 unscaled:
+    /// what [`scaled_dot_product`] divides by) and the dropout.
+    fn fast(&self) -> Heads<'_> {
+        let d_k = self.query.weight.dims()[1] / self.heads;
+        let scale = if self.scaled { 1.0 / (d_k as f32).sqrt() } else { 1.0 };
+        Heads { count: self.heads, scale, dropout: &self.dropout }
     }
 }
 
@@ -165,6 +272,17 @@ mod tests {
     use super::*;
     use crate::attention::gradcheck;
     use burn::tensor::{Distribution, TensorData};
+
+    /// Cross-attention of `q` to `memory` through `m`: the output and the weights.
+    fn cross(
+        m: &MultiHeadAttention,
+        q: Tensor<3>,
+        memory: Tensor<3>,
+        mask: Option<&Tensor<4>>,
+    ) -> (Tensor<3>, Tensor<4>) {
+        let a = m.forward(q, KeySource::Memory(&m.memory(memory), None), mask);
+        (a.output, a.weights)
+    }
 
     fn wave(n: usize, k: f32) -> Vec<f32> {
         (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * 0.5).collect()
@@ -204,11 +322,11 @@ mod tests {
         let kv = Tensor::<3>::from_data(TensorData::new(wave(12, 0.61), [1, 3, 4]), &dev);
         let mask =
             Tensor::<4>::from_data(TensorData::new(vec![0.0, 0.0, f32::NEG_INFINITY], [1, 1, 1, 3]), &dev);
-        let (out, w) = m.forward_memory(q, &m.memory(kv), Some(&mask), None);
+        let (out, w) = cross(&m, q, kv, Some(&mask));
         let out: Vec<f32> = out.into_data().try_to_vec::<f32>().unwrap();
         let w: Vec<f32> = w.into_data().try_to_vec::<f32>().unwrap();
         let want_out =
-            [0.8795114, 0.1855694, -0.4564295, -0.1598300, 0.8792427, 0.1847451, -0.4559483, -0.1591298];
+            [0.8795114, 0.1855694, -0.4564295, -0.15983, 0.8792427, 0.1847451, -0.4559483, -0.1591298];
         let want_w = [
             0.4962856, 0.5037144, 0.0, 0.5032523, 0.4967478, 0.0, 0.5415301, 0.4584699, 0.0, 0.5663713,
             0.4336286, 0.0,
@@ -235,7 +353,7 @@ mod tests {
             let m = m.clone().fork(d);
             let on = |t: &Tensor<3>| Tensor::<3>::from_data(t.to_data(), d);
             let mask = Tensor::<4>::zeros([b, 1, 1, t], d);
-            let (out, _) = m.forward(on(&x), Some(&mask));
+            let out = m.forward(on(&x), KeySource::Input, Some(&mask)).output;
             let g = (out.clone() * on(&r)).sum().backward();
             let mut values = vec![out.inner().into_data().convert::<f32>().try_to_vec::<f32>().unwrap()];
             for l in [&m.query, &m.key, &m.value] {
@@ -267,7 +385,7 @@ mod tests {
         let mask = Tensor::<4>::zeros([b, 1, 1, t], &d);
         let run = |m: &MultiHeadAttention| {
             s2s_kernels::ops::reseed(3);
-            m.forward(x.clone(), Some(&mask)).0
+            m.forward(x.clone(), KeySource::Input, Some(&mask)).output
         };
         assert_eq!(run(&m).to_data(), run(&m).to_data(), "the same seed, the same mask");
         let off = MultiHeadAttention { dropout: burn::nn::DropoutConfig::new(0.0).init(), ..m.clone() };
@@ -312,7 +430,7 @@ mod tests {
         };
         let self_run = |k: Kernels| {
             with(k, || {
-                let out = m.forward(x.clone(), Some(&mask)).0;
+                let out = m.forward(x.clone(), KeySource::Input, Some(&mask)).output;
                 let g = (out.clone() * r.clone()).sum().backward();
                 (out.inner(), grads(&g, &[&x]))
             })
@@ -324,7 +442,7 @@ mod tests {
         }
         let cross_run = |k: Kernels| {
             with(k, || {
-                let (out, w) = m.forward_memory(query.clone(), &m.memory(x.clone()), Some(&mask), None);
+                let (out, w) = cross(&m, query.clone(), x.clone(), Some(&mask));
                 let g = (out.clone() * rq.clone()).sum().backward();
                 (out.inner(), w.inner(), grads(&g, &[&query, &x]))
             })
@@ -341,9 +459,7 @@ mod tests {
         let memory = Tensor::<3>::from_data(x.inner().to_data(), &d);
         let q1 = Tensor::<3>::from_data(query.inner().narrow(1, 0, 1).to_data(), &d);
         let mask = padding(batch, t, &d);
-        let decode = |k: Kernels| {
-            with(k, || m.forward_memory(q1.clone(), &m.memory(memory.clone()), Some(&mask), None))
-        };
+        let decode = |k: Kernels| with(k, || cross(&m, q1.clone(), memory.clone(), Some(&mask)));
         let ((y1, w1), (y2, w2)) = (decode(Kernels::Fast), decode(Kernels::Reference));
         assert!(crate::test_support::max_diff(y1, y2) < 1e-5, "decoding: output");
         assert!(crate::test_support::max_diff(w1.clone(), w2) < 1e-6, "decoding: weights");
@@ -351,6 +467,103 @@ mod tests {
         for (row, v) in w.chunks(t).enumerate() {
             let b = row / heads;
             assert!(v[t - b % 3..].iter().all(|&x| x == 0.0), "padded keys of sentence {b} get exactly 0");
+        }
+    }
+
+    /// The plain equation, [`scaled_dot_product`], gives what the fast kernels give where they
+    /// apply, scaled and unscaled: the fused self- and cross-attention (output, weights, and
+    /// the gradients of the inputs and projections), and while decoding (no autodiff) the step
+    /// kernels on the memory (rows reading their sentence's row) and on the self-attention
+    /// cache.
+    #[test]
+    fn the_plain_equation_equals_the_fast_kernels() {
+        let ad = Device::flex().autodiff();
+        ad.seed(23);
+        // 9 × 120 rows: over ops::CAT_MIN_ROWS, so [Q | K | V] and [K | V] are one product each.
+        let (batch, t, tq, d_model, heads) = (9, 120, 7, 16, 4);
+        let normal = Distribution::Normal(0.0, 1.0);
+        let x = Tensor::<3>::random([batch, t, d_model], normal, &ad);
+        let query = Tensor::<3>::random([batch, tq, d_model], normal, &ad);
+        let r = Tensor::<3>::random([batch, t, d_model], normal, &ad);
+        let rq = Tensor::<3>::random([batch, tq, d_model], normal, &ad);
+        let mask = padding(batch, t, &ad);
+        let close = |a: Tensor<3>, b: Tensor<3>, tol: f32| crate::test_support::max_diff(a, b) < tol;
+        for scaled in [true, false] {
+            let m = MultiHeadAttentionConfig::new(d_model, heads)
+                .with_dropout(0.0)
+                .with_scaled(scaled)
+                .init(&ad)
+                .unwrap();
+            let plain = |q: Tensor<3>, kv: &KeyValue| {
+                scaled_dot_product(
+                    split_heads(q, heads),
+                    kv.keys(),
+                    kv.values(),
+                    Some(&mask),
+                    scaled,
+                    &m.dropout,
+                )
+            };
+            // Self-attention: the fused kernel reads [Q | K | V].
+            let self_run = |fast: bool| {
+                let x = x.clone().require_grad();
+                let (q, kv) = ops::project_qkv(x.clone(), [&m.query, &m.key, &m.value], heads);
+                let (out, w) = if fast {
+                    ops::fast_attention(&q, &kv, Some(&mask), None, m.fast()).expect("the fused kernel runs")
+                } else {
+                    plain(q, &kv)
+                };
+                let g = (out.clone() * r.clone()).sum().backward();
+                (out.inner(), w.inner(), x.grad(&g).expect("∂x"), m.query.weight.grad(&g).expect("∂W^Q"))
+            };
+            let ((y1, w1, gx1, gw1), (y2, w2, gx2, gw2)) = (self_run(true), self_run(false));
+            assert!(close(y1, y2, 1e-5), "self, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "self, scaled {scaled}: weights");
+            assert!(close(gx1, gx2, 1e-4), "self, scaled {scaled}: ∂x");
+            assert!(crate::test_support::max_diff(gw1, gw2) < 1e-4, "self, scaled {scaled}: ∂W^Q");
+            // Cross-attention: the fused kernel reads [K | V].
+            let cross_run = |fast: bool| {
+                let (x, query) = (x.clone().require_grad(), query.clone().require_grad());
+                let kv = m.memory(x.clone());
+                let q = ops::linear(&m.query, query.clone());
+                let (out, w) = if fast {
+                    ops::fast_attention(&q, &kv, Some(&mask), None, m.fast()).expect("the fused kernel runs")
+                } else {
+                    plain(q, &kv)
+                };
+                let g = (out.clone() * rq.clone()).sum().backward();
+                (out.inner(), w.inner(), x.grad(&g).expect("∂memory"), query.grad(&g).expect("∂query"))
+            };
+            let ((y1, w1, gm1, gq1), (y2, w2, gm2, gq2)) = (cross_run(true), cross_run(false));
+            assert!(close(y1, y2, 1e-5), "cross, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "cross, scaled {scaled}: weights");
+            assert!(close(gm1, gm2, 1e-4), "cross, scaled {scaled}: ∂memory");
+            assert!(close(gq1, gq2, 1e-4), "cross, scaled {scaled}: ∂query");
+            // Decoding: one query position per row, no autodiff.
+            let d = Device::flex();
+            let m = m.valid();
+            let memory = m.memory(Tensor::from_data(x.to_data(), &d));
+            let q1 =
+                ops::linear(&m.query, Tensor::<3>::from_data(query.clone().narrow(1, 0, 1).to_data(), &d));
+            let mask = padding(batch, t, &d);
+            // Beams: row r reads its sentence's row r / 2 of the memory and the mask.
+            let sentence: Vec<i64> = (0..batch as i64).map(|r| r / 2).collect();
+            let rows = Tensor::<1, Int>::from_data(TensorData::new(sentence, [batch]), &d);
+            let (y1, w1) = ops::fast_attention(&q1, &memory, Some(&mask), Some(&rows), m.fast())
+                .expect("the step kernel runs");
+            let (picked, mask) = (memory.clone().select(&rows), mask.select(0, rows.clone()));
+            let q = split_heads(q1.clone(), heads);
+            let (y2, w2) =
+                scaled_dot_product(q, picked.keys(), picked.values(), Some(&mask), scaled, &m.dropout);
+            assert!(close(y1, y2, 1e-5), "decoding, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "decoding, scaled {scaled}: weights");
+            let cache = StepCache::new(picked.keys(), picked.values());
+            let (y1, w1) =
+                ops::fast_cached_attention(&q1, &cache, None, m.fast()).expect("the cache's kernel runs");
+            let q = split_heads(q1, heads);
+            let (y2, w2) = scaled_dot_product(q, cache.keys(), cache.values(), None, scaled, &m.dropout);
+            assert!(close(y1, y2, 1e-5), "the cache, scaled {scaled}: output");
+            assert!(crate::test_support::max_diff(w1, w2) < 1e-6, "the cache, scaled {scaled}: weights");
         }
     }
 
@@ -378,18 +591,15 @@ mod tests {
         let x = Tensor::<3>::random([batch, t, d_model], Distribution::Normal(0.0, 1.0), &d);
         let mask = padding(batch, t, &d);
         let close = |a: Tensor<3>, b: Tensor<3>| crate::test_support::max_diff(a, b) < 1e-4;
-        let self_out = |m: &MultiHeadAttention| m.forward(x.clone(), Some(&mask)).0;
+        let self_out = |m: &MultiHeadAttention| m.forward(x.clone(), KeySource::Input, Some(&mask)).output;
         assert!(close(self_out(&unscaled), self_out(&wide)), "self-attention");
         assert!(!close(self_out(&unscaled), self_out(&plain)), "the switch changes nothing");
         let q = x.clone().narrow(1, 0, 3);
-        let cross =
-            |m: &MultiHeadAttention| m.forward_memory(q.clone(), &m.memory(x.clone()), Some(&mask), None);
-        let ((a, wa), (b, wb)) = (cross(&unscaled), cross(&wide));
+        let to_memory = |m: &MultiHeadAttention| cross(m, q.clone(), x.clone(), Some(&mask));
+        let ((a, wa), (b, wb)) = (to_memory(&unscaled), to_memory(&wide));
         assert!(close(a, b), "cross-attention");
         assert!(crate::test_support::max_diff(wa, wb) < 1e-5, "cross-attention weights");
-        let step = |m: &MultiHeadAttention| {
-            m.forward_memory(q.clone().narrow(1, 0, 1), &m.memory(x.clone()), Some(&mask), None).0
-        };
+        let step = |m: &MultiHeadAttention| cross(m, q.clone().narrow(1, 0, 1), x.clone(), Some(&mask)).0;
         assert!(close(step(&unscaled), step(&wide)), "a decoding step");
     }
 
@@ -406,7 +616,7 @@ mod tests {
         let kv = Tensor::<3>::random([2, 3, 4], Distribution::Normal(0.0, 1.0), &d);
         let r = Tensor::<3>::random([2, 2, 4], Distribution::Normal(0.0, 1.0), &d);
         gradcheck::check(m, |m: &MultiHeadAttention| {
-            let (out, _) = m.forward_memory(q.clone(), &m.memory(kv.clone()), None, None);
+            let (out, _) = cross(m, q.clone(), kv.clone(), None);
             (out * r.clone()).sum()
         });
     }

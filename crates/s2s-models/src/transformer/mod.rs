@@ -292,15 +292,25 @@ impl Transformer {
 
     /// The encoder memory `[batch, src, d_model]` and its key mask.
     pub fn memory(&self, src: &Source) -> (Tensor<3>, Tensor<4>) {
+        let (memory, mask, _) = self.encode_layers(src);
+        (memory, mask)
+    }
+
+    /// The encoder: the memory, its key mask, and every layer's self-attention weights
+    /// `[batch, heads, src, src]`, bottom first.
+    fn encode_layers(&self, src: &Source) -> (Tensor<3>, Tensor<4>, Vec<Tensor<4>>) {
         let mask = key_mask(src);
         let mut x = self.embed(self.src_embedding(), src.ids.clone(), 0);
+        let mut weights = Vec::with_capacity(self.encoder.len());
         for layer in &self.encoder {
-            x = layer.forward(x, &mask);
+            let (y, w) = layer.forward(x, &mask);
+            x = y;
+            weights.push(w);
         }
         if let Some(n) = &self.encoder_norm {
             x = ops::layer_norm(n, x);
         }
-        (x, mask)
+        (x, mask, weights)
     }
 
     /// Logits `[batch, t, vocab]` of the decoder's top layer.
@@ -319,50 +329,40 @@ impl Transformer {
     /// (`[batch, heads, tgt, src]` each), for reports that show heads and layers.
     pub fn forward_all(&self, src: &Source, tgt_in: Tensor<2, Int>) -> (Tensor<3>, Vec<Tensor<4>>) {
         let (memory, memory_mask) = self.memory(src);
+        let (logits, _, cross) = self.decode_layers(memory, &memory_mask, tgt_in);
+        (logits, cross)
+    }
+
+    /// The teacher-forced decoder over the encoder `memory`: the logits `[batch, tgt, vocab]`,
+    /// and every layer's self- and cross-attention weights (`[batch, heads, tgt, tgt]`,
+    /// `[batch, heads, tgt, src]`), bottom first.
+    fn decode_layers(
+        &self,
+        memory: Tensor<3>,
+        memory_mask: &Tensor<4>,
+        tgt_in: Tensor<2, Int>,
+    ) -> (Tensor<3>, Vec<Tensor<4>>, Vec<Tensor<4>>) {
         let t = tgt_in.dims()[1];
         let causal = self.causal.then(|| causal_mask(t, &memory.device()));
         let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
-        let mut weights = Vec::with_capacity(self.decoder.len());
+        let (mut self_weights, mut cross_weights) = (Vec::new(), Vec::new());
         for layer in &self.decoder {
             let kv = layer.cross_attention.memory(memory.clone());
-            let (y, _, w) = layer.forward(x, None, causal.as_ref(), &kv, &memory_mask, None);
-            x = y;
-            weights.push(w);
+            let out = layer.forward(x, None, causal.as_ref(), &kv, memory_mask, None);
+            x = out.output;
+            self_weights.push(out.self_weights);
+            cross_weights.push(out.cross_weights);
         }
-        (self.project(x), weights)
+        (self.project(x), self_weights, cross_weights)
     }
 
     /// Teacher-forced logits `[batch, tgt, vocab]` and every attention weight of every layer
-    /// and head (`[batch, heads, queries, keys]` each), for showing what the model looks at.
-    /// The same function as [`Transformer::forward`], through the composed attention.
+    /// and head (`[batch, heads, queries, keys]` each), for showing what the model looks at:
+    /// [`Transformer::forward`] keeping the weights of every layer.
     pub fn inspect(&self, src: &Source, tgt_in: Tensor<2, Int>) -> (Tensor<3>, TransformerAttention) {
-        let mask = key_mask(src);
-        let mut x = self.embed(self.src_embedding(), src.ids.clone(), 0);
-        let mut encoder_self = Vec::with_capacity(self.encoder.len());
-        for layer in &self.encoder {
-            let (y, w) = layer.inspect(x, &mask);
-            x = y;
-            encoder_self.push(w);
-        }
-        let memory = match &self.encoder_norm {
-            Some(n) => ops::layer_norm(n, x),
-            None => x,
-        };
-        let t = tgt_in.dims()[1];
-        let causal = match self.causal {
-            true => causal_mask(t, &memory.device()),
-            false => Tensor::zeros([1, 1, t, t], &memory.device()),
-        };
-        let mut x = self.embed(&self.tgt_embed, tgt_in, 0);
-        let (mut decoder_self, mut cross) = (Vec::new(), Vec::new());
-        for layer in &self.decoder {
-            let kv = layer.cross_attention.memory(memory.clone());
-            let (y, s, c) = layer.inspect(x, &causal, &kv, &mask);
-            x = y;
-            decoder_self.push(s);
-            cross.push(c);
-        }
-        (self.project(x), TransformerAttention { encoder_self, decoder_self, cross })
+        let (memory, memory_mask, encoder_self) = self.encode_layers(src);
+        let (logits, decoder_self, cross) = self.decode_layers(memory, &memory_mask, tgt_in);
+        (logits, TransformerAttention { encoder_self, decoder_self, cross })
     }
 
     /// Teacher-forced logits; attention = the last layer's cross-attention averaged over heads.
@@ -392,10 +392,10 @@ impl Transformer {
         let mut next = Vec::with_capacity(cache.len());
         let mut attention = None;
         for ((layer, kv), c) in self.decoder.iter().zip(&memory).zip(cache) {
-            let (y, grown, w) = layer.forward(x, c, None, kv, &memory_mask, memory_rows.as_ref());
-            x = y;
-            next.push(Some(grown));
-            attention = Some(w);
+            let out = layer.forward(x, c, None, kv, &memory_mask, memory_rows.as_ref());
+            x = out.output;
+            next.push(Some(out.cache));
+            attention = Some(out.cross_weights);
         }
         let logits = self.project(x); // [N, 1, V]
         let [n, _, v] = logits.dims();
