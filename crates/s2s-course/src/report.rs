@@ -24,22 +24,35 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
         move |source| CourseError::Io { path, source }
     };
     std::fs::create_dir_all(out.join("plots")).map_err(io(out))?;
+    let notes = notes_from(out);
+    let lecture = |l: &str| linked(l, notes.as_deref(), false);
     let mut md = String::new();
     let _ = writeln!(md, "# The course as experiments\n");
     let _ = writeln!(
         md,
-        "Each claim of the lecture notes (`../shared/course-notes/`), measured and judged by the \
+        "Each claim of the lecture notes ({}), measured and judged by the \
          criterion beside it. Budget: {}. Regenerate with `s2s course run{}`.\n",
+        match &notes {
+            Some(rel) => format!("[`course-notes/`]({rel}/README.md)"),
+            None => "`../shared/course-notes/`".to_string(),
+        },
         budget.pick("full", "quick"),
         budget.pick("", " --quick")
     );
     let _ = writeln!(md, "| claim | lecture | verdict |\n|---|---|---|");
     for (c, f) in done {
-        let _ = writeln!(md, "| [{}](#{}) | {} | {} |", c.statement, c.name, c.lecture, verdict(f.verdict));
+        let _ = writeln!(
+            md,
+            "| [{}](#{}) | {} | {} |",
+            c.statement,
+            c.name,
+            lecture(c.lecture),
+            verdict(f.verdict)
+        );
     }
     for (c, f) in done {
         let _ = writeln!(md, "\n## {}\n<a id=\"{}\"></a>\n", c.statement, c.name);
-        let _ = writeln!(md, "*{}* · `s2s course run {}`\n", c.lecture, c.name);
+        let _ = writeln!(md, "*{}* · `s2s course run {}`\n", lecture(c.lecture), c.name);
         let _ = writeln!(md, "**Measured:** {}\n", c.method);
         let _ = writeln!(md, "**Criterion:** {}\n", c.criterion);
         let _ = writeln!(md, "**Verdict:** {} — {}\n", verdict(f.verdict), f.because);
@@ -63,7 +76,7 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
     }
     let page = out.join("course.md");
     write(page.clone(), &md)?;
-    write(out.join("course.html"), &html(done))?;
+    write(out.join("course.html"), &html(done, notes.as_deref()))?;
     let json = serde_json::to_string_pretty(
         &done
             .iter()
@@ -80,7 +93,7 @@ fn escape(s: &str) -> String {
 }
 
 /// The same page as HTML, plots inline (one file to open or send).
-fn html(done: &[(Claim, Finding)]) -> String {
+fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
     let mut h = String::from(
         "<!doctype html><meta charset=utf-8><title>The course as experiments</title>\
          <style>body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}\
@@ -97,7 +110,7 @@ fn html(done: &[(Claim, Finding)]) -> String {
             "<tr><td><a href=\"#{}\">{}</a><td>{}<td class={class}>{word}",
             c.name,
             escape(c.statement),
-            escape(c.lecture)
+            linked(c.lecture, notes, true)
         );
     }
     h.push_str("</table>");
@@ -109,7 +122,7 @@ fn html(done: &[(Claim, Finding)]) -> String {
              <p><b>Verdict:</b> <span class={class}>{}</span> — {}",
             c.name,
             escape(c.statement),
-            escape(c.lecture),
+            linked(c.lecture, notes, true),
             escape(c.method),
             escape(c.criterion),
             if f.verdict == Verdict::Holds { "holds" } else { "does not hold here" },
@@ -137,4 +150,69 @@ fn html(done: &[(Claim, Finding)]) -> String {
         }
     }
     h
+}
+
+/// The lecture notes' folder as a path relative to `out`, for links that resolve from the page:
+/// `$S2S_SHARED/course-notes`, else `../shared/course-notes` from the working directory (the
+/// project root, beside which `shared/` lives); `None` when neither exists.
+fn notes_from(out: &Path) -> Option<String> {
+    let shared =
+        std::env::var_os("S2S_SHARED").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("../shared"));
+    let (notes, out) = (shared.join("course-notes").canonicalize().ok()?, out.canonicalize().ok()?);
+    let common = notes.components().zip(out.components()).take_while(|(a, b)| a == b).count();
+    let mut rel: Vec<String> = vec!["..".to_string(); out.components().count() - common];
+    rel.extend(notes.components().skip(common).map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    Some(rel.join("/"))
+}
+
+/// A claim's `lecture` ("file.md § Section; § Section; other.md § …") with each file name a
+/// link into the notes' folder `notes` (relative to the page); Markdown, or HTML (escaped).
+fn linked(lecture: &str, notes: Option<&str>, html: bool) -> String {
+    lecture
+        .split(' ')
+        .map(|word| {
+            let file = word.trim_end_matches([',', ';']);
+            let rest = &word[file.len()..];
+            match notes {
+                Some(dir) if file.ends_with(".md") && html => {
+                    format!("<a href=\"{dir}/{file}\">{}</a>{}", escape(file), escape(rest))
+                }
+                Some(dir) if file.ends_with(".md") => format!("[{file}]({dir}/{file}){rest}"),
+                _ if html => escape(word),
+                _ => word.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    #[test]
+    fn lecture_files_become_links_into_the_notes() {
+        let l = "attention-mechanisms.md § Bahdanau; § Luong; self-attention-guide.md § Scala";
+        assert_eq!(
+            linked(l, Some("../../shared/course-notes"), false),
+            "[attention-mechanisms.md](../../shared/course-notes/attention-mechanisms.md) § Bahdanau; § Luong; \
+             [self-attention-guide.md](../../shared/course-notes/self-attention-guide.md) § Scala"
+        );
+        assert!(linked(l, Some("n"), true).starts_with("<a href=\"n/attention-mechanisms.md\">"));
+        assert_eq!(linked(l, None, false), l);
+    }
+
+    #[test]
+    fn the_notes_folder_is_found_relative_to_the_page() {
+        let base = std::env::temp_dir().join(format!("s2s-notes-{}", std::process::id()));
+        let page = base.join("repo/docs/course");
+        std::fs::create_dir_all(&page).unwrap();
+        std::fs::create_dir_all(base.join("shared/course-notes")).unwrap();
+        // SAFETY: no other test of this crate reads S2S_SHARED.
+        unsafe { std::env::set_var("S2S_SHARED", base.join("shared")) };
+        let rel = notes_from(&page);
+        unsafe { std::env::remove_var("S2S_SHARED") };
+        let _ = std::fs::remove_dir_all(&base);
+        assert_eq!(rel.as_deref(), Some("../../../shared/course-notes"));
+    }
 }

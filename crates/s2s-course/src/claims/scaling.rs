@@ -31,7 +31,7 @@ pub const CLAIM: Claim = Claim {
 /// reading 8 random sequences of 32 unit-variance vectors, `L = Σ out ⊙ r` with `r` random.
 fn projection_grads(dk: usize) -> [(f64, f64); 2] {
     use burn::tensor::{Distribution, Tensor};
-    use s2s_models::transformer::mha::{MultiHeadAttention, MultiHeadAttentionConfig};
+    use s2s_models::transformer::mha::{KeySource, MultiHeadAttention, MultiHeadAttentionConfig};
     let d = Device::flex().autodiff();
     d.seed(7);
     let scaled = MultiHeadAttentionConfig::new(dk, 1).with_dropout(0.0).init(&d).expect("one head divides");
@@ -42,7 +42,7 @@ fn projection_grads(dk: usize) -> [(f64, f64); 2] {
     let norm =
         |g: Option<Tensor<2>>| g.map_or(f64::NAN, |g| g.square().sum().into_scalar::<f32>().sqrt() as f64);
     let grads = |m: &MultiHeadAttention| {
-        let g = (m.forward(x.clone(), None).0 * r.clone()).sum().backward();
+        let g = (m.forward(x.clone(), KeySource::Input, None).output * r.clone()).sum().backward();
         (norm(m.query.weight.grad(&g)), norm(m.key.weight.grad(&g)))
     };
     [grads(&unscaled), grads(&scaled)]
