@@ -152,7 +152,10 @@ fn the_scaled_switch_changes_only_the_scaling() {
     assert!(attentions(&built_off).iter().all(|s| !s), "every attention unscaled");
     let Model::Transformer(scaled) = on.init(40, 40, &d).unwrap() else { unreachable!() };
     assert!(attentions(&scaled).iter().all(|s| *s), "every attention scaled");
-    assert_eq!((scaled.num_params(), on.ablations().len(), off.ablations().len()), (built_off.num_params(), 0, 1));
+    assert_eq!(
+        (scaled.num_params(), on.ablations().len(), off.ablations().len()),
+        (built_off.num_params(), 0, 1)
+    );
     // The same weights, every attention unscaled.
     let mut unscaled = scaled.clone();
     for l in &mut unscaled.encoder {
@@ -165,7 +168,35 @@ fn the_scaled_switch_changes_only_the_scaling() {
     let logits = |m: s2s_models::transformer::Transformer| {
         let src = Source::new(&[5, 6, 7], &[3], 3, &d);
         let tgt = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 10, 9], [1, 3]), &d);
-        Model::Transformer(m).forward(&src, tgt).logits.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+        Model::Transformer(m)
+            .forward(&src, tgt)
+            .logits
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap()
     };
     assert_ne!(logits(scaled), logits(unscaled), "unscaled scores give other logits");
+}
+
+/// A claim that cannot measure says what failed and where: a run directory without a trained
+/// model is a typed error naming the directory and the part that is missing.
+#[test]
+fn a_missing_run_is_an_error_naming_its_directory() {
+    use burn::tensor::Device;
+    use s2s_course::MeasureError;
+    let dir = std::env::temp_dir().join(format!("s2s-course-no-run-{}", std::process::id()));
+    let spec = s2s_models::ModelSpec::Transformer(claims::trained::transformer());
+    let err = claims::trained::load_best(&dir, &spec, &Device::flex()).err().expect("no run there");
+    assert!(matches!(err, MeasureError::Tokenizers { .. }), "{err:?}");
+    let said = err.to_string();
+    assert!(
+        said.starts_with("loading the tokenizers of ") && said.contains(&dir.display().to_string()),
+        "{said}"
+    );
+    let finding = s2s_course::Finding::not_run("a trained model did not load", err);
+    assert_eq!(
+        (finding.because.as_str(), finding.not_measured.as_str()),
+        ("a trained model did not load", &*said)
+    );
 }
