@@ -83,16 +83,104 @@ pub struct Finding {
     pub figures: Vec<Figure>,
 }
 
-/// Why an experiment could not measure, as the error its helpers return: what failed and
-/// its cause, which become [`Finding::not_run`]'s finding.
+/// What stopped an experiment from measuring. A claim reports it as its finding
+/// ([`Finding::not_run`]): the course goes on with the other claims.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// Training one of the course's runs (or finishing or testing it).
+    #[error("training the course's model in {dir}: {source}")]
+    Training {
+        /// The run directory.
+        dir: PathBuf,
+        /// What stopped training.
+        source: s2s_train::TrainError,
+    },
+    /// A trained run's tokenizers.
+    #[error("loading the tokenizers of {dir}: {source}")]
+    Tokenizers {
+        /// The run directory.
+        dir: PathBuf,
+        /// What the data layer said.
+        source: s2s_data::DataError,
+    },
+    /// A trained run that points at no best checkpoint.
+    #[error("{dir}: no best checkpoint")]
+    NoBestCheckpoint {
+        /// The run directory.
+        dir: PathBuf,
+    },
+    /// Finding or loading a run's best checkpoint.
+    #[error("loading the best checkpoint of {dir}: {source}")]
+    Checkpoint {
+        /// The run directory.
+        dir: PathBuf,
+        /// Why it did not load.
+        source: s2s_train::TrainError,
+    },
+    /// A run whose model is of another kind than the claim reads.
+    #[error("{dir}: the model is not {expected}")]
+    ModelKind {
+        /// The run directory.
+        dir: PathBuf,
+        /// The kind the claim reads.
+        expected: &'static str,
+    },
+    /// A finished run without test scores (`test/scores.json`).
+    #[error("{dir}: no test scores")]
+    NoTestScores {
+        /// The run directory.
+        dir: PathBuf,
+    },
+    /// A run's test split holds no source as long as the claim reads.
+    #[error("{dir}: no test source of {len} tokens")]
+    NoLongSource {
+        /// The run directory.
+        dir: PathBuf,
+        /// The length asked for, in tokens.
+        len: usize,
+    },
+    /// A run's file that could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A run's JSON file that does not parse.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: serde_json::Error,
+    },
+    /// sacreBLEU's paired test of the runs' hypotheses.
+    #[error("the paired test: {0}")]
+    PairedTest(#[source] s2s_eval::EvalError),
+}
+
+impl MeasureError {
+    /// Wraps an I/O error with its path.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        MeasureError::Io { path: path.to_path_buf(), source }
+    }
+}
+
+/// Why an experiment could not measure, as the error its helpers return: what failed (said in
+/// the finding) and its cause, which become [`Finding::not_run`]'s finding.
+#[derive(Debug)]
 pub struct NotRun {
+    /// What failed, in the finding's words ("the runs did not train").
     pub because: &'static str,
-    pub why: String,
+    /// The cause.
+    pub why: MeasureError,
 }
 
 impl NotRun {
-    pub fn new(because: &'static str, why: impl Into<String>) -> Self {
-        Self { because, why: why.into() }
+    /// `because` with its cause.
+    pub fn new(because: &'static str, why: MeasureError) -> Self {
+        Self { because, why }
     }
 }
 
@@ -104,11 +192,11 @@ impl From<NotRun> for Finding {
 
 impl Finding {
     /// The finding of an experiment that could not measure (`because`, the cause in `why`).
-    pub fn not_run(because: &str, why: String) -> Self {
+    pub fn not_run(because: &str, why: impl std::fmt::Display) -> Self {
         Self {
             verdict: Verdict::DoesNotHold,
             because: because.into(),
-            not_measured: why,
+            not_measured: why.to_string(),
             table: Table::default(),
             more: Vec::new(),
             figures: vec![],

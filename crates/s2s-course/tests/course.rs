@@ -178,3 +178,25 @@ fn the_scaled_switch_changes_only_the_scaling() {
     };
     assert_ne!(logits(scaled), logits(unscaled), "unscaled scores give other logits");
 }
+
+/// A claim that cannot measure says what failed and where: a run directory without a trained
+/// model is a typed error naming the directory and the part that is missing.
+#[test]
+fn a_missing_run_is_an_error_naming_its_directory() {
+    use burn::tensor::Device;
+    use s2s_course::MeasureError;
+    let dir = std::env::temp_dir().join(format!("s2s-course-no-run-{}", std::process::id()));
+    let spec = s2s_models::ModelSpec::Transformer(claims::trained::transformer());
+    let err = claims::trained::load_best(&dir, &spec, &Device::flex()).err().expect("no run there");
+    assert!(matches!(err, MeasureError::Tokenizers { .. }), "{err:?}");
+    let said = err.to_string();
+    assert!(
+        said.starts_with("loading the tokenizers of ") && said.contains(&dir.display().to_string()),
+        "{said}"
+    );
+    let finding = s2s_course::Finding::not_run("a trained model did not load", err);
+    assert_eq!(
+        (finding.because.as_str(), finding.not_measured.as_str()),
+        ("a trained model did not load", &*said)
+    );
+}

@@ -6,7 +6,7 @@
 //! If two vCPUs are SMT siblings of one physical core they share its FMA units, and each
 //! thread's rate halves when both run; on separate cores it stays. A product that slows with
 //! more threads while this does not is bound by memory or cache, not by arithmetic
-//! (docs/kernels.md, "Where a CPU step's time goes"). AVX2 and FMA only; elsewhere it says so.
+//! (docs/benchmarks.md, "CPU: where a step's time goes"). AVX2 and FMA only; elsewhere it says so.
 
 use std::time::Instant;
 

@@ -48,7 +48,7 @@ impl ModelSpec {
         v
     }
 
-    /// The kind's name (`lstm`, `bahdanau`, `luong`).
+    /// The kind's name (`lstm`, `bahdanau`, `luong`, `transformer`).
     pub fn kind(&self) -> &'static str {
         match self {
             ModelSpec::Lstm(_) => "lstm",

@@ -6,7 +6,7 @@ use s2s_decode::{BeamConfig, Hypothesis, MaxLength};
 use s2s_train::evaluate::{Search, detokenize, translate};
 
 use super::{figure, series};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "beam-search",
@@ -76,7 +76,7 @@ fn run(ctx: &Context) -> Finding {
 
 impl Test {
     /// The course's trained model and its test split, or why there is none.
-    fn load(ctx: &Context) -> Result<Self, String> {
+    fn load(ctx: &Context) -> Result<Self, MeasureError> {
         let dir = super::trained::bahdanau(ctx)?;
         let cfg = super::trained::config(ctx);
         let device = Device::flex();

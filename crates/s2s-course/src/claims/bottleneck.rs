@@ -5,7 +5,7 @@ use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec};
 use s2s_train::testset::TestScores;
 
 use super::{figure, series, trained};
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "bottleneck",
@@ -58,7 +58,7 @@ fn run(ctx: &Context) -> Finding {
 }
 
 /// The fixed-vector and the attention model, trained (or found), and their test scores.
-fn measure(ctx: &Context) -> Result<Vec<Curve>, String> {
+fn measure(ctx: &Context) -> Result<Vec<Curve>, MeasureError> {
     let steps = ctx.budget.pick(3000, 1500);
     let every = ctx.budget.pick(500, 500);
     let models = [
@@ -80,9 +80,8 @@ fn measure(ctx: &Context) -> Result<Vec<Curve>, String> {
     ];
     let mut curves = Vec::new();
     for (label, name, spec) in models {
-        let scores = trained::train(ctx, name, &trained::long_config(spec, steps, every)).and_then(|dir| {
-            s2s_train::testset::read_scores(&dir).ok_or_else(|| "no test scores".to_string())
-        });
+        let scores = trained::train(ctx, name, &trained::long_config(spec, steps, every))
+            .and_then(|dir| s2s_train::testset::read_scores(&dir).ok_or(MeasureError::NoTestScores { dir }));
         curves.push((label, scores?));
     }
     Ok(curves)

@@ -5,7 +5,7 @@
 use s2s_models::{ModelSpec, TransformerSpec};
 
 use super::{figure, series, trained};
-use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "causal-mask",
@@ -25,7 +25,11 @@ fn run(ctx: &Context) -> Finding {
     let (masked, unmasked) = match (&runs[0].1, &runs[1].1) {
         (Ok(m), Ok(u)) if !m.is_empty() && !u.is_empty() => (m, u),
         _ => {
-            let e = runs.iter().filter_map(|r| r.1.as_ref().err().cloned()).collect::<Vec<_>>().join("; ");
+            let e = runs
+                .iter()
+                .filter_map(|r| r.1.as_ref().err().map(ToString::to_string))
+                .collect::<Vec<_>>()
+                .join("; ");
             return Finding::not_run("the runs did not train", e);
         }
     };
@@ -49,7 +53,7 @@ fn run(ctx: &Context) -> Finding {
 }
 
 /// The masked and the unmasked model's validation rows, each trained (or found), or why not.
-fn measure(ctx: &Context) -> Vec<(bool, Result<Vec<trained::Row>, String>)> {
+fn measure(ctx: &Context) -> Vec<(bool, Result<Vec<trained::Row>, MeasureError>)> {
     let steps = ctx.budget.pick(1200, 300);
     let every = ctx.budget.pick(100, 50);
     let model = |causal: bool| ModelSpec::Transformer(TransformerSpec { causal, ..trained::transformer() });

@@ -49,8 +49,7 @@ fn run(ctx: &Context) -> Finding {
     let budget = ctx.budget;
     let _ = budget;
     let trained = super::trained::bahdanau(ctx);
-    let dir = trained.clone().unwrap_or_default();
-    let rows = if trained.is_ok() { super::trained::metrics(&dir) } else { Vec::new() };
+    let rows = trained.as_ref().map(|dir| super::trained::metrics(dir)).unwrap_or_default();
     let ppl: Vec<f64> = rows.iter().map(|r| r.1).collect();
     let bleu: Vec<f64> = rows.iter().map(|r| r.2).collect();
     let rho = if rows.len() >= 3 { spearman(&ppl, &bleu) } else { f64::NAN };
@@ -68,7 +67,7 @@ fn run(ctx: &Context) -> Finding {
         ),
         not_measured: match &trained {
             Ok(_) => "the same across models and runs (here: one run's checkpoints)".into(),
-            Err(e) => e.clone(),
+            Err(e) => e.to_string(),
         },
         table: Table {
             header: ["step", "validation perplexity", "validation BLEU (greedy)"].map(String::from).to_vec(),

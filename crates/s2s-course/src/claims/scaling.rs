@@ -6,7 +6,7 @@ use s2s_models::{ModelSpec, TransformerSpec};
 
 use super::{figure, series, trained};
 use crate::probes::{ScoreStats, score_stats};
-use crate::{Budget, Claim, Context, Figure, Finding, Table, Verdict, num};
+use crate::{Budget, Claim, Context, Figure, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "scaling-factor",
@@ -190,7 +190,7 @@ fn model(scaled: bool) -> ModelSpec {
 }
 
 /// The unscaled and scaled models trained and compared, seed by seed (see [`trained::paired`]).
-fn train_pairs(ctx: &Context, seeds: &[u64]) -> Result<Vec<trained::Paired>, String> {
+fn train_pairs(ctx: &Context, seeds: &[u64]) -> Result<Vec<trained::Paired>, MeasureError> {
     let budget = ctx.budget;
     trained::paired(seeds, |scaled, seed| {
         let mut cfg = trained::run_config(model(scaled), budget.pick(1200, 300), budget.pick(200, 100));

@@ -8,7 +8,7 @@ use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, ModelSpec};
 
 use super::trained;
-use crate::{Claim, Context, Finding, NotRun, Table, Verdict, num};
+use crate::{Claim, Context, Finding, MeasureError, NotRun, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "attention-scores",
@@ -52,10 +52,10 @@ fn cost(dir: &Path) -> (f64, f64) {
     (params, speed)
 }
 
-fn lines(path: &Path) -> Result<Vec<String>, String> {
+fn lines(path: &Path) -> Result<Vec<String>, MeasureError> {
     std::fs::read_to_string(path)
         .map(|t| t.lines().map(str::to_string).collect())
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|source| MeasureError::io(path, source))
 }
 
 /// Per score: BLEU by seed, p by seed (against multiplicative), parameters, tokens/s by seed.
@@ -155,7 +155,7 @@ fn compare(hyps: &[Vec<String>], refs: &[String], m: &mut Measured) -> Result<()
     let columns =
         match s2s_eval::paired_test(&systems, &[refs], &[MetricConfig::Bleu(BleuConfig::default())], &opts) {
             Ok(c) => c,
-            Err(e) => return Err(NotRun::new("the paired test failed", e.to_string())),
+            Err(e) => return Err(NotRun::new("the paired test failed", MeasureError::PairedTest(e))),
         };
     for (k, &i) in order.iter().enumerate() {
         let r = &columns[0].results[k];

@@ -9,7 +9,7 @@ use s2s_models::{Model, ModelSpec, Source, TransformerSpec};
 
 use super::trained;
 use crate::probes::{attention_distance, row_entropy, total_variation};
-use crate::{Claim, Context, Figure, Finding, NotRun, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, MeasureError, NotRun, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "heads-specialise",
@@ -139,7 +139,7 @@ fn spec(h: usize) -> ModelSpec {
 }
 
 /// The run of `h` heads and seed `seed`: its directory (trained now unless it is there, finished).
-fn train_heads(ctx: &Context, h: usize, seed: u64) -> Result<PathBuf, String> {
+fn train_heads(ctx: &Context, h: usize, seed: u64) -> Result<PathBuf, MeasureError> {
     // Four heads is the course's Transformer: seed 1 is the causal-mask claim's masked model,
     // seeds 2 and 3 the positions claim's, the same runs.
     let budget = ctx.budget;

@@ -9,7 +9,7 @@ use s2s_models::{AttentionRnnSpec, ModelSpec};
 use s2s_train::run::{DataSpec, RunConfig};
 use s2s_train::{Budget as TrainBudget, TrainSpec};
 
-use crate::Context;
+use crate::{Context, MeasureError};
 
 /// The course's Transformer (d_model 64, 4 heads, 2 + 2 layers): the causal-mask, positions and
 /// heads claims each vary one field of it and share its seed-1 run (`transformer-causal`).
@@ -71,16 +71,16 @@ pub fn long_config(model: ModelSpec, steps: u64, valid_every: u64) -> RunConfig 
 }
 
 /// The trained run's directory (trained now unless it is there, finished, for this budget).
-pub fn bahdanau(ctx: &Context) -> Result<PathBuf, String> {
+pub fn bahdanau(ctx: &Context) -> Result<PathBuf, MeasureError> {
     train(ctx, "bahdanau", &config(ctx))
 }
 
 /// `cfg` trained into the course's `runs/NAME-BUDGET` (or found there, finished).
-pub fn train(ctx: &Context, name: &str, cfg: &RunConfig) -> Result<PathBuf, String> {
+pub fn train(ctx: &Context, name: &str, cfg: &RunConfig) -> Result<PathBuf, MeasureError> {
     let dir = ctx.work.join(format!("{name}-{}", ctx.budget.pick("full", "quick")));
     let search = s2s_train::testset::greedy(cfg.train.max_output);
     s2s_train::pipeline::run_and_test(cfg, &dir, &[Device::flex()], "cpu", false, &search, 1, &|_| {})
-        .map_err(|e| format!("training the course's model in {}: {e}", dir.display()))?;
+        .map_err(|source| MeasureError::Training { dir: dir.clone(), source })?;
     Ok(dir)
 }
 
@@ -113,14 +113,14 @@ pub struct Paired {
 }
 
 /// A run's test hypotheses, references and perplexity.
-fn tested(dir: &std::path::Path) -> Result<(Vec<String>, Vec<String>, f64), String> {
+fn tested(dir: &std::path::Path) -> Result<(Vec<String>, Vec<String>, f64), MeasureError> {
     let read = |name: &str| {
         let path = dir.join("test").join(name);
-        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::read_to_string(&path).map_err(|source| MeasureError::io(&path, source))
     };
     let lines = |t: String| t.lines().map(str::to_string).collect::<Vec<_>>();
     let scores: serde_json::Value = serde_json::from_str(&read("scores.json")?)
-        .map_err(|e| format!("{}: {e}", dir.join("test/scores.json").display()))?;
+        .map_err(|source| MeasureError::Json { path: dir.join("test/scores.json"), source })?;
     Ok((
         lines(read("hypotheses.txt")?),
         lines(read("references.txt")?),
@@ -132,8 +132,8 @@ fn tested(dir: &std::path::Path) -> Result<(Vec<String>, Vec<String>, f64), Stri
 /// trained (or found) and compared on the test set with sacreBLEU's paired bootstrap.
 pub fn paired(
     seeds: &[u64],
-    run: impl Fn(bool, u64) -> Result<PathBuf, String>,
-) -> Result<Vec<Paired>, String> {
+    run: impl Fn(bool, u64) -> Result<PathBuf, MeasureError>,
+) -> Result<Vec<Paired>, MeasureError> {
     use s2s_eval::{BleuConfig, MetricConfig, PairedOptions, PairedTest, Seed};
     let mut rows = Vec::new();
     for &seed in seeds {
@@ -146,7 +146,7 @@ pub fn paired(
             &[MetricConfig::Bleu(BleuConfig::default())],
             &opts,
         )
-        .map_err(|e| format!("the paired test: {e}"))?;
+        .map_err(MeasureError::PairedTest)?;
         let r = &columns[0].results;
         rows.push(Paired {
             seed,
@@ -215,17 +215,21 @@ pub fn load_best(
     dir: &std::path::Path,
     model: &ModelSpec,
     device: &Device,
-) -> Result<(s2s_data::Tokenizers, s2s_models::Model, Vec<String>, Vec<String>), String> {
-    let tok = s2s_data::Tokenizers::load(&dir.join("tokenizer")).map_err(|e| e.to_string())?;
+) -> Result<(s2s_data::Tokenizers, s2s_models::Model, Vec<String>, Vec<String>), MeasureError> {
+    let dir_buf = || dir.to_path_buf();
+    let tok = s2s_data::Tokenizers::load(&dir.join("tokenizer"))
+        .map_err(|source| MeasureError::Tokenizers { dir: dir_buf(), source })?;
     let best = s2s_train::checkpoint::Checkpoints::new(dir)
         .pointed("best")
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("{}: no best checkpoint", dir.display()))?;
-    let model = s2s_train::load_model(model, &tok, &best, device).map_err(|e| e.to_string())?;
+        .map_err(|source| MeasureError::Checkpoint { dir: dir_buf(), source })?
+        .ok_or_else(|| MeasureError::NoBestCheckpoint { dir: dir_buf() })?;
+    let model = s2s_train::load_model(model, &tok, &best, device)
+        .map_err(|source| MeasureError::Checkpoint { dir: dir_buf(), source })?;
     let read = |f: &str| {
-        std::fs::read_to_string(dir.join("data").join(f))
+        let path = dir.join("data").join(f);
+        std::fs::read_to_string(&path)
             .map(|t| t.lines().map(String::from).collect::<Vec<_>>())
-            .map_err(|e| format!("{}: {e}", dir.join("data").join(f).display()))
+            .map_err(|source| MeasureError::io(&path, source))
     };
     Ok((tok, model, read("test.src")?, read("test.tgt")?))
 }

@@ -8,7 +8,7 @@ use s2s_models::{LstmSpec, Model, ModelSpec};
 
 use super::{figure, series, trained};
 use crate::probes::{gradient_by_distance, slope};
-use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "vanishing-gradient",
@@ -48,7 +48,12 @@ fn log_norms(cell: CellKind, len: usize, seeds: u64) -> Vec<f64> {
 
 /// The trained encoder of `cell`'s run: mean ln ‖∂L/∂xₜ‖ by distance over the embedded test
 /// sources of at least `len` tokens, cut to `len`.
-fn trained_log_norms(ctx: &Context, name: &str, cell: CellKind, len: usize) -> Result<Vec<f64>, String> {
+fn trained_log_norms(
+    ctx: &Context,
+    name: &str,
+    cell: CellKind,
+    len: usize,
+) -> Result<Vec<f64>, MeasureError> {
     let spec = ModelSpec::Lstm(LstmSpec {
         emb: 32,
         hidden: 64,
@@ -62,7 +67,9 @@ fn trained_log_norms(ctx: &Context, name: &str, cell: CellKind, len: usize) -> R
     let dir = trained::train(ctx, &format!("encdec-{name}"), &cfg)?;
     let d = Device::flex().autodiff();
     let (tok, model, sources, _) = trained::load_best(&dir, &spec, &d)?;
-    let Model::Lstm(m) = model else { return Err("not an encoder-decoder without attention".into()) };
+    let Model::Lstm(m) = model else {
+        return Err(MeasureError::ModelKind { dir, expected: "an encoder-decoder without attention" });
+    };
     let ids: Vec<i64> = sources
         .iter()
         .map(|s| tok.src.encode(s))
@@ -71,7 +78,7 @@ fn trained_log_norms(ctx: &Context, name: &str, cell: CellKind, len: usize) -> R
         .collect();
     let rows = ids.len() / len;
     if rows == 0 {
-        return Err(format!("no test source of {len} tokens"));
+        return Err(MeasureError::NoLongSource { dir, len });
     }
     let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, len]), &d);
     let x = m.src_embed.forward(ids).detach();
@@ -115,7 +122,7 @@ fn run(ctx: &Context) -> Finding {
 }
 
 /// Each cell's trained encoder's curve, or why one did not train.
-fn trained_curves(ctx: &Context) -> Result<Vec<(&'static str, Vec<f64>)>, String> {
+fn trained_curves(ctx: &Context) -> Result<Vec<(&'static str, Vec<f64>)>, MeasureError> {
     // Trained: sources of at least 32 tokens (distance 31 is the last the table reads).
     let trained_len = 32;
     CELLS.iter().map(|&(n, c)| trained_log_norms(ctx, n, c, trained_len).map(|ln| (n, ln))).collect()

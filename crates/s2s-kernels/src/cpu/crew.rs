@@ -18,7 +18,7 @@
 //! element summed in the same order as in the whole product, so the result has the same bits
 //! whoever computes it and however it is cut (`gemm::flex`'s and `gemm::packed`'s tests hold
 //! them equal): a step's result never depends on which vCPU ran late. Training gained 1.03×
-//! for the Transformer, Luong and the LSTM in paired runs (`docs/kernels.md`); decoding's
+//! for the Transformer, Luong and the LSTM in paired runs (`docs/benchmarks.md`); decoding's
 //! halves (`evaluate::decode_split`) run as a crew too, where the bench's halves end together
 //! and nothing changed.
 //!
