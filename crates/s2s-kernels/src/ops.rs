@@ -8,11 +8,12 @@
 //! Every function has the semantics of its reference, to rounding (the kernels sum in another
 //! order and use vectorised `exp`/`tanh` approximations; see `docs/kernels.md`).
 //!
-//! Multi-head attention is the exception: its equation is the model's own
-//! (`scaled_dot_product` in the models' `transformer/mha.rs`), and its fast kernels here
-//! ([`fast_attention`], [`fast_cached_attention`], [`fused_self_attention`],
-//! [`fused_cross_attention`], [`heads_step`]) return `None` where none applies, the model then
-//! computing the equation.
+//! Attention is the exception: its equations are the models' own (`scaled_dot_product` in the
+//! models' `transformer/mha.rs`; the recurrent decoders' scores in `attention/bahdanau.rs` and
+//! `attention/luong.rs`, their masked softmax and context in `attention/mod.rs`), and its fast
+//! kernels here ([`fast_attention`], [`fast_cached_attention`], [`fused_self_attention`],
+//! [`fused_cross_attention`], [`heads_step`]; [`fast_dot_scores`], [`fast_additive_scores`],
+//! [`fast_attend`]) return `None` where none applies, the model then computing the equation.
 
 use burn::module::Module;
 use burn::nn::{Dropout, LayerNorm, Linear};
@@ -247,38 +248,55 @@ pub fn lstm_layer(
     }
 }
 
-/// Dot scores `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general).
-pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+/// Luong's dot (and general, low-rank) scores `e[b, j] = keys[b, j, :] · q[b, :]` through a
+/// kernel: one pass per sentence on the CPU while decoding (flex without autodiff), one launch
+/// each way on a GPU. `None` where none applies (`--kernels reference`, autodiff on the CPU,
+/// burn's fusion): the caller computes the equation (`dot_scores` in the models'
+/// `attention/luong.rs`).
+pub fn fast_dot_scores(q: &Tensor<2>, keys: &Tensor<3>) -> Option<Tensor<2>> {
     match route(&q.device()) {
-        Route::Reference => reference::dot_scores(q, keys),
         #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu => crate::attention::rnn_gpu::dot_scores(q, keys),
-        _ => crate::attention::step::dot_scores(q, keys),
+        Route::Gpu => Some(crate::attention::rnn_gpu::dot_scores(q.clone(), keys)),
+        Route::Cpu if crate::attention::step::runs(q) => crate::attention::step::dot_scores(q.clone(), keys),
+        _ => None,
     }
 }
 
-/// Additive scores `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's).
-pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
+/// Bahdanau's additive scores `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (`v` `[d, 1]`)
+/// through a kernel: one pass per sentence on the CPU while decoding (flex without autodiff),
+/// one launch forward on a GPU. `None` where none applies: the caller computes the equation
+/// (`additive_scores` in the models' `attention/bahdanau.rs`, whose `tanh` is [`tanh`]).
+pub fn fast_additive_scores(q: &Tensor<2>, keys: &Tensor<3>, v: &Tensor<2>) -> Option<Tensor<2>> {
     match route(&q.device()) {
-        Route::Reference => reference::additive_scores(q, keys, v),
         #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu => crate::attention::rnn_gpu::additive_scores(q, keys, v),
-        _ => crate::attention::step::additive_scores(q, keys, v),
-    }
-}
-
-/// The masked softmax of `scores` and the context: (context `[batch, d]`, weights
-/// `[batch, src]`); on a GPU the mask, softmax and sum are kernels with no launch of the
-/// mask's own.
-pub fn attend(scores: Tensor<2>, values: &Tensor<3>, key_mask: &Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-    match route(&scores.device()) {
-        Route::Reference => reference::attend(scores, values, key_mask),
-        #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu => crate::attention::rnn_gpu::attend(scores, key_mask, values),
-        _ => {
-            let weights = softmax(scores + key_mask.clone());
-            (crate::attention::step::weighted_sum(weights.clone(), values), weights)
+        Route::Gpu => Some(crate::attention::rnn_gpu::additive_scores(q.clone(), keys, v.clone())),
+        Route::Cpu if crate::attention::step::runs(q) => {
+            crate::attention::step::additive_scores(q.clone(), keys, v.clone())
         }
+        _ => None,
+    }
+}
+
+/// The masked softmax of `scores` `[batch, src]` (`key_mask` additive: 0 on real positions,
+/// `−∞` on padding) and the context, `Σⱼ αⱼ values[:, j, :]`, through kernels: (context
+/// `[batch, d]`, weights `[batch, src]`). On the CPU while decoding (flex without autodiff)
+/// [`softmax`] and one pass per sentence for the sum; on a GPU the mask, softmax and sum as
+/// kernels with no launch of the mask's own. `None` where none applies: the caller computes
+/// the equation (`attend` in the models' `attention/mod.rs`).
+pub fn fast_attend(
+    scores: &Tensor<2>,
+    values: &Tensor<3>,
+    key_mask: &Tensor<2>,
+) -> Option<(Tensor<2>, Tensor<2>)> {
+    match route(&scores.device()) {
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => Some(crate::attention::rnn_gpu::attend(scores.clone(), key_mask, values)),
+        Route::Cpu if crate::attention::step::runs(scores) => {
+            let weights = softmax(scores.clone() + key_mask.clone());
+            let context = crate::attention::step::weighted_sum(weights.clone(), values)?;
+            Some((context, weights))
+        }
+        _ => None,
     }
 }
 

@@ -1,8 +1,10 @@
 //! The references: every operation of [`crate::ops`] as its equation in plain burn tensor
-//! operations, calling no kernel of this crate (but multi-head attention, whose equation is
-//! the model's own: `scaled_dot_product` in the models' `transformer/mha.rs`). They define what the kernels compute — the
-//! tests hold each kernel equal to its reference, values and gradients, on the CPU and on
-//! wgpu — and they run whole models under `--kernels reference` (`S2S_KERNELS=reference`).
+//! operations, calling no kernel of this crate (but attention, whose equations are the models'
+//! own: `scaled_dot_product` in the models' `transformer/mha.rs`, and the recurrent decoders'
+//! scores, masked softmax and context in their `attention/`). They define what the kernels
+//! compute — the tests hold each kernel equal to its reference, values and gradients, on the
+//! CPU and on wgpu — and they run whole models under `--kernels reference`
+//! (`S2S_KERNELS=reference`).
 //!
 //! Dropout is the one place where a reference reads something of the kernels': the mask. A
 //! reference draws the same seed from the same source and builds the same mask on the host
@@ -10,9 +12,8 @@
 //! a model trained on the references draws the masks it would draw on the kernels.
 //!
 //! Each folder holds its operations' references beside its kernels (`lstm/reference.rs`,
-//! `attention/reference.rs`, …); this module gathers them under one name.
+//! `softmax/reference.rs`, …); this module gathers them under one name.
 
-pub use crate::attention::reference::*;
 pub use crate::dropout::reference::*;
 pub use crate::gemm::reference::*;
 pub use crate::gpu::reference::*;

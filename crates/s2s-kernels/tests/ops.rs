@@ -219,18 +219,30 @@ fn every_operation_on(plain: &Device) {
             });
         }
 
-        // The recurrent decoders' attention: scores, masked softmax and context.
+        // The recurrent decoders' attention: scores, masked softmax and context. Their
+        // equations are the models' (`attention/` there); here they are written out, and run
+        // wherever no kernel applies.
         let (b, s, k) = (4, 7, 37);
         let l = Leaves::new(&d, 7, &[b * k, b * s * k, k, b * s * k]);
         let (_, key_mask) = padding_keep(b, s, &d);
-        same(&tag("dot_scores, additive_scores, attend"), &d, 1e-4, || {
+        same(&tag("fast_dot_scores, fast_additive_scores, fast_attend"), &d, 1e-4, || {
             let v = l.fresh();
             let q = v[0].clone().reshape([b, k]);
             let keys = v[1].clone().reshape([b, s, k]);
-            let dot = ops::dot_scores(q.clone(), &keys);
-            let add = ops::additive_scores(q, &keys, v[2].clone().reshape([k, 1]));
-            let (ctx, w) =
-                ops::attend(dot.clone() + add.clone(), &v[3].clone().reshape([b, s, k]), &key_mask);
+            let w = v[2].clone().reshape([k, 1]);
+            let values = v[3].clone().reshape([b, s, k]);
+            let dot = ops::fast_dot_scores(&q, &keys).unwrap_or_else(|| {
+                (keys.clone() * q.clone().unsqueeze_dim::<3>(1)).sum_dim(2).squeeze_dim::<2>(2)
+            });
+            let add = ops::fast_additive_scores(&q, &keys, &w).unwrap_or_else(|| {
+                let h = ops::tanh(keys.clone() + q.clone().unsqueeze_dim::<3>(1));
+                h.reshape([b * s, k]).matmul(w.clone()).reshape([b, s])
+            });
+            let e = dot.clone() + add.clone();
+            let (ctx, w) = ops::fast_attend(&e, &values, &key_mask).unwrap_or_else(|| {
+                let w = ops::softmax(e + key_mask.clone());
+                ((w.clone().unsqueeze_dim::<3>(2) * values.clone()).sum_dim(1).squeeze_dim::<2>(1), w)
+            });
             let parts = vec![dot.flatten(0, 1), add.flatten(0, 1), ctx.flatten(0, 1), w.flatten(0, 1)];
             outputs(Tensor::cat(parts, 0), &v)
         });

@@ -1,10 +1,10 @@
-//! Attention: the recurrent decoders' scores and context and the Transformer's multi-head
-//! attention (`multi_head`: which path computes the heads), with the fused CPU kernels (`fused`:
-//! all heads in one kernel; `step`: one query position per row while decoding), the GPU
-//! kernels (`gpu` for the heads, `rnn_gpu` for the recurrent decoders) and the decoder's
-//! self-attention cache (`step_cache`).
-
-pub(crate) mod reference;
+//! Attention's fast kernels: the recurrent decoders' scores and context and the Transformer's
+//! multi-head attention (`multi_head`: which path computes the heads), with the fused CPU
+//! kernels (`fused`: all heads in one kernel; `step`: one query position per row while
+//! decoding), the GPU kernels (`gpu` for the heads, `rnn_gpu` for the recurrent decoders) and
+//! the decoder's self-attention cache (`step_cache`). The equations they compute are the
+//! models' own (`transformer/mha.rs`; `attention/bahdanau.rs`, `luong.rs` and `mod.rs`), which
+//! run under `--kernels reference` and wherever no kernel here applies.
 
 pub mod fused;
 #[cfg(not(feature = "gpu-tuned"))]

@@ -10,10 +10,10 @@
 //! temporary (3 MiB on the benchmark shape) and a reduction over it: ~835 µs of a 9.3 ms
 //! Luong greedy step on the AVX-512 VM. Here each sentence's row is one pass over its
 //! `[src, d]` block, with no temporary, reading the memory in place at its batch stride (the
-//! Luong encoder's memory is a narrowed view). Decoding only (no autodiff: training keeps the
-//! composed operations, whose gradients burn derives and the score gradient checks cover), on
-//! flex; elsewhere the same operations are composed. The sums run in another order than
-//! burn's, so results agree to rounding.
+//! Luong encoder's memory is a narrowed view). Decoding only (no autodiff: training runs the
+//! models' equations, whose gradients burn derives and the score gradient checks cover), on
+//! flex; elsewhere each function returns `None` and the model computes its equation. The sums
+//! run in another order than burn's, so results agree to rounding.
 //!
 //! # The Transformer's decoding step
 //!
@@ -535,42 +535,35 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + (whole..x.len()).map(|j| x[j] * y[j]).sum::<f32>()
 }
 
-/// True where the kernels run: flex, without autodiff (elsewhere, and on a GPU under burn's
-/// fusion, the composed operations; [`crate::ops`] sends other GPU tensors to
-/// [`crate::attention::rnn_gpu`]).
-fn fused(t: &Tensor<2>) -> bool {
+/// True where the kernels run: flex, without autodiff (elsewhere the callers compute the
+/// equations; [`crate::ops`] sends GPU tensors to [`crate::attention::rnn_gpu`]).
+pub(crate) fn runs(t: &Tensor<2>) -> bool {
     is_flex(&t.device()) && !t.is_autodiff()
 }
 
 /// `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general scores, the latter with
-/// `W_a` already applied to the keys).
-pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-    if !fused(&q) {
-        // Σ_k keys ⊙ q rather than a batched [S, k] × [k, 1] product per sentence: one
-        // element-wise pass beats `batch` tiny matrix products on the CPU.
-        return (keys.clone() * q.unsqueeze_dim::<3>(1)).sum_dim(2).squeeze_dim::<2>(2); // [B, S, k] → [B, S]
+/// `W_a` already applied to the keys); `None` where the kernel does not run ([`runs`]).
+pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Option<Tensor<2>> {
+    if !runs(&q) {
+        return None;
     }
-    Tensor::from_dispatch(<Dispatch as AttentionStep>::dot_scores(
+    Some(Tensor::from_dispatch(<Dispatch as AttentionStep>::dot_scores(
         q.into_dispatch(),
         keys.clone().into_dispatch(),
-    ))
+    )))
 }
 
 /// `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's score network, `q` the projected
-/// query with its bias, `v` `[d, 1]`).
-pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
-    if !fused(&q) {
-        let [b, s, a] = keys.dims();
-        // vᵀ tanh(·) as one [B·S, A] × [A, 1] product (a batched [S, A] × [A, 1] per sentence,
-        // which `Linear` on a 3-d input amounts to, runs B tiny matmuls).
-        let h = crate::tanh::tanh(keys.clone() + q.unsqueeze_dim::<3>(1)).reshape([b * s, a]); // [B·S, A]
-        return h.matmul(v).reshape([b, s]); // [B, S]
+/// query with its bias, `v` `[d, 1]`); `None` where the kernel does not run ([`runs`]).
+pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Option<Tensor<2>> {
+    if !runs(&q) {
+        return None;
     }
-    Tensor::from_dispatch(<Dispatch as AttentionStep>::additive_scores(
+    Some(Tensor::from_dispatch(<Dispatch as AttentionStep>::additive_scores(
         q.into_dispatch(),
         keys.clone().into_dispatch(),
         v.into_dispatch(),
-    ))
+    )))
 }
 
 /// Multi-head attention of one query position per row, for decoding ([`heads_step_flex`]'s
@@ -588,7 +581,7 @@ pub fn heads_step<const D: usize>(
     heads: usize,
     scale: f32,
 ) -> Option<(Tensor<2>, Tensor<3>)> {
-    if !fused(&q) {
+    if !runs(&q) {
         return None;
     }
     let source = source.unwrap_or_else(|| Tensor::zeros([0], &q.device()));
@@ -604,16 +597,16 @@ pub fn heads_step<const D: usize>(
     Some((Tensor::from_dispatch(out), Tensor::from_dispatch(weights)))
 }
 
-/// `c[b, :] = Σⱼ weights[b, j] values[b, j, :]`.
-pub fn weighted_sum(weights: Tensor<2>, values: &Tensor<3>) -> Tensor<2> {
-    if !fused(&weights) {
-        // An element-wise pass, not one [1, S] × [S, D] product per sentence.
-        return (weights.unsqueeze_dim::<3>(2) * values.clone()).sum_dim(1).squeeze_dim::<2>(1); // [B, D]
+/// `c[b, :] = Σⱼ weights[b, j] values[b, j, :]`; `None` where the kernel does not run
+/// ([`runs`]).
+pub fn weighted_sum(weights: Tensor<2>, values: &Tensor<3>) -> Option<Tensor<2>> {
+    if !runs(&weights) {
+        return None;
     }
-    Tensor::from_dispatch(<Dispatch as AttentionStep>::weighted_sum(
+    Some(Tensor::from_dispatch(<Dispatch as AttentionStep>::weighted_sum(
         weights.into_dispatch(),
         values.clone().into_dispatch(),
-    ))
+    )))
 }
 
 #[cfg(test)]
@@ -622,14 +615,13 @@ mod tests {
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 
-    /// Each kernel equals the composed operations (run under autodiff, which keeps them),
-    /// with a width that leaves a partial lane block and one that does not, on a contiguous
-    /// memory and on a narrowed view.
+    /// Each kernel equals its equation composed from tensor operations (the vectorised `tanh`
+    /// of [`crate::tanh`] in the additive score's), with a width that leaves a partial lane
+    /// block and one that does not, on a contiguous memory and on a narrowed view.
     #[test]
     fn kernels_equal_the_composed_operations() {
         let d = Device::flex();
         d.seed(17);
-        let ad = d.clone().autodiff();
         let rand = |dims: Vec<usize>| {
             Tensor::<3>::random([dims[0], dims[1], dims[2]], Distribution::Normal(0.0, 1.0), &d)
         };
@@ -640,21 +632,31 @@ mod tests {
             let q = rand(vec![b, 1, k]).squeeze_dim::<2>(1);
             let v = rand(vec![1, k, 1]).squeeze_dim::<2>(0);
             let w = rand(vec![b, 1, s]).squeeze_dim::<2>(1);
-            let on = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data(), &ad);
-            let on3 = |t: &Tensor<3>| Tensor::<3>::from_data(t.to_data(), &ad);
+            // keys · q; vᵀ tanh(keys + q); Σⱼ wⱼ keysⱼ.
+            let dot = (keys.clone() * q.clone().unsqueeze_dim::<3>(1)).sum_dim(2).squeeze_dim::<2>(2);
+            let add = crate::tanh::tanh(keys.clone() + q.clone().unsqueeze_dim::<3>(1))
+                .reshape([b * s, k])
+                .matmul(v.clone())
+                .reshape([b, s]);
+            let sum = (w.clone().unsqueeze_dim::<3>(2) * keys.clone()).sum_dim(1).squeeze_dim::<2>(1);
             let pairs = [
-                (dot_scores(q.clone(), &keys), dot_scores(on(&q), &on3(&keys)).inner()),
-                (
-                    additive_scores(q.clone(), &keys, v.clone()),
-                    additive_scores(on(&q), &on3(&keys), on(&v)).inner(),
-                ),
-                (weighted_sum(w.clone(), &keys), weighted_sum(on(&w), &on3(&keys)).inner()),
+                (dot_scores(q.clone(), &keys), dot),
+                (additive_scores(q.clone(), &keys, v.clone()), add),
+                (weighted_sum(w.clone(), &keys), sum),
             ];
             for (i, (fast, composed)) in pairs.into_iter().enumerate() {
+                let fast = fast.expect("flex runs the kernel");
                 assert_eq!(fast.dims(), composed.dims(), "kernel {i}, {b}x{s}x{k}");
                 assert!(max_diff(fast, composed) < 1e-5, "kernel {i}, {b}x{s}x{k}");
             }
         }
+        // Under autodiff the caller composes the operations.
+        let ad = d.autodiff();
+        let q = Tensor::<2>::zeros([2, 3], &ad);
+        let keys = Tensor::<3>::zeros([2, 4, 3], &ad);
+        assert!(dot_scores(q.clone(), &keys).is_none());
+        assert!(additive_scores(q, &keys, Tensor::zeros([3, 1], &ad)).is_none());
+        assert!(weighted_sum(Tensor::zeros([2, 4], &ad), &keys).is_none());
     }
 
     /// A head's vector arrangement for `d_k` = 16, 32, 64 gives the general loop's bits: the

@@ -6,6 +6,13 @@
 //! - `concat`: `eᵢ = vᵀ tanh(W [s; hᵢ])` — the additive network of
 //!   [`super::bahdanau`], which it reuses (`W [s; h] = W_s s + W_h h`)
 //! - `low-rank`: `eᵢ = (U s)ᵀ (V hᵢ)`, a rank-`r` factorisation of `general`'s `W = Uᵀ V`
+//!
+//! `dot`, `general` and `low-rank` are one product, [`dot_scores`], of a query and keys
+//! projected beforehand (`W hᵢ` once per sentence; `U s` at every step): the equation in plain
+//! tensor operations, which runs under `--kernels reference` and wherever no fast kernel
+//! applies. Where one does — a decoding step on the CPU, a GPU — the kernels crate computes
+//! the same (`s2s_kernels::ops::fast_dot_scores`, which returns `None` elsewhere); the tests
+//! below hold the two equal.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -15,6 +22,18 @@ use serde::{Deserialize, Serialize};
 
 use super::bahdanau::{AdditiveAttention, AdditiveAttentionConfig};
 use s2s_kernels::ops;
+
+/// The dot score (eq. 8) of every source position, `eᵢ = sᵀ hᵢ`: `general`'s `sᵀ (W hᵢ)` and
+/// `low-rank`'s `(U s)ᵀ (V hᵢ)` with their projections already applied.
+///
+/// # Shapes
+/// - `q` `[batch, k]`; `keys` `[batch, src, k]`
+/// - returns the scores `[batch, src]`
+pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+    // Σₖ hᵢₖ sₖ as one element-wise product and a sum, not `batch` tiny [src, k] × [k, 1]
+    // products.
+    (keys.clone() * q.unsqueeze_dim::<3>(1)).sum_dim(2).squeeze_dim::<2>(2) // [batch, src, k] → [batch, src]
+}
 
 /// Which Luong score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -111,7 +130,8 @@ impl LuongAttention {
         }
     }
 
-    /// The scores of `query` against the projected keys.
+    /// The scores of `query` against the projected keys: from a fast kernel where one applies,
+    /// else [`dot_scores`] (`concat`: the additive network's).
     pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
         if let Some(c) = &self.concat {
             return c.scores(query, keys);
@@ -120,7 +140,7 @@ impl LuongAttention {
             Some(u) => u.forward(query), // U s: [B, r]
             None => query,               // s:   [B, d]
         };
-        ops::dot_scores(q, keys) // [B, S]
+        ops::fast_dot_scores(&q, keys).unwrap_or_else(|| dot_scores(q, keys)) // [B, S]
     }
 }
 
@@ -149,6 +169,45 @@ mod tests {
         general.key_proj = Some(w);
         let s: Vec<f32> = general.scores(q, &general.keys(mem)).into_data().try_to_vec::<f32>().unwrap();
         assert_eq!(s, vec![2.0, 3.0, 5.0]);
+    }
+
+    /// The plain equation, [`dot_scores`], gives what the fast kernel gives where it applies:
+    /// a decoding step on the CPU (values), and on wgpu (values and the gradients of the query
+    /// and the keys), with widths below and above a lane block.
+    #[test]
+    fn the_plain_equation_equals_the_fast_kernels() {
+        let d = Device::flex();
+        d.seed(4);
+        let normal = Distribution::Normal(0.0, 1.0);
+        for (b, s, k) in [(5, 7, 37), (2, 3, 2)] {
+            let q: Tensor<2> = Tensor::random([b, k], normal, &d);
+            let keys: Tensor<3> = Tensor::random([b, s, k], normal, &d);
+            let fast = ops::fast_dot_scores(&q, &keys).expect("the step kernel runs");
+            assert!(crate::test_support::max_diff(fast, dot_scores(q, &keys)) < 1e-5, "{b}x{s}x{k}");
+        }
+        let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+        let ad = gpu.autodiff();
+        ad.seed(4);
+        for (b, s, k) in [(3, 7, 2), (2, 5, 19)] {
+            let q0: Tensor<2> = Tensor::random([b, k], normal, &ad);
+            let k0: Tensor<3> = Tensor::random([b, s, k], normal, &ad);
+            let r: Tensor<2> = Tensor::random([b, s], normal, &ad);
+            let run = |fast: bool| {
+                let (q, keys) = (q0.clone().require_grad(), k0.clone().require_grad());
+                let e = if fast {
+                    ops::fast_dot_scores(&q, &keys).expect("the GPU kernel runs")
+                } else {
+                    dot_scores(q.clone(), &keys)
+                };
+                let g = (e.clone() * r.clone()).sum().backward();
+                (e.inner(), q.grad(&g).unwrap(), keys.grad(&g).unwrap())
+            };
+            let ((e1, q1, k1), (e2, q2, k2)) = (run(true), run(false));
+            let at = format!("wgpu, {b}x{s}x{k}");
+            assert!(crate::test_support::max_diff(e1, e2) < 1e-5, "{at}: scores");
+            assert!(crate::test_support::max_diff(q1, q2) < 1e-5, "{at}: ∂q");
+            assert!(crate::test_support::max_diff(k1, k2) < 1e-5, "{at}: ∂keys");
+        }
     }
 
     #[test]
