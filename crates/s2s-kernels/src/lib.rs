@@ -4,11 +4,14 @@
 //! layers, the LSTM step and layer, attention scores and context, multi-head attention,
 //! softmax, `tanh`, layer norm, dropout, the loss, Adam, clipping …). Each picks what runs for
 //! the tensor's device, or its plain-tensor [`reference`] when [`mode`] says so
-//! (`--kernels reference`, `S2S_KERNELS=reference`). The crate knows no model type.
+//! (`--kernels reference`, `S2S_KERNELS=reference`). The crate knows no model type. The LSTM
+//! and multi-head attention keep their equations in the models; here they have only fast
+//! kernels, reached by name (`ops::fast_lstm_step`, `ops::fast_attention`, …), which return
+//! `None` where none applies.
 //!
-//! Behind [`ops`], one folder per operation, each with its reference (`reference.rs`), its CPU
-//! kernel (on burn's flex backend) and its GPU kernel (cubecl, for wgpu): `lstm`, `attention`
-//! (the recurrent decoders' and the Transformer's multi-head attention), `softmax`,
+//! Behind [`ops`], one folder per operation, each with its reference (`reference.rs`; not
+//! `lstm`), its CPU kernel (on burn's flex backend) and its GPU kernel (cubecl, for wgpu):
+//! `lstm`, `attention` (the recurrent decoders' and the Transformer's multi-head attention), `softmax`,
 //! `layer_norm`, `dropout`, `loss`, `optimizer`, `tanh`; and what they share: matrix products
 //! (`gemm`), the CPU's vector math (`cpu`) and GPU launches, captured steps and timing (`gpu`).
 //! Only what other crates call is public: [`ops`], [`mode`] and [`reference`]; [`capture`], the
@@ -76,5 +79,18 @@ pub(crate) mod test_support {
     /// The largest absolute element-wise difference of `a` and `b`.
     pub(crate) fn max_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
         (a - b).abs().max().into_scalar::<f32>()
+    }
+
+    /// The LSTM cell's equations in burn's operations, what the gate kernels are held to (the
+    /// models' own is `RecurrentCell::step` in `cell.rs`): from the pre-activation gates
+    /// `[i f g o]` `[batch, 4·hidden]` and `c`, `c' = σ(f)⊙c + σ(i)⊙tanh(g)`,
+    /// `h' = σ(o)⊙tanh(c')` → `(h', c')`.
+    pub(crate) fn lstm_gates_equation(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+        use burn::tensor::activation::{sigmoid, tanh};
+        let h = c.dims()[1];
+        let gate = |k: usize| gates.clone().narrow(1, k * h, h);
+        let (i, f, g, o) = (sigmoid(gate(0)), sigmoid(gate(1)), tanh(gate(2)), sigmoid(gate(3)));
+        let c = f * c + i * g;
+        (o * tanh(c.clone()), c)
     }
 }

@@ -8,12 +8,14 @@
 //! Every function has the semantics of its reference, to rounding (the kernels sum in another
 //! order and use vectorised `exp`/`tanh` approximations; see `docs/kernels.md`).
 //!
-//! Attention is the exception: its equations are the models' own (`scaled_dot_product` in the
-//! models' `transformer/mha.rs`; the recurrent decoders' scores in `attention/bahdanau.rs` and
-//! `attention/luong.rs`, their masked softmax and context in `attention/mod.rs`), and its fast
-//! kernels here ([`fast_attention`], [`fast_cached_attention`], [`fused_self_attention`],
-//! [`fused_cross_attention`], [`heads_step`]; [`fast_dot_scores`], [`fast_additive_scores`],
-//! [`fast_attend`]) return `None` where none applies, the model then computing the equation.
+//! Attention and the LSTM are the exceptions: their equations are the models' own
+//! (`scaled_dot_product` in the models' `transformer/mha.rs`; the recurrent decoders' scores in
+//! `attention/bahdanau.rs` and `attention/luong.rs`, their masked softmax and context in
+//! `attention/mod.rs`; `RecurrentCell::step` in `cell.rs` and the padded loop `run_steps` in
+//! `rnn.rs`), and their fast kernels here ([`fast_attention`], [`fast_cached_attention`],
+//! [`fused_self_attention`], [`fused_cross_attention`], [`heads_step`]; [`fast_dot_scores`],
+//! [`fast_additive_scores`], [`fast_attend`]; [`fast_lstm_step`], [`fast_lstm_layer`]) return
+//! `None` where none applies, the model then computing the equation.
 
 use burn::module::Module;
 use burn::nn::{Dropout, LayerNorm, Linear};
@@ -216,22 +218,35 @@ pub fn best_log_probs(logits: Tensor<2>) -> (Vec<i64>, Vec<f32>) {
     v.chunks_exact(2).map(|p| (p[0] as i64, p[1])).unzip()
 }
 
-/// One LSTM step: gates `xw + h W_h` (`xw = x W_x + b`), then `c' = σ(f)⊙c + σ(i)⊙tanh(g)`,
-/// `h' = σ(o)⊙tanh(c')` ([`reference::lstm_gates`]). Returns `(h', c')`. On the CPU one fused
-/// pass after the product; on a GPU one kernel that also adds the two parts.
-pub fn lstm_step(xw: Tensor<2>, h: Tensor<2>, w_hidden: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+/// One LSTM step through a fused kernel: from `xw = x W_x + b` (`[batch, 4·hidden]`), `h`,
+/// `W_h` and `c`, the gates `[i f g o] = xw + h W_h`, then `c' = σ(f)⊙c + σ(i)⊙tanh(g)`,
+/// `h' = σ(o)⊙tanh(c')` → `(h', c')`. On the CPU one fused pass after the product; on a GPU one
+/// kernel that also adds the two parts. `None` where no kernel runs (`--kernels reference`,
+/// burn's fusion): the caller computes the equation (`RecurrentCell::step` in the models'
+/// `cell.rs`).
+pub fn fast_lstm_step(
+    xw: Tensor<2>,
+    h: Tensor<2>,
+    w_hidden: Tensor<2>,
+    c: Tensor<2>,
+) -> Option<(Tensor<2>, Tensor<2>)> {
     match route(&xw.device()) {
-        Route::Reference => reference::lstm_step(xw, h, w_hidden, c),
-        Route::Cpu => crate::lstm::cpu::lstm_gates(crate::gemm::small::add_matmul(xw, h, w_hidden), c),
+        Route::Cpu => Some(crate::lstm::cpu::lstm_gates(crate::gemm::small::add_matmul(xw, h, w_hidden), c)),
         #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu => crate::lstm::gpu::lstm_gates(xw, crate::gemm::small::matmul(h, w_hidden), c),
-        _ => reference::lstm_gates(xw + crate::gemm::small::matmul(h, w_hidden), c),
+        Route::Gpu => Some(crate::lstm::gpu::lstm_gates(xw, crate::gemm::small::matmul(h, w_hidden), c)),
+        _ => None,
     }
 }
 
-/// One direction of an LSTM layer over a padded sequence ([`reference::lstm_layer`]): on the
-/// CPU one kernel for the whole layer (its own backward), on a GPU one step kernel a step.
-pub fn lstm_layer(
+/// One direction of an LSTM layer over a padded sequence as one kernel: `xw`
+/// `[batch, time, 4·hidden]` (projected inputs, bias included), `W_h`, the initial `h0`, `c0`
+/// and `keep` `[batch, time]` (1 on real tokens; the first `dense` steps are real in every
+/// row). A padded step keeps the state and outputs zeros. Returns (outputs
+/// `[batch, time, hidden]`, final `h`, `c`). On the CPU one kernel for the whole layer (its own
+/// backward), on a GPU one step kernel a step. `None` where no kernel runs (`--kernels
+/// reference`, burn's fusion, an empty sequence): the caller runs the step in a loop
+/// (`run_steps` in the models' `rnn.rs`).
+pub fn fast_lstm_layer(
     xw: Tensor<3>,
     w_hidden: Tensor<2>,
     h0: Tensor<2>,
@@ -239,12 +254,15 @@ pub fn lstm_layer(
     keep: Tensor<2>,
     dense: usize,
     reverse: bool,
-) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
+) -> Option<(Tensor<3>, Tensor<2>, Tensor<2>)> {
+    if xw.dims()[1] == 0 {
+        return None;
+    }
     match route(&xw.device()) {
-        Route::Cpu => crate::lstm::cpu::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse),
+        Route::Cpu => Some(crate::lstm::cpu::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse)),
         #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu if xw.dims()[1] > 0 => crate::lstm::gpu::lstm_layer(xw, w_hidden, h0, c0, keep, reverse),
-        _ => reference::lstm_layer(xw, w_hidden, h0, c0, keep, dense, reverse),
+        Route::Gpu => Some(crate::lstm::gpu::lstm_layer(xw, w_hidden, h0, c0, keep, reverse)),
+        _ => None,
     }
 }
 

@@ -106,6 +106,45 @@ fn attention(
     (out.swap_dims(1, 2).reshape([b, tq, h * dk]), weights)
 }
 
+/// One LSTM step's equations, what the step kernels are held to (the models' own is
+/// `RecurrentCell::step` in `cell.rs`): gates `[i f g o] = xw + h W_h`,
+/// `c' = σ(f)⊙c + σ(i)⊙tanh(g)`, `h' = σ(o)⊙tanh(c')` → `(h', c')`.
+fn lstm_step(xw: Tensor<2>, h: Tensor<2>, w: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    use burn::tensor::activation::{sigmoid, tanh};
+    let n = c.dims()[1];
+    let gates = xw + h.matmul(w);
+    let gate = |k: usize| gates.clone().narrow(1, k * n, n);
+    let c = sigmoid(gate(1)) * c + sigmoid(gate(0)) * tanh(gate(2));
+    (sigmoid(gate(3)) * tanh(c.clone()), c)
+}
+
+/// An LSTM layer over a padded sequence, what the layer kernels are held to (the models' own is
+/// `run_steps` in `rnn.rs`): [`lstm_step`] at every step, in order or reversed; where `keep` is
+/// 0 the state stays and the output is 0. Returns (outputs `[b, t, h]`, final `h`, `c`).
+fn lstm_layer(
+    xw: Tensor<3>,
+    w: Tensor<2>,
+    h0: Tensor<2>,
+    c0: Tensor<2>,
+    keep: &Tensor<2>,
+    reverse: bool,
+) -> (Tensor<3>, Tensor<2>, Tensor<2>) {
+    let t = xw.dims()[1];
+    let (mut h, mut c) = (h0, c0);
+    let mut outs = vec![None; t];
+    let order: Vec<usize> = if reverse { (0..t).rev().collect() } else { (0..t).collect() };
+    for i in order {
+        let k = keep.clone().narrow(1, i, 1); // [b, 1]
+        let (h1, c1) =
+            lstm_step(xw.clone().narrow(1, i, 1).squeeze_dim::<2>(1), h.clone(), w.clone(), c.clone());
+        h = h.clone() + (h1 - h) * k.clone();
+        c = c.clone() + (c1 - c) * k.clone();
+        outs[i] = Some(h.clone() * k);
+    }
+    let outs: Vec<Tensor<2>> = outs.into_iter().map(Option::unwrap).collect();
+    (Tensor::stack(outs, 1), h, c)
+}
+
 fn padding_keep(b: usize, t: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
     // Row r keeps its first t − r positions.
     let keep: Vec<f32> =
@@ -196,25 +235,36 @@ fn every_operation_on(plain: &Device) {
             });
         }
 
-        // The LSTM: one step, and a padded layer both ways.
+        // The LSTM: one step, and a padded layer both ways (the kernels under `Fast`, the
+        // equations under `Reference`).
         let (b, t, h) = (3, 6, 26);
         let l = Leaves::new(&d, 6, &[b * t * 4 * h, h * 4 * h, b * h, b * h]);
         let (keep, _) = padding_keep(b, t, &d);
-        same(&tag("lstm_step"), &d, 1e-4, || {
+        same(&tag("fast_lstm_step"), &d, 1e-4, || {
             let v = l.fresh();
             let xw = v[0].clone().reshape([b * t, 4 * h]).narrow(0, 0, b);
             let w = v[1].clone().reshape([h, 4 * h]).mul_scalar(0.2);
-            let (h1, c1) = ops::lstm_step(xw, v[2].clone().reshape([b, h]), w, v[3].clone().reshape([b, h]));
+            let (h0, c0) = (v[2].clone().reshape([b, h]), v[3].clone().reshape([b, h]));
+            let (h1, c1) = if s2s_kernels::mode::reference() {
+                lstm_step(xw, h0, w, c0)
+            } else {
+                ops::fast_lstm_step(xw, h0, w, c0).expect("the kernel runs")
+            };
             outputs(Tensor::cat(vec![h1, c1], 1).flatten(0, 1), &v)
         });
         for reverse in [false, true] {
-            same(&tag(&format!("lstm_layer, reverse {reverse}")), &d, 1e-4, || {
+            same(&tag(&format!("fast_lstm_layer, reverse {reverse}")), &d, 1e-4, || {
                 let v = l.fresh();
                 let xw = v[0].clone().reshape([b, t, 4 * h]);
                 let w = v[1].clone().reshape([h, 4 * h]).mul_scalar(0.2);
                 let (h0, c0) = (v[2].clone().reshape([b, h]), v[3].clone().reshape([b, h]));
                 let dense = t - (b - 1);
-                let (out, h1, c1) = ops::lstm_layer(xw, w, h0, c0, keep.clone(), dense, reverse);
+                let (out, h1, c1) = if s2s_kernels::mode::reference() {
+                    lstm_layer(xw, w, h0, c0, &keep, reverse)
+                } else {
+                    ops::fast_lstm_layer(xw, w, h0, c0, keep.clone(), dense, reverse)
+                        .expect("the kernel runs")
+                };
                 outputs(Tensor::cat(vec![out.flatten(0, 2), h1.flatten(0, 1), c1.flatten(0, 1)], 0), &v)
             });
         }

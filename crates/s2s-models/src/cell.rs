@@ -6,7 +6,7 @@
 //!
 //! - LSTM (Hochreiter & Schmidhuber, 1997; gates as in PyTorch):
 //!   `[i f g o] = x W_x + h W_h + b`; `c' = σ(f)⊙c + σ(i)⊙tanh(g)`; `h' = σ(o)⊙tanh(c')`
-//!   ([`ops::lstm_step`]; its reference is `s2s_kernels::reference::lstm_gates`)
+//!   ([`RecurrentCell::step`]; a fused kernel where one runs, `ops::fast_lstm_step`)
 //! - GRU (Cho et al., 2014): `[r z n]`: `r = σ(x_r + h_r)`, `z = σ(x_z + h_z)`,
 //!   `n = tanh(x_n + r⊙(h W_hn + b_hn))`, `h' = (1−z)⊙n + z⊙h`
 //! - tanh RNN (Elman, 1990): `h' = tanh(x W_x + h W_h + b)` — the cell whose gradient vanishes.
@@ -95,13 +95,12 @@ impl CellState {
     }
 
     /// Keeps `self` where `keep` is 1 and `old` where it is 0 (`keep`: `[batch, 1]`): padded
-    /// steps leave the state unchanged.
+    /// steps leave the state unchanged ([`keep_or_old`] on `h` and on `c`).
     pub fn masked(self, old: &CellState, keep: &Tensor<2>) -> Self {
-        let mix = |new: Tensor<2>, old: &Tensor<2>| old.clone() + (new - old.clone()) * keep.clone();
         Self {
-            h: mix(self.h, &old.h),
+            h: keep_or_old(self.h, &old.h, keep),
             c: match (self.c, &old.c) {
-                (Some(n), Some(o)) => Some(mix(n, o)),
+                (Some(new), Some(old)) => Some(keep_or_old(new, old, keep)),
                 (c, _) => c,
             },
         }
@@ -111,6 +110,15 @@ impl CellState {
     pub fn select(self, indices: &Tensor<1, burn::tensor::Int>) -> Self {
         Self { h: self.h.select(0, indices.clone()), c: self.c.map(|c| c.select(0, indices.clone())) }
     }
+}
+
+/// The padding mask on a state: `new` where `keep` is 1, `old` where it is 0,
+/// `old + (new − old)⊙keep`.
+///
+/// # Shapes
+/// - `new`, `old`: `[batch, d_hidden]`; `keep`: `[batch, 1]`
+pub fn keep_or_old(new: Tensor<2>, old: &Tensor<2>, keep: &Tensor<2>) -> Tensor<2> {
+    old.clone() + (new - old.clone()) * keep.clone()
 }
 
 impl CellConfig {
@@ -152,14 +160,31 @@ impl RecurrentCell {
         self.w_input.val().narrow(0, first_row, rows)
     }
 
-    /// One step from an already projected input `xw = x W_x + b` (`[batch, gates·d_hidden]`).
+    /// One step of the recurrence (the equations of the module doc) from an already projected
+    /// input `xw = x W_x + b`. The LSTM runs a fused kernel where one applies
+    /// (`ops::fast_lstm_step`, tested equal to the equations below, values and gradients); the
+    /// equations run under `--kernels reference` and wherever no kernel applies.
+    ///
+    /// # Shapes
+    /// - `xw`: `[batch, gates·d_hidden]`, the gates side by side (`[i f g o]`, `[r z n]`)
+    /// - state `h`, `c` and the new state: `[batch, d_hidden]`
     pub fn step(&self, xw: Tensor<2>, state: &CellState) -> CellState {
         let h = self.d_hidden;
-        let hw = || ops::matmul_rows(state.h.clone(), self.w_hidden.val()); // [B, G·H]
+        let hw = || ops::matmul_rows(state.h.clone(), self.w_hidden.val()); // h W_h: [B, G·H]
         match self.kind {
             CellKind::Lstm => {
-                let c_prev = state.c.clone().expect("LSTM state has a memory cell");
-                let (h, c) = ops::lstm_step(xw, state.h.clone(), self.w_hidden.val(), c_prev);
+                let c = state.c.clone().expect("LSTM state has a memory cell"); // [B, H]
+                let fast = ops::fast_lstm_step(xw.clone(), state.h.clone(), self.w_hidden.val(), c.clone());
+                let (h, c) = fast.unwrap_or_else(|| {
+                    let gates = xw + hw(); // x W_x + b + h W_h: [B, 4H]
+                    let gate = |k: usize| gates.clone().narrow(1, k * h, h); // [B, H]
+                    let i = sigmoid(gate(0)); // input gate
+                    let f = sigmoid(gate(1)); // forget gate
+                    let g = tanh(gate(2)); // candidate
+                    let o = sigmoid(gate(3)); // output gate
+                    let c = f * c + i * g; // c' = f⊙c + i⊙g
+                    (o * tanh(c.clone()), c) // h' = o⊙tanh(c')
+                });
                 CellState { h, c: Some(c) }
             }
             CellKind::Gru => {
@@ -178,6 +203,7 @@ impl RecurrentCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::max_diff;
     use burn::tensor::TensorData;
 
     fn tensor<const D: usize>(v: Vec<f32>, shape: [usize; D], d: &Device) -> Tensor<D> {
@@ -305,6 +331,61 @@ mod tests {
             if let (Some(c), Some(want)) = (out.c, want_c) {
                 let c: Vec<f32> = c.into_data().try_to_vec::<f32>().unwrap();
                 assert!(c.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{kind:?}: {c:?}");
+            }
+        }
+    }
+
+    /// The fused LSTM step kernel (`ops::fast_lstm_step`) equals the equations of
+    /// [`RecurrentCell::step`] (`--kernels reference`): `h'`, `c'` and the gradients of a random
+    /// linear function of them with respect to `xw`, `h`, `c` and `W_h`, on flex and on wgpu
+    /// (lavapipe where there is no GPU), and without autodiff (decoding).
+    #[test]
+    fn fused_lstm_step_equals_the_equations() {
+        use burn::tensor::Distribution;
+        use s2s_kernels::mode::{Kernels, with};
+        let gpu = s2s_kernels::testing::wgpu_or_skip();
+        for plain in std::iter::once(Device::flex()).chain(gpu) {
+            let d = plain.clone().autodiff();
+            let (b, h) = (3, 37);
+            let normal = |dims: [usize; 2]| Tensor::<2>::random(dims, Distribution::Normal(0.0, 1.0), &d);
+            let mut cell = CellConfig::new(CellKind::Lstm, 5, h).init(&d);
+            let (xw, h0, c0, probe_h, probe_c) =
+                (normal([b, 4 * h]), normal([b, h]), normal([b, h]), normal([b, h]), normal([b, h]));
+            cell.w_hidden = Param::from_tensor(normal([h, 4 * h]).mul_scalar(0.3));
+            let mut decoding = CellConfig::new(CellKind::Lstm, 5, h).init(&plain);
+            decoding.w_hidden = Param::from_tensor(cell.w_hidden.val().inner());
+            let run = |k: Kernels| {
+                with(k, || {
+                    let (xw, h0, c0) =
+                        (xw.clone().require_grad(), h0.clone().require_grad(), c0.clone().require_grad());
+                    let state = CellState { h: h0.clone(), c: Some(c0.clone()) };
+                    let out = cell.step(xw.clone(), &state);
+                    let c1 = out.c.expect("c'");
+                    let loss = (out.h.clone() * probe_h.clone()).sum() + (c1.clone() * probe_c.clone()).sum();
+                    let g = loss.backward();
+                    let grad = |t: Option<Tensor<2>>| t.expect("gradient");
+                    let values = [out.h.inner(), c1.inner()];
+                    let grads = [
+                        grad(xw.grad(&g)),
+                        grad(h0.grad(&g)),
+                        grad(c0.grad(&g)),
+                        grad(cell.w_hidden.val().grad(&g)),
+                    ];
+                    // Without autodiff: the decoding path.
+                    let (xw, h0, c0) = (xw.inner(), h0.inner(), c0.inner());
+                    let out = decoding.step(xw, &CellState { h: h0, c: Some(c0) });
+                    (values, grads, [out.h, out.c.expect("c'")])
+                })
+            };
+            let (fast, equations) = (run(Kernels::Fast), run(Kernels::Reference));
+            for (i, (a, e)) in fast.0.into_iter().zip(equations.0).enumerate() {
+                assert!(max_diff(a, e) < 1e-5, "{plain:?}: value {i}");
+            }
+            for (i, (a, e)) in fast.1.into_iter().zip(equations.1).enumerate() {
+                assert!(max_diff(a, e) < 1e-4, "{plain:?}: gradient {i}");
+            }
+            for (i, (a, e)) in fast.2.into_iter().zip(equations.2).enumerate() {
+                assert!(max_diff(a, e) < 1e-5, "{plain:?}: decoding value {i}");
             }
         }
     }

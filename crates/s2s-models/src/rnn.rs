@@ -1,10 +1,11 @@
 //! Multi-layer (optionally bidirectional) recurrent networks over padded batches.
 //!
 //! Padding never changes a state: at a padded step the state is carried over unchanged
-//! ([`CellState::masked`]), so a row's final state is its state after its last real token,
-//! whatever the batch's padded length; outputs at padded steps are zero. The backward
-//! direction starts from a zero state and, running right to left, meets the padding first —
-//! which leaves the zero state as it is — so it too starts at the last real token.
+//! ([`CellState::masked`], in the one padded loop, [`run_steps`]), so a row's final state is
+//! its state after its last real token, whatever the batch's padded length; outputs at padded
+//! steps are zero. The backward direction starts from a zero state and, running right to
+//! left, meets the padding first — which leaves the zero state as it is — so it too starts at
+//! the last real token.
 //! Dropout is applied between layers (not after the last), as in PyTorch's `nn.LSTM`.
 
 use burn::config::Config;
@@ -176,8 +177,8 @@ impl StackedRnn {
     }
 }
 
-/// One direction of one layer over the whole sequence: an LSTM as one operation
-/// ([`ops::lstm_layer`], whose kernels run the whole layer), a GRU or plain RNN step by step.
+/// One direction of one layer over the whole sequence: an LSTM layer as one fused kernel where
+/// one runs ([`ops::fast_lstm_layer`], tested equal to [`run_steps`]), else [`run_steps`].
 fn run(
     cell: &RecurrentCell,
     xw: Tensor<3>,
@@ -187,16 +188,26 @@ fn run(
     start: CellState,
     reverse: bool,
 ) -> (Tensor<3>, CellState) {
-    if cell.kind == CellKind::Lstm && !keeps.is_empty() {
-        let c0 = start.c.expect("LSTM state has a memory cell");
-        let (out, h, c) = ops::lstm_layer(xw, cell.w_hidden.val(), start.h, c0, keep.clone(), dense, reverse);
-        return (out, CellState { h, c: Some(c) });
+    if cell.kind == CellKind::Lstm {
+        let c0 = start.c.clone().expect("LSTM state has a memory cell");
+        let (w_h, h0) = (cell.w_hidden.val(), start.h.clone());
+        let fast = ops::fast_lstm_layer(xw.clone(), w_h, h0, c0, keep.clone(), dense, reverse);
+        if let Some((out, h, c)) = fast {
+            return (out, CellState { h, c: Some(c) });
+        }
     }
     run_steps(cell, xw, keeps, dense, start, reverse)
 }
 
-/// [`run`] one step at a time with [`RecurrentCell::step`] (every backend; what the fused
-/// layer is tested against).
+/// The recurrence over a padded sequence, one [`RecurrentCell::step`] at a time, left to right
+/// or (`reverse`) right to left: at a padded step the state stays ([`CellState::masked`]) and
+/// the output is 0; the first `dense` steps are real in every row and skip the mask. What
+/// `--kernels reference` runs, and what the fused LSTM layer is tested against.
+///
+/// # Shapes
+/// - `xw`: `[batch, time, gates·d_hidden]` (`x W_x + b` of every step); `keeps`: `time` masks
+///   `[batch, 1]` (1 on real tokens)
+/// - returns the outputs `[batch, time, d_hidden]` and the final state
 fn run_steps(
     cell: &RecurrentCell,
     xw: Tensor<3>,
@@ -264,8 +275,9 @@ mod tests {
         }
     }
 
-    /// The fused LSTM layer kernel equals the step-by-step loop — outputs, final states and
-    /// every gradient (inputs, weights, bias, initial state) — in both directions, with
+    /// The fused LSTM layer kernel equals the step-by-step loop — with the fused step kernel
+    /// and with the equations (`--kernels reference`) — outputs, final states and every
+    /// gradient (inputs, weights, bias, initial state), in both directions, with
     /// padding after a dense prefix (and, in the second batch, trailing steps where every row
     /// is padding), whether the units run as one group (1 thread) or as three uneven ones (3
     /// threads; 26 units cut 8/9/9, so packed panels end narrow).
@@ -276,7 +288,7 @@ mod tests {
         }
     }
 
-    /// The same for the GPU layer (`ops::lstm_layer` on a GPU) on wgpu (lavapipe
+    /// The same for the GPU layer (`ops::fast_lstm_layer` on a GPU) on wgpu (lavapipe
     /// where there is no GPU), against the step-by-step loop on the same device.
     #[test]
     fn gpu_lstm_layer_equals_the_step_by_step_loop() {
@@ -336,21 +348,25 @@ mod tests {
                     ],
                 )
             };
-            let (out_s, grads_s) = grads_of(false);
+            let steps = grads_of(false);
+            let equations =
+                s2s_kernels::mode::with(s2s_kernels::mode::Kernels::Reference, || grads_of(false));
             for &threads in threads {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                 let (out_f, grads_f) = pool.install(|| grads_of(true));
-                for (i, (a, b)) in out_f.into_iter().zip(out_s.clone()).enumerate() {
-                    assert!(
-                        max_diff(a, b) < 1e-5,
-                        "{lengths:?}, reverse={reverse}, {threads} threads: output {i} differs"
-                    );
-                }
-                for (i, (a, b)) in grads_f.into_iter().zip(grads_s.clone()).enumerate() {
-                    assert!(
-                        max_diff(a, b) < 1e-4,
-                        "{lengths:?}, reverse={reverse}, {threads} threads: gradient {i} differs"
-                    );
+                for (loop_, (out_s, grads_s)) in [("steps", &steps), ("equations", &equations)] {
+                    for (i, (a, b)) in out_f.iter().zip(out_s).enumerate() {
+                        assert!(
+                            max_diff(a.clone(), b.clone()) < 1e-5,
+                            "{lengths:?}, reverse={reverse}, {threads} threads, {loop_}: output {i} differs"
+                        );
+                    }
+                    for (i, (a, b)) in grads_f.iter().zip(grads_s).enumerate() {
+                        assert!(
+                            max_diff(a.clone(), b.clone()) < 1e-4,
+                            "{lengths:?}, reverse={reverse}, {threads} threads, {loop_}: gradient {i} differs"
+                        );
+                    }
                 }
             }
         }

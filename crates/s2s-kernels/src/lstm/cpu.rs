@@ -15,9 +15,9 @@
 //! element and does not vectorise). Here it is one pass over the gates each way, through a
 //! branch-free `exp` the compiler vectorises, registered with burn's autodiff as one node: a
 //! `#[backend_extension]` for flex (and flex under autodiff). On wgpu the same equations run as
-//! cubecl kernels ([`crate::lstm::gpu`]); the reference
-//! ([`crate::reference::lstm_gates`]) is what the tests compare both with, and what builds
-//! with burn's fusion (`gpu-tuned`) run.
+//! cubecl kernels ([`crate::lstm::gpu`]). The tests hold both to the equations composed from
+//! burn's operations (as the models write them in `RecurrentCell::step`, which is what
+//! `--kernels reference` and builds with burn's fusion, `gpu-tuned`, run).
 //!
 //! # The layer
 //!
@@ -1138,7 +1138,8 @@ pub fn lstm_gates(gates: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
 /// One direction of one LSTM layer over a padded batch through the fused kernels (flex only):
 /// `xw = x W_x + b` `[batch, time, 4·hidden]`, `W_h` `[hidden, 4·hidden]`, initial state,
 /// `keep` `[batch, time]` (1 on real tokens; positions before `dense` are real in every row).
-/// Padded steps keep the state and output zeros, as [`crate::reference::lstm_layer`] defines.
+/// Padded steps keep the state and output zeros, as the models' padded loop (`run_steps` in
+/// `rnn.rs`) defines.
 /// Returns the outputs `[batch, time, hidden]` and the final `(h, c)`.
 ///
 /// Forward: per step one product `h W_h` and the gate math, nothing else — no per-step tensors
@@ -1180,7 +1181,7 @@ fn operands<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::lstm_gates as lstm_gates_composed;
+    use crate::test_support::lstm_gates_equation as lstm_gates_composed;
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 

@@ -572,7 +572,7 @@ pub fn lstm_layer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::lstm_gates as lstm_gates_composed;
+    use crate::test_support::lstm_gates_equation as lstm_gates_composed;
     use crate::test_support::max_diff;
     use burn::tensor::{Device, Distribution};
 

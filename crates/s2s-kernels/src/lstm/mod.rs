@@ -1,8 +1,9 @@
-//! The LSTM: the cell's gate math and the whole layer, on the CPU (`cpu`, with its threads in
-//! lockstep, `lockstep`) and on a GPU (`gpu`). How the CPU layer's rate is measured against
+//! The LSTM's fast kernels: the cell's gate math and the whole layer, on the CPU (`cpu`, with
+//! its threads in lockstep, `lockstep`) and on a GPU (`gpu`), reached through
+//! [`crate::ops::fast_lstm_step`] and [`crate::ops::fast_lstm_layer`]. The equations they compute
+//! are the models' own: the step in `RecurrentCell::step` (the models' `cell.rs`), the padded
+//! layer in `run_steps` (the models' `rnn.rs`). How the CPU layer's rate is measured against
 //! the machine's best product rate (`s2s bench --lstm-step`): `s2s_train::step_rate`.
-
-pub(crate) mod reference;
 
 pub mod cpu;
 #[cfg(not(feature = "gpu-tuned"))]
