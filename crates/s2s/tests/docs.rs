@@ -202,6 +202,6 @@ fn the_checker_refuses_what_does_not_exist() {
         assert_eq!(problems(&root, "t.md", span).len(), 1, "{span} passed");
     }
     let good = "`crates/s2s-models/src/cell.rs::RecurrentCell::{step, project_first}` \
-                `crates/s2s-models/src/cell.rs` `ops::lstm_step` `ops::KeyValue` `ops::Route`";
+                `crates/s2s-models/src/cell.rs` `ops::fast_lstm_step` `ops::KeyValue` `ops::Route`";
     assert_eq!(problems(&root, "t.md", good), Vec::<String>::new());
 }
