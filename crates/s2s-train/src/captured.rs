@@ -41,7 +41,7 @@ fn step_ops(
     model: Model,
     inputs: &DeviceBatch,
     optim: &mut ModuleOptimizer,
-    (lr, clip, epsilon): (f64, f64, f64),
+    StepSettings { lr, clip, label_smoothing: epsilon }: StepSettings,
     read: bool,
     spent: Option<&mut Phases>,
     sum: Option<&LossSum>,
@@ -93,7 +93,7 @@ fn split_step_ops(
     device: &Device,
     parts: &[(DeviceBatch, u64)],
     optim: &mut ModuleOptimizer,
-    (lr, clip, epsilon): (f64, f64, f64),
+    StepSettings { lr, clip, label_smoothing: epsilon }: StepSettings,
     spent: Option<&mut Phases>,
 ) -> (Model, Tensor<1>) {
     let start = Instant::now();
@@ -201,7 +201,7 @@ impl FixedBatchTrainer {
         let model = self.model.take().expect("a model between steps");
         self.device.seed(self.step_seed());
         s2s_kernels::ops::reseed(self.step_seed());
-        let s = self.settings.tuple();
+        let s = self.settings;
         let (model, loss) = match &self.split {
             None => {
                 step_ops(model, &self.batch, &mut self.optim, s, read, phases, None, self.scaler.as_mut())
@@ -245,7 +245,7 @@ impl FixedBatchTrainer {
         self.eager(true, None);
         let warm = self.loss();
         let model = self.model.take().expect("a model between steps");
-        let (batch, optim, s) = (&self.batch, &mut self.optim, self.settings.tuple());
+        let (batch, optim, s) = (&self.batch, &mut self.optim, self.settings);
         let (graph, (model, loss)) =
             recorder.record(|| step_ops(model, batch, optim, s, false, None, None, None))?;
         self.model = Some(model);
@@ -390,7 +390,17 @@ impl CapturedSteps {
         let eager = |model, optim: &mut ModuleOptimizer| {
             device.seed(seed);
             s2s_kernels::ops::reseed(seed);
-            step_ops(model, &inputs, optim, (lr, clip, eps), false, None, sum, None).0
+            step_ops(
+                model,
+                &inputs,
+                optim,
+                StepSettings { lr, clip, label_smoothing: eps },
+                false,
+                None,
+                sum,
+                None,
+            )
+            .0
         };
         if self.max_graphs == 0 {
             return Ok(eager(model, optim));
@@ -468,8 +478,18 @@ impl CapturedSteps {
             self.stats.evictions += 1;
         }
         let (eps, sum) = (self.epsilon, self.sum.as_ref());
-        let (graph, (model, loss)) =
-            recorder.record(|| step_ops(model, &inputs, optim, (lr, clip, eps), false, None, sum, None))?;
+        let (graph, (model, loss)) = recorder.record(|| {
+            step_ops(
+                model,
+                &inputs,
+                optim,
+                StepSettings { lr, clip, label_smoothing: eps },
+                false,
+                None,
+                sum,
+                None,
+            )
+        })?;
         self.entries.push(Entry { shape, inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());

@@ -94,13 +94,6 @@ pub struct StepSettings {
     pub label_smoothing: f64,
 }
 
-impl StepSettings {
-    /// `(lr, clip, label_smoothing)`.
-    pub fn tuple(&self) -> (f64, f64, f64) {
-        (self.lr, self.clip, self.label_smoothing)
-    }
-}
-
 /// What a batch's label-smoothed loss sum is divided by: the step's target tokens times the
 /// batches a step sums.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -449,6 +449,34 @@ fn run_env(args: &[String], env: &[(&str, &str)]) -> Output {
     c.output().unwrap()
 }
 
+/// [`crash_args`] on wgpu (lavapipe where there is no GPU) with batches of 128 tokens, and `extra`.
+fn gpu_crash_args(run: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut a = crash_args(run, "12");
+    let d = a.iter().position(|x| x == "cpu").unwrap();
+    a[d] = "wgpu".into();
+    let m = a.iter().position(|x| x == "--max-tokens").unwrap();
+    a[m + 1] = "128".into();
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+/// The same metrics header, and every number of `rows` within `tol` (relative, at least
+/// absolute) of `ref_rows`'s.
+fn assert_metrics_close(rows: &[String], ref_rows: &[String], tol: f64) {
+    let numbers = |rows: &[String]| -> Vec<f64> {
+        rows.iter()
+            .skip(1)
+            .flat_map(|r| r.split(',').map(|f| f.parse::<f64>().unwrap()).collect::<Vec<_>>())
+            .collect()
+    };
+    assert_eq!(rows[0], ref_rows[0]);
+    assert_eq!(numbers(rows).len(), numbers(ref_rows).len(), "{rows:?}\n{ref_rows:?}");
+    assert!(
+        numbers(rows).iter().zip(numbers(ref_rows)).all(|(a, b)| (a - b).abs() <= tol * b.abs().max(1.0)),
+        "{rows:?}\n{ref_rows:?}"
+    );
+}
+
 /// Metrics without the wall-time and speed columns, and the last checkpoint's tensor bytes.
 fn outcome(run: &std::path::Path) -> (Vec<String>, Vec<u8>) {
     let m = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
@@ -545,15 +573,7 @@ fn captured_translation_equals_eager_translation() {
 fn killed_captured_gpu_runs_resume_to_the_uninterrupted_result() {
     let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
     let base = tmp("crash-captured");
-    let gpu = |run: &std::path::Path| {
-        let mut a = crash_args(run, "12");
-        let d = a.iter().position(|x| x == "cpu").unwrap();
-        a[d] = "wgpu".into();
-        let m = a.iter().position(|x| x == "--max-tokens").unwrap();
-        a[m + 1] = "128".into();
-        a.extend(["--capture", "on"].map(String::from));
-        a
-    };
+    let gpu = |run: &std::path::Path| gpu_crash_args(run, &["--capture", "on"]);
     let reference = base.join("reference");
     let o = run_env(&gpu(&reference), &[]);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -565,18 +585,8 @@ fn killed_captured_gpu_runs_resume_to_the_uninterrupted_result() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("resuming from"), "{}", text(&o.stderr));
     let ((rows, w), (ref_rows, ref_w)) = (outcome(&run), outcome(&reference));
-    let numbers = |rows: &[String]| -> Vec<f64> {
-        rows.iter()
-            .skip(1)
-            .flat_map(|r| r.split(',').map(|f| f.parse::<f64>().unwrap()).collect::<Vec<_>>())
-            .collect()
-    };
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1.0);
-    assert_eq!(rows[0], ref_rows[0]);
-    assert!(
-        numbers(&rows).iter().zip(numbers(&ref_rows)).all(|(a, b)| close(*a, b)),
-        "{rows:?}\n{ref_rows:?}"
-    );
+    assert_metrics_close(&rows, &ref_rows, 1e-5);
     assert_eq!(w.len(), ref_w.len());
     let f32s =
         |w: &[u8]| w.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>();
@@ -1218,15 +1228,7 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
     assert!(text(&o.stderr).contains("precision = \"f32\""), "{}", text(&o.stderr));
     let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
     let base = tmp("mixed");
-    let gpu = |run: &std::path::Path| {
-        let mut a = crash_args(run, "12");
-        let d = a.iter().position(|x| x == "cpu").unwrap();
-        a[d] = "wgpu".into();
-        let m = a.iter().position(|x| x == "--max-tokens").unwrap();
-        a[m + 1] = "128".into();
-        a.extend(["--capture", "off", "--precision", "mixed"].map(String::from));
-        a
-    };
+    let gpu = |run: &std::path::Path| gpu_crash_args(run, &["--capture", "off", "--precision", "mixed"]);
     let overflow = ("S2S_FAULT_OVERFLOW_AT_STEP", "3");
     let reference = base.join("reference");
     let o = run_env(&gpu(&reference), &[overflow]);
@@ -1241,18 +1243,7 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
     assert!(text(&o.stderr).contains("resuming from"), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("1 overflow steps skipped"), "{}", text(&o.stderr));
     let ((rows, _), (ref_rows, _)) = (outcome(&run), outcome(&reference));
-    let numbers = |rows: &[String]| -> Vec<f64> {
-        rows.iter()
-            .skip(1)
-            .flat_map(|r| r.split(',').map(|f| f.parse::<f64>().unwrap()).collect::<Vec<_>>())
-            .collect()
-    };
-    let close = |a: f64, b: f64| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
-    assert_eq!(rows[0], ref_rows[0]);
-    assert!(
-        numbers(&rows).iter().zip(numbers(&ref_rows)).all(|(a, b)| close(*a, b)),
-        "{rows:?}\n{ref_rows:?}"
-    );
+    assert_metrics_close(&rows, &ref_rows, 1e-4);
 }
 
 /// SIGINT during `course run`: the training under way finishes its step and checkpoints, the
