@@ -171,7 +171,6 @@ fn root_cause(report: &str) -> String {
 /// `Module::fork`), the gradients brought back to `devices[0]` — the main-device scheme of
 /// burn-train's multi-device strategy (docs/scaling.md). Returns each device's [`Shard`], in
 /// device order, or what a device said when it failed.
-#[allow(clippy::too_many_arguments)]
 fn shard_gradients(
     model: &Model,
     devices: &[Device],
@@ -497,6 +496,13 @@ impl<'j, 'a> Run<'j, 'a> {
         let mut acc = GradientSum::new();
         let mut step_tokens = 0u64;
         let mut step_loss = 0.0;
+        // Mixed precision's loss scale for every batch of the step (infinite when a test
+        // injects an overflow).
+        let mixed =
+            self.st.loss_scaler.as_ref().map(|s| match crate::interrupt::overflow_at(self.st.step + 1) {
+                true => f64::INFINITY,
+                false => s.scale(),
+            });
         for (micro, batches) in indices.chunks(n).enumerate() {
             if let Some(split) = &self.split {
                 let (loss, tokens) = self.split_micro_step(split, &batches[0], micro, &mut acc)?;
@@ -509,11 +515,6 @@ impl<'j, 'a> Run<'j, 'a> {
                 let seed = step_seed(spec.seed, self.st.step, (micro * n + d) as u64);
                 shards.push((self.job.data.train.collate(indices)?, seed));
             }
-            let mixed =
-                self.st.loss_scaler.as_ref().map(|s| match crate::interrupt::overflow_at(self.st.step + 1) {
-                    true => f64::INFINITY,
-                    false => s.scale(),
-                });
             let shards =
                 shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64, mixed)
                     .map_err(|message| TrainError::Device { step: self.st.step + 1, message })?;
