@@ -234,8 +234,9 @@ impl<M: Incremental> BeamSteps for Eager<'_, M> {
     ) -> (usize, Vec<f32>, Vec<u32>, Option<Vec<f32>>) {
         let mut state = self.state.take().expect("a state between steps");
         if let Some(idx) = select {
-            let n = idx.len();
-            state = self.model.select(state, &Tensor::from_data(TensorData::new(idx, [n]), &self.device));
+            let picked: Vec<usize> = idx.iter().map(|&i| i as usize).collect();
+            let indices = Tensor::from_data(TensorData::new(idx, [picked.len()]), &self.device);
+            state = self.model.select(state, &indices, &picked);
         }
         let rows = last.len();
         let (step, next) =
@@ -555,7 +556,7 @@ mod tests {
         fn step(&self, _: Self::State, last: Tensor<1, Int>) -> (Step, Self::State) {
             (Step { logits: self.0.clone().select(0, last.clone()), attention: None }, last)
         }
-        fn select(&self, state: Self::State, indices: &Tensor<1, Int>) -> Self::State {
+        fn select(&self, state: Self::State, indices: &Tensor<1, Int>, _: &[usize]) -> Self::State {
             state.select(0, indices.clone())
         }
     }

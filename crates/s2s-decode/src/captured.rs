@@ -24,7 +24,7 @@
 //! (the studio), sampling, and the CPU, which launches no kernels.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use s2s_kernels::capture::{GraphError, Recorder, StepGraph, write_ids};
+use s2s_kernels::capture::{GraphError, Recorder, StepGraph, write_floats, write_ids};
 use s2s_models::Source;
 
 use crate::beam::{BeamConfig, BeamSteps, device_tops, split_tops};
@@ -172,9 +172,29 @@ fn beam_step<M: Incremental>(
     last: Tensor<1, Int>,
     w: usize,
 ) -> (Tensor<2>, M::State) {
-    let state = model.select_known(state, idx, picked);
+    let state = model.select(state, idx, picked);
     let (step, next) = model.step(state, last);
     (device_tops(step.log_probs(), w), next)
+}
+
+/// Row-major `ids` `[rows, len]` of real lengths `lens` on `device`, as a captured step's
+/// source: its buffers are rewritten in place before each replay ([`write_source`]), so
+/// nothing the host knows of these rows' lengths may shape what is recorded — it claims no
+/// dense prefix ([`Source::dense`] 0), and the recurrent encoders mask every position.
+pub fn graph_source(ids: &[u32], lens: &[usize], len: usize, device: &Device) -> Source {
+    Source { dense: 0, ..Source::new(ids, lens, len, device) }
+}
+
+/// Writes rows `ids` (row-major, `src`'s shape) of real lengths `lens` into the buffers of a
+/// [`graph_source`] in place, with their masks, for the next replay. Nothing is launched.
+pub fn write_source(src: &mut Source, ids: &[u32], lens: &[usize]) {
+    let [rows, len] = src.ids.dims();
+    assert_eq!((lens.len(), ids.len()), (rows, rows * len), "a source of another shape");
+    let (keep, key_mask) = Source::masks(lens, len);
+    write_ids(&src.ids, ids);
+    write_floats(&src.keep, &keep);
+    write_floats(&src.key_mask, &key_mask);
+    src.lens = lens.to_vec();
 }
 
 fn read(t: &Tensor<2>) -> Vec<f32> {
@@ -273,7 +293,7 @@ where
 
     /// The source buffers of `p`, marked as a graph's input.
     fn source(&self, p: &Padded) -> Source {
-        Source::new(&p.ids, &p.lens, p.src_len, &self.device).as_graph_input()
+        graph_source(&p.ids, &p.lens, p.src_len, &self.device)
     }
 
     /// The chain for `key`, its source written with `p` and its encoder replayed (recorded
@@ -283,7 +303,7 @@ where
         if let Some(i) = self.chains.iter().position(|c| c.key == key) {
             let c = &mut self.chains[i];
             c.last_used = self.uses;
-            c.src.write(&p.ids, &p.lens);
+            write_source(&mut c.src, &p.ids, &p.lens);
             // SAFETY: the encoder reads the chain's source buffers and the model's parameters,
             // both alive and unmoved; its output is the state the chain holds.
             unsafe { c.encoder.replay() }?;

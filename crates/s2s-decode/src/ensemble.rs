@@ -72,11 +72,7 @@ impl<M: Incremental> Incremental for Ensemble<'_, M> {
         (Step { logits, attention }, next)
     }
 
-    fn select(&self, state: Self::State, indices: &Tensor<1, Int>) -> Self::State {
-        self.members.iter().zip(state).map(|(m, s)| m.select(s, indices)).collect()
-    }
-
-    fn select_known(&self, state: Self::State, indices: &Tensor<1, Int>, picked: &[usize]) -> Self::State {
-        self.members.iter().zip(state).map(|(m, s)| m.select_known(s, indices, picked)).collect()
+    fn select(&self, state: Self::State, indices: &Tensor<1, Int>, picked: &[usize]) -> Self::State {
+        self.members.iter().zip(state).map(|(m, s)| m.select(s, indices, picked)).collect()
     }
 }

@@ -1,6 +1,6 @@
 //! Greedy decoding, batched: every row takes its most probable next token until it emits
 //! `</s>` or reaches its length limit; finished rows leave the batch (their state rows are
-//! dropped with [`DecodeState::select`]) so they stop costing compute.
+//! dropped with [`reorder::select`](crate::reorder::select)) so they stop costing compute.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use s2s_models::Source;
@@ -59,7 +59,7 @@ pub(crate) fn keep_rows<M: Incremental>(
     }
     let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
     *rows = keep.iter().map(|&r| rows[r]).collect();
-    model.select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), device))
+    model.select(state, &Tensor::<1, Int>::from_data(TensorData::new(idx, [keep.len()]), device), keep)
 }
 
 /// Steps between read-backs on a GPU (see [`greedy`]).

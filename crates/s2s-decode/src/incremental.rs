@@ -12,14 +12,9 @@ pub trait Incremental {
     fn encode(&self, src: &Source) -> Self::State;
     /// One step from the previous tokens `last` `[rows]`.
     fn step(&self, state: Self::State, last: Tensor<1, Int>) -> (Step, Self::State);
-    /// Keeps rows `indices` in that order (repeats allowed).
-    fn select(&self, state: Self::State, indices: &Tensor<1, Int>) -> Self::State;
-    /// [`select`](Self::select) when the host already holds the indices (`picked`, equal to
-    /// `indices`): a captured step reads nothing back.
-    fn select_known(&self, state: Self::State, indices: &Tensor<1, Int>, picked: &[usize]) -> Self::State {
-        let _ = picked;
-        self.select(state, indices)
-    }
+    /// Keeps rows `indices` in that order (repeats allowed); `picked` holds the same rows on
+    /// the host ([`reorder`](crate::reorder)).
+    fn select(&self, state: Self::State, indices: &Tensor<1, Int>, picked: &[usize]) -> Self::State;
 }
 
 impl Incremental for Model {
@@ -33,11 +28,7 @@ impl Incremental for Model {
         self.decode_step(state, last)
     }
 
-    fn select(&self, state: DecodeState, indices: &Tensor<1, Int>) -> DecodeState {
-        state.select(indices)
-    }
-
-    fn select_known(&self, state: DecodeState, indices: &Tensor<1, Int>, picked: &[usize]) -> DecodeState {
-        state.select_known(indices, picked)
+    fn select(&self, state: DecodeState, indices: &Tensor<1, Int>, picked: &[usize]) -> DecodeState {
+        crate::reorder::select(state, indices, picked)
     }
 }

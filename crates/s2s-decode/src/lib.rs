@@ -11,6 +11,7 @@ pub mod ensemble;
 pub mod greedy;
 pub mod incremental;
 pub mod limits;
+pub mod reorder;
 pub mod sample;
 
 pub use beam::{

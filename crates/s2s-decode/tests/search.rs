@@ -137,8 +137,8 @@ impl Incremental for NoEarlyEos<'_> {
         }
         (step, (next, t + 1))
     }
-    fn select(&self, (state, t): Self::State, indices: &Tensor<1, Int>) -> Self::State {
-        (state.select(indices), t)
+    fn select(&self, (state, t): Self::State, indices: &Tensor<1, Int>, picked: &[usize]) -> Self::State {
+        (s2s_decode::reorder::select(state, indices, picked), t)
     }
 }
 
@@ -196,11 +196,10 @@ impl Incremental for Uncached<'_> {
         let logits = f.logits.narrow(1, t - 1, 1).reshape([n, v]);
         (Step { logits, attention: None }, s)
     }
-    fn select(&self, s: Prefixes, indices: &Tensor<1, Int>) -> Prefixes {
-        let idx: Vec<i64> = indices.to_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+    fn select(&self, s: Prefixes, _: &Tensor<1, Int>, picked: &[usize]) -> Prefixes {
         Prefixes {
-            src: idx.iter().map(|&i| s.src[i as usize].clone()).collect(),
-            prefix: idx.iter().map(|&i| s.prefix[i as usize].clone()).collect(),
+            src: picked.iter().map(|&i| s.src[i].clone()).collect(),
+            prefix: picked.iter().map(|&i| s.prefix[i].clone()).collect(),
         }
     }
 }
@@ -216,8 +215,8 @@ impl Incremental for WithSource<'_> {
     fn step(&self, s: Prefixes, last: Tensor<1, Int>) -> (Step, Prefixes) {
         self.0.step(s, last)
     }
-    fn select(&self, s: Prefixes, indices: &Tensor<1, Int>) -> Prefixes {
-        self.0.select(s, indices)
+    fn select(&self, s: Prefixes, indices: &Tensor<1, Int>, picked: &[usize]) -> Prefixes {
+        self.0.select(s, indices, picked)
     }
 }
 

@@ -216,7 +216,7 @@ impl AttentionRnn {
 
     fn encode_state(&self, src: &Source) -> RnnState {
         let x = embed_masked(&self.src_embed, src.ids.clone(), &src.keep); // [B, S, E]
-        let (memory, finals) = self.encoder.forward(x, &src.keep, src.dense(), None); // [B, S, H]
+        let (memory, finals) = self.encoder.forward(x, &src.keep, src.dense, None); // [B, S, H]
         let keys = self.attention.keys(memory.clone());
         let batch = src.batch();
         let feed = (self.style == AttentionStyle::Luong && self.input_feeding)

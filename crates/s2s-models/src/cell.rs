@@ -105,11 +105,6 @@ impl CellState {
             },
         }
     }
-
-    /// Rows `indices` (beam reordering).
-    pub fn select(self, indices: &Tensor<1, burn::tensor::Int>) -> Self {
-        Self { h: self.h.select(0, indices.clone()), c: self.c.map(|c| c.select(0, indices.clone())) }
-    }
 }
 
 /// The padding mask on a state: `new` where `keep` is 1, `old` where it is 0,

@@ -4,8 +4,8 @@
 //!   (and cross-attention weights when the model has them);
 //! - [`Model::encode`](crate::Model::encode): the source → a [`DecodeState`];
 //! - [`Model::decode_step`](crate::Model::decode_step): one incremental step → logits
-//!   `[rows, vocab]` and the next state, whose rows [`DecodeState::select`] reorders (beam
-//!   search) or drops (finished sentences).
+//!   `[rows, vocab]` and the next state, whose rows search reorders (beam search) or drops
+//!   (finished sentences): `s2s_decode::reorder`.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
@@ -28,11 +28,11 @@ pub struct Source {
     pub key_mask: Tensor<2>,
     /// Real length of each row.
     pub lens: Vec<usize>,
-    /// The batch's buffers are a captured step's inputs (`s2s_train::captured`): the rows
-    /// written into them change after recording, so what the host knows of this batch
-    /// (`lens`) must not shape the computation — [`dense`](Self::dense) is 0 and
-    /// [`reversed`](Self::reversed) derives its index from `keep` on the device.
-    pub graph_input: bool,
+    /// Leading positions real in every row (the shortest length), which the recurrent
+    /// encoders run without the padding mix. 0 claims none: a source whose buffers are
+    /// rewritten after a computation was recorded on them (`s2s_decode::captured::graph_source`)
+    /// must not let this batch's lengths shape it.
+    pub dense: usize,
 }
 
 impl Source {
@@ -46,7 +46,7 @@ impl Source {
             keep: Tensor::from_data(TensorData::new(keep, [batch, len]), device),
             key_mask: Tensor::from_data(TensorData::new(key_mask, [batch, len]), device),
             lens: lens.to_vec(),
-            graph_input: false,
+            dense: lens.iter().copied().min().unwrap_or(0).min(len),
         }
     }
 
@@ -56,24 +56,6 @@ impl Source {
             lens.iter().flat_map(|&l| (0..len).map(move |j| if j < l { 1.0 } else { 0.0 })).collect();
         let key_mask = keep.iter().map(|&k| if k == 0.0 { f32::NEG_INFINITY } else { 0.0 }).collect();
         (keep, key_mask)
-    }
-
-    /// Writes rows `ids` (row-major, this batch's shape) of real lengths `lens` into these
-    /// buffers in place, with their masks: a captured step's source, for the next replay.
-    /// Nothing is launched.
-    pub fn write(&mut self, ids: &[u32], lens: &[usize]) {
-        let [rows, len] = self.ids.dims();
-        assert_eq!((lens.len(), ids.len()), (rows, rows * len), "a source of another shape");
-        let (keep, key_mask) = Self::masks(lens, len);
-        s2s_kernels::capture::write_ids(&self.ids, ids);
-        s2s_kernels::capture::write_floats(&self.keep, &keep);
-        s2s_kernels::capture::write_floats(&self.key_mask, &key_mask);
-        self.lens = lens.to_vec();
-    }
-
-    /// This batch as a captured step's input (see [`graph_input`](Self::graph_input)).
-    pub fn as_graph_input(self) -> Self {
-        Self { graph_input: true, ..self }
     }
 
     /// Rows in the batch.
@@ -86,41 +68,25 @@ impl Source {
         self.ids.dims()[1]
     }
 
-    /// Leading positions that are real in every row (the shortest length).
-    pub fn dense(&self) -> usize {
-        if self.graph_input {
-            return 0;
-        }
-        self.lens.iter().copied().min().unwrap_or(0).min(self.len())
-    }
-
     /// True for a batch without positions.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Each row's real tokens reversed in place (padding stays at the end), as in
-    /// Sutskever et al. (2014): `a b c </s> <pad>` → `</s> c b a <pad>`.
+    /// Sutskever et al. (2014): `a b c </s> <pad>` → `</s> c b a <pad>`. The index comes
+    /// from `keep` on the device, so it holds for whatever rows the buffers hold.
     pub fn reversed(&self) -> Self {
         let (batch, len) = (self.batch(), self.len());
         let device = self.ids.device();
-        let idx = if self.graph_input {
-            // Position j of a row of length l reads l − 1 − j where j < l, else j.
-            let j: Tensor<2> = ops::constant("positions", &[1, len], &device, || {
-                Tensor::<1, Int>::arange(0..len as i64, &device).float().reshape([1, len])
-            })
-            .expand([batch, len]);
-            let l = self.keep.clone().sum_dim(1).expand([batch, len]);
-            let back = l.clone().sub_scalar(1.0) - j.clone();
-            j.clone().mask_where(j.lower(l), back).int()
-        } else {
-            let idx: Vec<i64> = self
-                .lens
-                .iter()
-                .flat_map(|&l| (0..len).map(move |j| if j < l { (l - 1 - j) as i64 } else { j as i64 }))
-                .collect();
-            Tensor::<2, Int>::from_data(TensorData::new(idx, [batch, len]), &device)
-        };
+        // Position j of a row of length l reads l − 1 − j where j < l, else j.
+        let j: Tensor<2> = ops::constant("positions", &[1, len], &device, || {
+            Tensor::<1, Int>::arange(0..len as i64, &device).float().reshape([1, len])
+        })
+        .expand([batch, len]);
+        let l = self.keep.clone().sum_dim(1).expand([batch, len]);
+        let back = l.clone().sub_scalar(1.0) - j.clone();
+        let idx = j.clone().mask_where(j.lower(l), back).int();
         Self { ids: self.ids.clone().gather(1, idx), ..self.clone() }
     }
 }
@@ -172,20 +138,6 @@ pub struct RnnState {
     pub feed: Option<Tensor<2>>,
 }
 
-impl RnnState {
-    /// Keeps rows `indices`.
-    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
-        let sel3 = |t: Option<Tensor<3>>| t.map(|t| t.select(0, indices.clone()));
-        Self {
-            layers: self.layers.into_iter().map(|l| l.select(indices)).collect(),
-            memory: sel3(self.memory),
-            keys: sel3(self.keys),
-            key_mask: self.key_mask.select(0, indices.clone()),
-            feed: self.feed.map(|f| f.select(0, indices.clone())),
-        }
-    }
-}
-
 /// Embeds ids and zeroes padding rows (burn's `Embedding` has no padding index): the `<pad>`
 /// vector is never used and never trained.
 pub fn embed_masked(embedding: &burn::nn::Embedding, ids: Tensor<2, Int>, keep: &Tensor<2>) -> Tensor<3> {
@@ -196,20 +148,15 @@ pub fn embed_masked(embedding: &burn::nn::Embedding, ids: Tensor<2, Int>, keep: 
 mod tests {
     use super::*;
 
-    /// A captured step's source reverses its rows from `keep` on the device, as the host does
-    /// from `lens`, and claims no dense prefix (its rows change after recording).
+    /// Each row's real tokens reversed, padding left in place; the dense prefix is the
+    /// shortest row.
     #[test]
-    fn a_graph_input_reverses_on_the_device_as_the_host_does() {
+    fn reverses_each_rows_real_tokens() {
         let d = Device::flex();
         let ids: Vec<u32> = (1..=15).collect();
         let src = Source::new(&ids, &[5, 2, 0], 5, &d);
-        let on_host = src.reversed().ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
-        assert_eq!(on_host, [5, 4, 3, 2, 1, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15]);
-        let graph = src.clone().as_graph_input();
-        assert_eq!((src.dense(), graph.dense()), (0, 0));
-        let on_device = graph.reversed().ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
-        assert_eq!(on_device, on_host);
-        let full = Source::new(&ids, &[5, 5, 4], 5, &d);
-        assert_eq!((full.dense(), full.as_graph_input().dense()), (4, 0));
+        let reversed = src.reversed().ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        assert_eq!(reversed, [5, 4, 3, 2, 1, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15]);
+        assert_eq!((src.dense, Source::new(&ids, &[5, 5, 4], 5, &d).dense), (0, 4));
     }
 }

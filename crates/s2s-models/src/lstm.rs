@@ -133,7 +133,7 @@ impl LstmSeq2Seq {
     pub(crate) fn run_encoder(&self, src: &Source) -> (Tensor<3>, Vec<CellState>) {
         let src = if self.reverse_source { src.reversed() } else { src.clone() };
         let x = embed_masked(&self.src_embed, src.ids.clone(), &src.keep); // [B, S, E]
-        let (out, finals) = self.encoder.forward(x, &src.keep, src.dense(), None);
+        let (out, finals) = self.encoder.forward(x, &src.keep, src.dense, None);
         (out, bridge(finals, self.encoder.directions()))
     }
 

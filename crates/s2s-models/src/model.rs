@@ -137,23 +137,6 @@ pub enum DecodeState {
 }
 
 impl DecodeState {
-    /// Keeps rows `indices` (in that order): beam reordering and dropping finished rows.
-    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
-        match self {
-            DecodeState::Rnn(s) => DecodeState::Rnn(s.select(indices)),
-            DecodeState::Transformer(s) => DecodeState::Transformer(s.select(indices)),
-        }
-    }
-
-    /// [`select`](Self::select) when the host already holds the indices (`picked`, equal to
-    /// `indices`): nothing is read back (a captured decoding step).
-    pub fn select_known(self, indices: &Tensor<1, Int>, picked: &[usize]) -> Self {
-        match self {
-            DecodeState::Rnn(s) => DecodeState::Rnn(s.select(indices)),
-            DecodeState::Transformer(s) => DecodeState::Transformer(s.select_known(indices, picked)),
-        }
-    }
-
     /// Rows in the state.
     pub fn rows(&self) -> usize {
         match self {

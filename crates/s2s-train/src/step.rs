@@ -57,11 +57,11 @@ impl DeviceBatch {
         }
     }
 
-    /// `b` on `device`, as a captured step's inputs (its source marked so: see
-    /// [`Source::as_graph_input`]).
+    /// `b` on `device`, as a captured step's inputs (its source claims no dense prefix:
+    /// [`s2s_decode::captured::graph_source`]).
     pub fn graph_input(b: &Batch, device: &Device) -> Self {
-        let d = Self::new(b, device);
-        Self { src: d.src.as_graph_input(), ..d }
+        let src = s2s_decode::captured::graph_source(&b.src, &b.src_lens, b.src_len, device);
+        Self { src, ..Self::new(b, device) }
     }
 
     /// Writes `b` (of this shape) into these buffers, for the next replay.
@@ -74,7 +74,7 @@ impl DeviceBatch {
             "a batch of another shape"
         );
         let (tgt_keep, _) = Source::masks(&b.tgt_lens, b.tgt_len);
-        self.src.write(&b.src, &b.src_lens);
+        s2s_decode::captured::write_source(&mut self.src, &b.src, &b.src_lens);
         write_ids(&self.tgt_in, &b.tgt_in);
         write_ids(&self.tgt_out, &b.tgt_out);
         write_floats(&self.keep, &tgt_keep);

@@ -8,7 +8,8 @@
 //!
 //! Incremental decoding keeps, per decoder layer, the cross-attention keys/values of the
 //! memory (computed once in `encode`) and the self-attention keys/values of every position so
-//! far, extended by one position per step; [`TransformerState::select`] reorders all of them.
+//! far, extended by one position per step; search reorders all of them
+//! (`s2s_decode::reorder`).
 
 pub mod layer;
 pub mod mha;
@@ -155,43 +156,6 @@ pub struct TransformerState {
 }
 
 impl TransformerState {
-    /// Keeps rows `indices` of every tensor. The memory and its mask are not copied when they
-    /// are kept by sentence, nor when the rows' sentences do not change (a beam-search step
-    /// reordering hypotheses within each sentence): copying `[rows, src, 2·d_model]` per
-    /// layer cost ~47 MB a step on the bench shape at beam 5.
-    pub fn select(self, indices: &Tensor<1, Int>) -> Self {
-        let picked: Vec<usize> = indices
-            .to_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
-        self.select_known(indices, &picked)
-    }
-
-    /// [`select`](Self::select) when the host already holds the indices (`picked`, equal to
-    /// `indices`): nothing is read back, so a captured decoding step can reorder its rows.
-    pub fn select_known(self, indices: &Tensor<1, Int>, picked: &[usize]) -> Self {
-        let (rows, copy) = self.rows.select(picked);
-        let (memory, memory_mask) = if copy {
-            (
-                self.memory.into_iter().map(|kv| kv.select(indices)).collect(),
-                self.memory_mask.select(0, indices.clone()),
-            )
-        } else {
-            (self.memory, self.memory_mask)
-        };
-        Self {
-            memory,
-            cache: self.cache.into_iter().map(|c| c.map(|kv| kv.select(indices, picked))).collect(),
-            memory_mask,
-            position: self.position,
-            rows,
-        }
-    }
-
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows.len()

@@ -1,8 +1,10 @@
-//! The interface's promises, checked for every model kind: incremental decoding equals the
-//! teacher-forced forward, padding changes nothing, attention is a distribution that ignores
-//! padding, and row selection reorders states.
+//! The model interface's promises that search relies on, checked for every model kind:
+//! incremental decoding equals the teacher-forced forward, padding changes nothing, attention
+//! is a distribution that ignores padding, and reordering a state's rows
+//! ([`s2s_decode::reorder`]) reorders what the next steps compute.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use s2s_decode::reorder;
 use s2s_models::attention::LuongScore;
 use s2s_models::cell::CellKind;
 use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, TransformerSpec};
@@ -143,7 +145,7 @@ fn selecting_rows_reorders_the_state() {
         let last = Tensor::<1, Int>::from_data(TensorData::new(vec![2i64, 2], [2]), &d);
         let (a, _) = m.decode_step(state.clone(), last);
         let last3 = Tensor::<1, Int>::from_data(TensorData::new(vec![2i64, 2, 2], [3]), &d);
-        let (b, _) = m.decode_step(state.select(&swap), last3);
+        let (b, _) = m.decode_step(reorder::select(state, &swap, &[1, 0, 1]), last3);
         let a = a.log_probs();
         let want =
             Tensor::cat(vec![a.clone().narrow(0, 1, 1), a.clone().narrow(0, 0, 1), a.narrow(0, 1, 1)], 0);
@@ -180,7 +182,7 @@ fn decoding_after_a_reorder_equals_teacher_forcing_of_the_reordered_rows() {
         let mut state = m.encode(&src);
         for t in 0..4 {
             if t == 2 {
-                state = state.select(&swap);
+                state = reorder::select(state, &swap, &[1, 0]);
             }
             let rows = if t < 2 { tgt.clone() } else { tgt_swapped.clone() };
             let (step, next) = m.decode_step(state, rows.narrow(1, t, 1).squeeze_dim::<1>(1));
