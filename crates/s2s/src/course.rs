@@ -41,7 +41,7 @@ pub fn run(c: CourseCommand) -> Result<()> {
         CourseCommand::Run(a) => {
             let budget = if a.quick { Budget::Quick } else { Budget::Full };
             // The complexity claim's peak memory, from the global allocator's count.
-            #[cfg(not(feature = "jemalloc"))]
+            #[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
             s2s_course::probes::count_allocations_with(s2s_course::probes::AllocationCounter {
                 count_from_now: || crate::GLOBAL.count_from_now(),
                 peak_bytes: || crate::GLOBAL.peak_bytes(),

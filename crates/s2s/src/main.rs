@@ -1,7 +1,7 @@
 //! `s2s`: Seq2Seq Lab's command line. Parses arguments and calls the library crates; one
 //! file per subcommand.
 
-#[cfg_attr(feature = "jemalloc", allow(dead_code))]
+#[cfg_attr(any(feature = "jemalloc", feature = "mimalloc"), allow(dead_code))]
 mod allocator;
 mod args;
 mod average;
@@ -60,15 +60,20 @@ enum Command {
     Translate(translate::TranslateArgs),
 }
 
-/// Freed large blocks are kept for the next training step (see [`allocator`]).
-#[cfg(not(feature = "jemalloc"))]
+/// The system allocator, large requests on a cache line and the bytes held counted (see [`allocator`]).
+#[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
 #[global_allocator]
-static GLOBAL: allocator::LargeBlocks = allocator::LargeBlocks::new();
+static GLOBAL: allocator::Counting = allocator::Counting::new();
 
 /// jemalloc instead, to compare (the `jemalloc` feature; see [`allocator`]).
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// mimalloc instead, to compare (the `mimalloc` feature; see [`allocator`]).
+#[cfg(all(feature = "mimalloc", not(feature = "jemalloc")))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     // burn builds some tensors on its default device, which is wgpu when wgpu is compiled in:
@@ -81,8 +86,8 @@ fn main() -> ExitCode {
         // environment.
         unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
-    #[cfg(not(feature = "jemalloc"))]
-    allocator::tune(&GLOBAL);
+    #[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
+    allocator::tune();
     let cli = Cli::parse();
     if let Some(k) = cli.kernels {
         s2s_kernels::mode::set(k);
