@@ -30,6 +30,7 @@ pub use crate::cpu::crew::Crew;
 
 pub(crate) mod attention;
 pub(crate) mod cpu;
+pub(crate) mod device;
 pub(crate) mod dropout;
 pub(crate) mod gemm;
 pub(crate) mod gpu;
@@ -39,6 +40,7 @@ pub(crate) mod lstm;
 pub(crate) mod optimizer;
 pub(crate) mod own_backward;
 pub(crate) mod softmax;
+pub(crate) mod steps;
 pub(crate) mod tanh;
 
 /// What a captured step needs beyond its operations: recording and replaying it

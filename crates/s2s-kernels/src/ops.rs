@@ -19,9 +19,9 @@
 
 use burn::module::Module;
 use burn::nn::{Dropout, LayerNorm, Linear};
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor};
 
-use crate::cpu::flex_data::is_flex;
 use crate::mode;
 use crate::reference;
 
@@ -29,48 +29,15 @@ pub use crate::attention::multi_head::{
     Heads, KeyValue, fast_attention, fast_cached_attention, project_kv, project_qkv,
 };
 pub use crate::attention::step_cache::{SourceRows, StepCache};
-
-/// Which implementation of an operation runs on a device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// `--kernels reference` ([`mode`]): the plain-tensor equations, on any device.
-    Reference,
-    /// flex, the CPU backend: the fused CPU kernels.
-    Cpu,
-    /// A cubecl device (wgpu): the GPU kernels.
-    Gpu,
-    /// A cubecl device under burn's fusion (the `gpu-tuned` feature): its fused-stream tensors
-    /// take none of our GPU kernels, so the references run there, fused by burn.
-    Fused,
-}
-
-/// The [`Route`] of `device` under the current [`mode`].
-pub fn route(device: &Device) -> Route {
-    if mode::reference() {
-        Route::Reference
-    } else if is_flex(device) {
-        Route::Cpu
-    } else if cfg!(feature = "gpu-tuned") {
-        Route::Fused
-    } else {
-        Route::Gpu
-    }
-}
-
-/// True when `device` is the CPU backend (flex): where a search loop is cheapest a step at a
-/// time; on a GPU it batches steps to save round trips.
-pub fn is_cpu(device: &Device) -> bool {
-    is_flex(device)
-}
+pub use crate::device::{Route, constant, is_cpu, route, sum_all};
+use crate::device::{draw_dropout_seed, module_route};
 
 /// `x W` over the last dimension, as one 2-D product over all leading positions; a few rows
 /// (decoder steps) through the CPU's small-product kernel, the weight kept packed.
 pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
     match route(&x.device()) {
         Route::Reference => reference::matmul_rows(x, w),
-        Route::Cpu | Route::Gpu | Route::Fused => {
-            reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul(x, w))
-        }
+        Route::Cpu | Route::Gpu | Route::Fused => reference::as_rows(x, w.dims()[1], |x| product(x, w, true)),
     }
 }
 
@@ -79,9 +46,21 @@ pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
 pub fn matmul_rows_fresh<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
     match route(&x.device()) {
         Route::Reference => reference::matmul_rows(x, w),
-        Route::Cpu | Route::Gpu | Route::Fused => {
-            reference::as_rows(x, w.dims()[1], |x| crate::gemm::small::matmul_fresh(x, w))
-        }
+        Route::Cpu | Route::Gpu | Route::Fused => reference::as_rows(x, w.dims()[1], |x| product(x, w, false)),
+    }
+}
+
+/// `x W` of 2-D tensors off the references (`reuse`: `W` is a weight, kept packed while
+/// decoding on the CPU): the CPU's small-product kernels ([`crate::gemm::small`]); on a GPU
+/// f16 operands under mixed precision ([`mode::half_products`]), else burn's product, as a node
+/// of its own while training so that a deferred weight's gradient waits for all steps.
+fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
+    match route(&x.device()) {
+        Route::Cpu => crate::gemm::small::matmul(x, w, reuse),
+        _ if mode::half_products() => crate::gemm::small::half_product(x, w),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if x.is_autodiff() => crate::gemm::small::matmul(x, w, false),
+        _ => x.matmul(w),
     }
 }
 
@@ -92,11 +71,13 @@ pub fn affine_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>, b: Tensor<1>) -> 
     let d_out = w.dims()[1];
     match route(&x.device()) {
         Route::Reference => reference::affine_rows(x, w, b),
-        _ if x.is_autodiff() => reference::as_rows(x, d_out, |x| {
-            crate::gemm::small::add_bias(crate::gemm::small::matmul(x, w), b)
-        }),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if x.is_autodiff() => {
+            reference::as_rows(x, d_out, |x| crate::gemm::small::gpu_add_bias(product(x, w, true), b))
+        }
+        _ if x.is_autodiff() => reference::as_rows(x, d_out, |x| product(x, w, true) + b.unsqueeze::<2>()),
         Route::Cpu | Route::Gpu | Route::Fused => {
-            reference::as_rows(x, d_out, |x| crate::gemm::small::add_matmul(b.unsqueeze::<2>(), x, w))
+            reference::as_rows(x, d_out, |x| add_matmul(b.unsqueeze::<2>(), x, w))
         }
     }
 }
@@ -135,11 +116,12 @@ pub fn linears<const N: usize>(x: Tensor<3>, layers: [&Linear; N]) -> ([Tensor<3
 }
 
 /// `base + x W` (`base` `[rows, d_out]` or `[1, d_out]`): while decoding on the CPU the
-/// addition happens inside the product.
+/// addition happens inside the product (the bits of the composed sum).
 pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     match route(&x.device()) {
         Route::Reference => reference::add_matmul(base, x, w),
-        Route::Cpu | Route::Gpu | Route::Fused => crate::gemm::small::add_matmul(base, x, w),
+        Route::Cpu if !x.is_autodiff() => crate::gemm::small::cpu_add_matmul(base, x, w),
+        Route::Cpu | Route::Gpu | Route::Fused => base + product(x, w, true),
     }
 }
 
@@ -207,7 +189,7 @@ pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// on a GPU (without autodiff).
 pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
     match route(&logits.device()) {
-        Route::Cpu | Route::Gpu if !logits.is_autodiff() => crate::softmax::cpu::best_log_prob_pairs(logits),
+        Route::Cpu | Route::Gpu if !logits.is_autodiff() => crate::softmax::best_log_prob_pairs(logits),
         _ => reference::best_log_prob_pairs(logits),
     }
 }
@@ -231,9 +213,9 @@ pub fn fast_lstm_step(
     c: Tensor<2>,
 ) -> Option<(Tensor<2>, Tensor<2>)> {
     match route(&xw.device()) {
-        Route::Cpu => Some(crate::lstm::cpu::lstm_gates(crate::gemm::small::add_matmul(xw, h, w_hidden), c)),
+        Route::Cpu => Some(crate::lstm::cpu::lstm_gates(add_matmul(xw, h, w_hidden), c)),
         #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu => Some(crate::lstm::gpu::lstm_gates(xw, crate::gemm::small::matmul(h, w_hidden), c)),
+        Route::Gpu => Some(crate::lstm::gpu::lstm_gates(xw, product(h, w_hidden, true), c)),
         _ => None,
     }
 }
@@ -275,7 +257,7 @@ pub fn fast_dot_scores(q: &Tensor<2>, keys: &Tensor<3>) -> Option<Tensor<2>> {
     match route(&q.device()) {
         #[cfg(not(feature = "gpu-tuned"))]
         Route::Gpu => Some(crate::attention::rnn_gpu::dot_scores(q.clone(), keys)),
-        Route::Cpu if crate::attention::step::runs(q) => crate::attention::step::dot_scores(q.clone(), keys),
+        Route::Cpu if !q.is_autodiff() => Some(crate::attention::step::dot_scores(q.clone(), keys)),
         _ => None,
     }
 }
@@ -288,9 +270,7 @@ pub fn fast_additive_scores(q: &Tensor<2>, keys: &Tensor<3>, v: &Tensor<2>) -> O
     match route(&q.device()) {
         #[cfg(not(feature = "gpu-tuned"))]
         Route::Gpu => Some(crate::attention::rnn_gpu::additive_scores(q.clone(), keys, v.clone())),
-        Route::Cpu if crate::attention::step::runs(q) => {
-            crate::attention::step::additive_scores(q.clone(), keys, v.clone())
-        }
+        Route::Cpu if !q.is_autodiff() => Some(crate::attention::step::additive_scores(q.clone(), keys, v.clone())),
         _ => None,
     }
 }
@@ -309,10 +289,9 @@ pub fn fast_attend(
     match route(&scores.device()) {
         #[cfg(not(feature = "gpu-tuned"))]
         Route::Gpu => Some(crate::attention::rnn_gpu::attend(scores.clone(), key_mask, values)),
-        Route::Cpu if crate::attention::step::runs(scores) => {
+        Route::Cpu if !scores.is_autodiff() => {
             let weights = softmax(scores.clone() + key_mask.clone());
-            let context = crate::attention::step::weighted_sum(weights.clone(), values)?;
-            Some((context, weights))
+            Some((crate::attention::step::weighted_sum(weights.clone(), values), weights))
         }
         _ => None,
     }
@@ -330,27 +309,51 @@ pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
 }
 
 /// Dropout with `d`'s probability: a counter-based mask, one multiplication, on the CPU; one
-/// kernel each way on a GPU.
+/// kernel each way on a GPU; burn's under its fusion. Nothing drawn where nothing drops
+/// ([`crate::dropout::drops`]).
 pub fn dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    match route(&x.device()) {
+    let device = x.device();
+    match route(&device) {
         Route::Reference => reference::dropout(d, x),
-        Route::Cpu | Route::Gpu | Route::Fused => crate::dropout::forward(d, x),
+        Route::Cpu if crate::dropout::drops(d, &device) => {
+            crate::dropout::cpu_dropout(x, draw_dropout_seed(&device), crate::dropout::keep(d))
+        }
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if crate::dropout::drops(d, &device) => {
+            crate::dropout::gpu::dropout(x, draw_dropout_seed(&device), crate::dropout::keep(d))
+        }
+        _ => d.forward(x),
     }
 }
 
-/// `dropout(relu(x))`: one kernel each way on a GPU.
+/// `dropout(relu(x))`: one kernel each way on a GPU (a plain ReLU kernel where nothing drops).
 pub fn relu_dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    match route(&x.device()) {
+    let device = x.device();
+    match route(&device) {
         Route::Reference => reference::relu_dropout(d, x),
-        Route::Cpu | Route::Gpu | Route::Fused => crate::dropout::relu_then(d, x),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => {
+            let (seed, keep) = if crate::dropout::drops(d, &device) {
+                (draw_dropout_seed(&device), crate::dropout::keep(d))
+            } else {
+                (0, 1.0)
+            };
+            crate::dropout::gpu::relu_dropout(x, seed, keep)
+        }
+        _ => dropout(d, burn::tensor::activation::relu(x)),
     }
 }
 
 /// `x + dropout(y)` (a residual connection): one kernel each way on a GPU.
 pub fn add_dropout<const D: usize>(d: &Dropout, x: Tensor<D>, y: Tensor<D>) -> Tensor<D> {
-    match route(&x.device()) {
+    let device = x.device();
+    match route(&device) {
         Route::Reference => reference::add_dropout(d, x, y),
-        Route::Cpu | Route::Gpu | Route::Fused => crate::dropout::add_then(d, x, y),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if crate::dropout::drops(d, &device) => {
+            crate::dropout::gpu::add_dropout(x, y, draw_dropout_seed(&device), crate::dropout::keep(d))
+        }
+        _ => x + dropout(d, y),
     }
 }
 
@@ -374,7 +377,7 @@ fn attention_kernels(device: &Device, mask: &Tensor<4>, batch: usize, tq: usize,
 /// The fused kernels' dropout on the attention weights: the mask's seed and the share kept.
 fn attention_dropout(d: &Dropout, device: &Device) -> (u64, f32) {
     if crate::dropout::drops(d, device) {
-        (crate::dropout::draw_seed(device), 1.0 - d.prob as f32)
+        (draw_dropout_seed(device), crate::dropout::keep(d))
     } else {
         (0, 1.0)
     }
@@ -421,7 +424,7 @@ pub fn heads_step<const D: usize>(
     if !heads_step_runs(&q.device()) {
         return None;
     }
-    crate::attention::step::heads_step(q, keys, values, mask, source, heads, scale)
+    Some(crate::attention::step::heads_step(q, keys, values, mask, source, heads, scale))
 }
 
 /// True when [`heads_step`] runs its kernel on `device` (flex without autodiff, fast kernels).
@@ -455,17 +458,21 @@ pub fn fused_cross_attention(
 /// step.
 pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
     match route(&x.device()) {
-        Route::Reference => reference::time_steps(x),
-        Route::Cpu | Route::Gpu | Route::Fused => crate::gpu::steps::time_steps(x),
+        Route::Cpu if x.is_autodiff() => crate::steps::time_major(x),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::steps::time_major(x),
+        _ => reference::time_steps(x),
     }
 }
 
 /// `[batch, time, d]` from `time` steps `[batch, d]` (at least one); on a GPU eight steps a
 /// launch.
 pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
+    assert!(!parts.is_empty(), "stack_steps: no steps");
     match route(&parts[0].device()) {
-        Route::Reference => reference::stack_steps(parts),
-        Route::Cpu | Route::Gpu | Route::Fused => crate::gpu::steps::stack_steps(parts),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::steps::gpu::stack_groups(parts),
+        _ => reference::stack_steps(parts),
     }
 }
 
@@ -487,34 +494,22 @@ pub fn unroll(inputs: Tensor<3>, mut step: impl FnMut(Tensor<2>) -> Vec<Tensor<2
 }
 
 /// `w` with the gradients of its uses at every decoder step summed once, after all steps (one
-/// product where autodiff would add a product a step); `w` itself under the references.
+/// product where autodiff would add a product a step); `w` itself under the references and
+/// burn's fusion.
 pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {
     match route(&w.device()) {
-        Route::Reference => w,
-        Route::Cpu | Route::Gpu | Route::Fused => crate::gemm::deferred_grad::defer_grad(w),
+        Route::Reference | Route::Fused => w,
+        Route::Cpu | Route::Gpu => crate::gemm::deferred_grad::defer_grad(w),
     }
 }
 
 /// A copy of `module` whose parameters go through [`defer_grad`]: what a decoder loop runs at
 /// every step of a teacher-forced pass. Gradients reach the original parameters.
 pub fn for_steps<M: Module>(module: &M) -> M {
-    if mode::reference() {
-        return reference::for_steps(module);
+    match module_route(module) {
+        Route::Reference | Route::Fused => reference::for_steps(module),
+        Route::Cpu | Route::Gpu => crate::gemm::deferred_grad::for_steps(module),
     }
-    crate::gemm::deferred_grad::for_steps(module)
-}
-
-/// The sum of every element, `[1]`. On the CPU, burn's `sum`. On a GPU, a reduction along one
-/// axis (`sum_dim`), whose order is fixed: burn's `sum` of a whole tensor adds the partial sums
-/// of its workgroups with atomic additions, in whatever order they finish, so the same step
-/// could end a few ulps apart from one run to the next (and a replayed training step from the
-/// eager one).
-pub fn sum_all<const D: usize>(x: Tensor<D>) -> Tensor<1> {
-    if is_flex(&x.device()) {
-        return x.sum();
-    }
-    let n = x.shape().num_elements();
-    x.reshape([n]).sum_dim(0)
 }
 
 /// Label-smoothed cross-entropy summed over real target tokens ([`reference::label_smoothed_xent`]):
@@ -539,48 +534,59 @@ pub fn label_smoothed_xent(
 }
 
 pub use crate::optimizer::adam::{FusedAdam, step as adam_step};
-pub use crate::optimizer::clip::{clip_global_norm, global_norm, scale_grads};
+pub use crate::optimizer::clip::Norm;
 pub use crate::optimizer::in_place::GradientSum;
-/// Beam search's pick: each row's `n` best log-probabilities straight from the logits (CPU), and
-/// the `n` best entries of a row on the host.
-pub use crate::softmax::top_k::{top, top_log_probs};
 
-thread_local! {
-    /// [`constant`]'s tensors, by key, shape and device.
-    static CONSTANTS: std::cell::RefCell<std::collections::HashMap<String, Box<dyn std::any::Any>>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
+/// The global L2 norm of `grads` over `module`'s parameters: one pass over every gradient on
+/// every thread on the CPU, two launches on a GPU.
+pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
+    let norm = match module_route(module) {
+        Route::Cpu => crate::optimizer::in_place::global_norm(module, grads),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu => crate::optimizer::clip::gpu::global_norm(module, grads),
+        _ => None,
+    };
+    norm.unwrap_or_else(|| crate::optimizer::reference::global_norm(module, grads))
 }
 
-/// The most tensors [`constant`] keeps a thread (past it the cache starts afresh).
-const MAX_CONSTANTS: usize = 4096;
+/// Scales every gradient by `factor`: in place on the CPU, 64 a launch on a GPU.
+pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
+    match module_route(module) {
+        Route::Cpu => crate::optimizer::in_place::scale(module, grads, factor),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if crate::optimizer::clip::gpu::scale(module, grads, factor as f32) => {}
+        _ => crate::optimizer::reference::scale_grads(module, grads, factor),
+    }
+}
 
-/// A tensor that depends only on `key` and `dims` (positions, a causal mask), built by `build`
-/// once per thread and GPU device and shared after; on the CPU (flex) built every time, as
-/// cheap as a copy there. On a GPU building it is a host → device write, which a captured
-/// step (replayed from a graph, [`crate::gpu::graph`]) may not do, and which costs a transfer a
-/// step otherwise.
-pub fn constant<const D: usize>(
-    key: &str,
-    dims: &[usize],
-    device: &Device,
-    build: impl FnOnce() -> Tensor<D>,
-) -> Tensor<D> {
-    if is_flex(device) {
-        return build();
-    }
-    let k = format!("{key}{dims:?}@{device:?}");
-    if let Some(t) =
-        CONSTANTS.with(|c| c.borrow().get(&k).and_then(|t| t.downcast_ref::<Tensor<D>>().cloned()))
+/// Clips to `max_norm` (≤ 0: no clipping) by the global norm (Pascanu et al., 2013: every
+/// gradient times `max_norm / ‖g‖₂` when `‖g‖₂ > max_norm`); returns the norm before clipping.
+/// On a GPU the norm, the factor `min(1, max_norm / ‖g‖)` and the scaling stay on the device:
+/// nothing is read back, so the step can be captured ([`crate::gpu::graph`]) and the factor is
+/// computed in f32.
+pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> Norm {
+    #[cfg(not(feature = "gpu-tuned"))]
+    if module_route(module) == Route::Gpu
+        && let Some(norm) = crate::optimizer::clip::gpu::clip(module, grads, max_norm as f32)
     {
-        return t;
+        return Norm::Device(norm);
     }
-    let t = build();
-    CONSTANTS.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= MAX_CONSTANTS {
-            c.clear();
-        }
-        c.insert(k, Box::new(t.clone()));
-    });
-    t
+    let norm = global_norm(module, grads);
+    if max_norm > 0.0 && norm > max_norm {
+        scale_grads(module, grads, max_norm / norm);
+    }
+    Norm::Host(norm)
+}
+
+/// The `n` best entries of a row on the host (beam search's pick).
+pub use crate::softmax::top_k::top;
+
+/// Beam search's pick straight from the logits `[rows, vocab]`: each row's `n` best
+/// log-probabilities and their ids (row `r`'s `j`-th best at `r·min(n, vocab) + j`), one pass
+/// per row on the CPU without autodiff; `None` elsewhere: the caller normalises and picks.
+pub fn top_log_probs(logits: Tensor<2>, n: usize) -> Option<(Vec<f32>, Vec<u32>)> {
+    match route(&logits.device()) {
+        Route::Cpu if !logits.is_autodiff() => crate::softmax::top_k::top_log_probs(logits, n),
+        _ => None,
+    }
 }

@@ -20,4 +20,5 @@ pub use crate::gpu::reference::*;
 pub use crate::layer_norm::reference::*;
 pub use crate::loss::reference::*;
 pub use crate::softmax::reference::*;
+pub use crate::steps::reference::*;
 pub use crate::tanh::reference::*;

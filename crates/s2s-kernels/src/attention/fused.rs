@@ -20,7 +20,7 @@
 //! in place, writes its output straight into the merged `[batch, t, d_model]` layout, and its
 //! backward writes `∂[Q | K | V]` as one tensor; one task per sentence and head. Only `P` (the
 //! weights, which callers also get) is kept for the backward; the dropout mask is drawn
-//! again from its seed — element for element the mask [`crate::dropout::forward`] would
+//! again from its seed — element for element the mask [`crate::ops::dropout`] would
 //! draw from the same seed, so the two paths agree exactly (tested).
 //!
 //! A burn `#[backend_extension]` for flex, and for cubecl runtimes through

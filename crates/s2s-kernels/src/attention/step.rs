@@ -38,7 +38,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
 use crate::cpu::fastmath::{LANES, block, block_mut, exp, tanh, wide};
-use crate::cpu::flex_data::{contiguous, f32s, is_flex};
+use crate::cpu::flex_data::{contiguous, f32s};
 
 /// The decoding kernels as a burn backend extension (flex only).
 #[backend_extension(Flex)]
@@ -535,43 +535,28 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + (whole..x.len()).map(|j| x[j] * y[j]).sum::<f32>()
 }
 
-/// True where the kernels run: flex, without autodiff (elsewhere the callers compute the
-/// equations; [`crate::ops`] sends GPU tensors to [`crate::attention::rnn_gpu`]).
-pub(crate) fn runs(t: &Tensor<2>) -> bool {
-    is_flex(&t.device()) && !t.is_autodiff()
-}
-
 /// `e[b, j] = keys[b, j, :] · q[b, :]` (Luong's dot and general scores, the latter with
-/// `W_a` already applied to the keys); `None` where the kernel does not run ([`runs`]).
-pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Option<Tensor<2>> {
-    if !runs(&q) {
-        return None;
-    }
-    Some(Tensor::from_dispatch(<Dispatch as AttentionStep>::dot_scores(
-        q.into_dispatch(),
-        keys.clone().into_dispatch(),
-    )))
+/// `W_a` already applied to the keys). Flex without autodiff, as all of this file's kernels
+/// ([`crate::ops`] chooses).
+pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as AttentionStep>::dot_scores(q.into_dispatch(), keys.clone().into_dispatch()))
 }
 
 /// `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's score network, `q` the projected
-/// query with its bias, `v` `[d, 1]`); `None` where the kernel does not run ([`runs`]).
-pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Option<Tensor<2>> {
-    if !runs(&q) {
-        return None;
-    }
-    Some(Tensor::from_dispatch(<Dispatch as AttentionStep>::additive_scores(
+/// query with its bias, `v` `[d, 1]`).
+pub fn additive_scores(q: Tensor<2>, keys: &Tensor<3>, v: Tensor<2>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as AttentionStep>::additive_scores(
         q.into_dispatch(),
         keys.clone().into_dispatch(),
         v.into_dispatch(),
-    )))
+    ))
 }
 
 /// Multi-head attention of one query position per row, for decoding ([`heads_step_flex`]'s
 /// equation): `q` `[rows, heads·d_k]`, `keys` and `values` `[held, heads, len, d_k]` or
 /// `[held, len, heads·d_k]`, additive `mask` `[held or 1, len]`, row `r` reading row
 /// `source[r]` of them (`None`: row `r`) → (output `[rows, heads·d_k]`, weights
-/// `[rows, heads, len]`). The kernel on flex without autodiff, `None` elsewhere (the
-/// caller composes the operations).
+/// `[rows, heads, len]`).
 pub fn heads_step<const D: usize>(
     q: Tensor<2>,
     keys: Tensor<D>,
@@ -580,10 +565,7 @@ pub fn heads_step<const D: usize>(
     source: Option<Tensor<1>>,
     heads: usize,
     scale: f32,
-) -> Option<(Tensor<2>, Tensor<3>)> {
-    if !runs(&q) {
-        return None;
-    }
+) -> (Tensor<2>, Tensor<3>) {
     let source = source.unwrap_or_else(|| Tensor::zeros([0], &q.device()));
     let (out, weights) = <Dispatch as AttentionStep>::heads_step(
         q.into_dispatch(),
@@ -594,19 +576,15 @@ pub fn heads_step<const D: usize>(
         heads,
         scale,
     );
-    Some((Tensor::from_dispatch(out), Tensor::from_dispatch(weights)))
+    (Tensor::from_dispatch(out), Tensor::from_dispatch(weights))
 }
 
-/// `c[b, :] = Σⱼ weights[b, j] values[b, j, :]`; `None` where the kernel does not run
-/// ([`runs`]).
-pub fn weighted_sum(weights: Tensor<2>, values: &Tensor<3>) -> Option<Tensor<2>> {
-    if !runs(&weights) {
-        return None;
-    }
-    Some(Tensor::from_dispatch(<Dispatch as AttentionStep>::weighted_sum(
+/// `c[b, :] = Σⱼ weights[b, j] values[b, j, :]`.
+pub fn weighted_sum(weights: Tensor<2>, values: &Tensor<3>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as AttentionStep>::weighted_sum(
         weights.into_dispatch(),
         values.clone().into_dispatch(),
-    )))
+    ))
 }
 
 #[cfg(test)]
@@ -645,18 +623,17 @@ mod tests {
                 (weighted_sum(w.clone(), &keys), sum),
             ];
             for (i, (fast, composed)) in pairs.into_iter().enumerate() {
-                let fast = fast.expect("flex runs the kernel");
                 assert_eq!(fast.dims(), composed.dims(), "kernel {i}, {b}x{s}x{k}");
                 assert!(max_diff(fast, composed) < 1e-5, "kernel {i}, {b}x{s}x{k}");
             }
         }
-        // Under autodiff the caller composes the operations.
+        // Under autodiff the table sends none of them to the kernels: the caller composes.
         let ad = d.autodiff();
         let q = Tensor::<2>::zeros([2, 3], &ad);
         let keys = Tensor::<3>::zeros([2, 4, 3], &ad);
-        assert!(dot_scores(q.clone(), &keys).is_none());
-        assert!(additive_scores(q, &keys, Tensor::zeros([3, 1], &ad)).is_none());
-        assert!(weighted_sum(Tensor::zeros([2, 4], &ad), &keys).is_none());
+        assert!(crate::ops::fast_dot_scores(&q, &keys).is_none());
+        assert!(crate::ops::fast_additive_scores(&q, &keys, &Tensor::zeros([3, 1], &ad)).is_none());
+        assert!(crate::ops::fast_attend(&Tensor::zeros([2, 4], &ad), &keys, &Tensor::zeros([2, 4], &ad)).is_none());
     }
 
     /// A head's vector arrangement for `d_k` = 16, 32, 64 gives the general loop's bits: the
@@ -733,8 +710,7 @@ mod tests {
             );
             let (k, v) = (k.narrow(2, 0, len), v.narrow(2, 0, len));
             let (out, w) =
-                heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), None, heads, scale)
-                    .expect("flex runs the kernel");
+                heads_step(q.clone(), k.clone(), v.clone(), Tensor::zeros([1, len], &d), None, heads, scale);
             let (o_ref, w_ref) = composed(k, v, None);
             assert!(
                 max_diff(out, o_ref) < 1e-5 && max_diff(w, w_ref) < 1e-6,
@@ -750,8 +726,7 @@ mod tests {
             let mask = Tensor::<2>::from_data(TensorData::new(mask, [rows, len]), &d);
             let (kh, vh) =
                 (kv.clone().narrow(2, 0, heads * dk), kv.clone().narrow(2, heads * dk, heads * dk));
-            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), None, heads, scale)
-                .expect("flex runs the kernel");
+            let (out, w) = heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), None, heads, scale);
             let split = |x: Tensor<3>| x.reshape([rows, len, heads, dk]).swap_dims(1, 2);
             let (o_ref, w_ref) =
                 composed(split(kh.clone()), split(vh.clone()), Some(mask.clone().reshape([rows, 1, 1, len])));
@@ -768,8 +743,7 @@ mod tests {
             );
             let picked = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(picked, [rows]), &d);
             let (o_src, w_src) =
-                heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), Some(source), heads, scale)
-                    .expect("flex");
+                heads_step(q.clone(), kh.clone(), vh.clone(), mask.clone(), Some(source), heads, scale);
             let (o_sel, w_sel) = heads_step(
                 q.clone(),
                 kh.select(0, picked.clone()),
@@ -778,18 +752,17 @@ mod tests {
                 None,
                 heads,
                 scale,
-            )
-            .expect("flex");
+            );
             assert!(
                 max_diff(o_src, o_sel) == 0.0 && max_diff(w_src, w_sel) == 0.0,
                 "source rows {rows}x{heads}"
             );
         }
-        // Under autodiff the caller composes the operations.
+        // Under autodiff the table sends it to the equations: the caller composes.
         let ad = d.autodiff();
         let q = Tensor::<2>::zeros([1, 4], &ad);
         assert!(
-            heads_step(
+            crate::ops::heads_step(
                 q,
                 Tensor::<3>::zeros([1, 2, 4], &ad),
                 Tensor::<3>::zeros([1, 2, 4], &ad),

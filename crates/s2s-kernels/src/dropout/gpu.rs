@@ -7,7 +7,7 @@
 //! seed and `e` (lowbias32, C. Wellons, applied twice), recomputed in backward, so nothing is
 //! drawn or stored on the device: one launch forward, one backward. Not the CPU's SplitMix64
 //! stream ([`crate::dropout::mask`]): 64-bit integers are an optional feature on Vulkan
-//! devices. The seed comes from the host ([`crate::dropout::draw_seed`]): drawing it on the
+//! devices. The seed comes from the host ([`crate::device::draw_dropout_seed`]): drawing it on the
 //! device would read it back, a synchronisation at every site. Not with burn's fusion
 //! (`gpu-tuned`).
 //!
@@ -15,10 +15,10 @@
 //! ([`crate::attention::gpu`]), and the dropout is fused with its neighbour where the
 //! Transformer has one:
 //!
-//! - the feed-forward ReLU (`relu_dropout`, through [`crate::dropout::relu_then`]): forward
+//! - the feed-forward ReLU ([`relu_dropout`], through [`crate::ops::relu_dropout`]): forward
 //!   `max(x, 0) · D`, backward `∂y / keep` where the output is positive, so backward needs
 //!   only the output;
-//! - the residual (`add_dropout`, through [`crate::dropout::add_then`] from
+//! - the residual ([`add_dropout`], through [`crate::ops::add_dropout`] from
 //!   `Residual::output`): forward `x + y ⊙ D`, backward `∂x = ∂out`, `∂y = ∂out ⊙ D`. Its wgpu
 //!   test uses a weighted loss so that a gradient swapped between `x` and `y` shows; leaving
 //!   the mask out of `∂y` fails it.
@@ -164,6 +164,39 @@ fn relu_dropout_backward(y: &[f32], dy: &[f32], dx: &mut [f32], scale: f32) {
     if e < dx.len() {
         dx[e] = select(y[e] > 0.0f32, dy[e] * scale, 0.0f32);
     }
+}
+
+/// `x ⊙ D` for the mask of `(seed, keep)`.
+pub fn dropout<const D: usize>(x: burn::tensor::Tensor<D>, seed: u64, keep: f32) -> burn::tensor::Tensor<D> {
+    burn::tensor::Tensor::from_dispatch(<burn::backend::Dispatch as GpuDropout>::gpu_dropout(
+        x.into_dispatch(),
+        seed,
+        keep,
+    ))
+}
+
+/// `relu(x) ⊙ D` for the mask of `(seed, keep)` (`keep` 1: `relu(x)`).
+pub fn relu_dropout<const D: usize>(x: burn::tensor::Tensor<D>, seed: u64, keep: f32) -> burn::tensor::Tensor<D> {
+    burn::tensor::Tensor::from_dispatch(<burn::backend::Dispatch as GpuDropout>::gpu_relu_dropout(
+        x.into_dispatch(),
+        seed,
+        keep,
+    ))
+}
+
+/// `x + y ⊙ D` for the mask of `(seed, keep)`.
+pub fn add_dropout<const D: usize>(
+    x: burn::tensor::Tensor<D>,
+    y: burn::tensor::Tensor<D>,
+    seed: u64,
+    keep: f32,
+) -> burn::tensor::Tensor<D> {
+    burn::tensor::Tensor::from_dispatch(<burn::backend::Dispatch as GpuDropout>::gpu_add_dropout(
+        x.into_dispatch(),
+        y.into_dispatch(),
+        seed,
+        keep,
+    ))
 }
 
 /// Dropout as a burn backend extension (cubecl runtimes without fusion).

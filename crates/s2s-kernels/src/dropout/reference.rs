@@ -12,10 +12,10 @@ pub fn dropout<const D: usize>(d: &Dropout, x: Tensor<D>) -> Tensor<D> {
     if !crate::dropout::drops(d, &device) {
         return d.forward(x);
     }
-    let keep = 1.0 - d.prob as f32;
-    let seed = crate::dropout::draw_seed(&device);
+    let keep = crate::dropout::keep(d);
+    let seed = crate::device::draw_dropout_seed(&device);
     let shape = x.shape();
-    let mask = crate::dropout::host_mask(&device, seed, shape.num_elements(), keep);
+    let mask = crate::device::dropout_mask_on_host(&device, seed, shape.num_elements(), keep);
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
 }
 

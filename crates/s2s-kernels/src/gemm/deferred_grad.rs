@@ -280,13 +280,9 @@ where
     }
 }
 
-/// `w` with its step products' gradient deferred (see the module doc); `w` itself on devices
-/// other than flex and cubecl's without fusion.
+/// `w` with its step products' gradient deferred (see the module doc): flex and cubecl
+/// without fusion ([`crate::ops::defer_grad`] chooses).
 pub fn defer_grad<const D: usize>(w: Tensor<D>) -> Tensor<D> {
-    #[cfg(feature = "gpu-tuned")]
-    if !crate::cpu::flex_data::is_flex(&w.device()) {
-        return w;
-    }
     Tensor::from_dispatch(<Dispatch as DeferGrad>::defer_grad(w.into_dispatch()))
 }
 
@@ -407,7 +403,7 @@ mod tests {
             let mut h = Tensor::<2>::zeros([b, k], &d);
             for x in &xs {
                 let pre = crate::ops::affine_rows(h, ws.clone(), bs.clone())
-                    + crate::gemm::small::matmul(x.clone(), u.clone());
+                    + crate::ops::matmul_rows(x.clone(), u.clone());
                 h = crate::tanh::tanh(pre);
             }
             let loss = h.sum() + big.clone().matmul(ws).mean() + (bs.clone() * bs).sum();

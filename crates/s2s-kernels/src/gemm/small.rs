@@ -15,8 +15,8 @@
 //!   takes this path, so an encoder's input projection (`[batch·src, d]`, 1536 rows on the
 //!   benchmark shape) is packed too; its row blocks of 256 keep a block of `A` in L2. Only
 //!   weights may take it: a tensor made afresh at every call (the Transformer's side-by-side
-//!   `[W_Q | W_K | W_V]`) goes through [`matmul_fresh`], never packed, or it would churn the
-//!   cache. [`add_matmul`] adds a sum inside the product (`x W + b`, `x W_x + h W_h` and layer
+//!   `[W_Q | W_K | W_V]`) goes through [`matmul`] with `reuse` off, never packed, or it would churn the
+//!   cache. [`cpu_add_matmul`] adds a sum inside the product (`x W + b`, `x W_x + h W_h` and layer
 //!   0's `xe + x W_feed` are one call): each thread adds the base to the columns it has just
 //!   computed, so the result has the bits of the composed sum (tested) without a tensor or
 //!   pass of its own.
@@ -26,12 +26,12 @@
 //!   above. `∂W = xᵀ ∂y` goes through burn, whose threading suits its `d_in` rows — or, for a
 //!   weight wrapped by [`crate::gemm::deferred_grad::defer_grad`], once for all steps. Weights
 //!   change with every optimiser step, so the packs live only as long as the pass's backward
-//!   steps (training never uses the decoding cache), and [`add_matmul`] composes the sum.
+//!   steps (training never uses the decoding cache), and the sum is composed (`ops::add_matmul`).
 //!
-//! Larger products (while training, and for tensors computed afresh, [`matmul_fresh`]) go to
+//! Larger products (while training, and for tensors computed afresh) go to
 //! `gemm` with its own threads ([`matmul_2d`]: burn's product, without its output copy; see
 //! [`crate::gemm::flex`]). On a cubecl device (without burn's fusion) the product is burn's, as
-//! a node of its own while training, and [`add_bias`] is a node too, so that a deferred
+//! a node of its own while training, and [`gpu_add_bias`] is a node too, so that a deferred
 //! weight's or bias's gradient waits for all steps ([`crate::gemm::deferred_grad`]); other backends
 //! go to burn.
 //!
@@ -112,7 +112,7 @@ impl SmallMatmul for Flex {
 
 /// `base + x W` composed from the backend's own product and a broadcast add: what the
 /// backends without a fused one run (training never reaches it under autodiff:
-/// [`add_matmul`] composes there itself).
+/// `ops::add_matmul` composes there itself).
 fn composed_add<B: SmallMatmul>(
     base: FloatTensor<B>,
     x: FloatTensor<B>,
@@ -300,72 +300,34 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
     p
 }
 
-/// `x W` through the kernels above on flex, else through burn. Without autodiff `W` must be a
-/// weight, which comes back unchanged and is kept packed ([`packed`]), not a tensor computed
-/// afresh each call (for those: [`matmul_fresh`]).
-pub fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
-    product(x, w, true)
-}
-
-/// [`matmul`] for a `W` computed afresh (a concatenation of weights, say): never packed or
-/// kept, so it does not push the weights that are out of the cache.
-pub fn matmul_fresh(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
-    product(x, w, false)
+/// `x W` as a node of this module's extension: on flex the kernels above (`reuse`: `W` is a
+/// weight, which comes back unchanged and is kept packed while decoding ([`packed`]), not a
+/// tensor computed afresh each call); on a cubecl device burn's product, as a node of its own
+/// while training so that a deferred weight's gradient waits for all steps. Which device takes
+/// it is [`crate::ops`]'s choice.
+pub fn matmul(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), reuse))
 }
 
 /// `x W` with f16 operands, the result back in f32 (mixed precision on a GPU: the device
 /// accumulates f16 products in f32). burn's casts are differentiable, so the backward's
 /// products take f16 operands too and the weight's gradient arrives in f32.
-fn half_product(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+pub fn half_product(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     use burn::tensor::FloatDType;
     x.cast(FloatDType::F16).matmul(w.cast(FloatDType::F16)).cast(FloatDType::F32)
 }
 
-/// [`matmul`] (`reuse`: `W` is a weight, kept packed while decoding) or [`matmul_fresh`].
-fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
-    if !crate::cpu::flex_data::is_flex(&x.device()) {
-        if crate::mode::half_products() {
-            return half_product(x, w);
-        }
-        // Training on a GPU: the node whose weight gradient can be deferred.
-        #[cfg(not(feature = "gpu-tuned"))]
-        if x.is_autodiff() {
-            return Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
-                x.into_dispatch(),
-                w.into_dispatch(),
-                false,
-            ));
-        }
-        return x.matmul(w);
-    }
-    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
-        x.into_dispatch(),
-        w.into_dispatch(),
-        reuse,
-    ))
+/// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`) on a GPU while training: a node whose
+/// bias gradient waits for all steps when `b` is deferred ([`crate::gemm::deferred_grad`]).
+#[cfg(not(feature = "gpu-tuned"))]
+pub fn gpu_add_bias(y: Tensor<2>, b: Tensor<1>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as gpu::GpuBias>::gpu_add_bias(y.into_dispatch(), b.into_dispatch()))
 }
 
-/// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`): while training on a GPU a node whose
-/// bias gradient waits for all steps when `b` is deferred ([`crate::gemm::deferred_grad`]), else
-/// burn's broadcast addition.
-pub fn add_bias(y: Tensor<2>, b: Tensor<1>) -> Tensor<2> {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if y.is_autodiff() && !crate::cpu::flex_data::is_flex(&y.device()) {
-        return Tensor::from_dispatch(<Dispatch as gpu::GpuBias>::gpu_add_bias(
-            y.into_dispatch(),
-            b.into_dispatch(),
-        ));
-    }
-    y + b.unsqueeze::<2>()
-}
-
-/// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row). While decoding
-/// on flex the addition happens inside the product (no pass or tensor of its own); elsewhere,
-/// and under autodiff, the two are composed — the same result to the bit.
-pub fn add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
-    if !crate::cpu::flex_data::is_flex(&x.device()) || x.is_autodiff() {
-        return base + matmul(x, w);
-    }
+/// `base + x W`, `base` `[rows, d_out]` or `[1, d_out]` (a bias for every row), while decoding
+/// on flex: the addition happens inside the product (no pass or tensor of its own), the same
+/// result to the bit as the two composed.
+pub fn cpu_add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     Tensor::from_dispatch(<Dispatch as SmallMatmul>::add_small_matmul(
         base.into_dispatch(),
         x.into_dispatch(),
@@ -493,7 +455,7 @@ mod tests {
             let r = Tensor::<2>::random([m, n], Distribution::Normal(0.0, 1.0), &ad);
             let run = |fast: bool| {
                 let (x, w) = (x.clone().require_grad(), w.clone().require_grad());
-                let y = if fast { matmul(x.clone(), w.clone()) } else { x.clone().matmul(w.clone()) };
+                let y = if fast { matmul(x.clone(), w.clone(), true) } else { x.clone().matmul(w.clone()) };
                 let grads = (y.clone() * r.clone()).sum().backward();
                 (y.inner(), x.grad(&grads).expect("∂x"), w.grad(&grads).expect("∂W"))
             };
@@ -503,8 +465,8 @@ mod tests {
             assert!(max_diff(dx1, dx2) < 1e-4, "{m}x{k}x{n}: ∂x");
             assert!(max_diff(dw1, dw2) < 1e-4, "{m}x{k}x{n}: ∂W");
             let (x, w) = (x.inner(), w.inner());
-            assert!(max_diff(matmul(x.clone(), w.clone()), x.clone().matmul(w.clone())) < 1e-4);
-            assert!(max_diff(matmul_fresh(x.clone(), w.clone()), x.matmul(w)) < 1e-4);
+            assert!(max_diff(matmul(x.clone(), w.clone(), true), x.clone().matmul(w.clone())) < 1e-4);
+            assert!(max_diff(matmul(x.clone(), w.clone(), false), x.matmul(w)) < 1e-4);
         }
     }
 
@@ -527,7 +489,7 @@ mod tests {
             let run = |fast: bool| {
                 let w = Tensor::from_inner(w.clone()).require_grad();
                 let xs: Vec<_> = xs.iter().map(|x| x.clone().require_grad()).collect();
-                let mul = |x: Tensor<2>, w: Tensor<2>| if fast { matmul(x, w) } else { x.matmul(w) };
+                let mul = |x: Tensor<2>, w: Tensor<2>| if fast { matmul(x, w, true) } else { x.matmul(w) };
                 let ys = [
                     mul(xs[0].clone(), w.clone()),
                     mul(xs[1].clone(), w.clone()) * 2.0,
@@ -546,7 +508,7 @@ mod tests {
         }
     }
 
-    /// `add_matmul` while decoding equals burn's product plus the base, bias-shaped or full, to
+    /// `cpu_add_matmul` while decoding equals burn's product plus the base, bias-shaped or full, to
     /// the bit.
     #[test]
     fn add_matmul_equals_the_composed_sum() {
@@ -558,8 +520,8 @@ mod tests {
         let w = Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), &d);
         for rows in [1, m] {
             let base = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), &d);
-            let fused = add_matmul(base.clone(), x.clone(), w.clone()).into_data();
-            let composed = (base + matmul(x.clone(), w.clone())).into_data();
+            let fused = cpu_add_matmul(base.clone(), x.clone(), w.clone()).into_data();
+            let composed = (base + matmul(x.clone(), w.clone(), true)).into_data();
             assert_eq!(fused, composed, "base rows {rows}");
         }
     }
@@ -576,7 +538,7 @@ mod tests {
         for step in 0..3 {
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), &d);
             for part in [&top, &bottom] {
-                let fast = matmul(x.clone(), part.clone());
+                let fast = matmul(x.clone(), part.clone(), true);
                 assert!(max_diff(fast, x.clone().matmul(part.clone())) < 1e-4, "step {step}");
             }
         }

@@ -1,6 +1,5 @@
-//! Joining columns, and a sequence's steps sliced and stacked, as equations in plain burn
-//! tensor operations: what this folder's kernels compute, and what runs under `--kernels
-//! reference` (see [`crate::reference`]).
+//! Joining columns as equations in plain burn tensor operations: what this folder's kernels
+//! compute, and what runs under `--kernels reference` (see [`crate::reference`]).
 
 use burn::tensor::Tensor;
 
@@ -12,15 +11,4 @@ pub fn cat_columns(parts: Vec<Tensor<2>>) -> Tensor<2> {
 /// `[a | b | …]` along the last axis of `[batch, time, dᵢ]` tensors.
 pub fn cat_features(parts: Vec<Tensor<3>>) -> Tensor<3> {
     Tensor::cat(parts, 2)
-}
-
-/// `x[:, t, :]` for every step `t` of `x` (`[batch, time, d]`).
-pub fn time_steps(x: Tensor<3>) -> Vec<Tensor<2>> {
-    let time = x.dims()[1];
-    (0..time).map(|t| x.clone().narrow(1, t, 1).squeeze_dim::<2>(1)).collect()
-}
-
-/// `[batch, time, d]` from `time` steps `[batch, d]`.
-pub fn stack_steps(parts: Vec<Tensor<2>>) -> Tensor<3> {
-    Tensor::stack(parts, 1)
 }

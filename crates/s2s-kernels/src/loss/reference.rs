@@ -19,11 +19,11 @@ pub fn label_smoothed_xent(
     let logp = log_softmax(logits); // [B, T, V]
     let nll = logp.clone().gather(2, targets.unsqueeze_dim::<3>(2)).squeeze_dim::<2>(2).neg(); // [B, T]
     let nll = nll * keep.clone();
-    let nll_sum = crate::ops::sum_all(nll.clone());
+    let nll_sum = crate::device::sum_all(nll.clone());
     if epsilon == 0.0 {
         return (nll_sum.clone(), nll_sum);
     }
     let uniform = logp.sum_dim(2).squeeze_dim::<2>(2).neg().div_scalar(vocab as f64) * keep.clone(); // [B, T]
     let smoothed = nll.mul_scalar(1.0 - epsilon) + uniform.mul_scalar(epsilon);
-    (crate::ops::sum_all(smoothed), nll_sum)
+    (crate::device::sum_all(smoothed), nll_sum)
 }

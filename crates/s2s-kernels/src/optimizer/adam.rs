@@ -31,7 +31,7 @@
 //! tensors out of burn's dispatch tensors themselves (`DispatchTensorKind::Cube`). Tested
 //! against the per-parameter kernels with 7 and 64 a launch.
 
-use crate::cpu::flex_data::{f32s, is_flex};
+use crate::cpu::flex_data::f32s;
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::optim::decay::WeightDecayConfig;
@@ -382,8 +382,8 @@ impl Optimizer for FusedAdam {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        let fused_stream = cfg!(feature = "gpu-tuned") && !is_flex(&tensor.device());
-        if fused_stream || tensor.is_require_grad() || crate::mode::reference() {
+        let route = crate::device::adam_route(&tensor.device(), self.batched);
+        if matches!(route, crate::device::AdamRoute::Burn) || tensor.is_require_grad() {
             return self.burn.step(lr, tensor, grad, state);
         }
         let (time, m, v) = match state {
@@ -393,7 +393,7 @@ impl Optimizer for FusedAdam {
         let time = self.clock.as_ref().map_or(time, |c| c.load(Ordering::Relaxed));
         let k = self.coefficients(time, lr);
         #[cfg(not(feature = "gpu-tuned"))]
-        if self.batched && !is_flex(&tensor.device()) {
+        if matches!(route, crate::device::AdamRoute::Batched) {
             use crate::gpu::launch::{cube_of, dispatch_of};
             let cube = |t: Tensor<D>| {
                 cube_of(t.into_dispatch()).unwrap_or_else(|_| {

@@ -4,7 +4,7 @@
 //!
 //! On flex the norm, the scaling and the sum of a split step's parts are each one pass over
 //! every gradient on every thread ([`crate::optimizer::in_place`]); `--kernels reference`
-//! keeps the composed operations below.
+//! keeps the composed operations ([`crate::optimizer::reference`]). [`crate::ops`] chooses.
 //!
 //! On a GPU (cubecl without burn's fusion) the sum of squares and the scaling each run one
 //! launch for up to 64 parameters, a kernel over a cubecl `Sequence` of the gradients' buffers
@@ -18,51 +18,7 @@
 //! reads the factor from its buffer; the norm is read only when asked (`Norm`). So a step can
 //! be captured, and an eager step waits for the device once less.
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
-
-struct SquaredNorm<'a> {
-    grads: &'a GradientsParams,
-    sum: Option<Tensor<1>>,
-}
-
-impl ModuleVisitor for SquaredNorm<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if let Some(g) = self.grads.get::<D>(param.id) {
-            let s = g.square().sum();
-            self.sum = Some(match self.sum.take() {
-                Some(acc) => acc + s,
-                None => s,
-            });
-        }
-    }
-}
-
-/// The global L2 norm of `grads` over `module`'s parameters.
-pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !crate::mode::reference()
-        && let Some(norm) = gpu::global_norm(module, grads)
-    {
-        return norm;
-    }
-    if let Some(norm) = crate::optimizer::in_place::global_norm(module, grads) {
-        return norm;
-    }
-    let mut v = SquaredNorm { grads, sum: None };
-    module.visit(&mut v);
-    v.sum.map(|s| (s.into_scalar::<f32>() as f64).sqrt()).unwrap_or(0.0)
-}
-
-/// Scales every gradient by `factor`.
-pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !crate::mode::reference() && gpu::scale(module, grads, factor as f32) {
-        return;
-    }
-    crate::optimizer::in_place::scale(module, grads, factor);
-}
 
 /// The global norm before clipping, as [`clip_global_norm`] left it: known on the CPU, still on
 /// the device on a GPU (read only when asked: reading is a synchronisation, which a step that
@@ -85,23 +41,6 @@ impl Norm {
     }
 }
 
-/// Clips to `max_norm` (≤ 0: no clipping); returns the norm before clipping. On a GPU the norm,
-/// the factor `min(1, max_norm / ‖g‖)` and the scaling stay on the device: nothing is read
-/// back, so the step can be captured ([`crate::gpu::graph`]) and the factor is computed in f32.
-pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> Norm {
-    #[cfg(not(feature = "gpu-tuned"))]
-    if !crate::mode::reference()
-        && let Some(norm) = gpu::clip(module, grads, max_norm as f32)
-    {
-        return Norm::Device(norm);
-    }
-    let norm = global_norm(module, grads);
-    if max_norm > 0.0 && norm > max_norm {
-        scale_grads(module, grads, max_norm / norm);
-    }
-    Norm::Host(norm)
-}
-
 /// The norm on a GPU: composed from tensor operations it is three launches a parameter
 /// (square, sum, add to the total), each ~28 µs of host time through wgpu (measured on an H100):
 /// ~400 a step for the Transformer's 134 parameters. Here one kernel takes many gradients at
@@ -109,7 +48,7 @@ pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_
 /// writes [`PARTIALS`] partial sums of squares for each into its slot of one buffer, and one
 /// sum over the buffer gives `‖g‖²`: two launches for the Transformer.
 #[cfg(not(feature = "gpu-tuned"))]
-mod gpu {
+pub(crate) mod gpu {
     use crate::gpu::launch::{self as cube_launch, cube_of, dispatch_of};
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::optim::GradientsParams;
@@ -249,9 +188,9 @@ mod gpu {
         }
     }
 
-    /// Clips on the device (see [`super::clip_global_norm`]): the norm `[1]`, or `None` on the
+    /// Clips on the device (see [`crate::ops::clip_global_norm`]): the norm `[1]`, or `None` on the
     /// CPU (flex) or without gradients.
-    pub(super) fn clip<M: Module>(
+    pub(crate) fn clip<M: Module>(
         module: &M,
         grads: &mut GradientsParams,
         max_norm: f32,
@@ -259,7 +198,7 @@ mod gpu {
         let all = collect(module, grads)?;
         let partials = dispatch_of(sums_of_squares(all, usize::MAX));
         let sum =
-            cube_of(crate::ops::sum_all(BurnTensor::<1>::from_dispatch(partials)).into_dispatch()).ok()?;
+            cube_of(crate::device::sum_all(BurnTensor::<1>::from_dispatch(partials)).into_dispatch()).ok()?;
         let (norm, factor) = (cube_launch::empty(&sum, [1]), cube_launch::empty(&sum, [1]));
         let (count, dim) = cube_launch::launch_dims(&sum, 1);
         clip_factor::launch(
@@ -279,7 +218,7 @@ mod gpu {
 
     /// Scales every gradient by `factor` in place, 64 a launch; `false` (nothing scaled) on the
     /// CPU (flex).
-    pub(super) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f32) -> bool {
+    pub(crate) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f32) -> bool {
         let Some(first) = collect(module, grads).and_then(|all| all.into_iter().next()) else { return false };
         let f = BurnTensor::<1>::from_data(
             burn::tensor::TensorData::new(vec![factor], [1]),
@@ -322,7 +261,7 @@ mod gpu {
     }
 
     /// The global norm through the kernel, or `None` on the CPU (flex) or without gradients.
-    pub(super) fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> Option<f64> {
+    pub(crate) fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> Option<f64> {
         Some(squared_norm(collect(module, grads)?, usize::MAX).sqrt())
     }
 }
@@ -331,6 +270,7 @@ mod gpu {
 mod tests {
     use super::*;
     use burn::nn::{Linear, LinearConfig};
+    use burn::optim::GradientsParams;
     use burn::tensor::{Device, Distribution};
 
     #[test]
@@ -355,10 +295,8 @@ mod tests {
         let loss = b.forward(a.forward(x)).square().sum();
         let grads = GradientsParams::from_grads(loss.backward(), &(a.clone(), b.clone()));
         let model = (a, b);
-        let kernel = global_norm(&model, &grads);
-        let mut composed = SquaredNorm { grads: &grads, sum: None };
-        model.visit(&mut composed);
-        let composed = (composed.sum.expect("gradients").into_scalar::<f32>() as f64).sqrt();
+        let kernel = crate::ops::global_norm(&model, &grads);
+        let composed = crate::optimizer::reference::global_norm(&model, &grads);
         assert!(kernel > 0.0 && (kernel - composed).abs() < 1e-5 * composed, "{kernel} vs {composed}");
         #[cfg(not(feature = "gpu-tuned"))]
         for per in [3, 1] {
@@ -375,12 +313,12 @@ mod tests {
         let x: Tensor<2> = Tensor::random([8, 4], Distribution::Normal(0.0, 10.0), &d);
         let loss = lin.forward(x).square().sum();
         let mut grads = GradientsParams::from_grads(loss.backward(), &lin);
-        let before = global_norm(&lin, &grads);
+        let before = crate::ops::global_norm(&lin, &grads);
         assert!(before > 1.0);
         let w_before = grads.get::<2>(lin.weight.id).unwrap();
-        let returned = clip_global_norm(&lin, &mut grads, 1.0).value();
+        let returned = crate::ops::clip_global_norm(&lin, &mut grads, 1.0).value();
         assert!((returned - before).abs() < 1e-3 * before);
-        let after = global_norm(&lin, &grads);
+        let after = crate::ops::global_norm(&lin, &grads);
         assert!((after - 1.0).abs() < 1e-4, "{after}");
         // Direction preserved: each tensor scaled by the same factor.
         let w_after = grads.get::<2>(lin.weight.id).unwrap();

@@ -38,12 +38,8 @@ fn flex_of<const D: usize>(t: Tensor<D>) -> Result<FlexTensor, Tensor<D>> {
 }
 
 /// `t`, a flex tensor holding all of its storage alone (contiguous from offset 0), with `f`
-/// applied to its elements in place; `Err(t)` untouched otherwise, and always under
-/// `--kernels reference` (which runs burn's operations).
+/// applied to its elements in place; `Err(t)` untouched otherwise.
 fn update<const D: usize>(t: Tensor<D>, f: impl FnOnce(&mut [f32])) -> Result<Tensor<D>, Tensor<D>> {
-    if crate::mode::reference() {
-        return Err(t);
-    }
     let n = t.shape().num_elements();
     let mut flex = flex_of(t)?;
     let whole = flex.layout().contiguous_offsets() == Some((0, n)) && flex.storage::<f32>().len() == n;
@@ -98,12 +94,8 @@ impl ModuleVisitor for SquaredNorm<'_> {
     }
 }
 
-/// `‖g‖₂` over `module`'s parameters; `None` unless every gradient is on flex, and under
-/// `--kernels reference`.
+/// `‖g‖₂` over `module`'s parameters; `None` unless every gradient is on flex.
 pub(crate) fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> Option<f64> {
-    if crate::mode::reference() {
-        return None;
-    }
     let mut v = SquaredNorm { grads, sum: Some(0.0) };
     module.visit(&mut v);
     v.sum.map(f64::sqrt)
@@ -127,26 +119,29 @@ impl ModuleVisitor for Scale<'_> {
     }
 }
 
-/// Every gradient times `factor`: in place where it can be (not under `--kernels reference`),
-/// else through `mul_scalar`.
+/// Every gradient times `factor`: in place where it can be, else through `mul_scalar`.
 pub(crate) fn scale<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
     module.visit(&mut Scale { grads, factor });
 }
 
 /// Gradients summed over the parts of a step (or the micro-steps of an accumulated one), in
-/// the order they come: burn's `GradientsAccumulator`, adding in place on flex.
+/// the order they come: burn's `GradientsAccumulator`, adding in place on flex off the
+/// references ([`crate::device::in_place_passes`]).
 pub struct GradientSum {
     grads: GradientsParams,
+    in_place: bool,
 }
 
 struct Add<'a> {
     acc: &'a mut GradientsParams,
     new: GradientsParams,
+    in_place: bool,
 }
 
 impl ModuleVisitor for Add<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let sum = match (self.acc.remove::<D>(param.id), self.new.remove::<D>(param.id)) {
+            (Some(acc), Some(new)) if !self.in_place => acc.add(new),
             (Some(acc), Some(new)) => match flex_of(new.clone()) {
                 Ok(b) if b.is_contiguous() => {
                     let b = crate::cpu::flex_data::f32s(&b);
@@ -170,12 +165,12 @@ impl ModuleVisitor for Add<'_> {
 impl GradientSum {
     /// No gradient yet.
     pub fn new() -> Self {
-        Self { grads: GradientsParams::new() }
+        Self { grads: GradientsParams::new(), in_place: crate::device::in_place_passes() }
     }
 
     /// Adds `grads` (of `module`'s parameters) to the sum.
     pub fn add<M: Module>(&mut self, module: &M, grads: GradientsParams) {
-        module.visit(&mut Add { acc: &mut self.grads, new: grads });
+        module.visit(&mut Add { acc: &mut self.grads, new: grads, in_place: self.in_place });
     }
 
     /// The sum, which starts again from nothing.
@@ -244,7 +239,7 @@ mod tests {
         let (t1, t3) = (on_threads(1, || sum_of_squares(&xs)), on_threads(3, || sum_of_squares(&xs)));
         assert_eq!(t1.to_bits(), t3.to_bits(), "the sum's bits follow the thread count");
         let composed = crate::mode::with(crate::mode::Kernels::Reference, || {
-            super::super::clip::global_norm(&model, &grads)
+            crate::ops::global_norm(&model, &grads)
         });
         assert!(one > 0.0 && (one - composed).abs() < 1e-6 * composed, "{one} vs {composed}");
         // f64 over every square, summed plainly: the blocks' order loses nothing that matters.
@@ -263,7 +258,7 @@ mod tests {
         burns.accumulate(&model, copy(&b));
         let mut burns = burns.grads();
         crate::mode::with(crate::mode::Kernels::Reference, || {
-            super::super::clip::scale_grads(&model, &mut burns, 0.37)
+            crate::ops::scale_grads(&model, &mut burns, 0.37)
         });
 
         let mut ours = GradientSum::new();

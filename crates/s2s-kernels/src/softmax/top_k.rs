@@ -18,7 +18,7 @@ use burn::backend::{Dispatch, Flex, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
-use crate::cpu::flex_data::{f32s, is_flex};
+use crate::cpu::flex_data::f32s;
 
 /// Each row's `n` best log-probabilities as a burn backend extension (flex only; decoding).
 #[backend_extension(Flex)]
@@ -52,11 +52,9 @@ impl TopLogProbs for Flex {
 
 /// Each row's `n` best log-probabilities of `logits` `[rows, vocab]`: `(lp, ids)`, row `r`'s
 /// `j`-th best at `r·min(n, vocab) + j` — the values `log_softmax` gives, picked as [`top`]
-/// picks. `None` where the kernel does not run (not flex, autodiff): normalise and pick.
+/// picks. Flex without autodiff ([`crate::ops::top_log_probs`] chooses); `None` if the result
+/// cannot be read.
 pub fn top_log_probs(logits: Tensor<2>, n: usize) -> Option<(Vec<f32>, Vec<u32>)> {
-    if crate::mode::reference() || !is_flex(&logits.device()) || logits.is_autodiff() {
-        return None;
-    }
     let [rows, vocab] = logits.dims();
     let w = n.min(vocab);
     let both =
