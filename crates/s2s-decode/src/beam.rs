@@ -108,6 +108,13 @@ pub trait BeamObserver {
     /// summed log-probability, in beam order) and the `2·beam` best continuations over the
     /// whole beam, best first, with what the search did with each.
     fn step(&mut self, sentence: usize, beam: &[(&[u32], f64)], candidates: &[Candidate]);
+
+    /// Whether the search should stop now (its caller's deadline passed, its client left):
+    /// asked before each decoding step. A stopped search returns the hypotheses finished so
+    /// far, which its caller, having asked it to stop, discards.
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 impl BeamObserver for () {
@@ -264,7 +271,7 @@ pub(crate) fn run(
     let k = cfg.beam.max(1);
     let mut done: Vec<Vec<Hypothesis>> = vec![Vec::new(); lens.len()];
     let (mut active, mut select) = start_all(lens, cfg, &mut done);
-    while !active.is_empty() {
+    while !active.is_empty() && !observer.stopped() {
         let last: Vec<i64> = active
             .iter()
             .flat_map(|s| s.live.iter().map(|h| *h.tokens.last().unwrap_or(&BOS) as i64))

@@ -186,9 +186,9 @@ pub enum Stopped {
     Deadline,
 }
 
-/// Runs `req` on every model of `encoded`, in order. `stop` is asked before each model and
-/// between a model's beam search and its teacher-forced passes; the first `Some` ends the work
-/// there. `done` hears each model finished.
+/// Runs `req` on every model of `encoded`, in order. `stop` is asked before each model, before
+/// each step of a model's beam search and between the search and its teacher-forced passes;
+/// the first `Some` ends the work there. `done` hears each model finished.
 pub fn run_request(
     studio: &Studio,
     encoded: &[Encoded],
@@ -298,9 +298,20 @@ pub struct Candidate {
 struct Trace<'p> {
     piece: &'p dyn Fn(u32) -> String,
     steps: Vec<Step>,
+    /// The request's stop check, asked before each step of the search.
+    stop: &'p dyn Fn() -> Option<Stopped>,
+    /// Why the search stopped, once the check said so (it is not asked again).
+    stopped: std::cell::Cell<Option<Stopped>>,
 }
 
 impl BeamObserver for Trace<'_> {
+    fn stopped(&self) -> bool {
+        if self.stopped.get().is_none() {
+            self.stopped.set((self.stop)());
+        }
+        self.stopped.get().is_some()
+    }
+
     fn step(&mut self, _: usize, beam: &[(&[u32], f64)], candidates: &[s2s_decode::Candidate]) {
         let piece = self.piece;
         self.steps.push(Step {
@@ -368,7 +379,8 @@ pub struct ModelResult {
 }
 
 /// Runs `req` on the model of `e` (its text and reference in that model's tokens); `stop` is
-/// asked between the beam search and the teacher-forced passes.
+/// asked before each step of the beam search and between the search and the teacher-forced
+/// passes.
 pub fn run_model(
     studio: &Studio,
     e: &Encoded,
@@ -379,8 +391,8 @@ pub fn run_model(
     let m = &studio.models[e.model];
     let device = &studio.device;
     let src = &e.src;
-    let Searched { hyps, best, cut, steps } = traced_search(m, req, src, device);
-    if let Some(why) = stop() {
+    let Searched { hyps, best, cut, steps, stopped } = traced_search(m, req, src, device, &stop);
+    if let Some(why) = stopped.or_else(&stop) {
         return Err(why);
     }
     let translation = forced(m, src, &best, !cut, req.alpha, device);
@@ -446,10 +458,18 @@ struct Searched {
     cut: bool,
     /// The search's recorded steps.
     steps: Vec<Step>,
+    /// Why the search stopped before its end, if the request's check said so.
+    stopped: Option<Stopped>,
 }
 
 /// Beam-searches `src` with the request's beam and α, recording every step.
-fn traced_search(m: &Loaded, req: &Request, src: &[u32], device: &Device) -> Searched {
+fn traced_search(
+    m: &Loaded,
+    req: &Request,
+    src: &[u32],
+    device: &Device,
+    stop: &dyn Fn() -> Option<Stopped>,
+) -> Searched {
     let cfg = BeamConfig {
         beam: req.beam,
         alpha: req.alpha,
@@ -461,15 +481,15 @@ fn traced_search(m: &Loaded, req: &Request, src: &[u32], device: &Device) -> Sea
     let batch = Batch::collate(&[Example { src: src.to_vec(), tgt: Vec::new() }], &[0]);
     let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
     let piece = |t: u32| m.tok.tgt.token(t);
-    let mut trace = Trace { piece: &piece, steps: Vec::new() };
+    let mut trace = Trace { piece: &piece, steps: Vec::new(), stop, stopped: std::cell::Cell::new(None) };
     let hyps = beam_search_observed(&m.model, &source, &cfg, &mut trace);
-    let steps = trace.steps;
+    let (steps, stopped) = (trace.steps, trace.stopped.get());
     let hyps = hyps.into_iter().next().unwrap_or_default();
     let best = hyps.first().map(|h| h.tokens.clone()).unwrap_or_default();
     // A hypothesis that reached the length limit ended without `</s>`, and its score has no
     // `</s>` term: teacher-force it the same way.
     let cut = best.len() >= m.limit.for_source(batch.src_lens[0]);
-    Searched { hyps, best, cut, steps }
+    Searched { hyps, best, cut, steps, stopped }
 }
 
 /// Returns the request's reference in `m`'s target tokens, when given: a 413 past the token limit.

@@ -17,8 +17,8 @@
 //! - every limit of a request is checked before it decodes ([`Request::prepare`]);
 //! - a request has [`Options::request_timeout`] from its first byte of body to its answer: its
 //!   body must arrive within it (408), and its decoding stops when it runs out (504) or when
-//!   the client closes the connection, at the next model or between a model's search and
-//!   its forced passes ([`run_request`]);
+//!   the client closes the connection, at the next model, at the next step of a model's beam
+//!   search, or between the search and its forced passes ([`run_request`]);
 //! - a connection has [`Options::read_timeout`] to send a request's headers, idle between
 //!   requests included, and at most [`Options::max_connections`] are served at once (more
 //!   wait to be accepted).

@@ -216,15 +216,29 @@ async fn a_request_past_its_deadline_stops_with_504() {
     assert_eq!(count(&stats.answered), 0);
 }
 
-/// Decoding checks where it is told to stop: before each model, and between a model's search
-/// and its forced passes — and asks nothing more once stopped.
+/// Decoding checks where it is told to stop: before each model, before each step of its beam
+/// search and between the search and its forced passes — and asks nothing more once stopped,
+/// wherever that is, mid-search included.
 #[test]
 fn run_request_stops_at_the_first_check_that_says_so() {
     let studio = studio(2, false);
     let req: Request = serde_json::from_value(json!({ "text": "dogs see cats .", "beam": 2 })).unwrap();
     let encoded = req.prepare(&studio, &Limits::default()).unwrap();
-    // Checks: 1 before w0, 2 inside w0, 3 before w1, 4 inside w1.
-    for (allowed, models_done) in [(0, 0), (1, 0), (2, 1), (3, 1)] {
+    // A whole run: how many checks, and how many had been asked when each model finished.
+    let asked = Cell::new(0);
+    let mut finished_at = Vec::new();
+    let counting = || {
+        asked.set(asked.get() + 1);
+        None
+    };
+    let results = run_request(&studio, &encoded, &req, counting, |_| finished_at.push(asked.get())).unwrap();
+    assert_eq!(results.len(), 2);
+    let total = asked.get();
+    // Model 0: one check before it, one after its search, and one before each search step.
+    let steps = results[0].steps.len();
+    assert!(steps >= 2, "a search of several steps: {steps}");
+    assert_eq!(finished_at[0], 2 + steps, "the search asks before each of its {steps} steps");
+    for allowed in 0..total {
         let asked = Cell::new(0);
         let stop = || {
             asked.set(asked.get() + 1);
@@ -233,10 +247,9 @@ fn run_request_stops_at_the_first_check_that_says_so() {
         let mut done = 0;
         let r = run_request(&studio, &encoded, &req, stop, |_| done += 1);
         assert_eq!(r.err(), Some(Stopped::Deadline), "stopped after {allowed} checks");
+        let models_done = finished_at.iter().filter(|&&at| at <= allowed).count();
         assert_eq!((asked.get(), done), (allowed + 1, models_done), "after {allowed} checks");
     }
-    let results = run_request(&studio, &encoded, &req, || None, |_| {}).unwrap();
-    assert_eq!(results.len(), 2);
 }
 
 /// Waits for `what` (bounded: a minute, in 10 ms steps).
