@@ -81,6 +81,21 @@ pub struct Finding {
     pub more: Vec<Table>,
     /// The plots.
     pub figures: Vec<Figure>,
+    /// The runs it trained (or found trained), each with the steps it trained: every course
+    /// run trains its stated budget (no early stopping), and the page shows that it did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<TrainedRun>,
+}
+
+/// A run a claim trained, or found trained by an earlier claim or course run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TrainedRun {
+    /// Its directory's name under the course's `runs/`.
+    pub name: String,
+    /// Optimizer steps it trained (its last validation's step).
+    pub steps: u64,
+    /// The steps its configuration asked for.
+    pub budget: u64,
 }
 
 /// What stopped an experiment from measuring. A claim reports it as its finding
@@ -200,6 +215,7 @@ impl Finding {
             table: Table::default(),
             more: Vec::new(),
             figures: vec![],
+            runs: Vec::new(),
         }
     }
 }
@@ -229,6 +245,9 @@ pub struct Context {
     pub budget: Budget,
     /// Where shared runs go (kept: a user can translate with them).
     pub work: PathBuf,
+    /// The runs trained (or found) for the claim being measured, in order
+    /// (`claims::trained::train` notes each; [`run`] moves them into the finding).
+    pub trained: std::cell::RefCell<Vec<TrainedRun>>,
 }
 
 /// Every claim with an experiment, in lecture order.
@@ -299,7 +318,9 @@ pub fn run(
     for (i, claim) in picked.iter().enumerate() {
         progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));
         let t0 = std::time::Instant::now();
-        let finding = (claim.run)(&Context { budget, work: out.join("runs") });
+        let ctx = Context { budget, work: out.join("runs"), trained: Default::default() };
+        let mut finding = (claim.run)(&ctx);
+        finding.runs = ctx.trained.take();
         // A training stopped by Ctrl-C returns early: a finding from it would judge a model
         // that did not train to its budget.
         if s2s_train::interrupt::stop_requested() {

@@ -59,6 +59,9 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
         if !f.not_measured.is_empty() {
             let _ = writeln!(md, "**Not measured here:** {}\n", f.not_measured);
         }
+        if !f.runs.is_empty() {
+            let _ = writeln!(md, "**Trained:** {}\n", trained(&f.runs));
+        }
         for (i, t) in std::iter::once(&f.table).chain(&f.more).enumerate() {
             if i > 0 {
                 let _ = writeln!(md);
@@ -130,6 +133,9 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
         );
         if !f.not_measured.is_empty() {
             let _ = write!(h, "<p><b>Not measured here:</b> {}", escape(&f.not_measured));
+        }
+        if !f.runs.is_empty() {
+            let _ = write!(h, "<p><b>Trained:</b> {}", escape(&trained(&f.runs).replace('`', "")));
         }
         for t in std::iter::once(&f.table).chain(&f.more) {
             h.push_str("<table><tr>");
@@ -215,4 +221,19 @@ mod link_tests {
         let _ = std::fs::remove_dir_all(&base);
         assert_eq!(rel.as_deref(), Some("../../../shared/course-notes"));
     }
+}
+
+/// The runs a claim trained, each with its steps of its budget: `name 1200 steps`, or
+/// `name 600 of 1200 steps` where one stopped short.
+fn trained(runs: &[crate::TrainedRun]) -> String {
+    runs.iter()
+        .map(|r| {
+            if r.steps == r.budget {
+                format!("`{}` {} steps", r.name, r.steps)
+            } else {
+                format!("`{}` {} of {} steps", r.name, r.steps, r.budget)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -13,12 +13,13 @@ pub const CLAIM: Claim = Claim {
     statement: "Beam search finds translations the model scores higher than greedy search's, and better ones",
     lecture: "language-models-rnn-seq2seq.md § Strategie di Decoding; § Beam Search",
     criterion: "holds when, at every beam size above 1, the mean log-probability of the outputs is at least \
-                greedy search's, beam 5's test BLEU is at least greedy's, and beam 5 makes fewer search errors \
-                than greedy search",
+                greedy search's, beam 5's test BLEU is higher than greedy's with sacreBLEU's paired bootstrap \
+                p < 0.05, and beam 5 makes fewer search errors than greedy search",
     method: "the course's trained model (see ppl-bleu) translates the built-in pair's test split with beam \
              sizes 1 (greedy) to 10, no length penalty: test BLEU, the outputs' mean log-probability under the \
              model, and the share of sentences where the beam's output scores higher than greedy's; then beam 5 \
-             with GNMT's length penalty α ∈ {0, 0.6, 1}. Each output that is not the reference is a search \
+             with GNMT's length penalty α ∈ {0, 0.6, 1}, its outputs scored by their log-probability, not by \
+             the length-normalised score the search ranked them by. Each output that is not the reference is a search \
              error when the model scores the reference higher than the output (the search missed it), and a \
              model error otherwise (the model prefers its wrong output)",
     run,
@@ -30,7 +31,10 @@ struct Decoded {
     bleu: f64,
     mean_score: f64,
     mean_len: f64,
+    /// Each output's log-probability under the model.
     scores: Vec<f64>,
+    /// The detokenised outputs.
+    text: Vec<String>,
 }
 
 /// The course's trained model and its test split: sources and references encoded, the
@@ -57,10 +61,15 @@ fn run(ctx: &Context) -> Finding {
     let alphas: Vec<(f64, Decoded)> = [0.0, 0.6, 1.0].iter().map(|&a| (a, test.decode(5, a))).collect();
     let five = &by_beam.iter().find(|(k, _)| *k == 5).expect("beam 5 is measured").1;
     let scores_hold = by_beam.iter().skip(1).all(|(_, d)| d.mean_score >= greedy.mean_score - 1e-9);
-    let holds = scores_hold && five.bleu >= greedy.bleu && five.errors.1 < greedy.errors.1;
+    let p = match super::trained::paired_bleu(&greedy.text, &five.text, &test.refs) {
+        Ok((_, p)) => p,
+        Err(e) => return Finding::not_run("no paired test of beam 5 against greedy search", e),
+    };
+    let holds = scores_hold && five.bleu > greedy.bleu && p < 0.05 && five.errors.1 < greedy.errors.1;
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: because(greedy, five, &alphas, test.sources.len()),
+        because: because(greedy, five, p, &alphas, test.sources.len()),
         not_measured: String::new(),
         table: table(&by_beam, &alphas),
         more: Vec::new(),
@@ -118,8 +127,18 @@ impl Test {
             false,
         );
         let text = detokenize(&self.tok.tgt, &hyps);
-        let scores: Vec<f64> =
-            hyps.iter().map(|h| h.first().map_or(f64::NEG_INFINITY, |h| h.score)).collect();
+        // Without a length penalty the search's score is the log-probability; with one it is
+        // that divided by the penalty, which is not comparable with greedy search's: score the
+        // output itself.
+        let scores: Vec<f64> = hyps
+            .iter()
+            .zip(&self.sources)
+            .map(|(h, src)| match h.first() {
+                None => f64::NEG_INFINITY,
+                Some(h) if alpha == 0.0 => h.score,
+                Some(h) => self.log_prob(src, &h.tokens),
+            })
+            .collect();
         let lens: Vec<usize> = hyps.iter().map(|h| h.first().map_or(0, |h| h.tokens.len())).collect();
         Decoded {
             errors: self.errors(&hyps),
@@ -127,6 +146,7 @@ impl Test {
             mean_score: scores.iter().sum::<f64>() / scores.len().max(1) as f64,
             mean_len: lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64,
             scores,
+            text,
         }
     }
 
@@ -192,9 +212,10 @@ fn table(by_beam: &[(usize, Decoded)], alphas: &[(f64, Decoded)]) -> Table {
 }
 
 /// The verdict's sentence: greedy search against beam 5, and α = 1's lengths against α = 0's.
-fn because(greedy: &Decoded, five: &Decoded, alphas: &[(f64, Decoded)], sentences: usize) -> String {
+fn because(greedy: &Decoded, five: &Decoded, p: f64, alphas: &[(f64, Decoded)], sentences: usize) -> String {
     format!(
-        "beam 5 raises the mean log-probability {} → {} ({:.0} % of sentences score higher) and BLEU {} → {}; \
+        "beam 5 raises the mean log-probability {} → {} ({:.0} % of sentences score higher) and BLEU {} → {} \
+         (paired bootstrap p = {:.3}); \
          search errors {} → {}, model errors {} → {} (of {} sentences); with α = 1 the outputs are {} tokens \
          long against {} at α = 0",
         num(greedy.mean_score),
@@ -202,6 +223,7 @@ fn because(greedy: &Decoded, five: &Decoded, alphas: &[(f64, Decoded)], sentence
         100.0 * better(five, greedy),
         num(greedy.bleu),
         num(five.bleu),
+        p,
         greedy.errors.1,
         five.errors.1,
         greedy.errors.2,

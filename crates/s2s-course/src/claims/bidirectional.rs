@@ -41,6 +41,7 @@ fn run(ctx: &Context) -> Finding {
     };
     let (verdict, because, table) = trained::judge_paired(&rows, "unidirectional", "bidirectional");
     Finding {
+        runs: Vec::new(),
         verdict,
         because,
         not_measured: if seeds.len() < 3 {

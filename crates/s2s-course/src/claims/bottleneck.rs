@@ -31,6 +31,7 @@ fn run(ctx: &Context) -> Finding {
     let (fixed, attn) = (kept(&curves[0].1), kept(&curves[1].1));
     let holds = fixed.0 >= 20.0 && fixed.1 < 0.5 * fixed.0 && attn.1 >= 0.8 * attn.0;
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "from the shortest sources to the longest the fixed-vector model goes {} → {} BLEU, attention {} → {}",

@@ -36,10 +36,13 @@ fn run(ctx: &Context) -> Finding {
     let (m, u) = (masked.last().expect("rows"), unmasked.last().expect("rows"));
     let holds = u.1 < m.1 && u.2 < 0.5 * m.2;
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
-            "after {} steps the unmasked model's perplexity is {} against the masked model's {}, its greedy BLEU {} against {}",
-            num(m.0),
+            "after {} steps (the masked model {}) the unmasked model's perplexity is {} against the masked model's {}, \
+             its greedy BLEU {} against {}",
+            u.0 as u64,
+            m.0 as u64,
             num(u.1),
             num(m.1),
             num(u.2),
@@ -70,7 +73,8 @@ fn measure(ctx: &Context) -> Vec<(bool, Result<Vec<trained::Row>, MeasureError>)
         .collect()
 }
 
-/// The table: perplexity and greedy BLEU by step, masked beside unmasked.
+/// The table: perplexity and greedy BLEU by step, masked beside unmasked — every step either
+/// run validated at, `–` where the other did not.
 fn table(masked: &[trained::Row], unmasked: &[trained::Row]) -> Table {
     let mut table = Table {
         header: ["step", "perplexity, masked", "unmasked", "greedy BLEU, masked", "unmasked"]
@@ -78,10 +82,38 @@ fn table(masked: &[trained::Row], unmasked: &[trained::Row]) -> Table {
             .to_vec(),
         rows: vec![],
     };
-    for (a, b) in masked.iter().zip(unmasked) {
-        table.rows.push(vec![format!("{}", a.0 as u64), num(a.1), num(b.1), num(a.2), num(b.2)]);
+    let mut steps: Vec<u64> = masked.iter().chain(unmasked).map(|r| r.0 as u64).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    let at = |rows: &[trained::Row], step: u64| rows.iter().find(|r| r.0 as u64 == step).copied();
+    let cell = |r: Option<trained::Row>, f: fn(&trained::Row) -> f64| r.map_or("–".into(), |r| num(f(&r)));
+    for step in steps {
+        let (a, b) = (at(masked, step), at(unmasked, step));
+        table.rows.push(vec![
+            step.to_string(),
+            cell(a, |r| r.1),
+            cell(b, |r| r.1),
+            cell(a, |r| r.2),
+            cell(b, |r| r.2),
+        ]);
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run that validated at fewer steps keeps the other's later rows, dashed.
+    #[test]
+    fn the_table_keeps_every_step_of_either_run() {
+        let masked = [(100.0, 9.0, 1.0), (200.0, 8.0, 2.0), (300.0, 7.0, 3.0)];
+        let unmasked = [(100.0, 2.0, 0.5), (200.0, 1.5, 0.4)];
+        let t = table(&masked, &unmasked);
+        let steps: Vec<&str> = t.rows.iter().map(|r| r[0].as_str()).collect();
+        assert_eq!(steps, ["100", "200", "300"]);
+        assert_eq!(t.rows[2][1..], [num(7.0), "–".into(), num(3.0), "–".into()]);
+    }
 }
 
 /// The figures of validation BLEU and perplexity by step, masked and unmasked.

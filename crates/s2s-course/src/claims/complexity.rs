@@ -50,6 +50,7 @@ fn run(ctx: &Context) -> Finding {
     let holds = k.attn >= 1.5 && k.rnn <= 1.3 && mem_holds;
     let crossover = rows.iter().find(|r| r.attn > r.rnn).map(|r| r.n);
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM{}; {}",

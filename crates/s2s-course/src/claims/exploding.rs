@@ -116,6 +116,7 @@ fn run(ctx: &Context) -> Finding {
         c.non_finite
     );
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because,
         not_measured:

@@ -27,6 +27,7 @@ fn run(ctx: &Context) -> Finding {
     let holds = same_params && worst <= 1.5;
     let table = cost_table(&results, t1);
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "{} for every h; the slowest step takes {}× the time of one head",

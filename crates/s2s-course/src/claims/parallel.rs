@@ -42,6 +42,7 @@ fn run(ctx: &Context) -> Finding {
     let lead: Vec<f64> = results.iter().map(|r| r.transformer / r.lstm).collect();
     let holds = lead.iter().all(|&l| l > 1.0) && lead.windows(2).all(|w| w[1] >= w[0]);
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "with {} and {} parameters, the Transformer trains {}× the LSTM's tokens a second at n = {} and {}× at n = {}",

@@ -77,6 +77,7 @@ fn run(ctx: &Context) -> Finding {
         trained::judge_paired(&runs, "no positions", "positions");
     let holds = off <= 1e-5 && on >= 0.01 && trained_verdict == Verdict::Holds;
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "without positions the permuted output matches to {} (largest difference), with positions it differs by up to {}. \

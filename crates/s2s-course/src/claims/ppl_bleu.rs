@@ -55,6 +55,7 @@ fn run(ctx: &Context) -> Finding {
     let rho = if rows.len() >= 3 { spearman(&ppl, &bleu) } else { f64::NAN };
     let holds = rho <= -0.8;
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "over {} checkpoints ρ = {} (perplexity {} → {}, BLEU {} → {})",

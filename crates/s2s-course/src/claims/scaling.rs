@@ -88,6 +88,7 @@ fn run(ctx: &Context) -> Finding {
     let mut figures = vec![trained_figure];
     figures.extend(probe_figures(stats));
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: because(&probes, lower_ppl, runs.len(), &bleu_because),
         not_measured: if seeds.len() < 3 {

@@ -78,6 +78,7 @@ fn run(ctx: &Context) -> Finding {
     let holds = best - worst <= 3.0;
     let named = |x: f64| SCORES[means.iter().position(|&y| y == x).unwrap_or(0)].0;
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "mean test BLEU from {} ({}) to {} ({}), {} points apart; parameters {}–{}",

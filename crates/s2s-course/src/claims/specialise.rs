@@ -115,6 +115,7 @@ fn run(ctx: &Context) -> Finding {
     let holds = specialised.iter().all(|e| e.layers.iter().all(|(hs, _)| spread(hs) >= 2.0));
     let bleu_sentence = bleu_summary(&bleu);
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "the farthest-looking head over the nearest, per encoder layer: {}; mean test BLEU by h over {} \

@@ -65,6 +65,9 @@ pub fn long_config(model: ModelSpec, steps: u64, valid_every: u64) -> RunConfig 
             lr: 3e-3,
             batch: s2s_data::BatchConfig { max_tokens: 1024, ..Default::default() },
             capture: s2s_train::config::Capture::Off,
+            // Every run trains its whole budget: runs compared "after N steps" trained N steps
+            // each (early stopping would end them at different steps).
+            patience: 0,
             ..Default::default()
         },
     }
@@ -81,6 +84,13 @@ pub fn train(ctx: &Context, name: &str, cfg: &RunConfig) -> Result<PathBuf, Meas
     let search = s2s_train::testset::greedy(cfg.train.max_output);
     s2s_train::pipeline::run_and_test(cfg, &dir, &[Device::flex()], "cpu", false, &search, 1, &|_| {})
         .map_err(|source| MeasureError::Training { dir: dir.clone(), source })?;
+    let steps = metrics(&dir).last().map_or(0, |r| r.0 as u64);
+    let budget = cfg.train.budget.steps.unwrap_or(0);
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut trained = ctx.trained.borrow_mut();
+    if !trained.iter().any(|r| r.name == name) {
+        trained.push(crate::TrainedRun { name, steps, budget });
+    }
     Ok(dir)
 }
 
@@ -134,28 +144,25 @@ pub fn paired(
     seeds: &[u64],
     run: impl Fn(bool, u64) -> Result<PathBuf, MeasureError>,
 ) -> Result<Vec<Paired>, MeasureError> {
-    use s2s_eval::{BleuConfig, MetricConfig, PairedOptions, PairedTest, Seed};
     let mut rows = Vec::new();
     for &seed in seeds {
         let (base, favoured) = (tested(&run(false, seed)?)?, tested(&run(true, seed)?)?);
-        let systems = [base.0.as_slice(), favoured.0.as_slice()];
-        let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 1000, seed: Seed::default() };
-        let columns = s2s_eval::paired_test(
-            &systems,
-            &[base.1.as_slice()],
-            &[MetricConfig::Bleu(BleuConfig::default())],
-            &opts,
-        )
-        .map_err(MeasureError::PairedTest)?;
-        let r = &columns[0].results;
-        rows.push(Paired {
-            seed,
-            bleu: (r[0].score, r[1].score),
-            p: r[1].p_value.unwrap_or(1.0),
-            ppl: (base.2, favoured.2),
-        });
+        let (bleu, p) = paired_bleu(&base.0, &favoured.0, &base.1)?;
+        rows.push(Paired { seed, bleu, p, ppl: (base.2, favoured.2) });
     }
     Ok(rows)
+}
+
+/// The corpus BLEU of `base` and `other` against `refs`, and sacreBLEU's paired bootstrap
+/// p-value of `other`'s difference (1,000 resamples, sacreBLEU's seed): the one test every BLEU
+/// comparison of the course makes.
+pub fn paired_bleu(base: &[String], other: &[String], refs: &[String]) -> Result<((f64, f64), f64), MeasureError> {
+    use s2s_eval::{BleuConfig, MetricConfig, PairedOptions, PairedTest, Seed};
+    let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 1000, seed: Seed::default() };
+    let columns = s2s_eval::paired_test(&[base, other], &[refs], &[MetricConfig::Bleu(BleuConfig::default())], &opts)
+        .map_err(MeasureError::PairedTest)?;
+    let r = &columns[0].results;
+    Ok(((r[0].score, r[1].score), r[1].p_value.unwrap_or(1.0)))
 }
 
 /// The verdict, sentence and table of [`paired`] runs: the claim holds when the favoured model's

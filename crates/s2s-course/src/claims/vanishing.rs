@@ -112,6 +112,7 @@ fn run(ctx: &Context) -> Finding {
         if judge(&init) { "holds" } else { "does not hold" }
     );
     Finding {
+        runs: Vec::new(),
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because,
         not_measured: String::new(),
