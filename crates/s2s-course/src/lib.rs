@@ -42,6 +42,20 @@ pub enum Verdict {
     Holds,
     /// The criterion is not met: reported with its figures.
     DoesNotHold,
+    /// What the course can measure here cannot decide the claim (a claim about hardware this
+    /// machine does not have): the figures are shown, not judged.
+    NotTestable,
+}
+
+impl Verdict {
+    /// The verdict in words: `holds`, `does not hold here`, `not testable here`.
+    pub fn words(self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "does not hold here",
+            Verdict::NotTestable => "not testable here",
+        }
+    }
 }
 
 /// A table of a finding: a header and rows of cells.
@@ -328,10 +342,7 @@ pub fn run(
         }
         progress(&format!(
             "  {} in {:.0} s: {}",
-            match finding.verdict {
-                Verdict::Holds => "holds",
-                Verdict::DoesNotHold => "does not hold here",
-            },
+            finding.verdict.words(),
             t0.elapsed().as_secs_f64(),
             finding.because
         ));

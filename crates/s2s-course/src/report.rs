@@ -13,11 +13,12 @@ fn verdict(v: Verdict) -> &'static str {
     match v {
         Verdict::Holds => "**holds**",
         Verdict::DoesNotHold => "**does not hold here**",
+        Verdict::NotTestable => "**not testable here**",
     }
 }
 
-/// Writes `course.md`, `course.html`, `findings.json` and `plots/*.svg` into `out`; returns the
-/// Markdown page's path.
+/// Writes `course.md`, `course.html`, `findings.json`, `summary.md` (the table README.md
+/// quotes, [`summary`]) and `plots/*.svg` into `out`; returns the Markdown page's path.
 pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Result<PathBuf, CourseError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -88,7 +89,20 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
     )
     .expect("findings serialise");
     write(out.join("findings.json"), &json)?;
+    write(out.join("summary.md"), &summary(done))?;
     Ok(page)
+}
+
+/// The findings as one table, a row a claim: its statement, its verdict and the figures behind
+/// it — what README.md shows, copied from this file as it is (`crates/s2s/tests/docs.rs`
+/// checks that README's table is this one).
+pub fn summary(done: &[(Claim, Finding)]) -> String {
+    let mut md = String::from("| claim | verdict here, and why |\n|---|---|\n");
+    for (c, f) in done {
+        let because = f.because.replace('|', "\\|");
+        let _ = writeln!(md, "| {} | {} — {} |", c.statement, verdict(f.verdict), because);
+    }
+    md
 }
 
 fn escape(s: &str) -> String {
@@ -100,14 +114,16 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
     let mut h = String::from(
         "<!doctype html><meta charset=utf-8><title>The course as experiments</title>\
          <style>body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}\
-         td,th{border:1px solid #ccc;padding:2px 6px}.holds{color:#070}.not{color:#a00}</style>\
+         td,th{border:1px solid #ccc;padding:2px 6px}.holds{color:#070}.not{color:#a00}.untested{color:#666}</style>\
          <h1>The course as experiments</h1><table><tr><th>claim<th>lecture<th>verdict",
     );
     for (c, f) in done {
-        let (class, word) = match f.verdict {
-            Verdict::Holds => ("holds", "holds"),
-            Verdict::DoesNotHold => ("not", "does not hold here"),
+        let class = match f.verdict {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "not",
+            Verdict::NotTestable => "untested",
         };
+        let word = f.verdict.words();
         let _ = write!(
             h,
             "<tr><td><a href=\"#{}\">{}</a><td>{}<td class={class}>{word}",
@@ -118,7 +134,11 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
     }
     h.push_str("</table>");
     for (c, f) in done {
-        let class = if f.verdict == Verdict::Holds { "holds" } else { "not" };
+        let class = match f.verdict {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "not",
+            Verdict::NotTestable => "untested",
+        };
         let _ = write!(
             h,
             "<h2 id=\"{}\">{}</h2><p><i>{}</i><p><b>Measured:</b> {}<p><b>Criterion:</b> {}\
@@ -128,7 +148,7 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
             linked(c.lecture, notes, true),
             escape(c.method),
             escape(c.criterion),
-            if f.verdict == Verdict::Holds { "holds" } else { "does not hold here" },
+            f.verdict.words(),
             escape(&f.because)
         );
         if !f.not_measured.is_empty() {

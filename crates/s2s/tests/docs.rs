@@ -205,3 +205,16 @@ fn the_checker_refuses_what_does_not_exist() {
                 `crates/s2s-models/src/cell.rs` `ops::fast_lstm_step` `ops::KeyValue` `ops::Route`";
     assert_eq!(problems(&root, "t.md", good), Vec::<String>::new());
 }
+
+/// README's course table is the page's: `docs/course/summary.md`, which `s2s course run --out
+/// docs/course` writes beside the page, copied as it is.
+#[test]
+fn the_readmes_course_table_is_the_pages_summary() {
+    let root = repo();
+    let summary = std::fs::read_to_string(root.join("docs/course/summary.md")).expect("docs/course/summary.md");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    assert!(
+        readme.contains(summary.trim_end()),
+        "README.md's course table differs from docs/course/summary.md: copy the latter into the former"
+    );
+}

@@ -22,7 +22,8 @@ pub const CLAIM: Claim = Claim {
              cell rnn, gru or lstm, 2,000 steps on the built-in pair's long sentences) reading the embedded \
              test sources of at least 32 tokens, cut to 32 (60 random steps at initialisation, 40 in quick mode); L is the sum \
              of the last output; ‖∂L/∂xₜ‖ is the gradient reaching input t, which passes through every state \
-             from t to the end; averaged in log over seeds (initialisation) and sentences",
+             from t to the end: one norm over all the batch's sequences at position t (not a mean of \
+             per-sentence norms), its logarithm averaged over the seeds at initialisation",
     run,
 };
 
@@ -189,15 +190,24 @@ fn judge(c: &Curves) -> bool {
 
 /// The cells' decay per 10 and over 30 steps, in words.
 fn said(c: &Curves) -> String {
+    let grows = c.iter().any(|(_, curve)| per10(curve) < 1.0);
     format!(
         "per 10 steps the gradient shrinks {}× in the RNN, {}× in the GRU, {}× in the LSTM (over 30 steps: {}×, \
-         {}×, {}×)",
+         {}×, {}×){}",
         num(per10(&c[0].1)),
         num(per10(&c[1].1)),
         num(per10(&c[2].1)),
         num(over30(&c[0].1)),
         num(over30(&c[1].1)),
-        num(over30(&c[2].1))
+        num(over30(&c[2].1)),
+        if grows {
+            "; a factor below 1 is a gradient that grows with distance: a gated cell's step Jacobian is not \
+             bounded by 1 — a forget gate near 1 passes the memory on whole, and the input and output weights \
+             can amplify it — so nothing forces it to shrink, and the earliest inputs of a trained encoder \
+             can weigh more on its last state than the latest"
+        } else {
+            ""
+        }
     )
 }
 
