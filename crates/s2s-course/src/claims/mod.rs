@@ -10,11 +10,13 @@ pub mod heads;
 pub mod parallel;
 pub mod permutation;
 pub mod ppl_bleu;
+pub mod scale_invariance;
 pub mod scaling;
 pub mod scores;
 pub mod specialise;
 pub mod trained;
 pub mod vanishing;
+pub mod word_order;
 
 use s2s_report::plot::{Chart, Series, line_chart};
 
