@@ -15,21 +15,68 @@ pub const CLAIM: Claim = Claim {
     name: "exploding-gradient",
     statement: "Without clipping a plain RNN at a high learning rate blows up; global-norm clipping tames it",
     lecture: "language-models-rnn-seq2seq.md § Exploding Gradient",
-    criterion: "holds when, from the same start and batches, the unclipped run diverges — its last 20 losses \
-                average above its first loss, or one is not finite — while the clipped run's last 20 average \
-                below its first",
-    method: "a plain-RNN encoder-decoder (tanh cells, embeddings 32, hidden 128) trained by SGD at rate 5 on \
-             the built-in pair, once without clipping and once clipped at global norm 1: per-step loss and \
-             gradient norm (before clipping)",
+    criterion: "holds when, from the same start and batches, the unclipped run at rate 5 has gradient-norm spikes \
+                (a step above 10× its median norm, or not finite) and diverges — its last 20 losses average above \
+                its first, or one is not finite — while the run clipped at the same rate converges (its last 20 \
+                below its first) and an unclipped control at rate 0.5 neither spikes nor diverges (so what blows \
+                up is the gradient, not the rate alone)",
+    method: "a plain-RNN encoder-decoder (tanh cells, embeddings 32, hidden 128) trained by SGD on the built-in \
+             pair from one start and one batch order three ways: rate 5 unclipped, rate 5 clipped at global norm \
+             1, rate 0.5 unclipped (the control): per-step loss and gradient norm (before clipping), and the \
+             largest singular value of the encoder's and decoder's recurrent weight W_hh at the start and the \
+             end (a gradient through many steps can grow only if it exceeds 1: Pascanu et al., 2013)",
     run,
 };
 
-/// Per step: (loss per token, gradient norm before clipping), until a non-finite loss.
-fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, clip: f64, steps: usize) -> Vec<(f64, f64)> {
+/// A run: per step (loss per token, gradient norm before clipping), until a non-finite loss;
+/// and the largest singular value of W_hh (encoder, decoder) at the start and at the end.
+struct Run {
+    steps: Vec<(f64, f64)>,
+    sigma: [(f64, f64); 2],
+}
+
+/// The largest singular value of each layer-0 recurrent weight `W_hh` (encoder, decoder) of a
+/// plain-RNN encoder-decoder, by power iteration on `WᵀW` (NaN for other models).
+fn recurrent_sigma(model: &s2s_models::Model) -> (f64, f64) {
+    let s2s_models::Model::Lstm(m) = model else { return (f64::NAN, f64::NAN) };
+    let sigma = |cells: &[s2s_models::cell::RecurrentCell]| {
+        let Some(cell) = cells.first() else { return f64::NAN };
+        let w = cell.w_hidden.val();
+        let [rows, cols] = w.dims();
+        let w: Vec<f64> = w.into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
+        largest_singular_value(&w, rows, cols)
+    };
+    (sigma(&m.encoder.forward_cells), sigma(&m.decoder.forward_cells))
+}
+
+/// `σ₁` of the row-major `rows × cols` matrix `w`: 200 power iterations on `WᵀW`.
+fn largest_singular_value(w: &[f64], rows: usize, cols: usize) -> f64 {
+    if w.len() != rows * cols || cols == 0 {
+        return f64::NAN;
+    }
+    let mut v = vec![1.0 / (cols as f64).sqrt(); cols];
+    let mut sigma = 0.0;
+    for _ in 0..200 {
+        let u: Vec<f64> = (0..rows).map(|i| (0..cols).map(|j| w[i * cols + j] * v[j]).sum()).collect();
+        let mut next: Vec<f64> = (0..cols).map(|j| (0..rows).map(|i| w[i * cols + j] * u[i]).sum()).collect();
+        let norm = next.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm == 0.0 || !norm.is_finite() {
+            return norm;
+        }
+        next.iter_mut().for_each(|x| *x /= norm);
+        sigma = norm.sqrt();
+        v = next;
+    }
+    sigma
+}
+
+/// Trains `spec` `steps` steps by SGD at `lr`, clipped at `clip` (0: not).
+fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, lr: f64, clip: f64, steps: usize) -> Run {
     let d = Device::flex().autodiff();
     d.seed(1);
     let tok = &prepared.tokenizers;
     let mut model = spec.init(tok.src.vocab_size(), tok.tgt.vocab_size(), &d).expect("a valid spec");
+    let start = recurrent_sigma(&model);
     let mut optim = SgdConfig::new().init();
     let batcher = StreamBatcher::new(
         &prepared.data.train,
@@ -57,13 +104,18 @@ fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, clip: f64, steps
         if !value.is_finite() || !norm.is_finite() {
             break;
         }
-        model = optim.step(LR, model, grads);
+        model = optim.step(lr, model, grads);
     }
-    out
+    let end = recurrent_sigma(&model);
+    Run { steps: out, sigma: [start, end] }
 }
 
-/// SGD's rate.
-const LR: f64 = 5.0;
+/// SGD's high rate, and the control's.
+const HIGH: f64 = 5.0;
+const MODERATE: f64 = 0.5;
+
+/// A step's gradient norm is a spike above this many times the run's median.
+const SPIKE: f64 = 10.0;
 
 /// A run's summary: its gradient norms and losses.
 struct Stats {
@@ -71,7 +123,7 @@ struct Stats {
     median: f64,
     /// The largest finite gradient norm.
     largest: f64,
-    /// Steps whose norm is NaN or over 100× the median.
+    /// Steps whose norm is not finite or over [`SPIKE`]× the median.
     spikes: usize,
     /// Non-finite losses.
     non_finite: usize,
@@ -100,20 +152,37 @@ fn run(ctx: &Context) -> Finding {
         Err(e) => return Finding::not_run("the data could not be prepared", e.to_string()),
     };
     let runs = [
-        ("unclipped", train(&prepared, &spec, 0.0, steps)),
-        ("clipped at 1", train(&prepared, &spec, 1.0, steps)),
+        ("rate 5, unclipped", train(&prepared, &spec, HIGH, 0.0, steps)),
+        ("rate 5, clipped at 1", train(&prepared, &spec, HIGH, 1.0, steps)),
+        ("rate 0.5, unclipped (control)", train(&prepared, &spec, MODERATE, 0.0, steps)),
     ];
-    let (u, c) = (stats(&runs[0].1), stats(&runs[1].1));
-    let holds = (u.non_finite > 0 || u.last > u.first) && c.non_finite == 0 && c.last < c.first;
+    let [u, c, m] = [stats(&runs[0].1.steps), stats(&runs[1].1.steps), stats(&runs[2].1.steps)];
+    let diverges = |s: &Stats| s.non_finite > 0 || s.last > s.first;
+    let holds = u.spikes > 0 && diverges(&u) && c.non_finite == 0 && c.last < c.first && m.spikes == 0 && !diverges(&m);
+    let sigma = |r: &Run| num(r.sigma[1].0.max(r.sigma[1].1));
     let because = format!(
-        "unclipped the loss goes {} → {} ({} non-finite, largest gradient norm {}), clipped {} → {} ({} non-finite)",
+        "at rate 5 unclipped the loss goes {} → {} ({} non-finite) with {} gradient-norm spike(s) above {SPIKE}× its \
+         median {} (largest {}); clipped at the same rate {} → {}, through {} spike(s) up to {} that the clip cut to \
+         norm 1; the control at rate 0.5, unclipped, {} → {} with {} \
+         spike(s). W_hh's largest singular value starts at {} and ends at {} (rate 5 unclipped), {} (clipped), {} \
+         (control): a gradient can only explode through W_hh above 1",
         num(u.first),
         num(u.last),
         u.non_finite,
+        u.spikes,
+        num(u.median),
         num(u.largest),
         num(c.first),
         num(c.last),
-        c.non_finite
+        c.spikes,
+        num(c.largest),
+        num(m.first),
+        num(m.last),
+        m.spikes,
+        num(runs[0].1.sigma[0].0.max(runs[0].1.sigma[0].1)),
+        sigma(&runs[0].1),
+        sigma(&runs[1].1),
+        sigma(&runs[2].1),
     );
     Finding {
         runs: Vec::new(),
@@ -122,7 +191,7 @@ fn run(ctx: &Context) -> Finding {
         not_measured:
             "Adam, which divides each update by its gradients' running scale (the course's other runs use it)"
                 .into(),
-        table: table(&runs, [u, c]),
+        table: table(&runs, [u, c, m]),
         more: Vec::new(),
         figures: figures(&runs).into(),
     }
@@ -133,7 +202,7 @@ fn stats(r: &[(f64, f64)]) -> Stats {
     let mut norms: Vec<f64> = r.iter().map(|x| x.1).filter(|n| n.is_finite()).collect();
     norms.sort_by(f64::total_cmp);
     let median = norms.get(norms.len() / 2).copied().unwrap_or(f64::NAN);
-    let spikes = r.iter().filter(|x| x.1.is_nan() || x.1 > 100.0 * median).count();
+    let spikes = r.iter().filter(|x| !x.1.is_finite() || x.1 > SPIKE * median).count();
     let non_finite = r.iter().filter(|x| !x.0.is_finite()).count();
     // The last 20 losses' mean, a non-finite one counting as infinite.
     let tail: Vec<f64> =
@@ -152,23 +221,24 @@ fn stats(r: &[(f64, f64)]) -> Stats {
 }
 
 /// The table: each run's steps, gradient norms and losses.
-fn table(runs: &[(&str, Vec<(f64, f64)>); 2], stats: [Stats; 2]) -> Table {
+fn table(runs: &[(&str, Run); 3], stats: [Stats; 3]) -> Table {
     Table {
         header: [
             "run",
             "steps taken",
             "median gradient norm",
             "largest",
-            "steps over 100× the median",
+            "spikes (over 10× the median)",
             "non-finite losses",
             "mean loss of the last 20 steps",
+            "σ₁(W_hh) encoder / decoder, start → end",
         ]
         .map(String::from)
         .to_vec(),
         rows: runs
             .iter()
             .zip(stats)
-            .map(|((name, _), s)| {
+            .map(|((name, r), s)| {
                 vec![
                     name.to_string(),
                     s.steps.to_string(),
@@ -177,6 +247,13 @@ fn table(runs: &[(&str, Vec<(f64, f64)>); 2], stats: [Stats; 2]) -> Table {
                     s.spikes.to_string(),
                     s.non_finite.to_string(),
                     num(s.last),
+                    format!(
+                        "{} / {} → {} / {}",
+                        num(r.sigma[0].0),
+                        num(r.sigma[0].1),
+                        num(r.sigma[1].0),
+                        num(r.sigma[1].1)
+                    ),
                 ]
             })
             .collect(),
@@ -193,21 +270,36 @@ fn log10(r: &[(f64, f64)], f: fn(&(f64, f64)) -> f64) -> Vec<(f64, f64)> {
 }
 
 /// The figures of the gradient norm and the loss by step, each run a line.
-fn figures(runs: &[(&str, Vec<(f64, f64)>); 2]) -> [Figure; 2] {
+fn figures(runs: &[(&str, Run); 3]) -> [Figure; 2] {
     [
         figure(
             "exploding-gradient-norm.svg",
             "Gradient norm before clipping, by step (log10)",
             "step",
             "log10 ‖g‖",
-            runs.iter().map(|(n, r)| series(n, log10(r, |x| x.1))).collect(),
+            runs.iter().map(|(n, r)| series(n, log10(&r.steps, |x| x.1))).collect(),
         ),
         figure(
             "exploding-gradient-loss.svg",
             "Training loss by step (log10)",
             "step",
             "log10 loss per token",
-            runs.iter().map(|(n, r)| series(n, log10(r, |x| x.0))).collect(),
+            runs.iter().map(|(n, r)| series(n, log10(&r.steps, |x| x.0))).collect(),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Power iteration finds σ₁ of a matrix whose singular values are known: diag(3, 1) rotated.
+    #[test]
+    fn the_largest_singular_value_of_a_known_matrix() {
+        let (c, s) = (0.6f64, 0.8f64);
+        // [[c, −s], [s, c]] · diag(3, 1) = [[3c, −s], [3s, c]].
+        let w = [3.0 * c, -s, 3.0 * s, c];
+        assert!((largest_singular_value(&w, 2, 2) - 3.0).abs() < 1e-9);
+        assert!((largest_singular_value(&[0.5, 0.0, 0.0, 0.0, 0.25, 0.0], 2, 3) - 0.5).abs() < 1e-9);
+    }
 }
