@@ -241,6 +241,8 @@ pub struct Claim {
     pub name: &'static str,
     /// The claim in a sentence, in our words.
     pub statement: &'static str,
+    /// Why it matters, in two sentences a student reads before the figures.
+    pub why: &'static str,
     /// Where the notes make it: `file § section`.
     pub lecture: &'static str,
     /// The rule the verdict follows.

@@ -54,6 +54,7 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
     for (c, f) in done {
         let _ = writeln!(md, "\n## {}\n<a id=\"{}\"></a>\n", c.statement, c.name);
         let _ = writeln!(md, "*{}* · `s2s course run {}`\n", lecture(c.lecture), c.name);
+        let _ = writeln!(md, "**Why:** {}\n", c.why);
         let _ = writeln!(md, "**Measured:** {}\n", c.method);
         let _ = writeln!(md, "**Criterion:** {}\n", c.criterion);
         let _ = writeln!(md, "**Verdict:** {} — {}\n", verdict(f.verdict), f.because);
@@ -141,11 +142,12 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
         };
         let _ = write!(
             h,
-            "<h2 id=\"{}\">{}</h2><p><i>{}</i><p><b>Measured:</b> {}<p><b>Criterion:</b> {}\
+            "<h2 id=\"{}\">{}</h2><p><i>{}</i><p><b>Why:</b> {}<p><b>Measured:</b> {}<p><b>Criterion:</b> {}\
              <p><b>Verdict:</b> <span class={class}>{}</span> — {}",
             c.name,
             escape(c.statement),
             linked(c.lecture, notes, true),
+            escape(c.why),
             escape(c.method),
             escape(c.criterion),
             f.verdict.words(),

@@ -10,6 +10,9 @@ use crate::{Claim, Context, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "beam-search",
+    why: "Greedy decoding commits to the best word at each step and can miss a better sentence; beam \
+          search keeps several candidates. Whether finding higher-scoring outputs gives better \
+          translations depends on the model, and is measured here.",
     statement: "Beam search finds translations the model scores higher than greedy search's, and better ones",
     lecture: "language-models-rnn-seq2seq.md § Strategie di Decoding; § Beam Search",
     criterion: "holds when, at every beam size above 1, the mean log-probability of the outputs is at least \

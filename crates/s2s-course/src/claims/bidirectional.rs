@@ -8,6 +8,9 @@ use crate::{Claim, Context, Finding};
 
 pub const CLAIM: Claim = Claim {
     name: "bidirectional",
+    why: "A unidirectional encoder's state at word t has seen only the words before it; a \
+          bidirectional one has seen the whole sentence. Whether that translates better at the same \
+          size is measured with three seeds.",
     statement: "A bidirectional encoder translates better than a unidirectional one of the same size",
     lecture: "language-models-rnn-seq2seq.md § Estensione Bidirezionale; § Modello Seq2Seq",
     criterion: "holds when the bidirectional encoder's test BLEU is higher for every seed and sacreBLEU's paired \

@@ -9,6 +9,9 @@ use crate::{Claim, Context, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "bottleneck",
+    why: "An encoder-decoder without attention squeezes a whole sentence into one vector; the longer \
+          the sentence, the more must fit. Attention lets the decoder read every encoder state \
+          instead: the reason it was invented.",
     statement: "The fixed-vector encoder-decoder loses BLEU as sources lengthen; attention does not",
     lecture: "language-models-rnn-seq2seq.md § Architettura Encoder-Decoder; § Attention Mechanism; \
               self-attention-guide.md § Il Bottleneck Sequenziale",

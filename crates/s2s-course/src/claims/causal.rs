@@ -9,6 +9,9 @@ use crate::{Claim, Context, Figure, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "causal-mask",
+    why: "A decoder trained with teacher forcing sees the whole target; without the causal mask it can \
+          copy the next word instead of predicting it. The loss then looks excellent while the model \
+          has learnt nothing it can use at translation time.",
     statement: "Without the causal mask the decoder reads the future in training: its loss collapses while \
                 free-running output is garbage",
     lecture: "attention-mechanisms.md (causal masks); self-attention-notes.md (decoder attention)",

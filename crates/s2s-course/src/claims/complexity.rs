@@ -11,6 +11,9 @@ use crate::{Budget, Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "complexity",
+    why: "Self-attention compares every position with every other, n² work and memory, where an RNN \
+          does n steps. That is the price of its parallelism, and it decides the longest input you can \
+          afford.",
     statement: "Self-attention's cost grows with n², a recurrent encoder's with n",
     lecture: "self-attention-guide.md § Analisi della Complessità; § Confronto con le RNN",
     criterion: "holds when, over the longest lengths measured, the encode time grows as nᵏ with k ≥ 1.5 for \

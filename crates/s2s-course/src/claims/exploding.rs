@@ -13,6 +13,10 @@ use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "exploding-gradient",
+    why: "The same product of Jacobians that makes gradients vanish can make them explode, and one \
+          huge step can wreck a trained model. Clipping the global norm bounds the step while keeping \
+          its direction; a control separates an exploding gradient from a rate that is simply too \
+          high.",
     statement: "Without clipping a plain RNN at a high learning rate blows up; global-norm clipping tames it",
     lecture: "language-models-rnn-seq2seq.md § Exploding Gradient",
     criterion: "holds when, from the same start and batches, the unclipped run at rate 5 has gradient-norm spikes \

@@ -10,6 +10,8 @@ use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "heads-cost",
+    why: "Multi-head attention splits d_model into h heads so that h views cost what one costs. In \
+          parameters that is exact; in time it depends on how the hardware runs many small products.",
     statement: "h heads of size d_model/h cost about what one head of size d_model costs",
     lecture: "multi-head-attention.md § La Scelta delle Dimensioni: Un Compromesso Cruciale",
     criterion: "holds when every h has exactly the parameters of h = 1 and a training step takes at most 1.5× \

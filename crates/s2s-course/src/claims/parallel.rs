@@ -10,6 +10,8 @@ use crate::{Budget, Claim, Context, Figure, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "parallel-training",
+    why: "An RNN must finish step t before step t+1; a Transformer computes all positions at once. \
+          That advantage needs hardware that runs many operations at once: a GPU, not two CPU cores.",
     statement: "An RNN's steps are sequential, a Transformer's parallel: at equal size the Transformer trains faster",
     lecture: "self-attention-guide.md § L'Impossibilità di Parallelizzazione; multi-head-attention.md § 4. Parallelizzazione",
     criterion: "on parallel hardware (a GPU), holds when, at every sentence length, the Transformer trains more \

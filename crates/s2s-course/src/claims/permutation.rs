@@ -10,6 +10,8 @@ use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "permutation",
+    why: "Self-attention treats its input as a set: permute the words and the outputs permute with \
+          them. Positional encodings are the only thing that tells a Transformer word order.",
     statement: "Without positional encodings self-attention is permutation-equivariant: it cannot see word order",
     lecture: "self-attention-guide.md § Invarianze e Simmetrie",
     criterion: "holds when, without positions, the encoder's output for a permuted sentence is the permuted \

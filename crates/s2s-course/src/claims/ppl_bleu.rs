@@ -9,6 +9,9 @@ use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "ppl-bleu",
+    why: "Perplexity is cheap and differentiable, BLEU is what we report: training on one in the hope \
+          of the other assumes they agree. Within a run they do by construction; across models is \
+          where the assumption can fail.",
     statement: "Lower perplexity goes with higher BLEU: across models, the one with the lower perplexity translates better",
     lecture: "language-models-rnn-seq2seq.md § Valutazione del Modello; § BLEU (Bilingual Evaluation Understudy)",
     criterion: "holds when, over at least 5 of the course's trained models scored on the same test sentences, \

@@ -11,6 +11,9 @@ use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "scale-invariance",
+    why: "The notes give attention a 'scale invariance' that the softmax does not have: it ignores a \
+          constant added to every score, not a factor. Knowing which is what tells you why the √d_k \
+          scaling matters at all.",
     statement: "Multiplying every input by a constant leaves the attention weights unchanged (softmax normalisation)",
     lecture: "self-attention-guide.md § Invarianze e Simmetrie",
     criterion: "holds when, for every factor c measured, the attention weights of c·X differ from those of X by \

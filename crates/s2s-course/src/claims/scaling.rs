@@ -10,6 +10,9 @@ use crate::{Budget, Claim, Context, Figure, Finding, MeasureError, Table, Verdic
 
 pub const CLAIM: Claim = Claim {
     name: "scaling-factor",
+    why: "Dot products of d_k-dimensional vectors grow with d_k, and a softmax of large scores is \
+          nearly one-hot with vanishing gradients. Dividing by √d_k is the Transformer's fix; this \
+          measures the variance and what training does without it.",
     statement: "Unscaled dot products have variance ≈ d_k and saturate the softmax; dividing by √d_k keeps it ≈ 1",
     lecture: "self-attention-guide.md § Il Problema dello Scaling e la Sua Soluzione; § Analisi Teorica dello Scaling Factor",
     criterion: "holds when, for every d_k, the unscaled variance is within 15 % of d_k and the scaled one within \

@@ -13,6 +13,9 @@ use crate::{Claim, Context, Finding, MeasureError, NotRun, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "attention-scores",
+    why: "The lectures list several ways to score a decoder state against an encoder state; choosing \
+          one is a cost trade-off only if each works. Each is compared with no attention at all, at \
+          the same size.",
     statement: "Dot, multiplicative, low-rank multiplicative and additive scores are each a working attention, \
                 at different costs in parameters and time",
     lecture: "language-models-rnn-seq2seq.md § Meccanismo di Attention in Modelli Seq2Seq (Tipi di Attention)",

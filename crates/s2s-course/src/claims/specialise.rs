@@ -13,6 +13,8 @@ use crate::{Claim, Context, Figure, Finding, MeasureError, NotRun, Table, Verdic
 
 pub const CLAIM: Claim = Claim {
     name: "heads-specialise",
+    why: "Heads are meant to learn different relations, some local, some long-range. Whether trained \
+          heads do, and whether more heads translate better, is measured here rather than assumed.",
     statement: "Trained, the heads of a layer specialise: some attend to neighbouring words, others far away",
     lecture: "multi-head-attention.md § Diversi Tipi di Attention Patterns (Pattern Locali vs Globali); § Pattern \
               di Specializzazione",

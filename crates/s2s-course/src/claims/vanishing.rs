@@ -12,6 +12,10 @@ use crate::{Claim, Context, Figure, Finding, MeasureError, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "vanishing-gradient",
+    why: "A recurrent network learns long-range dependencies only if the training signal reaches early \
+          inputs; each step multiplies the gradient by the step's Jacobian, so it can fade \
+          geometrically. Gates are the remedy the lectures teach: this measures whether they keep the \
+          signal alive.",
     statement: "A plain RNN's gradient vanishes with distance; LSTM and GRU keep it far flatter",
     lecture: "language-models-rnn-seq2seq.md § Vanishing Gradient Problem; § Long Short-Term Memory (LSTM)",
     criterion: "holds when, in the trained encoders, the plain RNN's gradient shrinks by at least 10× over 30 \

@@ -9,6 +9,9 @@ use crate::{Claim, Context, Finding, Table, Verdict, num};
 
 pub const CLAIM: Claim = Claim {
     name: "bleu-word-order",
+    why: "BLEU is the field's yardstick, so what it cannot see a system is never rewarded for getting \
+          right. The notes say it ignores word order; its n-grams see order within four words, not \
+          beyond.",
     statement: "BLEU ignores word order",
     lecture: "language-models-rnn-seq2seq.md § BLEU (Bilingual Evaluation Understudy)",
     criterion: "holds when the test references with their words reordered score within 1 BLEU point of the \
