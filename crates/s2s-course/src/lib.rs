@@ -274,6 +274,7 @@ pub fn claims() -> Vec<Claim> {
         claims::exploding::CLAIM,
         claims::word_order::CLAIM,
         claims::scores::CLAIM,
+        claims::alignment::CLAIM,
         claims::beam::CLAIM,
         claims::causal::CLAIM,
         claims::scaling::CLAIM,

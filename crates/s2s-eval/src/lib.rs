@@ -57,6 +57,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alignment;
 pub mod bleu;
 pub mod chrf;
 pub mod error;

@@ -1,5 +1,6 @@
 //! One module per claim: its statement, lecture section, criterion and experiment.
 
+pub mod alignment;
 pub mod beam;
 pub mod bidirectional;
 pub mod bottleneck;
