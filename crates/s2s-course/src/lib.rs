@@ -270,6 +270,7 @@ pub struct Context {
 pub fn claims() -> Vec<Claim> {
     vec![
         claims::vanishing::CLAIM,
+        claims::memory::CLAIM,
         claims::bottleneck::CLAIM,
         claims::exploding::CLAIM,
         claims::word_order::CLAIM,

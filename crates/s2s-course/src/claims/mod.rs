@@ -8,6 +8,7 @@ pub mod causal;
 pub mod complexity;
 pub mod exploding;
 pub mod heads;
+pub mod memory;
 pub mod parallel;
 pub mod permutation;
 pub mod ppl_bleu;
