@@ -282,6 +282,7 @@ pub fn claims() -> Vec<Claim> {
         claims::scale_invariance::CLAIM,
         claims::heads::CLAIM,
         claims::specialise::CLAIM,
+        claims::head_removal::CLAIM,
         claims::permutation::CLAIM,
         claims::complexity::CLAIM,
         claims::parallel::CLAIM,

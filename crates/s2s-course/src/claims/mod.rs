@@ -7,6 +7,7 @@ pub mod bottleneck;
 pub mod causal;
 pub mod complexity;
 pub mod exploding;
+pub mod head_removal;
 pub mod heads;
 pub mod memory;
 pub mod parallel;
