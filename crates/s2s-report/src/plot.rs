@@ -52,8 +52,18 @@ struct Bounds {
     y1: f64,
 }
 
-/// Draws `series` as an SVG string (640 × 400).
+/// Draws `series` as lines through their points, an SVG string (640 × 400).
 pub fn line_chart(c: &Chart, series: &[Series]) -> String {
+    chart(c, series, true)
+}
+
+/// Draws `series` as points only, an SVG string (640 × 400): for values that are not a
+/// sequence (one per seed), where a line would suggest a trend between them.
+pub fn point_chart(c: &Chart, series: &[Series]) -> String {
+    chart(c, series, false)
+}
+
+fn chart(c: &Chart, series: &[Series], lines: bool) -> String {
     let mut buf = String::new();
     let b = bounds(c, series);
     {
@@ -67,7 +77,7 @@ pub fn line_chart(c: &Chart, series: &[Series]) -> String {
             .build_cartesian_2d(b.x0..b.x1, b.y0..b.y1);
         if let Ok(mut chart) = built {
             draw_mesh(&mut chart, c);
-            draw_lines(&mut chart, series, b.y1);
+            draw_series(&mut chart, series, b.y1, lines);
             let _ = chart
                 .configure_series_labels()
                 .position(SeriesLabelPosition::UpperRight)
@@ -129,17 +139,22 @@ fn draw_mesh<'a, 'b: 'a>(chart: &mut Plot<'a, 'b>, c: &Chart) {
     let _ = mesh.draw();
 }
 
-/// Draws each series as a line (with its legend entry) and dots, y clipped at `y1`.
-fn draw_lines<'a, 'b: 'a>(chart: &mut Plot<'a, 'b>, series: &[Series], y1: f64) {
+/// Draws each series as dots, joined by a line when `lines` (with its legend entry: the line,
+/// or a dot), y clipped at `y1`.
+fn draw_series<'a, 'b: 'a>(chart: &mut Plot<'a, 'b>, series: &[Series], y1: f64, lines: bool) {
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y.min(y1))).collect();
-        if let Ok(drawn) = chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))) {
-            drawn
-                .label(s.name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        if lines {
+            if let Ok(drawn) = chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))) {
+                drawn
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            }
+            let _ = chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())));
+        } else if let Ok(drawn) = chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 5, color.filled()))) {
+            drawn.label(s.name.clone()).legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
         }
-        let _ = chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())));
     }
 }
 
@@ -158,5 +173,11 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("lstm") && svg.contains("bahdanau"));
         assert!(svg.contains("10-19"));
         assert!(svg.matches("<polyline").count() >= 2, "{svg}");
+        let plain = Chart { title: "t", x: "x", y: "y", x_labels: None, y_max: None };
+        let (dots, lines) = (point_chart(&plain, &s), line_chart(&plain, &s));
+        assert!(dots.contains("lstm") && dots.contains("bahdanau"));
+        // The axes are polylines in both; the series' lines and their legend marks only in one.
+        assert_eq!(dots.matches("<polyline").count() + 4, lines.matches("<polyline").count(), "{dots}");
+        assert!(dots.matches("<circle").count() >= 4, "{dots}");
     }
 }

@@ -21,7 +21,7 @@ pub mod trained;
 pub mod vanishing;
 pub mod word_order;
 
-use s2s_report::plot::{Chart, Series, line_chart};
+use s2s_report::plot::{Chart, Series, line_chart, point_chart};
 
 use crate::Figure;
 
@@ -29,6 +29,12 @@ use crate::Figure;
 pub(crate) fn figure(file: &str, caption: &str, x: &str, y: &str, series: Vec<Series>) -> Figure {
     let chart = Chart { title: caption, x, y, x_labels: None, y_max: None };
     Figure { file: file.into(), caption: caption.into(), svg: line_chart(&chart, &series) }
+}
+
+/// A chart of points only as a [`Figure`]: per-seed results, which no line should join.
+pub(crate) fn points_figure(file: &str, caption: &str, x: &str, y: &str, series: Vec<Series>) -> Figure {
+    let chart = Chart { title: caption, x, y, x_labels: None, y_max: None };
+    Figure { file: file.into(), caption: caption.into(), svg: point_chart(&chart, &series) }
 }
 
 /// A named series.

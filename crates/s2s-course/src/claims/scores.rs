@@ -288,7 +288,7 @@ fn table(m: &Measured, means: &[f64]) -> Table {
 
 /// The figure of each score's test BLEU by seed.
 fn bleu_figure(seeds: &[u64], bleu: &[Vec<f64>]) -> crate::Figure {
-    super::figure(
+    super::points_figure(
         "attention-scores.svg",
         "Test BLEU by seed for each score function (Luong, hidden 64)",
         "seed",

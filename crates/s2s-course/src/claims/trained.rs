@@ -249,7 +249,7 @@ pub fn paired_figure(
     base: &str,
     favoured: &str,
 ) -> crate::Figure {
-    super::figure(
+    super::points_figure(
         file,
         caption,
         "seed",
