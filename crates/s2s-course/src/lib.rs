@@ -266,6 +266,13 @@ pub struct Context {
     pub trained: std::cell::RefCell<Vec<TrainedRun>>,
 }
 
+impl Context {
+    /// A claim's context: `budget`, shared runs under `work`, no run trained yet.
+    pub fn new(budget: Budget, work: PathBuf) -> Self {
+        Self { budget, work, trained: Default::default() }
+    }
+}
+
 /// Every claim with an experiment, in lecture order.
 pub fn claims() -> Vec<Claim> {
     vec![
@@ -340,7 +347,7 @@ pub fn run(
     for (i, claim) in picked.iter().enumerate() {
         progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));
         let t0 = std::time::Instant::now();
-        let ctx = Context { budget, work: out.join("runs"), trained: Default::default() };
+        let ctx = Context::new(budget, out.join("runs"));
         let mut finding = (claim.run)(&ctx);
         finding.runs = ctx.trained.take();
         // A training stopped by Ctrl-C returns early: a finding from it would judge a model

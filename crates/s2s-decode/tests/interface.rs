@@ -41,16 +41,7 @@ fn specs() -> Vec<ModelSpec> {
         }));
     }
     v.push(ModelSpec::Luong(AttentionRnnSpec { input_feeding: false, ..small }));
-    let tiny = TransformerSpec {
-        d_model: 8,
-        heads: 2,
-        ffn: 16,
-        enc_layers: 2,
-        dec_layers: 2,
-        dropout: 0.0,
-        attention_dropout: 0.0,
-        ..Default::default()
-    };
+    let tiny = s2s_models::testing::tiny_transformer(0.0);
     v.push(ModelSpec::Transformer(tiny.clone()));
     v.push(ModelSpec::Transformer(TransformerSpec { pre_norm: false, tie_output: false, ..tiny }));
     v

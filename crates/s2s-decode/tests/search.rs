@@ -10,7 +10,7 @@ use s2s_decode::{
     BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_with, greedy, greedy_chunked,
 };
 use s2s_models::attention::LuongScore;
-use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step, TransformerSpec};
+use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step};
 
 fn models(d: &Device) -> Vec<(String, Model)> {
     let rnn = AttentionRnnSpec { emb: 8, hidden: 12, dropout: 0.0, ..Default::default() };
@@ -18,16 +18,7 @@ fn models(d: &Device) -> Vec<(String, Model)> {
         ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, dropout: 0.0, ..Default::default() }),
         ModelSpec::Bahdanau(rnn.clone()),
         ModelSpec::Luong(AttentionRnnSpec { score: LuongScore::Dot, layers: 2, bidirectional: false, ..rnn }),
-        ModelSpec::Transformer(TransformerSpec {
-            d_model: 8,
-            heads: 2,
-            ffn: 16,
-            enc_layers: 2,
-            dec_layers: 2,
-            dropout: 0.0,
-            attention_dropout: 0.0,
-            ..Default::default()
-        }),
+        ModelSpec::Transformer(s2s_models::testing::tiny_transformer(0.0)),
     ];
     // Tests run on parallel threads and the device's generator is shared: seed and draw under
     // one lock so every test gets the same weights.

@@ -540,7 +540,12 @@ pub use crate::optimizer::in_place::GradientSum;
 /// The global L2 norm of `grads` over `module`'s parameters: one pass over every gradient on
 /// every thread on the CPU, two launches on a GPU.
 pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
-    let norm = match module_route(module) {
+    global_norm_on(module_route(module), module, grads)
+}
+
+/// [`global_norm`] on the parameters' route, found once by the caller.
+fn global_norm_on<M: Module>(route: Route, module: &M, grads: &GradientsParams) -> f64 {
+    let norm = match route {
         Route::Cpu => crate::optimizer::in_place::global_norm(module, grads),
         #[cfg(not(feature = "gpu-tuned"))]
         Route::Gpu => crate::optimizer::clip::gpu::global_norm(module, grads),
@@ -551,7 +556,12 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
 
 /// Scales every gradient by `factor`: in place on the CPU, 64 a launch on a GPU.
 pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
-    match module_route(module) {
+    scale_grads_on(module_route(module), module, grads, factor)
+}
+
+/// [`scale_grads`] on the parameters' route, found once by the caller.
+fn scale_grads_on<M: Module>(route: Route, module: &M, grads: &mut GradientsParams, factor: f64) {
+    match route {
         Route::Cpu => crate::optimizer::in_place::scale(module, grads, factor),
         #[cfg(not(feature = "gpu-tuned"))]
         Route::Gpu if crate::optimizer::clip::gpu::scale(module, grads, factor as f32) => {}
@@ -565,15 +575,17 @@ pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f
 /// nothing is read back, so the step can be captured ([`crate::gpu::graph`]) and the factor is
 /// computed in f32.
 pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> Norm {
+    // The parameters' devices are walked once a step, not once per pass.
+    let route = module_route(module);
     #[cfg(not(feature = "gpu-tuned"))]
-    if module_route(module) == Route::Gpu
+    if route == Route::Gpu
         && let Some(norm) = crate::optimizer::clip::gpu::clip(module, grads, max_norm as f32)
     {
         return Norm::Device(norm);
     }
-    let norm = global_norm(module, grads);
+    let norm = global_norm_on(route, module, grads);
     if max_norm > 0.0 && norm > max_norm {
-        scale_grads(module, grads, max_norm / norm);
+        scale_grads_on(route, module, grads, max_norm / norm);
     }
     Norm::Host(norm)
 }

@@ -15,16 +15,22 @@ pub fn tiny_specs(dropout: f64) -> Vec<(&'static str, ModelSpec)> {
         ("luong", ModelSpec::Luong(AttentionRnnSpec { layers: 2, score: LuongScore::General, ..rnn })),
         (
             "transformer",
-            ModelSpec::Transformer(TransformerSpec {
-                d_model: 8,
-                heads: 2,
-                ffn: 16,
-                enc_layers: 2,
-                dec_layers: 2,
-                dropout,
-                attention_dropout: dropout,
-                ..Default::default()
-            }),
+            ModelSpec::Transformer(tiny_transformer(dropout)),
         ),
     ]
+}
+
+/// A 2 + 2-layer Transformer of 2 heads (d_model 8, feed-forward 16), `dropout` at every
+/// dropout site.
+pub fn tiny_transformer(dropout: f64) -> TransformerSpec {
+    TransformerSpec {
+        d_model: 8,
+        heads: 2,
+        ffn: 16,
+        enc_layers: 2,
+        dec_layers: 2,
+        dropout,
+        attention_dropout: dropout,
+        ..Default::default()
+    }
 }

@@ -28,6 +28,19 @@ use crate::core_split::CoreSplit;
 use crate::precision::LossScaler;
 use crate::step::{self, DeviceBatch, Norm, StepSettings};
 
+/// [`step_ops`] as a captured graph records it (and as its eager stand-in runs it): nothing read
+/// back, no phase timing, no loss scaler (captured steps are f32); `sum` adds the loss to the
+/// run's device sum.
+fn graph_step(
+    model: Model,
+    inputs: &DeviceBatch,
+    optim: &mut ModuleOptimizer,
+    settings: StepSettings,
+    sum: Option<&LossSum>,
+) -> (Model, Tensor<1>) {
+    step_ops(model, inputs, optim, settings, false, None, sum, None)
+}
+
 /// The operations of one training step on `inputs` — [`step::gradients`] (the loss divided by
 /// the token count the device sums: a host number would be frozen at capture),
 /// [`step::clipped`], [`step::apply`] — what eager steps run and a capture records. Returns the
@@ -247,7 +260,7 @@ impl FixedBatchTrainer {
         let model = self.model.take().expect("a model between steps");
         let (batch, optim, s) = (&self.batch, &mut self.optim, self.settings);
         let (graph, (model, loss)) =
-            recorder.record(|| step_ops(model, batch, optim, s, false, None, None, None))?;
+            recorder.record(|| graph_step(model, batch, optim, s, None))?;
         self.model = Some(model);
         self.loss = Some(loss);
         self.graph = Some(graph);
@@ -390,17 +403,7 @@ impl CapturedSteps {
         let eager = |model, optim: &mut ModuleOptimizer| {
             device.seed(seed);
             s2s_kernels::ops::reseed(seed);
-            step_ops(
-                model,
-                &inputs,
-                optim,
-                StepSettings { lr, clip, label_smoothing: eps },
-                false,
-                None,
-                sum,
-                None,
-            )
-            .0
+            graph_step(model, &inputs, optim, StepSettings { lr, clip, label_smoothing: eps }, sum).0
         };
         if self.max_graphs == 0 {
             return Ok(eager(model, optim));
@@ -478,18 +481,8 @@ impl CapturedSteps {
             self.stats.evictions += 1;
         }
         let (eps, sum) = (self.epsilon, self.sum.as_ref());
-        let (graph, (model, loss)) = recorder.record(|| {
-            step_ops(
-                model,
-                &inputs,
-                optim,
-                StepSettings { lr, clip, label_smoothing: eps },
-                false,
-                None,
-                sum,
-                None,
-            )
-        })?;
+        let (graph, (model, loss)) = recorder
+            .record(|| graph_step(model, &inputs, optim, StepSettings { lr, clip, label_smoothing: eps }, sum))?;
         self.entries.push(Entry { shape, inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());

@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::Device;
 use s2s_data::synth::{SynthConfig, generate_aligned};
 use s2s_data::{Batch, Example, normalize};
 use s2s_eval::alignment::AlignCounts;
-use s2s_models::{Model, Source};
+use s2s_models::Model;
 
 use super::trained;
 use crate::{Claim, Context, Finding, Table, Verdict, num};
@@ -42,11 +42,8 @@ fn gold(cfg: &SynthConfig) -> HashMap<String, (String, Vec<usize>)> {
 /// positions]`, `</s>` last on both sides.
 fn attention(model: &Model, src: &[u32], tgt: &[u32], device: &Device) -> Option<Vec<Vec<f32>>> {
     let batch = Batch::collate(&[Example { src: src.to_vec(), tgt: tgt.to_vec() }], &[0]);
-    let source = Source::new(&batch.src, &batch.src_lens, batch.src_len, device);
-    let t = batch.tgt_len;
-    let tgt_in: Vec<i64> = batch.tgt_in.iter().map(|&i| i as i64).collect();
-    let tgt_in = Tensor::<2, Int>::from_data(TensorData::new(tgt_in, [1, t]), device);
-    let att = model.forward(&source, tgt_in).attention?; // [1, t, s]
+    let b = s2s_train::step::DeviceBatch::new(&batch, device);
+    let att = model.forward(&b.src, b.tgt_in).attention?; // [1, t, s]
     let [_, rows, cols] = att.dims();
     let w = att.into_data().convert::<f32>().try_to_vec::<f32>().ok()?;
     Some(w.chunks(cols).take(rows).map(<[f32]>::to_vec).collect())

@@ -119,7 +119,7 @@ mod tests {
     /// not, to rounding.
     #[test]
     fn scaling_changes_the_weights_and_shifting_does_not() {
-        let ctx = Context { budget: crate::Budget::Quick, work: std::env::temp_dir(), trained: Default::default() };
+        let ctx = Context::new(crate::Budget::Quick, std::env::temp_dir());
         let f = run(&ctx);
         assert_eq!(f.verdict, Verdict::DoesNotHold, "{}", f.because);
         let change = |row: &Vec<String>| row[1].parse::<f64>().unwrap();

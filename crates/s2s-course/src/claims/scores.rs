@@ -93,10 +93,6 @@ fn run(ctx: &Context) -> Finding {
         .collect();
     let holds = works.iter().all(|&w| w);
     let failing: Vec<&str> = SCORES.iter().zip(&works).filter(|(_, w)| !**w).map(|(s, _)| s.0).collect();
-    let range = |v: &[f64]| {
-        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
-        (lo, hi)
-    };
     let speeds: Vec<String> = SCORES
         .iter()
         .enumerate()
@@ -120,8 +116,8 @@ fn run(ctx: &Context) -> Finding {
             } else {
                 format!("not above the baseline for every seed with p < 0.05: {}", failing.join(", "))
             },
-            m.params[..BASE].iter().cloned().fold(f64::INFINITY, f64::min),
-            m.params[..BASE].iter().cloned().fold(0.0, f64::max),
+            range(&m.params[..BASE]).0,
+            range(&m.params[..BASE]).1,
             speeds.join(", "),
             num(blo),
             num(bhi),
@@ -239,6 +235,11 @@ fn compare(hyps: &[Vec<String>], refs: &[String], m: &mut Measured) -> Result<()
     Ok(())
 }
 
+/// The smallest and largest of `v`.
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)))
+}
+
 /// The mean of `v`.
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
@@ -276,9 +277,8 @@ fn table(m: &Measured, means: &[f64]) -> Table {
                         .collect::<Vec<_>>()
                         .join(", "),
                     {
-                        let (lo, hi) =
-                            m.speed[i].iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
-                        format!("{:.0}–{:.0}", lo, hi)
+                        let (lo, hi) = range(&m.speed[i]);
+                        format!("{lo:.0}–{hi:.0}")
                     },
                 ]
             })

@@ -117,7 +117,7 @@ mod tests {
     /// does not hold, and the halves swapped cost less than a shuffle.
     #[test]
     fn reordered_references_keep_their_words_not_their_bleu() {
-        let ctx = Context { budget: crate::Budget::Quick, work: std::env::temp_dir(), trained: Default::default() };
+        let ctx = Context::new(crate::Budget::Quick, std::env::temp_dir());
         let f = run(&ctx);
         assert_eq!(f.verdict, Verdict::DoesNotHold, "{}", f.because);
         let bleu = |row: usize| f.table.rows[row][1].parse::<f64>().unwrap();

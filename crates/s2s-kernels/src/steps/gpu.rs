@@ -262,7 +262,7 @@ impl Backward<CubeBackend, { 1 + super::GROUP }> for StackGroupBackward {
                 grads.register::<CubeBackend>(node.id, CubeBackend::step(&tm, first + i));
             }
         }
-        // The first group's `acc` is a placeholder (see `stack_steps`).
+        // The first group's `acc` is a placeholder (see `stack_groups`).
         if let (Some(acc), true) = (acc, first > 0) {
             grads.register::<CubeBackend>(acc.id, Mm::float_swap_dims(tm, 0, 1));
         }
