@@ -99,6 +99,109 @@ pub struct Finding {
     /// run trains its stated budget (no early stopping), and the page shows that it did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<TrainedRun>,
+    /// Seed by seed, whether the criterion was met (the course's one rule, [`by_seed`]); `None`
+    /// for a claim with nothing random to seed (BLEU's arithmetic) or not judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<Vec<(u64, bool)>>,
+}
+
+/// The course's one judging rule: a claim is measured once per seed — the same seeds for every
+/// claim ([`Knobs::seeds`]) — and holds only when its criterion is met for every one of them;
+/// where the criterion compares test BLEU, a seed meets it only with sacreBLEU's paired
+/// bootstrap p < 0.05. Returns the verdict and the per-seed record a [`Finding`] keeps.
+pub fn by_seed(met: Vec<(u64, bool)>) -> (Verdict, Option<Vec<(u64, bool)>>) {
+    let holds = !met.is_empty() && met.iter().all(|m| m.1);
+    (if holds { Verdict::Holds } else { Verdict::DoesNotHold }, Some(met))
+}
+
+/// The rule in a sentence, as the page states it.
+pub const RULE: &str = "One rule judges every claim: each is measured once per seed, with the same seeds for \
+                        every claim, and holds only when its criterion is met for every seed; where the criterion \
+                        compares test BLEU, a seed meets it only with sacreBLEU's paired bootstrap p < 0.05 \
+                        (1,000 resamples). A claim with nothing random in it (BLEU's arithmetic) is measured \
+                        once, and says so.";
+
+/// The knobs a student turns (`s2s course run --seeds 1,2,3 --d-k 64 --rate 5 --clip 1 --heads
+/// 1,2,4,8,16 --beam 5 --alpha 1`): each claim reads those it varies, and a run trained under
+/// another value is named by it, so runs of different knobs never mix.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Knobs {
+    /// The seeds every claim is measured with (1, 2, 3; 1 in quick mode).
+    pub seeds: Vec<u64>,
+    /// The key size the scaling claim trains with, unscaled against scaled (64).
+    pub d_k: usize,
+    /// The exploding-gradient claim's high SGD rate (5); its control runs at a tenth of it.
+    pub rate: f64,
+    /// The global norm it clips at (1).
+    pub clip: f64,
+    /// The head counts the heads claims compare (1, 2, 4, 8, 16; the course's Transformer has 4).
+    pub heads: Vec<usize>,
+    /// The beam the beam-search claim judges against greedy search (5).
+    pub beam: usize,
+    /// The length penalty α it compares with none (1).
+    pub alpha: f64,
+}
+
+impl Knobs {
+    /// The defaults of `budget`.
+    pub fn defaults(budget: Budget) -> Self {
+        Self {
+            seeds: budget.pick(vec![1, 2, 3], vec![1]),
+            d_k: 64,
+            rate: 5.0,
+            clip: 1.0,
+            heads: vec![1, 2, 4, 8, 16],
+            beam: 5,
+            alpha: 1.0,
+        }
+    }
+
+    /// Why these knobs cannot run, in a sentence naming the knob and its remedy (`None`: they can).
+    pub fn invalid(&self) -> Option<String> {
+        let finite = |x: f64| x.is_finite() && x > 0.0;
+        if self.seeds.is_empty() {
+            Some("--seeds: give at least one seed (e.g. --seeds 1,2,3)".into())
+        } else if self.seeds.iter().enumerate().any(|(i, s)| self.seeds[..i].contains(s)) {
+            Some("--seeds: a seed is named twice".into())
+        } else if !(1..=512).contains(&self.d_k) {
+            Some(format!("--d-k {}: give a key size from 1 to 512", self.d_k))
+        } else if !finite(self.rate) {
+            Some(format!("--rate {}: give a positive learning rate", self.rate))
+        } else if !finite(self.clip) {
+            Some(format!("--clip {}: give a positive norm", self.clip))
+        } else if self.heads.is_empty() || self.heads.iter().any(|&h| h == 0 || 64 % h != 0) {
+            Some("--heads: give head counts that divide d_model 64 (1, 2, 4, 8, 16, 32 or 64)".into())
+        } else if !self.heads.contains(&4) {
+            Some("--heads: include 4, the course's Transformer, which the others are compared with".into())
+        } else if !(2..=64).contains(&self.beam) {
+            Some(format!("--beam {}: give a beam from 2 to 64", self.beam))
+        } else if !(self.alpha.is_finite() && self.alpha >= 0.0) {
+            Some(format!("--alpha {}: give a length penalty of 0 or more", self.alpha))
+        } else {
+            None
+        }
+    }
+
+    /// The knobs in a sentence, as the page says them.
+    pub fn said(&self) -> String {
+        let list = |v: &[u64]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        format!(
+            "seeds {}; d_k {}; rate {}, clipped at {}; heads {}; beam {}, α {}",
+            list(&self.seeds),
+            self.d_k,
+            self.rate,
+            self.clip,
+            list(&self.heads.iter().map(|&h| h as u64).collect::<Vec<_>>()),
+            self.beam,
+            self.alpha
+        )
+    }
+}
+
+/// `name` for seed `seed`: the first seed's run keeps the plain name (the course's runs of
+/// seed 1 were named before seeds were), the others get `-seed{seed}`.
+pub fn seeded(name: &str, seed: u64) -> String {
+    if seed == 1 { name.to_string() } else { format!("{name}-seed{seed}") }
 }
 
 /// A run a claim trained, or found trained by an earlier claim or course run.
@@ -230,6 +333,7 @@ impl Finding {
             more: Vec::new(),
             figures: vec![],
             runs: Vec::new(),
+            seeds: None,
         }
     }
 }
@@ -264,12 +368,19 @@ pub struct Context {
     /// The runs trained (or found) for the claim being measured, in order
     /// (`claims::trained::train` notes each; [`run`] moves them into the finding).
     pub trained: std::cell::RefCell<Vec<TrainedRun>>,
+    /// The knobs the student set (or their defaults).
+    pub knobs: Knobs,
 }
 
 impl Context {
-    /// A claim's context: `budget`, shared runs under `work`, no run trained yet.
+    /// A claim's context: `budget`, shared runs under `work`, no run trained yet, default knobs.
     pub fn new(budget: Budget, work: PathBuf) -> Self {
-        Self { budget, work, trained: Default::default() }
+        Self { knobs: Knobs::defaults(budget), budget, work, trained: Default::default() }
+    }
+
+    /// The seeds every claim is measured with.
+    pub fn seeds(&self) -> &[u64] {
+        &self.knobs.seeds
     }
 }
 
@@ -313,6 +424,9 @@ pub enum CourseError {
         /// The error.
         source: std::io::Error,
     },
+    /// Knobs that cannot run (`--heads 3`): the sentence names the knob and its remedy.
+    #[error("{0}")]
+    Knobs(String),
     /// A stop was asked for (Ctrl-C, SIGTERM) while a claim ran: its figures are not judged.
     #[error(
         "interrupted during `{claim}`: the step under way was finished and the models trained so far are kept in {}; run the same command again to resume (the page was not rewritten)",
@@ -331,9 +445,13 @@ pub enum CourseError {
 pub fn run(
     names: &[String],
     budget: Budget,
+    knobs: &Knobs,
     out: &Path,
     progress: &dyn Fn(&str),
 ) -> Result<(Vec<(Claim, Finding)>, PathBuf), CourseError> {
+    if let Some(why) = knobs.invalid() {
+        return Err(CourseError::Knobs(why));
+    }
     let all = claims();
     let picked: Vec<Claim> = if names.is_empty() {
         all
@@ -347,7 +465,7 @@ pub fn run(
     for (i, claim) in picked.iter().enumerate() {
         progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));
         let t0 = std::time::Instant::now();
-        let ctx = Context::new(budget, out.join("runs"));
+        let ctx = Context { knobs: knobs.clone(), ..Context::new(budget, out.join("runs")) };
         let mut finding = (claim.run)(&ctx);
         finding.runs = ctx.trained.take();
         // A training stopped by Ctrl-C returns early: a finding from it would judge a model
@@ -363,7 +481,7 @@ pub fn run(
         ));
         done.push((*claim, finding));
     }
-    let page = write_report(out, &done, budget)?;
+    let page = write_report(out, &done, budget, knobs)?;
     Ok((done, page))
 }
 

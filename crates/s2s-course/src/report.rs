@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::{Budget, Claim, CourseError, Finding, Verdict};
+use crate::{Budget, Claim, CourseError, Finding, Knobs, Verdict};
 
 fn write(path: PathBuf, text: &str) -> Result<(), CourseError> {
     std::fs::write(&path, text).map_err(|source| CourseError::Io { path, source })
@@ -17,9 +17,28 @@ fn verdict(v: Verdict) -> &'static str {
     }
 }
 
+/// A finding's seeds in words: ` (met for 3 of 3 seeds)`, ` (met for 1 of 3 seeds: not 2, 3)`,
+/// or nothing for a claim not measured seed by seed.
+pub(crate) fn seeds(f: &Finding) -> String {
+    let Some(seeds) = &f.seeds else { return String::new() };
+    let met = seeds.iter().filter(|s| s.1).count();
+    let missed: Vec<String> = seeds.iter().filter(|s| !s.1).map(|s| s.0.to_string()).collect();
+    let plural = if seeds.len() == 1 { "" } else { "s" };
+    if missed.is_empty() || met == 0 {
+        format!(" (met for {met} of {} seed{plural})", seeds.len())
+    } else {
+        format!(" (met for {met} of {} seeds: not {})", seeds.len(), missed.join(", "))
+    }
+}
+
 /// Writes `course.md`, `course.html`, `findings.json`, `summary.md` (the table README.md
 /// quotes, [`summary`]) and `plots/*.svg` into `out`; returns the Markdown page's path.
-pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Result<PathBuf, CourseError> {
+pub fn write_report(
+    out: &Path,
+    done: &[(Claim, Finding)],
+    budget: Budget,
+    knobs: &Knobs,
+) -> Result<PathBuf, CourseError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| CourseError::Io { path, source }
@@ -32,23 +51,26 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
     let _ = writeln!(
         md,
         "Each claim of the lecture notes ({}), measured and judged by the \
-         criterion beside it. Budget: {}. Regenerate with `s2s course run{}`.\n",
+         criterion beside it. Budget: {}; knobs: {}. Regenerate with `s2s course run{}`.\n\n{}\n",
         match &notes {
             Some(rel) => format!("[`course-notes/`]({rel}/README.md)"),
             None => "`../shared/course-notes/`".to_string(),
         },
         budget.pick("full", "quick"),
-        budget.pick("", " --quick")
+        knobs.said(),
+        budget.pick("", " --quick"),
+        crate::RULE
     );
     let _ = writeln!(md, "| claim | lecture | verdict |\n|---|---|---|");
     for (c, f) in done {
         let _ = writeln!(
             md,
-            "| [{}](#{}) | {} | {} |",
+            "| [{}](#{}) | {} | {}{} |",
             c.statement,
             c.name,
             lecture(c.lecture),
-            verdict(f.verdict)
+            verdict(f.verdict),
+            seeds(f)
         );
     }
     for (c, f) in done {
@@ -57,7 +79,7 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
         let _ = writeln!(md, "**Why:** {}\n", c.why);
         let _ = writeln!(md, "**Measured:** {}\n", c.method);
         let _ = writeln!(md, "**Criterion:** {}\n", c.criterion);
-        let _ = writeln!(md, "**Verdict:** {} — {}\n", verdict(f.verdict), f.because);
+        let _ = writeln!(md, "**Verdict:** {}{} — {}\n", verdict(f.verdict), seeds(f), f.because);
         if !f.not_measured.is_empty() {
             let _ = writeln!(md, "**Not measured here:** {}\n", f.not_measured);
         }
@@ -81,11 +103,11 @@ pub fn write_report(out: &Path, done: &[(Claim, Finding)], budget: Budget) -> Re
     }
     let page = out.join("course.md");
     write(page.clone(), &md)?;
-    write(out.join("course.html"), &html(done, notes.as_deref()))?;
+    write(out.join("course.html"), &html(done, notes.as_deref(), knobs))?;
     let json = serde_json::to_string_pretty(
         &done
             .iter()
-            .map(|(c, f)| serde_json::json!({"name": c.name, "statement": c.statement, "lecture": c.lecture, "criterion": c.criterion, "finding": f}))
+            .map(|(c, f)| serde_json::json!({"name": c.name, "statement": c.statement, "lecture": c.lecture, "criterion": c.criterion, "knobs": knobs, "finding": f}))
             .collect::<Vec<_>>(),
     )
     .expect("findings serialise");
@@ -101,7 +123,7 @@ pub fn summary(done: &[(Claim, Finding)]) -> String {
     let mut md = String::from("| claim | verdict here, and why |\n|---|---|\n");
     for (c, f) in done {
         let because = f.because.replace('|', "\\|");
-        let _ = writeln!(md, "| {} | {} — {} |", c.statement, verdict(f.verdict), because);
+        let _ = writeln!(md, "| {} | {}{} — {} |", c.statement, verdict(f.verdict), seeds(f), because);
     }
     md
 }
@@ -111,12 +133,18 @@ fn escape(s: &str) -> String {
 }
 
 /// The same page as HTML, plots inline (one file to open or send).
-fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
+fn html(done: &[(Claim, Finding)], notes: Option<&str>, knobs: &Knobs) -> String {
     let mut h = String::from(
         "<!doctype html><meta charset=utf-8><title>The course as experiments</title>\
          <style>body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}\
          td,th{border:1px solid #ccc;padding:2px 6px}.holds{color:#070}.not{color:#a00}.untested{color:#666}</style>\
-         <h1>The course as experiments</h1><table><tr><th>claim<th>lecture<th>verdict",
+         <h1>The course as experiments</h1>",
+    );
+    let _ = write!(
+        h,
+        "<p>Knobs: {}.<p>{}<table><tr><th>claim<th>lecture<th>verdict",
+        escape(&knobs.said()),
+        escape(crate::RULE)
     );
     for (c, f) in done {
         let class = match f.verdict {
@@ -127,10 +155,11 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
         let word = f.verdict.words();
         let _ = write!(
             h,
-            "<tr><td><a href=\"#{}\">{}</a><td>{}<td class={class}>{word}",
+            "<tr><td><a href=\"#{}\">{}</a><td>{}<td class={class}>{word}{}",
             c.name,
             escape(c.statement),
-            linked(c.lecture, notes, true)
+            linked(c.lecture, notes, true),
+            escape(&seeds(f))
         );
     }
     h.push_str("</table>");
@@ -143,7 +172,7 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
         let _ = write!(
             h,
             "<h2 id=\"{}\">{}</h2><p><i>{}</i><p><b>Why:</b> {}<p><b>Measured:</b> {}<p><b>Criterion:</b> {}\
-             <p><b>Verdict:</b> <span class={class}>{}</span> — {}",
+             <p><b>Verdict:</b> <span class={class}>{}</span>{} — {}",
             c.name,
             escape(c.statement),
             linked(c.lecture, notes, true),
@@ -151,6 +180,7 @@ fn html(done: &[(Claim, Finding)], notes: Option<&str>) -> String {
             escape(c.method),
             escape(c.criterion),
             f.verdict.words(),
+            escape(&seeds(f)),
             escape(&f.because)
         );
         if !f.not_measured.is_empty() {

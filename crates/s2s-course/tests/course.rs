@@ -1,20 +1,31 @@
 //! The course runs end to end on a small budget: each claim writes its statement, figures and
 //! a verdict; the switch an experiment needs changes what it says and nothing else.
 
-use s2s_course::{Budget, claims, run};
+use s2s_course::{Budget, Knobs, claims, run};
 
 #[test]
 fn a_quick_course_writes_claims_figures_and_verdicts() {
     let out = std::env::temp_dir().join(format!("s2s-course-{}", std::process::id()));
     let names = ["scaling-factor", "permutation"].map(String::from);
-    let (done, page) = run(&names, Budget::Quick, &out, &|_| {}).expect("the course runs");
+    let (done, page) =
+        run(&names, Budget::Quick, &Knobs::defaults(Budget::Quick), &out, &|_| {}).expect("the course runs");
     assert_eq!(done.len(), 2);
     // Each trains its pair of small models too (300 steps, one seed): their verdicts depend on
     // that, so only their form is checked here; the exact parts are checked below.
     for (_, f) in &done {
-        assert!(!f.because.is_empty() && !f.table.rows.is_empty() && f.more.len() == 1, "{f:?}");
+        assert!(!f.because.is_empty() && !f.table.rows.is_empty() && !f.more.is_empty(), "{f:?}");
+        // Judged by the one rule, seed by seed: quick mode's one seed.
+        assert_eq!(
+            f.seeds.as_ref().map(|s| s.iter().map(|m| m.0).collect::<Vec<_>>()),
+            Some(vec![1]),
+            "{f:?}"
+        );
     }
     let md = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        md.contains(s2s_course::RULE) && md.contains("seeds 1; d_k 64"),
+        "the page states its rule and knobs"
+    );
     for (c, f) in &done {
         assert!(
             md.contains(c.statement) && md.contains(c.criterion) && md.contains(&f.because),
@@ -31,9 +42,11 @@ fn a_quick_course_writes_claims_figures_and_verdicts() {
         serde_json::from_str(&std::fs::read_to_string(out.join("findings.json")).unwrap()).unwrap();
     assert!(["holds", "does-not-hold"].contains(&json[0]["finding"]["verdict"].as_str().unwrap()));
     // The exact part of the permutation claim: without positions, equivariant to 1e-5.
-    assert!(s2s_course::claims::permutation::gap(false, 4).0 <= 1e-5);
-    assert!(s2s_course::claims::permutation::gap(true, 4).0 >= 0.01);
-    let err = run(&["no-such-claim".to_string()], Budget::Quick, &out, &|_| {}).unwrap_err();
+    assert!(s2s_course::claims::permutation::gap(false, 4, 1).0 <= 1e-5);
+    assert!(s2s_course::claims::permutation::gap(true, 4, 1).0 >= 0.01);
+    let err =
+        run(&["no-such-claim".to_string()], Budget::Quick, &Knobs::defaults(Budget::Quick), &out, &|_| {})
+            .unwrap_err();
     assert!(err.to_string().contains("s2s course list"));
     let _ = std::fs::remove_dir_all(&out);
     assert_eq!(
@@ -71,8 +84,8 @@ fn the_positions_switch_changes_only_the_positions() {
     assert_eq!(on.0, off.0, "the same parameters");
     assert_ne!(on.1, off.1);
     // With positions the encoder sees order: the permutation check fails; without, it holds.
-    let (with, _) = s2s_course::claims::permutation::gap(true, 2);
-    let (without, _) = s2s_course::claims::permutation::gap(false, 2);
+    let (with, _) = s2s_course::claims::permutation::gap(true, 2, 1);
+    let (without, _) = s2s_course::claims::permutation::gap(false, 2, 1);
     assert!(with > 1e-2 && without <= 1e-5, "{with} {without}");
 }
 
@@ -199,4 +212,46 @@ fn a_missing_run_is_an_error_naming_its_directory() {
         (finding.because.as_str(), finding.not_measured.as_str()),
         ("a trained model did not load", &*said)
     );
+}
+
+/// The knobs reach the claims: seeds chosen on the command line are the seeds each claim is
+/// judged on, and the page says them; knobs that cannot run are refused before anything runs.
+#[test]
+fn knobs_set_the_seeds_and_bad_knobs_are_refused() {
+    let out = std::env::temp_dir().join(format!("s2s-course-knobs-{}", std::process::id()));
+    let knobs = Knobs { seeds: vec![4, 7], ..Knobs::defaults(Budget::Quick) };
+    let names = ["scale-invariance", "bleu-word-order"].map(String::from);
+    let (done, page) = run(&names, Budget::Quick, &knobs, &out, &|_| {}).expect("the course runs");
+    for (c, f) in &done {
+        let seeds: Vec<u64> = f.seeds.as_ref().expect("judged seed by seed").iter().map(|s| s.0).collect();
+        assert_eq!(seeds, [4, 7], "{}", c.name);
+        // Neither claim holds, for either seed: "met for 0 of 2 seeds".
+        assert!(std::fs::read_to_string(&page).unwrap().contains("(met for 0 of 2 seeds)"));
+    }
+    assert!(std::fs::read_to_string(&page).unwrap().contains("seeds 4, 7; d_k 64"));
+    for (bad, says) in [
+        (Knobs { heads: vec![1, 3], ..knobs.clone() }, "--heads"),
+        (Knobs { heads: vec![1, 2], ..knobs.clone() }, "include 4"),
+        (Knobs { seeds: vec![], ..knobs.clone() }, "--seeds"),
+        (Knobs { seeds: vec![2, 2], ..knobs.clone() }, "twice"),
+        (Knobs { rate: f64::NAN, ..knobs.clone() }, "--rate"),
+        (Knobs { clip: 0.0, ..knobs.clone() }, "--clip"),
+        (Knobs { beam: 1, ..knobs.clone() }, "--beam"),
+        (Knobs { alpha: -1.0, ..knobs.clone() }, "--alpha"),
+        (Knobs { d_k: 0, ..knobs.clone() }, "--d-k"),
+    ] {
+        let err = run(&names, Budget::Quick, &bad, &out, &|_| {}).unwrap_err().to_string();
+        assert!(err.contains(says), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The one rule: a claim holds only when every seed meets its criterion, and not on no seed.
+#[test]
+fn a_claim_holds_only_when_every_seed_meets_its_criterion() {
+    use s2s_course::{Verdict, by_seed};
+    assert_eq!(by_seed(vec![(1, true), (2, true), (3, true)]).0, Verdict::Holds);
+    assert_eq!(by_seed(vec![(1, true), (2, false), (3, true)]).0, Verdict::DoesNotHold);
+    assert_eq!(by_seed(vec![]).0, Verdict::DoesNotHold);
+    assert_eq!(by_seed(vec![(5, false)]).1, Some(vec![(5, false)]));
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use s2s_course::{Budget, Verdict};
+use s2s_course::{Budget, Knobs, Verdict};
 
 /// The course's experiments.
 #[derive(Subcommand, Debug)]
@@ -27,6 +27,44 @@ pub struct RunArgs {
     /// Where the page goes.
     #[arg(long, default_value = "course")]
     out: PathBuf,
+    /// The seeds every claim is measured with, comma-separated [default: 1,2,3; 1 with --quick].
+    /// A claim holds only when its criterion is met for each.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    seeds: Option<Vec<u64>>,
+    /// Key size of the scaling claim's trained models, unscaled against scaled [default: 64].
+    #[arg(long = "d-k")]
+    d_k: Option<usize>,
+    /// The exploding-gradient claim's high SGD rate; its control runs at a tenth [default: 5].
+    #[arg(long)]
+    rate: Option<f64>,
+    /// The global norm the exploding-gradient claim clips at [default: 1].
+    #[arg(long)]
+    clip: Option<f64>,
+    /// Head counts the heads claims compare, comma-separated, 4 among them [default: 1,2,4,8,16].
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    heads: Option<Vec<usize>>,
+    /// The beam the beam-search claim judges against greedy search [default: 5].
+    #[arg(long)]
+    beam: Option<usize>,
+    /// The length penalty α the beam-search claim compares with none [default: 1].
+    #[arg(long)]
+    alpha: Option<f64>,
+}
+
+impl RunArgs {
+    /// The knobs: those given, the budget's defaults for the others.
+    fn knobs(&self, budget: Budget) -> Knobs {
+        let d = Knobs::defaults(budget);
+        Knobs {
+            seeds: self.seeds.clone().unwrap_or(d.seeds),
+            d_k: self.d_k.unwrap_or(d.d_k),
+            rate: self.rate.unwrap_or(d.rate),
+            clip: self.clip.unwrap_or(d.clip),
+            heads: self.heads.clone().unwrap_or(d.heads),
+            beam: self.beam.unwrap_or(d.beam),
+            alpha: self.alpha.unwrap_or(d.alpha),
+        }
+    }
 }
 
 /// Runs `s2s course`.
@@ -46,7 +84,9 @@ pub fn run(c: CourseCommand) -> Result<()> {
                 count_from_now: || crate::GLOBAL.count_from_now(),
                 peak_bytes: || crate::GLOBAL.peak_bytes(),
             });
-            let (done, page) = s2s_course::run(&a.names, budget, &a.out, &|line| eprintln!("{line}"))?;
+            let knobs = a.knobs(budget);
+            let (done, page) =
+                s2s_course::run(&a.names, budget, &knobs, &a.out, &|line| eprintln!("{line}"))?;
             let held = done.iter().filter(|(_, f)| f.verdict == Verdict::Holds).count();
             eprintln!("{held} of {} claims hold; the page: {}", done.len(), page.display());
             Ok(())

@@ -211,7 +211,8 @@ fn the_checker_refuses_what_does_not_exist() {
 #[test]
 fn the_readmes_course_table_is_the_pages_summary() {
     let root = repo();
-    let summary = std::fs::read_to_string(root.join("docs/course/summary.md")).expect("docs/course/summary.md");
+    let summary =
+        std::fs::read_to_string(root.join("docs/course/summary.md")).expect("docs/course/summary.md");
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     assert!(
         readme.contains(summary.trim_end()),

@@ -11,7 +11,7 @@ use s2s_eval::alignment::AlignCounts;
 use s2s_models::Model;
 
 use super::trained;
-use crate::{Claim, Context, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Finding, MeasureError, NotRun, Table, num};
 
 pub const CLAIM: Claim = Claim {
     name: "alignment",
@@ -21,8 +21,8 @@ pub const CLAIM: Claim = Claim {
     statement: "A trained attention model's weights align each target word with the source word it translates",
     lecture: "language-models-rnn-seq2seq.md § Attention Mechanism",
     criterion: "holds when the trained model's alignment error rate against the gold alignment is below 0.3, \
-                and below its own at initialisation",
-    method: "the course's Bahdanau model (see ppl-bleu) teacher-forced on each test reference of the built-in \
+                and below its own at initialisation, for every seed",
+    method: "the course's Bahdanau model of each seed (see bidirectional) teacher-forced on each test reference of the built-in \
              pair, whose generator knows which source word each target word translates; each target word is \
              linked to the source position it attends to most (no link when that is </s>); AER = 1 − 2|A∩G| / \
              (|A| + |G|) over the test split, beside the same model at initialisation",
@@ -49,27 +49,24 @@ fn attention(model: &Model, src: &[u32], tgt: &[u32], device: &Device) -> Option
     Some(w.chunks(cols).take(rows).map(<[f32]>::to_vec).collect())
 }
 
-fn run(ctx: &Context) -> Finding {
-    let dir = match trained::bahdanau(ctx) {
-        Ok(d) => d,
-        Err(e) => return Finding::not_run("the course's model did not train", e),
-    };
-    let cfg = trained::config(ctx);
+/// Alignment links of the trained model and of the same model at initialisation, over one
+/// seed's test split: (trained, at initialisation, sentences scored).
+fn measure(ctx: &Context, seed: u64) -> Result<(AlignCounts, AlignCounts, usize), NotRun> {
+    let dir = trained::bahdanau(ctx, seed).map_err(|e| NotRun::new("the course's model did not train", e))?;
+    let cfg = trained::config(ctx, seed);
     let device = Device::flex();
-    let (tok, model, sources, refs) = match trained::load_best(&dir, &cfg.model, &device) {
-        Ok(x) => x,
-        Err(e) => return Finding::not_run("the course's model could not be loaded", e),
+    let (tok, model, sources, refs) = trained::load_best(&dir, &cfg.model, &device)
+        .map_err(|e| NotRun::new("the course's model could not be loaded", e))?;
+    let s2s_train::run::DataSpec::Builtin { pairs, seed: data_seed, max_tokens } = cfg.data else {
+        return Err(NotRun::new("no gold alignment", MeasureError::NoTestScores { dir }));
     };
-    let s2s_train::run::DataSpec::Builtin { pairs, seed, max_tokens } = cfg.data else {
-        return Finding::not_run("no gold alignment", "the course's model is not trained on the built-in pair");
-    };
-    let gold = gold(&SynthConfig { pairs, seed, max_tokens, ..SynthConfig::default() });
-    device.seed(1);
-    let untrained = match cfg.model.init(tok.src.vocab_size(), tok.tgt.vocab_size(), &device) {
-        Ok(m) => m,
-        Err(e) => return Finding::not_run("the model could not be initialised", e),
-    };
-    let (mut trained_counts, mut init_counts, mut scored) = (AlignCounts::default(), AlignCounts::default(), 0);
+    let gold = gold(&SynthConfig { pairs, seed: data_seed, max_tokens, ..SynthConfig::default() });
+    device.seed(seed);
+    let untrained = cfg.model.init(tok.src.vocab_size(), tok.tgt.vocab_size(), &device).map_err(|_| {
+        NotRun::new("the model could not be initialised", MeasureError::NoBestCheckpoint { dir: dir.clone() })
+    })?;
+    let (mut trained_counts, mut init_counts, mut scored) =
+        (AlignCounts::default(), AlignCounts::default(), 0);
     for (s, r) in sources.iter().zip(&refs) {
         let Some((tgt, alignment)) = gold.get(normalize(s).trim()) else { continue };
         if tgt != normalize(r).trim() {
@@ -81,22 +78,42 @@ fn run(ctx: &Context) -> Finding {
             continue;
         }
         let links: Vec<[usize; 2]> = alignment.iter().enumerate().map(|(j, &i)| [j, i]).collect();
-        let (Some(a), Some(b)) =
-            (attention(&model, &src_ids, &tgt_ids, &device), attention(&untrained, &src_ids, &tgt_ids, &device))
-        else {
-            return Finding::not_run("no attention weights", "the course's model does not attend");
+        let (Some(a), Some(b)) = (
+            attention(&model, &src_ids, &tgt_ids, &device),
+            attention(&untrained, &src_ids, &tgt_ids, &device),
+        ) else {
+            return Err(NotRun::new(
+                "no attention weights",
+                MeasureError::ModelKind { dir, expected: "an attention model" },
+            ));
         };
         trained_counts.add(AlignCounts::of(&a, &links));
         init_counts.add(AlignCounts::of(&b, &links));
         scored += 1;
     }
     if scored == 0 {
-        return Finding::not_run("no test pair has a gold alignment", format!("{} test pairs", sources.len()));
+        return Err(NotRun::new(
+            "no test pair has a gold alignment",
+            MeasureError::NoLongSource { dir, len: 0 },
+        ));
     }
-    let (aer, aer0) = (trained_counts.aer(), init_counts.aer());
-    let holds = aer < 0.3 && aer < aer0;
-    let row = |name: &str, c: &AlignCounts| {
+    Ok((trained_counts, init_counts, scored))
+}
+
+fn run(ctx: &Context) -> Finding {
+    let mut measured = Vec::new();
+    for &seed in ctx.seeds() {
+        match measure(ctx, seed) {
+            Ok(m) => measured.push((seed, m)),
+            Err(e) => return e.into(),
+        }
+    }
+    let (verdict, seeds) = crate::by_seed(
+        measured.iter().map(|(s, (t, i, _))| (*s, t.aer() < 0.3 && t.aer() < i.aer())).collect(),
+    );
+    let row = |seed: u64, name: &str, c: &AlignCounts| {
         vec![
+            seed.to_string(),
             name.to_string(),
             num(c.aer()),
             c.hits.to_string(),
@@ -104,23 +121,36 @@ fn run(ctx: &Context) -> Finding {
             c.gold.to_string(),
         ]
     };
+    let said: Vec<String> = measured
+        .iter()
+        .map(|(seed, (t, i, n))| {
+            format!(
+                "seed {seed}: {} ({} of its {} links gold, of {} gold links; {n} sentences), at initialisation {}",
+                num(t.aer()),
+                t.hits,
+                t.predicted,
+                t.gold,
+                num(i.aer())
+            )
+        })
+        .collect();
     Finding {
         runs: Vec::new(),
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: format!(
-            "over {scored} test sentences the trained model's AER is {} ({} of its {} links gold, of {} gold links), \
-             at initialisation {}",
-            num(aer),
-            trained_counts.hits,
-            trained_counts.predicted,
-            trained_counts.gold,
-            num(aer0)
-        ),
-        not_measured: "the Transformer's heads, whose alignment the studio scores head by head (`s2s studio`)"
-            .into(),
+        seeds,
+        verdict,
+        because: format!("the trained model's AER over the test sentences, {}", said.join("; ")),
+        not_measured:
+            "the Transformer's heads, whose alignment the studio scores head by head (`s2s studio`)".into(),
         table: Table {
-            header: ["model", "AER", "links that are gold", "links", "gold links"].map(String::from).to_vec(),
-            rows: vec![row("Bahdanau, trained", &trained_counts), row("Bahdanau, at initialisation", &init_counts)],
+            header: ["seed", "model", "AER", "links that are gold", "links", "gold links"]
+                .map(String::from)
+                .to_vec(),
+            rows: measured
+                .iter()
+                .flat_map(|(seed, (t, i, _))| {
+                    [row(*seed, "Bahdanau, trained", t), row(*seed, "Bahdanau, at initialisation", i)]
+                })
+                .collect(),
         },
         more: Vec::new(),
         figures: Vec::new(),

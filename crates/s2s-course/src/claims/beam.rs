@@ -6,7 +6,7 @@ use s2s_decode::{BeamConfig, Hypothesis, MaxLength};
 use s2s_train::evaluate::{Search, detokenize, translate};
 
 use super::{figure, series};
-use crate::{Claim, Context, Finding, MeasureError, Table, Verdict, num};
+use crate::{Claim, Context, Finding, MeasureError, Table, num};
 
 pub const CLAIM: Claim = Claim {
     name: "beam-search",
@@ -15,13 +15,14 @@ pub const CLAIM: Claim = Claim {
           translations depends on the model, and is measured here.",
     statement: "Beam search finds translations the model scores higher than greedy search's, and better ones",
     lecture: "language-models-rnn-seq2seq.md § Strategie di Decoding; § Beam Search",
-    criterion: "holds when, at every beam size above 1, the mean log-probability of the outputs is at least \
-                greedy search's, beam 5's test BLEU is higher than greedy's with sacreBLEU's paired bootstrap \
-                p < 0.05, and beam 5 makes fewer search errors than greedy search",
-    method: "the course's trained model (see ppl-bleu) translates the built-in pair's test split with beam \
-             sizes 1 (greedy) to 10, no length penalty: test BLEU, the outputs' mean log-probability under the \
-             model, and the share of sentences where the beam's output scores higher than greedy's; then beam 5 \
-             with GNMT's length penalty α ∈ {0, 0.6, 1}, its outputs scored by their log-probability, not by \
+    criterion: "holds when, for every seed's model, at every beam size above 1 the mean log-probability of the \
+                outputs is at least greedy search's, the judged beam's (`--beam`, 5) test BLEU is higher than \
+                greedy's with sacreBLEU's paired bootstrap p < 0.05, and it makes fewer search errors than greedy \
+                search",
+    method: "the course's model of each seed (see bidirectional) translates the built-in pair's test split with \
+             beam sizes 1 (greedy) to 10, no length penalty: test BLEU, the outputs' mean log-probability under \
+             the model, and the share of sentences where the beam's output scores higher than greedy's; then the \
+             judged beam with GNMT's length penalty α ∈ {0, 0.6, `--alpha` (1)}, its outputs scored by their log-probability, not by \
              the length-normalised score the search ranked them by. Each output that is not the reference is a search \
              error when the model scores the reference higher than the output (the search missed it), and a \
              model error otherwise (the model prefers its wrong output)",
@@ -53,44 +54,103 @@ struct Test {
     reference_scores: Vec<f64>,
 }
 
+/// One seed's model decoded: by beam size (no length penalty), by α at the judged beam, and the
+/// paired bootstrap p of the judged beam's BLEU against greedy search's.
+struct Seed {
+    seed: u64,
+    by_beam: Vec<(usize, Decoded)>,
+    alphas: Vec<(f64, Decoded)>,
+    p: f64,
+    sentences: usize,
+}
+
+impl Seed {
+    /// The judged beam's outputs.
+    fn judged(&self, beam: usize) -> &Decoded {
+        &self.by_beam.iter().find(|(k, _)| *k == beam).expect("the judged beam is measured").1
+    }
+
+    /// Whether the criterion is met: every beam's mean log-probability at least greedy's, the
+    /// judged beam's BLEU significantly higher and its search errors fewer.
+    fn met(&self, beam: usize) -> bool {
+        let greedy = &self.by_beam[0].1;
+        let k = self.judged(beam);
+        self.by_beam.iter().skip(1).all(|(_, d)| d.mean_score >= greedy.mean_score - 1e-9)
+            && k.bleu > greedy.bleu
+            && self.p < 0.05
+            && k.errors.1 < greedy.errors.1
+    }
+}
+
+/// The beam sizes measured: 1 (greedy) to 10 and the judged one.
+fn beams(ctx: &Context) -> Vec<usize> {
+    let mut beams: Vec<usize> = ctx.budget.pick(vec![1, 2, 3, 5, 10], vec![1, 3, 5]);
+    beams.push(ctx.knobs.beam);
+    beams.sort_unstable();
+    beams.dedup();
+    beams
+}
+
+/// The length penalties measured at the judged beam: 0, 0.6 (GNMT's) and the knob's.
+fn alphas(ctx: &Context) -> Vec<f64> {
+    let mut alphas = vec![0.0, 0.6, ctx.knobs.alpha];
+    alphas.sort_by(f64::total_cmp);
+    alphas.dedup();
+    alphas
+}
+
+/// One seed's model decoded every way, or why not.
+fn measure(ctx: &Context, seed: u64) -> Result<Seed, crate::NotRun> {
+    let test = Test::load(ctx, seed).map_err(|e| crate::NotRun::new("no trained model to decode with", e))?;
+    let by_beam: Vec<(usize, Decoded)> = beams(ctx).iter().map(|&k| (k, test.decode(k, 0.0))).collect();
+    let alphas = alphas(ctx).iter().map(|&a| (a, test.decode(ctx.knobs.beam, a))).collect();
+    let judged = &by_beam.iter().find(|(k, _)| *k == ctx.knobs.beam).expect("the judged beam is measured").1;
+    let (_, p) = super::trained::paired_bleu(&by_beam[0].1.text, &judged.text, &test.refs)
+        .map_err(|e| crate::NotRun::new("no paired test of the beam against greedy search", e))?;
+    Ok(Seed { seed, by_beam, alphas, p, sentences: test.sources.len() })
+}
+
 fn run(ctx: &Context) -> Finding {
-    let test = match Test::load(ctx) {
-        Ok(t) => t,
-        Err(e) => return Finding::not_run("no trained model to decode with", e),
-    };
-    let beams: Vec<usize> = ctx.budget.pick(vec![1, 2, 3, 5, 10], vec![1, 3, 5]);
-    let by_beam: Vec<(usize, Decoded)> = beams.iter().map(|&k| (k, test.decode(k, 0.0))).collect();
-    let greedy = &by_beam[0].1;
-    let alphas: Vec<(f64, Decoded)> = [0.0, 0.6, 1.0].iter().map(|&a| (a, test.decode(5, a))).collect();
-    let five = &by_beam.iter().find(|(k, _)| *k == 5).expect("beam 5 is measured").1;
-    let scores_hold = by_beam.iter().skip(1).all(|(_, d)| d.mean_score >= greedy.mean_score - 1e-9);
-    let p = match super::trained::paired_bleu(&greedy.text, &five.text, &test.refs) {
-        Ok((_, p)) => p,
-        Err(e) => return Finding::not_run("no paired test of beam 5 against greedy search", e),
-    };
-    let holds = scores_hold && five.bleu > greedy.bleu && p < 0.05 && five.errors.1 < greedy.errors.1;
+    let mut measured = Vec::new();
+    for &seed in ctx.seeds() {
+        match measure(ctx, seed) {
+            Ok(m) => measured.push(m),
+            Err(e) => return e.into(),
+        }
+    }
+    let beam = ctx.knobs.beam;
+    let (verdict, seeds) = crate::by_seed(measured.iter().map(|m| (m.seed, m.met(beam))).collect());
     Finding {
         runs: Vec::new(),
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
-        because: because(greedy, five, p, &alphas, test.sources.len()),
+        seeds,
+        verdict,
+        because: measured.iter().map(|m| because(m, beam, ctx.knobs.alpha)).collect::<Vec<_>>().join("; "),
         not_measured: String::new(),
-        table: table(&by_beam, &alphas),
+        table: table(&measured, beam),
         more: Vec::new(),
         figures: vec![figure(
             "beam-search.svg",
-            "Test BLEU by beam size (no length penalty)",
+            "Test BLEU by beam size (no length penalty), one line a seed",
             "beam size",
             "test BLEU",
-            vec![series("BLEU", by_beam.iter().map(|(k, d)| (*k as f64, d.bleu)).collect())],
+            measured
+                .iter()
+                .map(|m| {
+                    series(
+                        &format!("seed {}", m.seed),
+                        m.by_beam.iter().map(|(k, d)| (*k as f64, d.bleu)).collect(),
+                    )
+                })
+                .collect(),
         )],
     }
 }
 
 impl Test {
-    /// The course's trained model and its test split, or why there is none.
-    fn load(ctx: &Context) -> Result<Self, MeasureError> {
-        let dir = super::trained::bahdanau(ctx)?;
-        let cfg = super::trained::config(ctx);
+    /// The course's trained model of `seed` and its test split, or why there is none.
+    fn load(ctx: &Context, seed: u64) -> Result<Self, MeasureError> {
+        let dir = super::trained::bahdanau(ctx, seed)?;
+        let cfg = super::trained::config(ctx, seed);
         let device = Device::flex();
         let (tok, model, src, refs) = super::trained::load_best(&dir, &cfg.model, &device)?;
         let sources: Vec<Vec<u32>> = src.iter().map(|s| tok.src.encode(s)).collect();
@@ -188,11 +248,12 @@ fn row(name: String, d: &Decoded, greedy: &Decoded) -> Vec<String> {
     ]
 }
 
-/// The table: each beam size without length penalty, then beam 5 with each α above 0.
-fn table(by_beam: &[(usize, Decoded)], alphas: &[(f64, Decoded)]) -> Table {
-    let greedy = &by_beam[0].1;
+/// The table: for each seed, each beam size without length penalty, then the judged beam with
+/// each α above 0.
+fn table(measured: &[Seed], beam: usize) -> Table {
     let mut table = Table {
         header: [
+            "seed",
             "search",
             "test BLEU",
             "mean log-probability",
@@ -204,35 +265,44 @@ fn table(by_beam: &[(usize, Decoded)], alphas: &[(f64, Decoded)]) -> Table {
         .to_vec(),
         rows: vec![],
     };
-    for (k, d) in by_beam {
-        let name = if *k == 1 { "greedy (beam 1)".to_string() } else { format!("beam {k}, α = 0") };
-        table.rows.push(row(name, d, greedy));
-    }
-    for (a, d) in alphas.iter().skip(1) {
-        table.rows.push(row(format!("beam 5, α = {a}"), d, greedy));
+    for m in measured {
+        let greedy = &m.by_beam[0].1;
+        let mut push = |name: String, d: &Decoded| {
+            let mut r = vec![m.seed.to_string()];
+            r.extend(row(name, d, greedy));
+            table.rows.push(r);
+        };
+        for (k, d) in &m.by_beam {
+            push(if *k == 1 { "greedy (beam 1)".to_string() } else { format!("beam {k}, α = 0") }, d);
+        }
+        for (a, d) in m.alphas.iter().filter(|(a, _)| *a > 0.0) {
+            push(format!("beam {beam}, α = {a}"), d);
+        }
     }
     table
 }
 
-/// The verdict's sentence: greedy search against beam 5, and α = 1's lengths against α = 0's.
-fn because(greedy: &Decoded, five: &Decoded, p: f64, alphas: &[(f64, Decoded)], sentences: usize) -> String {
+/// One seed's sentence: greedy search against the judged beam, and α's lengths against none.
+fn because(m: &Seed, beam: usize, alpha: f64) -> String {
+    let (greedy, k) = (&m.by_beam[0].1, m.judged(beam));
+    let len = |a: f64| m.alphas.iter().find(|x| x.0 == a).map_or(f64::NAN, |x| x.1.mean_len);
     format!(
-        "beam 5 raises the mean log-probability {} → {} ({:.0} % of sentences score higher) and BLEU {} → {} \
-         (paired bootstrap p = {:.3}); \
-         search errors {} → {}, model errors {} → {} (of {} sentences); with α = 1 the outputs are {} tokens \
-         long against {} at α = 0",
+        "seed {}: beam {beam} raises the mean log-probability {} → {} ({:.0} % of sentences score higher) and BLEU \
+         {} → {} (paired bootstrap p = {:.3}); search errors {} → {}, model errors {} → {} (of {} sentences); \
+         with α = {alpha} the outputs are {} tokens long against {} at α = 0",
+        m.seed,
         num(greedy.mean_score),
-        num(five.mean_score),
-        100.0 * better(five, greedy),
+        num(k.mean_score),
+        100.0 * better(k, greedy),
         num(greedy.bleu),
-        num(five.bleu),
-        p,
+        num(k.bleu),
+        m.p,
         greedy.errors.1,
-        five.errors.1,
+        k.errors.1,
         greedy.errors.2,
-        five.errors.2,
-        sentences,
-        num(alphas[2].1.mean_len),
-        num(alphas[0].1.mean_len)
+        k.errors.2,
+        m.sentences,
+        num(len(alpha)),
+        num(len(0.0))
     )
 }

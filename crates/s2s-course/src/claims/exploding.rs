@@ -9,7 +9,7 @@ use s2s_models::{LstmSpec, ModelSpec};
 use s2s_train::step::DeviceBatch;
 
 use super::{figure, series, trained};
-use crate::{Claim, Context, Figure, Finding, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, Table, num};
 
 pub const CLAIM: Claim = Claim {
     name: "exploding-gradient",
@@ -19,14 +19,15 @@ pub const CLAIM: Claim = Claim {
           high.",
     statement: "Without clipping a plain RNN at a high learning rate blows up; global-norm clipping tames it",
     lecture: "language-models-rnn-seq2seq.md § Exploding Gradient",
-    criterion: "holds when, from the same start and batches, the unclipped run at rate 5 has gradient-norm spikes \
+    criterion: "holds when, for every seed, from the seed's start and batches, the unclipped run at rate 5 (`--rate`) \
+                has gradient-norm spikes \
                 (a step above 10× its median norm, or not finite) and diverges — its last 20 losses average above \
                 its first, or one is not finite — while the run clipped at the same rate converges (its last 20 \
-                below its first) and an unclipped control at rate 0.5 neither spikes nor diverges (so what blows \
+                below its first) and an unclipped control at a tenth of the rate neither spikes nor diverges (so what blows \
                 up is the gradient, not the rate alone)",
     method: "a plain-RNN encoder-decoder (tanh cells, embeddings 32, hidden 128) trained by SGD on the built-in \
-             pair from one start and one batch order three ways: rate 5 unclipped, rate 5 clipped at global norm \
-             1, rate 0.5 unclipped (the control): per-step loss and gradient norm (before clipping), and the \
+             pair from each seed's start and batch order three ways: rate 5 unclipped, rate 5 clipped at global \
+             norm 1 (`--clip`), rate 0.5 unclipped (the control): per-step loss and gradient norm (before clipping), and the \
              largest singular value of the encoder's and decoder's recurrent weight W_hh at the start and the \
              end (a gradient through many steps can grow only if it exceeds 1: Pascanu et al., 2013)",
     run,
@@ -74,10 +75,18 @@ fn largest_singular_value(w: &[f64], rows: usize, cols: usize) -> f64 {
     sigma
 }
 
-/// Trains `spec` `steps` steps by SGD at `lr`, clipped at `clip` (0: not).
-fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, lr: f64, clip: f64, steps: usize) -> Run {
+/// Trains `spec` `steps` steps by SGD at `lr`, clipped at `clip` (0: not), from `seed`'s start
+/// and batch order.
+fn train(
+    prepared: &s2s_train::run::Prepared,
+    spec: &ModelSpec,
+    lr: f64,
+    clip: f64,
+    steps: usize,
+    seed: u64,
+) -> Run {
     let d = Device::flex().autodiff();
-    d.seed(1);
+    d.seed(seed);
     let tok = &prepared.tokenizers;
     let mut model = spec.init(tok.src.vocab_size(), tok.tgt.vocab_size(), &d).expect("a valid spec");
     let start = recurrent_sigma(&model);
@@ -88,11 +97,12 @@ fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, lr: f64, clip: f
     );
     let mut out = Vec::new();
     let mut epoch = 0;
-    let mut batches = batcher.epoch(1, epoch);
-    while out.len() < steps {
+    let mut batches = batcher.epoch(seed, epoch);
+    // Ctrl-C ends the run early; the course then judges nothing.
+    while out.len() < steps && !s2s_train::interrupt::stop_requested() {
         let Some(ix) = batches.next() else {
             epoch += 1;
-            batches = batcher.epoch(1, epoch);
+            batches = batcher.epoch(seed, epoch);
             continue;
         };
         let Ok(batch) = prepared.data.train.collate(&ix) else { break };
@@ -113,10 +123,6 @@ fn train(prepared: &s2s_train::run::Prepared, spec: &ModelSpec, lr: f64, clip: f
     let end = recurrent_sigma(&model);
     Run { steps: out, sigma: [start, end] }
 }
-
-/// SGD's high rate, and the control's.
-const HIGH: f64 = 5.0;
-const MODERATE: f64 = 0.5;
 
 /// A step's gradient norm is a spike above this many times the run's median.
 const SPIKE: f64 = 10.0;
@@ -139,6 +145,46 @@ struct Stats {
     first: f64,
 }
 
+/// One seed's three runs: the high rate unclipped, clipped, and the control.
+type Seeded = (u64, [(String, Run); 3]);
+
+/// Whether one seed's runs meet the criterion.
+fn met(runs: &[(String, Run); 3]) -> bool {
+    let [u, c, m] = [stats(&runs[0].1.steps), stats(&runs[1].1.steps), stats(&runs[2].1.steps)];
+    let diverges = |s: &Stats| s.non_finite > 0 || s.last > s.first;
+    u.spikes > 0 && diverges(&u) && c.non_finite == 0 && c.last < c.first && m.spikes == 0 && !diverges(&m)
+}
+
+/// One seed's runs in a sentence.
+fn said(seed: u64, runs: &[(String, Run); 3], rate: f64, clip: f64) -> String {
+    let [u, c, m] = [stats(&runs[0].1.steps), stats(&runs[1].1.steps), stats(&runs[2].1.steps)];
+    let sigma = |r: &Run| num(r.sigma[1].0.max(r.sigma[1].1));
+    format!(
+        "seed {seed}: at rate {rate} unclipped the loss goes {} → {} ({} non-finite) with {} gradient-norm spike(s) \
+         above {SPIKE}× its median {} (largest {}); clipped at the same rate {} → {}, through {} spike(s) up to {} \
+         that the clip cut to norm {clip}; the control at rate {}, unclipped, {} → {} with {} spike(s); W_hh's \
+         largest singular value starts at {} and ends at {} (rate {rate} unclipped), {} (clipped), {} (control)",
+        num(u.first),
+        num(u.last),
+        u.non_finite,
+        u.spikes,
+        num(u.median),
+        num(u.largest),
+        num(c.first),
+        num(c.last),
+        c.spikes,
+        num(c.largest),
+        rate / 10.0,
+        num(m.first),
+        num(m.last),
+        m.spikes,
+        num(runs[0].1.sigma[0].0.max(runs[0].1.sigma[0].1)),
+        sigma(&runs[0].1),
+        sigma(&runs[1].1),
+        sigma(&runs[2].1),
+    )
+}
+
 fn run(ctx: &Context) -> Finding {
     let steps = ctx.budget.pick(600, 200);
     let spec = ModelSpec::Lstm(LstmSpec {
@@ -155,49 +201,36 @@ fn run(ctx: &Context) -> Finding {
         Ok(p) => p,
         Err(e) => return Finding::not_run("the data could not be prepared", e.to_string()),
     };
-    let runs = [
-        ("rate 5, unclipped", train(&prepared, &spec, HIGH, 0.0, steps)),
-        ("rate 5, clipped at 1", train(&prepared, &spec, HIGH, 1.0, steps)),
-        ("rate 0.5, unclipped (control)", train(&prepared, &spec, MODERATE, 0.0, steps)),
-    ];
-    let [u, c, m] = [stats(&runs[0].1.steps), stats(&runs[1].1.steps), stats(&runs[2].1.steps)];
-    let diverges = |s: &Stats| s.non_finite > 0 || s.last > s.first;
-    let holds = u.spikes > 0 && diverges(&u) && c.non_finite == 0 && c.last < c.first && m.spikes == 0 && !diverges(&m);
-    let sigma = |r: &Run| num(r.sigma[1].0.max(r.sigma[1].1));
+    let (rate, clip) = (ctx.knobs.rate, ctx.knobs.clip);
+    let measured: Vec<Seeded> = ctx
+        .seeds()
+        .iter()
+        .map(|&seed| {
+            let runs = [
+                (format!("rate {rate}, unclipped"), rate, 0.0),
+                (format!("rate {rate}, clipped at {clip}"), rate, clip),
+                (format!("rate {}, unclipped (control)", rate / 10.0), rate / 10.0, 0.0),
+            ]
+            .map(|(name, lr, clip)| (name, train(&prepared, &spec, lr, clip, steps, seed)));
+            (seed, runs)
+        })
+        .collect();
+    let (verdict, seeds) = crate::by_seed(measured.iter().map(|(s, r)| (*s, met(r))).collect());
     let because = format!(
-        "at rate 5 unclipped the loss goes {} → {} ({} non-finite) with {} gradient-norm spike(s) above {SPIKE}× its \
-         median {} (largest {}); clipped at the same rate {} → {}, through {} spike(s) up to {} that the clip cut to \
-         norm 1; the control at rate 0.5, unclipped, {} → {} with {} \
-         spike(s). W_hh's largest singular value starts at {} and ends at {} (rate 5 unclipped), {} (clipped), {} \
-         (control): a gradient can only explode through W_hh above 1",
-        num(u.first),
-        num(u.last),
-        u.non_finite,
-        u.spikes,
-        num(u.median),
-        num(u.largest),
-        num(c.first),
-        num(c.last),
-        c.spikes,
-        num(c.largest),
-        num(m.first),
-        num(m.last),
-        m.spikes,
-        num(runs[0].1.sigma[0].0.max(runs[0].1.sigma[0].1)),
-        sigma(&runs[0].1),
-        sigma(&runs[1].1),
-        sigma(&runs[2].1),
+        "{}. A gradient can only explode through a W_hh whose largest singular value exceeds 1",
+        measured.iter().map(|(s, r)| said(*s, r, rate, clip)).collect::<Vec<_>>().join("; ")
     );
     Finding {
         runs: Vec::new(),
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        seeds,
+        verdict,
         because,
         not_measured:
             "Adam, which divides each update by its gradients' running scale (the course's other runs use it)"
                 .into(),
-        table: table(&runs, [u, c, m]),
+        table: table(&measured),
         more: Vec::new(),
-        figures: figures(&runs).into(),
+        figures: figures(&measured[0].1, measured[0].0).into(),
     }
 }
 
@@ -224,10 +257,11 @@ fn stats(r: &[(f64, f64)]) -> Stats {
     }
 }
 
-/// The table: each run's steps, gradient norms and losses.
-fn table(runs: &[(&str, Run); 3], stats: [Stats; 3]) -> Table {
+/// The table: each seed's runs' steps, gradient norms and losses.
+fn table(measured: &[Seeded]) -> Table {
     Table {
         header: [
+            "seed",
             "run",
             "steps taken",
             "median gradient norm",
@@ -239,11 +273,12 @@ fn table(runs: &[(&str, Run); 3], stats: [Stats; 3]) -> Table {
         ]
         .map(String::from)
         .to_vec(),
-        rows: runs
+        rows: measured
             .iter()
-            .zip(stats)
-            .map(|((name, r), s)| {
+            .flat_map(|(seed, runs)| runs.iter().map(move |(name, r)| (seed, name, r, stats(&r.steps))))
+            .map(|(seed, name, r, s)| {
                 vec![
+                    seed.to_string(),
                     name.to_string(),
                     s.steps.to_string(),
                     num(s.median),
@@ -273,19 +308,19 @@ fn log10(r: &[(f64, f64)], f: fn(&(f64, f64)) -> f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The figures of the gradient norm and the loss by step, each run a line.
-fn figures(runs: &[(&str, Run); 3]) -> [Figure; 2] {
+/// The figures of the gradient norm and the loss by step, each of `seed`'s runs a line.
+fn figures(runs: &[(String, Run); 3], seed: u64) -> [Figure; 2] {
     [
         figure(
             "exploding-gradient-norm.svg",
-            "Gradient norm before clipping, by step (log10)",
+            &format!("Gradient norm before clipping, by step (log10), seed {seed}"),
             "step",
             "log10 ‖g‖",
             runs.iter().map(|(n, r)| series(n, log10(&r.steps, |x| x.1))).collect(),
         ),
         figure(
             "exploding-gradient-loss.svg",
-            "Training loss by step (log10)",
+            &format!("Training loss by step (log10), seed {seed}"),
             "step",
             "log10 loss per token",
             runs.iter().map(|(n, r)| series(n, log10(&r.steps, |x| x.0))).collect(),

@@ -93,7 +93,7 @@ pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
 }
 
 fn run(ctx: &Context) -> Finding {
-    let course_model = match super::trained::bahdanau(ctx) {
+    let course_model = match super::trained::bahdanau(ctx, ctx.seeds()[0]) {
         Ok(dir) => dir,
         Err(e) => return Finding::not_run("the course's model did not train", e),
     };
@@ -137,7 +137,12 @@ fn run(ctx: &Context) -> Finding {
             .iter()
             .take(5)
             .map(|(a, b)| {
-                vec![a.0.clone(), format!("{} / {}", num(a.1), num(a.2)), b.0.clone(), format!("{} / {}", num(b.1), num(b.2))]
+                vec![
+                    a.0.clone(),
+                    format!("{} / {}", num(a.1), num(a.2)),
+                    b.0.clone(),
+                    format!("{} / {}", num(b.1), num(b.2)),
+                ]
             })
             .collect(),
     };
@@ -150,6 +155,8 @@ fn run(ctx: &Context) -> Finding {
     let pairs = models.len() * (models.len() - 1) / 2;
     Finding {
         runs: Vec::new(),
+        // One pool of every seed's models: the claim is about models, which the seeds multiply.
+        seeds: None,
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
         because: format!(
             "over {} models ρ = {} (perplexity {} to {}, BLEU {} to {}); in {} of {} pairs the model with the lower \

@@ -24,9 +24,16 @@ pub fn transformer() -> s2s_models::TransformerSpec {
     }
 }
 
-/// The course's shared model: its budget in steps, so the model is the same on any machine.
-pub fn config(ctx: &Context) -> RunConfig {
-    run_config(
+/// The run name of the course's Transformer ([`transformer`]) trained 1,200 steps from `seed`:
+/// the causal-mask claim's masked model, the positions claim's and the heads claims' 4-head one.
+pub fn transformer_name(seed: u64) -> String {
+    if seed == 1 { "transformer-causal".to_string() } else { format!("transformer-seed{seed}") }
+}
+
+/// The course's shared model, trained from `seed`: its budget in steps, so the model is the same
+/// on any machine.
+pub fn config(ctx: &Context, seed: u64) -> RunConfig {
+    let mut cfg = run_config(
         ModelSpec::Bahdanau(AttentionRnnSpec {
             emb: 32,
             hidden: 64,
@@ -35,7 +42,9 @@ pub fn config(ctx: &Context) -> RunConfig {
         }),
         ctx.budget.pick(2000, 300),
         ctx.budget.pick(100, 50),
-    )
+    );
+    cfg.train.seed = seed;
+    cfg
 }
 
 /// `model` trained `steps` steps on the built-in pair (4,000 pairs), validated every
@@ -73,9 +82,11 @@ pub fn long_config(model: ModelSpec, steps: u64, valid_every: u64) -> RunConfig 
     }
 }
 
-/// The trained run's directory (trained now unless it is there, finished, for this budget).
-pub fn bahdanau(ctx: &Context) -> Result<PathBuf, MeasureError> {
-    train(ctx, "bahdanau", &config(ctx))
+/// The course's shared model of `seed`: its run's directory (trained now unless it is there,
+/// finished, for this budget). It is the bidirectional claim's bidirectional model of that seed.
+pub fn bahdanau(ctx: &Context, seed: u64) -> Result<PathBuf, MeasureError> {
+    let name = if seed == 1 { "bahdanau".to_string() } else { format!("bahdanau-bi-seed{seed}") };
+    train(ctx, &name, &config(ctx, seed))
 }
 
 /// `cfg` trained into the course's `runs/NAME-BUDGET` (or found there, finished).
@@ -156,25 +167,47 @@ pub fn paired(
 /// The corpus BLEU of `base` and `other` against `refs`, and sacreBLEU's paired bootstrap
 /// p-value of `other`'s difference (1,000 resamples, sacreBLEU's seed): the one test every BLEU
 /// comparison of the course makes.
-pub fn paired_bleu(base: &[String], other: &[String], refs: &[String]) -> Result<((f64, f64), f64), MeasureError> {
+pub fn paired_bleu(
+    base: &[String],
+    other: &[String],
+    refs: &[String],
+) -> Result<((f64, f64), f64), MeasureError> {
     use s2s_eval::{BleuConfig, MetricConfig, PairedOptions, PairedTest, Seed};
     let opts = PairedOptions { test: PairedTest::Bootstrap, samples: 1000, seed: Seed::default() };
-    let columns = s2s_eval::paired_test(&[base, other], &[refs], &[MetricConfig::Bleu(BleuConfig::default())], &opts)
-        .map_err(MeasureError::PairedTest)?;
+    let columns =
+        s2s_eval::paired_test(&[base, other], &[refs], &[MetricConfig::Bleu(BleuConfig::default())], &opts)
+            .map_err(MeasureError::PairedTest)?;
     let r = &columns[0].results;
     Ok(((r[0].score, r[1].score), r[1].p_value.unwrap_or(1.0)))
 }
 
+/// Whether a seed's favoured model is significantly better: higher BLEU with p < 0.05.
+pub fn significant(r: &Paired) -> bool {
+    r.bleu.1 > r.bleu.0 && r.p < 0.05
+}
+
+/// What [`judge_paired`] concludes.
+pub struct Judged {
+    /// The verdict by [`crate::by_seed`].
+    pub verdict: crate::Verdict,
+    /// Seed by seed, whether the criterion was met.
+    pub seeds: Option<Vec<(u64, bool)>>,
+    /// The figures in a sentence.
+    pub because: String,
+    /// Seed by seed, then the means.
+    pub table: crate::Table,
+}
+
 /// The verdict, sentence and table of [`paired`] runs: the claim holds when the favoured model's
 /// BLEU is higher for every seed, significantly (p < 0.05) for each.
-pub fn judge_paired(rows: &[Paired], base: &str, favoured: &str) -> (crate::Verdict, String, crate::Table) {
+pub fn judge_paired(rows: &[Paired], base: &str, favoured: &str) -> Judged {
     use crate::num;
     let n = rows.len() as f64;
     let mean = |f: &dyn Fn(&Paired) -> f64| rows.iter().map(f).sum::<f64>() / n;
     let (b, f) = (mean(&|r| r.bleu.0), mean(&|r| r.bleu.1));
     let higher = rows.iter().filter(|r| r.bleu.1 > r.bleu.0).count();
-    let significant = rows.iter().filter(|r| r.bleu.1 > r.bleu.0 && r.p < 0.05).count();
-    let verdict = if significant == rows.len() { crate::Verdict::Holds } else { crate::Verdict::DoesNotHold };
+    let (verdict, seeds) = crate::by_seed(rows.iter().map(|r| (r.seed, significant(r))).collect());
+    let significant = rows.iter().filter(|r| significant(r)).count();
     let because = format!(
         "mean test BLEU {} {base}, {} {favoured}; higher for {higher} of {} seeds, significantly (p < 0.05) for \
          {significant}",
@@ -213,7 +246,7 @@ pub fn judge_paired(rows: &[Paired], base: &str, favoured: &str) -> (crate::Verd
         String::new(),
         format!("{} / {}", num(mean(&|r| r.ppl.0)), num(mean(&|r| r.ppl.1))),
     ]);
-    (verdict, because, table)
+    Judged { verdict, seeds, because, table }
 }
 
 /// A finished run's tokenizers, its best checkpoint's model on `device`, and its test split

@@ -8,7 +8,7 @@ use s2s_models::{LstmSpec, Model, ModelSpec};
 
 use super::{figure, series, trained};
 use crate::probes::{gradient_by_distance, slope};
-use crate::{Claim, Context, Figure, Finding, MeasureError, Table, Verdict, num};
+use crate::{Claim, Context, Figure, Finding, MeasureError, Table, num};
 
 pub const CLAIM: Claim = Claim {
     name: "vanishing-gradient",
@@ -18,25 +18,27 @@ pub const CLAIM: Claim = Claim {
           signal alive.",
     statement: "A plain RNN's gradient vanishes with distance; LSTM and GRU keep it far flatter",
     lecture: "language-models-rnn-seq2seq.md § Vanishing Gradient Problem; § Long Short-Term Memory (LSTM)",
-    criterion: "holds when, in the trained encoders, the plain RNN's gradient shrinks by at least 10× over 30 \
+    criterion: "holds when, for every seed, in the trained encoders the plain RNN's gradient shrinks by at least 10× over 30 \
                 steps and the GRU's and the LSTM's decay at most half as fast (least-squares slope of \
                 ln ‖∂L/∂xₜ‖ by distance: 'far flatter'); the same figures at initialisation are shown beside",
     method: "one-layer encoders (input 32, hidden 64) of each cell: at PyTorch's initialisation reading 16 \
              random sequences, and trained — the encoder of an encoder-decoder without attention (`lstm` kind, \
-             cell rnn, gru or lstm, 2,000 steps on the built-in pair's long sentences) reading the embedded \
+             cell rnn, gru or lstm, 2,000 steps on the built-in pair's long sentences), for each seed, reading the embedded \
              test sources of at least 32 tokens, cut to 32 (60 random steps at initialisation, 40 in quick mode); L is the sum \
              of the last output; ‖∂L/∂xₜ‖ is the gradient reaching input t, which passes through every state \
              from t to the end: one norm over all the batch's sequences at position t (not a mean of \
-             per-sentence norms), its logarithm averaged over the seeds at initialisation",
+             per-sentence norms), its logarithm averaged over 3 initialisations drawn from each seed at \
+             initialisation",
     run,
 };
 
-/// Mean over `seeds` of ln ‖∂L/∂xₜ‖ by distance, for `cell`.
-fn log_norms(cell: CellKind, len: usize, seeds: u64) -> Vec<f64> {
+/// ln ‖∂L/∂xₜ‖ by distance for `cell` at initialisation from `seed`, averaged over `draws`
+/// initialisations (seeds 100·seed, 100·seed + 1, …).
+fn log_norms(cell: CellKind, len: usize, seed: u64, draws: u64) -> Vec<f64> {
     let d = Device::flex().autodiff();
     let mut sum = vec![0.0; len];
-    for seed in 0..seeds {
-        d.seed(100 + seed);
+    for draw in 0..draws {
+        d.seed(100 * seed + draw);
         let rnn = StackedRnnConfig::encoder(cell, 32, 64, 1, false, 0.0).expect("a valid size").init(&d);
         let x: Tensor<3> = Tensor::random([16, len, 32], Distribution::Normal(0.0, 1.0), &d);
         let keep = Tensor::ones([16, len], &d);
@@ -45,7 +47,7 @@ fn log_norms(cell: CellKind, len: usize, seeds: u64) -> Vec<f64> {
             out.narrow(1, len - 1, 1).sum()
         });
         for (s, n) in sum.iter_mut().zip(norms) {
-            *s += n.max(1e-300).ln() / seeds as f64;
+            *s += n.max(1e-300).ln() / draws as f64;
         }
     }
     sum
@@ -58,6 +60,7 @@ fn trained_log_norms(
     name: &str,
     cell: CellKind,
     len: usize,
+    seed: u64,
 ) -> Result<Vec<f64>, MeasureError> {
     let spec = ModelSpec::Lstm(LstmSpec {
         emb: 32,
@@ -68,8 +71,9 @@ fn trained_log_norms(
         reverse_source: false,
         ..Default::default()
     });
-    let cfg = trained::long_config(spec.clone(), ctx.budget.pick(2000, 300), ctx.budget.pick(200, 100));
-    let dir = trained::train(ctx, &format!("encdec-{name}"), &cfg)?;
+    let mut cfg = trained::long_config(spec.clone(), ctx.budget.pick(2000, 300), ctx.budget.pick(200, 100));
+    cfg.train.seed = seed;
+    let dir = trained::train(ctx, &crate::seeded(&format!("encdec-{name}"), seed), &cfg)?;
     let d = Device::flex().autodiff();
     let (tok, model, sources, _) = trained::load_best(&dir, &spec, &d)?;
     let Model::Lstm(m) = model else {
@@ -102,36 +106,53 @@ type Curves = [(&'static str, Vec<f64>)];
 const CELLS: [(&str, CellKind); 3] =
     [("rnn", CellKind::Rnn), ("gru", CellKind::Gru), ("lstm", CellKind::Lstm)];
 
+/// One seed's curves: trained, and at initialisation.
+struct Seeded {
+    seed: u64,
+    trained: Vec<(&'static str, Vec<f64>)>,
+    init: Vec<(&'static str, Vec<f64>)>,
+}
+
 fn run(ctx: &Context) -> Finding {
-    let (len, seeds) = ctx.budget.pick((60, 3), (40, 1));
-    let init: Vec<(&str, Vec<f64>)> = CELLS.iter().map(|&(n, c)| (n, log_norms(c, len, seeds))).collect();
-    let trained_curves = match trained_curves(ctx) {
-        Ok(c) => c,
-        Err(e) => return Finding::not_run("the encoders did not train", e),
-    };
-    let holds = judge(&trained_curves);
+    let (len, draws) = ctx.budget.pick((60, 3), (40, 1));
+    let mut measured = Vec::new();
+    for &seed in ctx.seeds() {
+        let init = CELLS.iter().map(|&(n, c)| (n, log_norms(c, len, seed, draws))).collect();
+        match trained_curves(ctx, seed) {
+            Ok(trained) => measured.push(Seeded { seed, trained, init }),
+            Err(e) => return Finding::not_run("the encoders did not train", e),
+        }
+    }
+    let (verdict, seeds) = crate::by_seed(measured.iter().map(|m| (m.seed, judge(&m.trained))).collect());
+    let first = &measured[0];
     let because = format!(
-        "trained, {}; at initialisation, {} (the criterion {} there)",
-        said(&trained_curves),
-        said(&init),
-        if judge(&init) { "holds" } else { "does not hold" }
+        "trained, {}; at initialisation, seed {}: {} (the criterion {} there)",
+        measured
+            .iter()
+            .map(|m| format!("seed {}: {}", m.seed, said(&m.trained)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        first.seed,
+        said(&first.init),
+        if judge(&first.init) { "holds" } else { "does not hold" }
     );
     Finding {
         runs: Vec::new(),
-        verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        seeds,
+        verdict,
         because,
         not_measured: String::new(),
-        table: table(&trained_curves, &init),
+        table: table(&measured),
         more: Vec::new(),
-        figures: figures(&trained_curves, &init).into(),
+        figures: figures(&first.trained, &first.init, first.seed).into(),
     }
 }
 
-/// Each cell's trained encoder's curve, or why one did not train.
-fn trained_curves(ctx: &Context) -> Result<Vec<(&'static str, Vec<f64>)>, MeasureError> {
+/// Each cell's trained encoder's curve for `seed`, or why one did not train.
+fn trained_curves(ctx: &Context, seed: u64) -> Result<Vec<(&'static str, Vec<f64>)>, MeasureError> {
     // Trained: sources of at least 32 tokens (distance 31 is the last the table reads).
     let trained_len = 32;
-    CELLS.iter().map(|&(n, c)| trained_log_norms(ctx, n, c, trained_len).map(|ln| (n, ln))).collect()
+    CELLS.iter().map(|&(n, c)| trained_log_norms(ctx, n, c, trained_len, seed).map(|ln| (n, ln))).collect()
 }
 
 /// How many times the gradient shrinks per 10 steps.
@@ -147,11 +168,12 @@ fn over30(ln: &[f64]) -> f64 {
     (ln[1] - ln[31]).exp()
 }
 
-/// The table: each cell's gradient at distances 1, 10 and 30 and its decay, trained and at
-/// initialisation.
-fn table(trained_curves: &Curves, init: &Curves) -> Table {
+/// The table: for each seed, each cell's gradient at distances 1, 10 and 30 and its decay,
+/// trained and at initialisation.
+fn table(measured: &[Seeded]) -> Table {
     let mut table = Table {
         header: [
+            "seed",
             "cell",
             "encoder",
             "‖∂L/∂x‖ at distance 1",
@@ -164,17 +186,20 @@ fn table(trained_curves: &Curves, init: &Curves) -> Table {
         .to_vec(),
         rows: vec![],
     };
-    for (stage, curves) in [("trained", trained_curves), ("at initialisation", init)] {
-        for (name, ln) in curves.iter() {
-            table.rows.push(vec![
-                name.to_string(),
-                stage.to_string(),
-                num(ln[1].exp()),
-                num(ln[10].exp()),
-                num(ln[30].exp()),
-                format!("{}×", num(per10(ln))),
-                format!("{}×", num(over30(ln))),
-            ]);
+    for m in measured {
+        for (stage, curves) in [("trained", &m.trained), ("at initialisation", &m.init)] {
+            for (name, ln) in curves.iter() {
+                table.rows.push(vec![
+                    m.seed.to_string(),
+                    name.to_string(),
+                    stage.to_string(),
+                    num(ln[1].exp()),
+                    num(ln[10].exp()),
+                    num(ln[30].exp()),
+                    format!("{}×", num(per10(ln))),
+                    format!("{}×", num(over30(ln))),
+                ]);
+            }
         }
     }
     table
@@ -220,19 +245,23 @@ fn log10(ln: &[f64]) -> Vec<(f64, f64)> {
     ln.iter().enumerate().map(|(d, v)| (d as f64, v / std::f64::consts::LN_10)).collect()
 }
 
-/// The figures of the gradient by distance, trained and at initialisation.
-fn figures(trained_curves: &Curves, init: &Curves) -> [Figure; 2] {
+/// The figures of the gradient by distance, trained and at initialisation, of seed `seed`.
+fn figures(trained_curves: &Curves, init: &Curves, seed: u64) -> [Figure; 2] {
     [
         figure(
             "vanishing-gradient-trained.svg",
-            "Gradient reaching each input, by distance from the output (trained encoders)",
+            &format!(
+                "Gradient reaching each input, by distance from the output (trained encoders, seed {seed})"
+            ),
             "distance from the output (steps)",
             "log10 ‖∂L/∂xₜ‖",
             trained_curves.iter().map(|(n, ln)| series(n, log10(ln))).collect(),
         ),
         figure(
             "vanishing-gradient.svg",
-            "Gradient reaching each input, by distance from the output (at initialisation)",
+            &format!(
+                "Gradient reaching each input, by distance from the output (at initialisation, seed {seed})"
+            ),
             "distance from the output (steps)",
             "log10 ‖∂L/∂xₜ‖",
             init.iter().map(|(n, ln)| series(n, log10(ln))).collect(),
