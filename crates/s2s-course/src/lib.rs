@@ -84,8 +84,11 @@ pub struct Figure {
 pub struct Finding {
     /// The verdict, computed from the figures.
     pub verdict: Verdict,
-    /// The figures behind it, in a sentence ("the RNN's gradient shrinks 8× per 10 steps…").
+    /// The figures behind it, seed by seed ("seed 1: the RNN's gradient shrinks 8× per 10 steps…").
     pub because: String,
+    /// The verdict's reason in one line, for the summary table (`because` is the page's full
+    /// account).
+    pub reason: String,
     /// What part of the claim is not measured here, said plainly (empty when none).
     pub not_measured: String,
     /// The numbers.
@@ -235,14 +238,28 @@ pub enum MeasureError {
         /// What the data layer said.
         source: s2s_data::DataError,
     },
-    /// A trained run that points at no best checkpoint.
-    #[error("{dir}: no best checkpoint")]
-    NoBestCheckpoint {
+    /// A trained run that points at no last checkpoint.
+    #[error("{dir}: no last checkpoint")]
+    NoLastCheckpoint {
         /// The run directory.
         dir: PathBuf,
     },
-    /// Finding or loading a run's best checkpoint.
-    #[error("loading the best checkpoint of {dir}: {source}")]
+    /// A run whose data has no gold alignment (not the built-in pair).
+    #[error("{dir}: no gold alignment (the alignment claim reads the built-in pair's)")]
+    NoGoldAlignment {
+        /// The run directory.
+        dir: PathBuf,
+    },
+    /// A model that could not be initialised from its specification.
+    #[error("initialising the model of {dir}: {reason}")]
+    Init {
+        /// The run directory.
+        dir: PathBuf,
+        /// What the model said.
+        reason: String,
+    },
+    /// Finding or loading a run's last checkpoint.
+    #[error("loading the last checkpoint of {dir}: {source}")]
     Checkpoint {
         /// The run directory.
         dir: PathBuf,
@@ -328,6 +345,7 @@ impl Finding {
         Self {
             verdict: Verdict::DoesNotHold,
             because: because.into(),
+            reason: because.into(),
             not_measured: why.to_string(),
             table: Table::default(),
             more: Vec::new(),
@@ -483,6 +501,19 @@ pub fn run(
     }
     let page = write_report(out, &done, budget, knobs)?;
     Ok((done, page))
+}
+
+/// The range of `v` in [`num`]s: `a–b`, or one number when they are equal (or there is one).
+pub fn span(v: impl IntoIterator<Item = f64>) -> String {
+    let (lo, hi) =
+        v.into_iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    if !lo.is_finite() && !hi.is_finite() {
+        "–".into()
+    } else if num(lo) == num(hi) {
+        num(lo)
+    } else {
+        format!("{}–{}", num(lo), num(hi))
+    }
 }
 
 /// `x` with 3 significant digits, for tables.

@@ -116,13 +116,13 @@ pub fn write_report(
     Ok(page)
 }
 
-/// The findings as one table, a row a claim: its statement, its verdict and the figures behind
-/// it — what README.md shows, copied from this file as it is (`crates/s2s/tests/docs.rs`
-/// checks that README's table is this one).
+/// The findings as one table, a row a claim: its statement, its verdict, the seeds that met its
+/// criterion and its one-line reason — what README.md shows, copied from this file as it is
+/// (`crates/s2s/tests/docs.rs` checks that README's table is this one).
 pub fn summary(done: &[(Claim, Finding)]) -> String {
     let mut md = String::from("| claim | verdict here, and why |\n|---|---|\n");
     for (c, f) in done {
-        let because = f.because.replace('|', "\\|");
+        let because = f.reason.replace('|', "\\|");
         let _ = writeln!(md, "| {} | {}{} — {} |", c.statement, verdict(f.verdict), seeds(f), because);
     }
     md

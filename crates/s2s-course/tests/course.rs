@@ -200,7 +200,7 @@ fn a_missing_run_is_an_error_naming_its_directory() {
     use s2s_course::MeasureError;
     let dir = std::env::temp_dir().join(format!("s2s-course-no-run-{}", std::process::id()));
     let spec = s2s_models::ModelSpec::Transformer(claims::trained::transformer());
-    let err = claims::trained::load_best(&dir, &spec, &Device::flex()).err().expect("no run there");
+    let err = claims::trained::load_final(&dir, &spec, &Device::flex()).err().expect("no run there");
     assert!(matches!(err, MeasureError::Tokenizers { .. }), "{err:?}");
     let said = err.to_string();
     assert!(

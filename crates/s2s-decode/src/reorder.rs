@@ -39,7 +39,10 @@ fn rnn(s: RnnState, indices: &Tensor<1, Int>) -> RnnState {
 fn transformer(s: TransformerState, indices: &Tensor<1, Int>, picked: &[usize]) -> TransformerState {
     let (rows, copy) = s.rows.select(picked);
     let (memory, memory_mask) = if copy {
-        (s.memory.into_iter().map(|kv| kv.select(indices)).collect(), s.memory_mask.select(0, indices.clone()))
+        (
+            s.memory.into_iter().map(|kv| kv.select(indices)).collect(),
+            s.memory_mask.select(0, indices.clone()),
+        )
     } else {
         (s.memory, s.memory_mask)
     };

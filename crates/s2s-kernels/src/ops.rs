@@ -46,7 +46,9 @@ pub fn matmul_rows<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
 pub fn matmul_rows_fresh<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D> {
     match route(&x.device()) {
         Route::Reference => reference::matmul_rows(x, w),
-        Route::Cpu | Route::Gpu | Route::Fused => reference::as_rows(x, w.dims()[1], |x| product(x, w, false)),
+        Route::Cpu | Route::Gpu | Route::Fused => {
+            reference::as_rows(x, w.dims()[1], |x| product(x, w, false))
+        }
     }
 }
 
@@ -270,7 +272,9 @@ pub fn fast_additive_scores(q: &Tensor<2>, keys: &Tensor<3>, v: &Tensor<2>) -> O
     match route(&q.device()) {
         #[cfg(not(feature = "gpu-tuned"))]
         Route::Gpu => Some(crate::attention::rnn_gpu::additive_scores(q.clone(), keys, v.clone())),
-        Route::Cpu if !q.is_autodiff() => Some(crate::attention::step::additive_scores(q.clone(), keys, v.clone())),
+        Route::Cpu if !q.is_autodiff() => {
+            Some(crate::attention::step::additive_scores(q.clone(), keys, v.clone()))
+        }
         _ => None,
     }
 }

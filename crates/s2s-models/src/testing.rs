@@ -13,10 +13,7 @@ pub fn tiny_specs(dropout: f64) -> Vec<(&'static str, ModelSpec)> {
         ("lstm", ModelSpec::Lstm(LstmSpec { emb: 8, hidden: 12, layers: 2, dropout, ..Default::default() })),
         ("bahdanau", ModelSpec::Bahdanau(AttentionRnnSpec { bidirectional: true, ..rnn.clone() })),
         ("luong", ModelSpec::Luong(AttentionRnnSpec { layers: 2, score: LuongScore::General, ..rnn })),
-        (
-            "transformer",
-            ModelSpec::Transformer(tiny_transformer(dropout)),
-        ),
+        ("transformer", ModelSpec::Transformer(tiny_transformer(dropout))),
     ]
 }
 

@@ -152,7 +152,9 @@ fn draw_series<'a, 'b: 'a>(chart: &mut Plot<'a, 'b>, series: &[Series], y1: f64,
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
             }
             let _ = chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())));
-        } else if let Ok(drawn) = chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 5, color.filled()))) {
+        } else if let Ok(drawn) =
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 5, color.filled())))
+        {
             drawn.label(s.name.clone()).legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
         }
     }

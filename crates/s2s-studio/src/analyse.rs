@@ -647,4 +647,3 @@ pub fn corpus_aer(studio: &Studio, m: &Loaded, limit: usize) -> Option<(f64, usi
     }
     (seen > 0).then(|| (total.aer(), seen))
 }
-

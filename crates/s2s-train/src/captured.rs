@@ -259,8 +259,7 @@ impl FixedBatchTrainer {
         let warm = self.loss();
         let model = self.model.take().expect("a model between steps");
         let (batch, optim, s) = (&self.batch, &mut self.optim, self.settings);
-        let (graph, (model, loss)) =
-            recorder.record(|| graph_step(model, batch, optim, s, None))?;
+        let (graph, (model, loss)) = recorder.record(|| graph_step(model, batch, optim, s, None))?;
         self.model = Some(model);
         self.loss = Some(loss);
         self.graph = Some(graph);
@@ -481,8 +480,9 @@ impl CapturedSteps {
             self.stats.evictions += 1;
         }
         let (eps, sum) = (self.epsilon, self.sum.as_ref());
-        let (graph, (model, loss)) = recorder
-            .record(|| graph_step(model, &inputs, optim, StepSettings { lr, clip, label_smoothing: eps }, sum))?;
+        let (graph, (model, loss)) = recorder.record(|| {
+            graph_step(model, &inputs, optim, StepSettings { lr, clip, label_smoothing: eps }, sum)
+        })?;
         self.entries.push(Entry { shape, inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;
         self.stats.graphs_alive = self.stats.graphs_alive.max(self.entries.len());

@@ -458,8 +458,8 @@ fn train_entry(
 ) -> Result<RunOutcome, TrainError> {
     let search = exp.decode.search(&cfg.train);
     let n = (cfg.train.devices as usize).min(devices.len());
-    let average = exp.decode.average_last;
-    run_and_test(cfg, dir, &devices[..n], device_name, progress, &search, average, &|m| eprintln!("  {m}"))
+    let tested = crate::pipeline::Tested::average_last(exp.decode.average_last);
+    run_and_test(cfg, dir, &devices[..n], device_name, progress, &search, tested, &|m| eprintln!("  {m}"))
 }
 
 /// Regenerates the experiment's report under `root`; returns its files.

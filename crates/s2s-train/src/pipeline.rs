@@ -25,10 +25,28 @@ pub struct RunOutcome {
     pub params: usize,
 }
 
+/// The checkpoint a run's test split scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tested {
+    /// The best one by the run's `stop_metric` (what `s2s train` and experiments test).
+    Best,
+    /// The last one: the model after its whole step budget (the course's runs, compared "after N
+    /// steps", where a best checkpoint picked by a metric near 0 would be noise).
+    Last,
+    /// The average of the last N kept ([`crate::average`]; the best one when only one was kept).
+    Average(usize),
+}
+
+impl Tested {
+    /// An experiment's `average_last`: 1 is the best checkpoint, N > 1 the average of the last N.
+    pub fn average_last(n: usize) -> Self {
+        if n <= 1 { Tested::Best } else { Tested::Average(n) }
+    }
+}
+
 /// Trains `cfg` into `run_dir` on `devices` (as many as `cfg.train.devices`; the first also
-/// evaluates) and evaluates it with `search`: its best checkpoint, or with `average_last > 1`
-/// the average of its last checkpoints (as many as were kept, up to that many; see
-/// [`crate::average`]). `log` receives progress lines.
+/// evaluates) and evaluates the checkpoint `tested` names with `search`. `log` receives progress
+/// lines.
 #[allow(clippy::too_many_arguments)]
 pub fn run_and_test(
     cfg: &RunConfig,
@@ -37,7 +55,7 @@ pub fn run_and_test(
     device_name: &str,
     progress: bool,
     search: &Search,
-    average_last: usize,
+    tested: Tested,
     log: &dyn Fn(&str),
 ) -> Result<RunOutcome, TrainError> {
     check_resume_config(cfg, run_dir)?;
@@ -72,7 +90,7 @@ pub fn run_and_test(
     manifest.status = "finished".into();
     write_manifest(run_dir, &manifest)?;
     log_outcome(&outcome, log);
-    let test = test_scores(cfg, run_dir, &prepared, &outcome, search, average_last, device, log)?;
+    let test = test_scores(cfg, run_dir, &prepared, &outcome, search, tested, device, log)?;
     Ok(RunOutcome { train: outcome, test, params })
 }
 
@@ -102,13 +120,13 @@ fn test_scores(
     prepared: &Prepared,
     outcome: &TrainOutcome,
     search: &Search,
-    average_last: usize,
+    tested: Tested,
     device: &Device,
     log: &dyn Fn(&str),
 ) -> Result<Option<TestScores>, TrainError> {
     let test = match &prepared.test {
         Some(test) => {
-            let dir = tested_checkpoint(cfg, run_dir, prepared, outcome, average_last, log)?;
+            let dir = tested_checkpoint(cfg, run_dir, prepared, outcome, tested, log)?;
             let model =
                 load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
             Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
@@ -163,19 +181,25 @@ fn log_outcome(outcome: &TrainOutcome, log: &dyn Fn(&str)) {
     ));
 }
 
-/// The checkpoint the test split scores: the best one, or with `average_last > 1` the average
-/// of the last ones kept (written beside them; the best one when only one was kept).
+/// The checkpoint the test split scores ([`Tested`]); an average is written beside the ones it
+/// averages.
 fn tested_checkpoint(
     cfg: &RunConfig,
     run_dir: &Path,
     prepared: &Prepared,
     outcome: &TrainOutcome,
-    average_last: usize,
+    tested: Tested,
     log: &dyn Fn(&str),
 ) -> Result<PathBuf, TrainError> {
-    if average_last <= 1 {
-        return Ok(outcome.best_dir.clone());
-    }
+    let average_last = match tested {
+        Tested::Best => return Ok(outcome.best_dir.clone()),
+        Tested::Last => {
+            return Checkpoints::new(run_dir).pointed("last")?.ok_or_else(|| {
+                TrainError::Config(format!("{}: no last checkpoint to test", run_dir.display()))
+            });
+        }
+        Tested::Average(n) => n,
+    };
     let kept = Checkpoints::new(run_dir).recent(average_last)?.len();
     if kept <= 1 {
         log("one checkpoint kept: testing the best one, not an average");

@@ -133,7 +133,7 @@ fn captured_run(
         "wgpu",
         false,
         &search,
-        1,
+        s2s_train::pipeline::Tested::Best,
         &|_| {},
     )
     .expect("training runs");

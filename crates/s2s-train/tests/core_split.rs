@@ -32,7 +32,17 @@ fn run(cfg: &RunConfig, threads: usize, dir: &Path) -> (Vec<(f64, f64)>, Vec<u8>
     pool.install(|| {
         let search = s2s_train::testset::greedy(cfg.train.max_output);
         let cpu = burn::tensor::Device::flex();
-        let out = run_and_test(cfg, dir, &[cpu], "test", false, &search, 1, &|_| {}).expect("training runs");
+        let out = run_and_test(
+            cfg,
+            dir,
+            &[cpu],
+            "test",
+            false,
+            &search,
+            s2s_train::pipeline::Tested::Best,
+            &|_| {},
+        )
+        .expect("training runs");
         assert_eq!(out.train.steps, 6);
     });
     let mut rdr = csv::Reader::from_path(dir.join("metrics.csv")).expect("metrics.csv");

@@ -41,7 +41,9 @@ fn config(devices: u32, accumulate: u32) -> RunConfig {
 /// burnpack file after its header, which carries per-run metadata).
 fn run(cfg: &RunConfig, devices: &[Device], dir: &Path) -> (Vec<Vec<String>>, Vec<u8>) {
     let search = s2s_train::testset::greedy(cfg.train.max_output);
-    let out = run_and_test(cfg, dir, devices, "test", false, &search, 1, &|_| {}).expect("training runs");
+    let out =
+        run_and_test(cfg, dir, devices, "test", false, &search, s2s_train::pipeline::Tested::Best, &|_| {})
+            .expect("training runs");
     assert_eq!(out.train.steps, 6);
     let mut rdr = csv::Reader::from_path(dir.join("metrics.csv")).expect("metrics.csv");
     let headers = rdr.headers().expect("header").clone();

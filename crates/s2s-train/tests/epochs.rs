@@ -25,8 +25,17 @@ fn an_epoch_budget_stops_at_the_end_of_the_last_pass() {
     let dir = std::env::temp_dir().join(format!("s2s-epochs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let search = s2s_train::testset::greedy(cfg.train.max_output);
-    let out = run_and_test(&cfg, &dir, &[burn::tensor::Device::flex()], "test", false, &search, 1, &|_| {})
-        .expect("training runs");
+    let out = run_and_test(
+        &cfg,
+        &dir,
+        &[burn::tensor::Device::flex()],
+        "test",
+        false,
+        &search,
+        s2s_train::pipeline::Tested::Best,
+        &|_| {},
+    )
+    .expect("training runs");
     // The same data, prepared again for the run directory, planned pass by pass.
     let data = prepare(&cfg, &dir).expect("prepared again").data;
     let batcher = StreamBatcher::new(&data.train, cfg.train.batch);

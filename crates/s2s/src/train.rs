@@ -10,7 +10,7 @@ use s2s_models::cell::CellKind;
 use s2s_models::{AttentionRnnSpec, LstmSpec, ModelSpec, TransformerSpec};
 use s2s_train::TrainSpec;
 use s2s_train::device::{DeviceChoice, select_many};
-use s2s_train::pipeline::run_and_test;
+use s2s_train::pipeline::{Tested, run_and_test};
 use s2s_train::run::{DataSpec, RunConfig};
 
 /// Train one model (lstm, bahdanau, luong or transformer) with the shared loop. Without a corpus, trains on
@@ -262,8 +262,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
     eprintln!("device: {device_name}");
     eprintln!("run directory: {}", run_dir.display());
     let search = s2s_train::testset::greedy(cfg.train.max_output);
-    let out =
-        run_and_test(&cfg, &run_dir, &devices, &device_name, !a.quiet, &search, 1, &|m| eprintln!("{m}"))?;
+    let out = run_and_test(&cfg, &run_dir, &devices, &device_name, !a.quiet, &search, Tested::Best, &|m| {
+        eprintln!("{m}")
+    })?;
     if let Some(s) = out.test {
         println!(
             "test: BLEU {:.2} ({}), chrF {:.2}, perplexity {:.2} on {} sentences ({})",

@@ -1210,6 +1210,13 @@ fn course_lists_runs_and_judges_a_claim() {
     assert!(page.contains("§ Invarianze e Simmetrie") && page.contains("**holds**"), "{page}");
     let o = s2s(&["course", "run", "nothing-of-the-sort", "--out", out.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o.stderr).contains("s2s course list"), "{}", text(&o.stderr));
+    // The knobs are options: the seeds given are the seeds judged, and the page says so.
+    let o = s2s(&["course", "run", "bleu-word-order", "--seeds", "2,5", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(out.join("course.md")).unwrap();
+    assert!(page.contains("seeds 2, 5; d_k 64") && page.contains("(met for 0 of 2 seeds)"), "{page}");
+    let o = s2s(&["course", "run", "heads-cost", "--heads", "1,3", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o.stderr).contains("--heads"), "{}", text(&o.stderr));
 }
 
 /// Mixed precision (wgpu; lavapipe where there is no GPU) through an overflow and a crash: the

@@ -55,15 +55,18 @@ fn measure(ctx: &Context, seed: u64) -> Result<(AlignCounts, AlignCounts, usize)
     let dir = trained::bahdanau(ctx, seed).map_err(|e| NotRun::new("the course's model did not train", e))?;
     let cfg = trained::config(ctx, seed);
     let device = Device::flex();
-    let (tok, model, sources, refs) = trained::load_best(&dir, &cfg.model, &device)
+    let (tok, model, sources, refs) = trained::load_final(&dir, &cfg.model, &device)
         .map_err(|e| NotRun::new("the course's model could not be loaded", e))?;
     let s2s_train::run::DataSpec::Builtin { pairs, seed: data_seed, max_tokens } = cfg.data else {
-        return Err(NotRun::new("no gold alignment", MeasureError::NoTestScores { dir }));
+        return Err(NotRun::new("no gold alignment", MeasureError::NoGoldAlignment { dir }));
     };
     let gold = gold(&SynthConfig { pairs, seed: data_seed, max_tokens, ..SynthConfig::default() });
     device.seed(seed);
-    let untrained = cfg.model.init(tok.src.vocab_size(), tok.tgt.vocab_size(), &device).map_err(|_| {
-        NotRun::new("the model could not be initialised", MeasureError::NoBestCheckpoint { dir: dir.clone() })
+    let untrained = cfg.model.init(tok.src.vocab_size(), tok.tgt.vocab_size(), &device).map_err(|e| {
+        NotRun::new(
+            "the model could not be initialised",
+            MeasureError::Init { dir: dir.clone(), reason: e.to_string() },
+        )
     })?;
     let (mut trained_counts, mut init_counts, mut scored) =
         (AlignCounts::default(), AlignCounts::default(), 0);
@@ -134,10 +137,16 @@ fn run(ctx: &Context) -> Finding {
             )
         })
         .collect();
+    let reason = format!(
+        "AER {} trained against {} at initialisation",
+        crate::span(measured.iter().map(|m| m.1.0.aer())),
+        crate::span(measured.iter().map(|m| m.1.1.aer()))
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!("the trained model's AER over the test sentences, {}", said.join("; ")),
         not_measured:
             "the Transformer's heads, whose alignment the studio scores head by head (`s2s studio`)".into(),

@@ -120,10 +120,21 @@ fn run(ctx: &Context) -> Finding {
     }
     let beam = ctx.knobs.beam;
     let (verdict, seeds) = crate::by_seed(measured.iter().map(|m| (m.seed, m.met(beam))).collect());
+    let mean = |f: &dyn Fn(&Seed) -> f64| measured.iter().map(f).sum::<f64>() / measured.len() as f64;
+    let reason = format!(
+        "beam {beam} raises the mean log-probability {} → {} and BLEU {} → {} (means), significantly in {} of {} seeds",
+        num(mean(&|m| m.by_beam[0].1.mean_score)),
+        num(mean(&|m| m.judged(beam).mean_score)),
+        num(mean(&|m| m.by_beam[0].1.bleu)),
+        num(mean(&|m| m.judged(beam).bleu)),
+        measured.iter().filter(|m| m.judged(beam).bleu > m.by_beam[0].1.bleu && m.p < 0.05).count(),
+        measured.len()
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: measured.iter().map(|m| because(m, beam, ctx.knobs.alpha)).collect::<Vec<_>>().join("; "),
         not_measured: String::new(),
         table: table(&measured, beam),
@@ -152,7 +163,7 @@ impl Test {
         let dir = super::trained::bahdanau(ctx, seed)?;
         let cfg = super::trained::config(ctx, seed);
         let device = Device::flex();
-        let (tok, model, src, refs) = super::trained::load_best(&dir, &cfg.model, &device)?;
+        let (tok, model, src, refs) = super::trained::load_final(&dir, &cfg.model, &device)?;
         let sources: Vec<Vec<u32>> = src.iter().map(|s| tok.src.encode(s)).collect();
         let references: Vec<Vec<u32>> = refs.iter().map(|r| tok.tgt.encode(r)).collect();
         let mut test = Test {

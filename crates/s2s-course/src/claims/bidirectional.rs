@@ -46,6 +46,7 @@ fn run(ctx: &Context) -> Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason: because.clone(),
         because,
         not_measured: String::new(),
         table,

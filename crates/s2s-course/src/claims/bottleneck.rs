@@ -58,10 +58,22 @@ fn run(ctx: &Context) -> Finding {
             )
         })
         .collect();
+    let ends = |model: usize, end: fn((f64, f64)) -> f64| {
+        crate::span(measured.iter().map(|(_, c)| end(kept(&c[model].1))))
+    };
+    let reason = format!(
+        "from the shortest sources to the longest the fixed-vector model falls from {} to {} BLEU, attention from {} \
+         to {}",
+        ends(0, |k| k.0),
+        ends(0, |k| k.1),
+        ends(1, |k| k.0),
+        ends(1, |k| k.1)
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!("from the shortest sources to the longest, {}", said.join("; ")),
         not_measured: String::new(),
         table: table(&measured),

@@ -61,10 +61,18 @@ fn run(ctx: &Context) -> Finding {
         })
         .collect();
     let steps = ctx.budget.pick(1200, 300);
+    let reason = format!(
+        "unmasked, test perplexity {} against {} masked, yet greedy BLEU {} against {}",
+        crate::span(rows.iter().map(|r| r.ppl.0)),
+        crate::span(rows.iter().map(|r| r.ppl.1)),
+        crate::span(rows.iter().map(|r| r.bleu.0)),
+        crate::span(rows.iter().map(|r| r.bleu.1))
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!("after {steps} steps each, {}", said.join("; ")),
         not_measured: String::new(),
         table: judged.table,

@@ -84,10 +84,16 @@ fn run(ctx: &Context) -> Finding {
             })
             .collect(),
     };
+    let reason = format!(
+        "time grows as n^{} for self-attention and n^{} for the LSTM",
+        crate::span(measured.iter().map(|m| m.2.attn)),
+        crate::span(measured.iter().map(|m| m.2.rnn))
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!(
             "seed {seed}: over n = {}…{} the time grows as n^{} for self-attention and n^{} for the LSTM{}; {}",
             last[2].n,

@@ -50,16 +50,22 @@ fn run(ctx: &Context) -> Finding {
             table.rows.push(row);
         }
     }
+    let reason = format!(
+        "{} for every h, but the slowest step takes {}× one head's time",
+        if same_params { "the same parameters" } else { "parameters differ" },
+        crate::span(measured.iter().map(|(_, r)| met(r).1))
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!(
-            "{} for every h; the slowest step takes {}× the time of one head",
+            "{} for every h; the slowest step takes {} the time of one head",
             if same_params { format!("{p1} parameters") } else { "parameters differ".into() },
             measured
                 .iter()
-                .map(|(s, r)| format!("{} (seed {s})", num(met(r).1)))
+                .map(|(s, r)| format!("{}× (seed {s})", num(met(r).1)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

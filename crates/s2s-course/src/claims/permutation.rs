@@ -83,10 +83,18 @@ fn run(ctx: &Context) -> Finding {
     );
     let largest = |f: fn(&(u64, (f64, f64), (f64, f64))) -> f64| gaps.iter().map(f).fold(0.0, f64::max);
     let smallest_on = gaps.iter().map(|g| g.2.0).fold(f64::INFINITY, f64::min);
+    let reason = format!(
+        "without positions the output permutes with the input to {}; trained, BLEU {} without positions against {} \
+         with",
+        num(largest(|g| g.1.0)),
+        crate::span(runs.iter().map(|r| r.bleu.0)),
+        crate::span(runs.iter().map(|r| r.bleu.1))
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!(
             "without positions the permuted output matches to {} (largest difference over the seeds), with positions \
              it differs by {} or more. Trained: {}",

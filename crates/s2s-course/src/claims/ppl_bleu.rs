@@ -158,6 +158,14 @@ fn run(ctx: &Context) -> Finding {
         // One pool of every seed's models: the claim is about models, which the seeds multiply.
         seeds: None,
         verdict: if holds { Verdict::Holds } else { Verdict::DoesNotHold },
+        reason: format!(
+            "over {} models of every seed ρ = {}; in {} of {} pairs the lower perplexity has BLEU lower by more than a \
+             point",
+            models.len(),
+            num(rho),
+            against.len(),
+            pairs
+        ),
         because: format!(
             "over {} models ρ = {} (perplexity {} to {}, BLEU {} to {}); in {} of {} pairs the model with the lower \
              perplexity has BLEU lower by more than a point{}; over one run's {} checkpoints ρ = {}, which training \

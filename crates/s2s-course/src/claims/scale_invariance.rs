@@ -104,10 +104,17 @@ fn run(ctx: &Context) -> Finding {
         header: ["scores", "largest change of a weight"].map(String::from).to_vec(),
         rows: shifted.iter().map(|(k, change)| vec![format!("S + {k}"), num(*change)]).collect(),
     };
+    let reason = format!(
+        "the notes are wrong: inputs scaled by 4 change a weight by {} or more, scores shifted by a constant by at most \
+         {}: softmax is invariant to shifts, not scales",
+        num(least_scale_change),
+        num(worst_shift)
+    );
     Finding {
         runs: Vec::new(),
         seeds,
         verdict,
+        reason,
         because: format!(
             "the notes are wrong here: scaling the inputs by c scales the scores by c², so at c = 4 a weight changes \
              by up to {} (seed {seed}; at least {} for every seed) and the mean entropy goes {} → {} nats (at \

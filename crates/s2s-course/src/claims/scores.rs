@@ -117,10 +117,21 @@ fn run(ctx: &Context) -> Finding {
         })
         .collect();
     let (blo, bhi) = range(&m.speed[BASE]);
+    let reason = format!(
+        "mean test BLEU {} without attention, {} with the four scores; {}",
+        num(means[BASE]),
+        crate::span(means[..BASE].iter().copied()),
+        if holds {
+            "each beats the baseline for every seed, significantly"
+        } else {
+            "not every score beats it significantly"
+        }
+    );
     Finding {
         runs: Vec::new(),
         seeds: judged,
         verdict,
+        reason,
         because: format!(
             "mean test BLEU without attention {} ({} parameters); with attention {}; {}; costs: {}–{} \
              parameters with attention, training tokens/s over the seeds {} (without attention {}–{})",

@@ -121,10 +121,18 @@ fn run(ctx: &Context) -> Finding {
         seeds.iter().map(|&s| (s, specialised.iter().filter(|e| e.seed == s).all(spread_out))).collect(),
     );
     let bleu_sentence = bleu_summary(&bleu);
+    let all: Vec<f64> = specialised.iter().flat_map(|e| e.layers.iter().map(|(hs, _)| spread(hs))).collect();
+    let reason = format!(
+        "the farthest-looking head of an encoder layer looks {}× as far as the nearest; {} of {} layers under 2×",
+        crate::span(all.iter().copied()),
+        all.iter().filter(|&&x| x < 2.0).count(),
+        all.len()
+    );
     Finding {
         runs: Vec::new(),
         seeds: judged,
         verdict,
+        reason,
         because: format!(
             "the farthest-looking head over the nearest, per encoder layer: {}; mean test BLEU by h over {} \
              seeds {bleu_sentence}",
@@ -183,7 +191,7 @@ fn measure(ctx: &Context, seeds: &[u64]) -> Result<Measured, NotRun> {
 fn encoder_heads(ctx: &Context, h: usize, seed: u64, d: &Device) -> Result<Vec<(Vec<Head>, f64)>, NotRun> {
     let dir = train_heads(ctx, h, seed).map_err(|e| NotRun::new("the runs did not train", e))?;
     let (tok, model, sources, _) =
-        trained::load_best(&dir, &spec(h), d).map_err(|e| NotRun::new("a trained model did not load", e))?;
+        trained::load_final(&dir, &spec(h), d).map_err(|e| NotRun::new("a trained model did not load", e))?;
     let Model::Transformer(t) = model else { unreachable!("a Transformer spec") };
     let ids: Vec<Vec<u32>> =
         sources.iter().take(ctx.budget.pick(200, 50)).map(|s| tok.src.encode(s)).collect();

@@ -93,7 +93,9 @@ pub fn bahdanau(ctx: &Context, seed: u64) -> Result<PathBuf, MeasureError> {
 pub fn train(ctx: &Context, name: &str, cfg: &RunConfig) -> Result<PathBuf, MeasureError> {
     let dir = ctx.work.join(format!("{name}-{}", ctx.budget.pick("full", "quick")));
     let search = s2s_train::testset::greedy(cfg.train.max_output);
-    s2s_train::pipeline::run_and_test(cfg, &dir, &[Device::flex()], "cpu", false, &search, 1, &|_| {})
+    // Tested (and read by the claims, `load_final`) after its whole budget: the last checkpoint.
+    let last = s2s_train::pipeline::Tested::Last;
+    s2s_train::pipeline::run_and_test(cfg, &dir, &[Device::flex()], "cpu", false, &search, last, &|_| {})
         .map_err(|source| MeasureError::Training { dir: dir.clone(), source })?;
     let steps = metrics(&dir).last().map_or(0, |r| r.0 as u64);
     let budget = cfg.train.budget.steps.unwrap_or(0);
@@ -249,9 +251,9 @@ pub fn judge_paired(rows: &[Paired], base: &str, favoured: &str) -> Judged {
     Judged { verdict, seeds, because, table }
 }
 
-/// A finished run's tokenizers, its best checkpoint's model on `device`, and its test split
-/// (sources and references, one sentence a line).
-pub fn load_best(
+/// A finished run's tokenizers, its last checkpoint's model (the one its test scores: after its whole
+/// budget) on `device`, and its test split (sources and references, one sentence a line).
+pub fn load_final(
     dir: &std::path::Path,
     model: &ModelSpec,
     device: &Device,
@@ -259,11 +261,11 @@ pub fn load_best(
     let dir_buf = || dir.to_path_buf();
     let tok = s2s_data::Tokenizers::load(&dir.join("tokenizer"))
         .map_err(|source| MeasureError::Tokenizers { dir: dir_buf(), source })?;
-    let best = s2s_train::checkpoint::Checkpoints::new(dir)
-        .pointed("best")
+    let last = s2s_train::checkpoint::Checkpoints::new(dir)
+        .pointed("last")
         .map_err(|source| MeasureError::Checkpoint { dir: dir_buf(), source })?
-        .ok_or_else(|| MeasureError::NoBestCheckpoint { dir: dir_buf() })?;
-    let model = s2s_train::load_model(model, &tok, &best, device)
+        .ok_or_else(|| MeasureError::NoLastCheckpoint { dir: dir_buf() })?;
+    let model = s2s_train::load_model(model, &tok, &last, device)
         .map_err(|source| MeasureError::Checkpoint { dir: dir_buf(), source })?;
     let read = |f: &str| {
         let path = dir.join("data").join(f);

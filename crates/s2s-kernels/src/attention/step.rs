@@ -539,7 +539,10 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
 /// `W_a` already applied to the keys). Flex without autodiff, as all of this file's kernels
 /// ([`crate::ops`] chooses).
 pub fn dot_scores(q: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-    Tensor::from_dispatch(<Dispatch as AttentionStep>::dot_scores(q.into_dispatch(), keys.clone().into_dispatch()))
+    Tensor::from_dispatch(<Dispatch as AttentionStep>::dot_scores(
+        q.into_dispatch(),
+        keys.clone().into_dispatch(),
+    ))
 }
 
 /// `e[b, j] = vᵀ tanh(keys[b, j, :] + q[b, :])` (Bahdanau's score network, `q` the projected
@@ -633,7 +636,10 @@ mod tests {
         let keys = Tensor::<3>::zeros([2, 4, 3], &ad);
         assert!(crate::ops::fast_dot_scores(&q, &keys).is_none());
         assert!(crate::ops::fast_additive_scores(&q, &keys, &Tensor::zeros([3, 1], &ad)).is_none());
-        assert!(crate::ops::fast_attend(&Tensor::zeros([2, 4], &ad), &keys, &Tensor::zeros([2, 4], &ad)).is_none());
+        assert!(
+            crate::ops::fast_attend(&Tensor::zeros([2, 4], &ad), &keys, &Tensor::zeros([2, 4], &ad))
+                .is_none()
+        );
     }
 
     /// A head's vector arrangement for `d_k` = 16, 32, 64 gives the general loop's bits: the

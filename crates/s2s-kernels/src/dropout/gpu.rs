@@ -176,7 +176,11 @@ pub fn dropout<const D: usize>(x: burn::tensor::Tensor<D>, seed: u64, keep: f32)
 }
 
 /// `relu(x) ⊙ D` for the mask of `(seed, keep)` (`keep` 1: `relu(x)`).
-pub fn relu_dropout<const D: usize>(x: burn::tensor::Tensor<D>, seed: u64, keep: f32) -> burn::tensor::Tensor<D> {
+pub fn relu_dropout<const D: usize>(
+    x: burn::tensor::Tensor<D>,
+    seed: u64,
+    keep: f32,
+) -> burn::tensor::Tensor<D> {
     burn::tensor::Tensor::from_dispatch(<burn::backend::Dispatch as GpuDropout>::gpu_relu_dropout(
         x.into_dispatch(),
         seed,

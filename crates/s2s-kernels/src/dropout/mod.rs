@@ -127,6 +127,10 @@ mod tests {
         let other: Vec<f32> = crate::ops::dropout(&drop, x.clone()).into_data().try_to_vec::<f32>().unwrap();
         assert_ne!(other, v, "the next call draws another mask");
         let plain = Tensor::<2>::ones([3, 4], &Device::flex());
-        assert_eq!(crate::ops::dropout(&drop, plain.clone()).into_data(), plain.into_data(), "identity without autodiff");
+        assert_eq!(
+            crate::ops::dropout(&drop, plain.clone()).into_data(),
+            plain.into_data(),
+            "identity without autodiff"
+        );
     }
 }

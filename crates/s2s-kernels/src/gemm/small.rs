@@ -306,7 +306,11 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
 /// while training so that a deferred weight's gradient waits for all steps. Which device takes
 /// it is [`crate::ops`]'s choice.
 pub fn matmul(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
-    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(x.into_dispatch(), w.into_dispatch(), reuse))
+    Tensor::from_dispatch(<Dispatch as SmallMatmul>::small_matmul(
+        x.into_dispatch(),
+        w.into_dispatch(),
+        reuse,
+    ))
 }
 
 /// `x W` with f16 operands, the result back in f32 (mixed precision on a GPU: the device

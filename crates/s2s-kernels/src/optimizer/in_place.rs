@@ -238,9 +238,8 @@ mod tests {
         let xs: Vec<f32> = values(&model, &grads).into_iter().map(f32::from_bits).collect();
         let (t1, t3) = (on_threads(1, || sum_of_squares(&xs)), on_threads(3, || sum_of_squares(&xs)));
         assert_eq!(t1.to_bits(), t3.to_bits(), "the sum's bits follow the thread count");
-        let composed = crate::mode::with(crate::mode::Kernels::Reference, || {
-            crate::ops::global_norm(&model, &grads)
-        });
+        let composed =
+            crate::mode::with(crate::mode::Kernels::Reference, || crate::ops::global_norm(&model, &grads));
         assert!(one > 0.0 && (one - composed).abs() < 1e-6 * composed, "{one} vs {composed}");
         // f64 over every square, summed plainly: the blocks' order loses nothing that matters.
         let exact: f64 = xs.iter().map(|&x| (x as f64).powi(2)).sum();

@@ -28,5 +28,3 @@ pub trait BestLogProb: burn::backend::Backend {
 pub fn best_log_prob_pairs(logits: Tensor<2>) -> Tensor<2> {
     Tensor::<2>::from_dispatch(<Dispatch as BestLogProb>::best_log_prob(logits.into_dispatch()))
 }
-
-

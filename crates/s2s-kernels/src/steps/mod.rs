@@ -48,7 +48,10 @@ use burn::tensor::Tensor;
 /// views of one time-major copy, with one gradient write a step (see the module doc): flex
 /// under autodiff and cubecl without fusion ([`crate::ops::time_steps`] chooses).
 pub fn time_major(x: Tensor<3>) -> Vec<Tensor<2>> {
-    <burn::backend::Dispatch as TimeSteps>::time_steps(x.into_dispatch()).into_iter().map(Tensor::from_dispatch).collect()
+    <burn::backend::Dispatch as TimeSteps>::time_steps(x.into_dispatch())
+        .into_iter()
+        .map(Tensor::from_dispatch)
+        .collect()
 }
 
 /// Steps a [`gpu::stack_groups`] launch writes (and autodiff node takes) on a GPU: the eight
@@ -239,8 +242,9 @@ mod tests {
             for (t, (a, b)) in g1.into_iter().zip(g2).enumerate() {
                 assert!(max_diff(a, b) < 1e-5, "gradient of step {t}, time {time}");
             }
-            let unused =
-                crate::ops::stack_steps(xs.iter().map(|x| Tensor::from_data(x.to_data(), &ad).require_grad()).collect());
+            let unused = crate::ops::stack_steps(
+                xs.iter().map(|x| Tensor::from_data(x.to_data(), &ad).require_grad()).collect(),
+            );
             assert_eq!(unused.inner().to_data(), Tensor::stack::<3>(xs.clone(), 1).to_data());
         }
     }
