@@ -121,8 +121,8 @@ pub fn by_seed(met: Vec<(u64, bool)>) -> (Verdict, Option<Vec<(u64, bool)>>) {
 pub const RULE: &str = "One rule judges every claim: each is measured once per seed, with the same seeds for \
                         every claim, and holds only when its criterion is met for every seed; where the criterion \
                         compares test BLEU, a seed meets it only with sacreBLEU's paired bootstrap p < 0.05 \
-                        (1,000 resamples). A claim with nothing random in it (BLEU's arithmetic) is measured \
-                        once, and says so.";
+                        (1,000 resamples). Two claims are not judged seed by seed, and say why: one is not \
+                        testable on this machine, the other pools every seed's models.";
 
 /// The knobs a student turns (`s2s course run --seeds 1,2,3 --d-k 64 --rate 5 --clip 1 --heads
 /// 1,2,4,8,16 --beam 5 --alpha 1`): each claim reads those it varies, and a run trained under
@@ -183,6 +183,36 @@ impl Knobs {
         } else {
             None
         }
+    }
+
+    /// The options that set these knobs where they differ from `budget`'s defaults (` --seeds
+    /// 4,7 --beam 10`), for the page's "regenerate with" command.
+    pub fn flags(&self, budget: Budget) -> String {
+        let d = Self::defaults(budget);
+        let list = |v: &[u64]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let mut f = String::new();
+        if self.seeds != d.seeds {
+            f += &format!(" --seeds {}", list(&self.seeds));
+        }
+        if self.d_k != d.d_k {
+            f += &format!(" --d-k {}", self.d_k);
+        }
+        if self.rate != d.rate {
+            f += &format!(" --rate {}", self.rate);
+        }
+        if self.clip != d.clip {
+            f += &format!(" --clip {}", self.clip);
+        }
+        if self.heads != d.heads {
+            f += &format!(" --heads {}", list(&self.heads.iter().map(|&h| h as u64).collect::<Vec<_>>()));
+        }
+        if self.beam != d.beam {
+            f += &format!(" --beam {}", self.beam);
+        }
+        if self.alpha != d.alpha {
+            f += &format!(" --alpha {}", self.alpha);
+        }
+        f
     }
 
     /// The knobs in a sentence, as the page says them.

@@ -51,7 +51,7 @@ pub fn write_report(
     let _ = writeln!(
         md,
         "Each claim of the lecture notes ({}), measured and judged by the \
-         criterion beside it. Budget: {}; knobs: {}. Regenerate with `s2s course run{}`.\n\n{}\n",
+         criterion beside it. Budget: {}; knobs: {}. Regenerate with `s2s course run{}{}`.\n\n{}\n",
         match &notes {
             Some(rel) => format!("[`course-notes/`]({rel}/README.md)"),
             None => "`../shared/course-notes/`".to_string(),
@@ -59,6 +59,7 @@ pub fn write_report(
         budget.pick("full", "quick"),
         knobs.said(),
         budget.pick("", " --quick"),
+        knobs.flags(budget),
         crate::RULE
     );
     let _ = writeln!(md, "| claim | lecture | verdict |\n|---|---|---|");

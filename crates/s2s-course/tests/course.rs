@@ -228,7 +228,8 @@ fn knobs_set_the_seeds_and_bad_knobs_are_refused() {
         // Neither claim holds, for either seed: "met for 0 of 2 seeds".
         assert!(std::fs::read_to_string(&page).unwrap().contains("(met for 0 of 2 seeds)"));
     }
-    assert!(std::fs::read_to_string(&page).unwrap().contains("seeds 4, 7; d_k 64"));
+    let md = std::fs::read_to_string(&page).unwrap();
+    assert!(md.contains("seeds 4, 7; d_k 64") && md.contains("`s2s course run --quick --seeds 4,7`"), "{md}");
     for (bad, says) in [
         (Knobs { heads: vec![1, 3], ..knobs.clone() }, "--heads"),
         (Knobs { heads: vec![1, 2], ..knobs.clone() }, "include 4"),

@@ -16,9 +16,11 @@ pub const CLAIM: Claim = Claim {
     lecture: "language-models-rnn-seq2seq.md § Valutazione del Modello; § BLEU (Bilingual Evaluation Understudy)",
     criterion: "holds when, over at least 5 of the course's trained models scored on the same test sentences, \
                 the rank correlation (Spearman's ρ) between test perplexity and greedy test BLEU is −0.8 or lower",
-    method: "every model the other claims trained on the built-in pair's 4,000 pairs (Bahdanau, Luong with four \
-             scores, Transformers with and without the causal mask, scaling, positions, 1 to 16 heads; runs \
-             last so that they exist): each final model's test perplexity (teacher-forced) and greedy test BLEU \
+    method: "every model the other claims trained on the built-in pair's 4,000 pairs, every seed (Bahdanau, Luong \
+             with four scores, the LSTM without attention, Transformers with and without scaling and positions, 1 \
+             to 16 heads; runs last so that they exist) — but not the decoders trained without the causal mask, \
+             whose teacher-forced perplexity reads the word it predicts and so is not a prediction: each final \
+             model's test perplexity (teacher-forced) and greedy test BLEU \
              on the same 200 sentences; the pairs of models where the lower perplexity has the lower BLEU by more \
              than a point listed as counterexamples. Beside it, one run's checkpoints (the course's Bahdanau \
              model, every 100 steps), where progress alone ties the two",
@@ -28,7 +30,17 @@ pub const CLAIM: Claim = Claim {
 /// A trained model's test figures: (run name, perplexity, BLEU).
 type Scored = (String, f64, f64);
 
-/// The final test scores of every run in `work` scored on the same test references as `like`.
+/// Whether a run's teacher-forced perplexity is a prediction: not for a Transformer decoder
+/// trained without the causal mask, which reads the word it is scored on.
+fn predicts(dir: &Path) -> bool {
+    match s2s_train::run::read_manifest(dir) {
+        Ok(m) => !matches!(m.config.model, s2s_models::ModelSpec::Transformer(t) if !t.causal),
+        Err(_) => false,
+    }
+}
+
+/// The final test scores of every run in `work` scored on the same test references as `like`,
+/// whose perplexity is a prediction ([`predicts`]).
 fn pooled(work: &Path, like: &Path) -> Vec<Scored> {
     let refs = |dir: &Path| std::fs::read_to_string(dir.join("test/references.txt")).ok();
     let Some(want) = refs(like) else { return Vec::new() };
@@ -36,7 +48,7 @@ fn pooled(work: &Path, like: &Path) -> Vec<Scored> {
     let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     dirs.sort();
     dirs.iter()
-        .filter(|d| refs(d).as_ref() == Some(&want))
+        .filter(|d| refs(d).as_ref() == Some(&want) && predicts(d))
         .filter_map(|d| {
             let text = std::fs::read_to_string(d.join("test/scores.json")).ok()?;
             let v: serde_json::Value = serde_json::from_str(&text).ok()?;
