@@ -21,7 +21,8 @@ pub const CLAIM: Claim = Claim {
     lecture: "language-models-rnn-seq2seq.md § Exploding Gradient",
     criterion: "holds when, for every seed, from the seed's start and batches, the unclipped run at rate 5 (`--rate`) \
                 has gradient-norm spikes \
-                (a step above 10× its median norm, or not finite) and diverges — its last 20 losses average above \
+                (a step whose norm is above 10× the median of the 20 steps before it, or not finite: a \
+                sudden jump, not the large gradients every run starts with) and diverges — its last 20 losses average above \
                 its first, or one is not finite — while the run clipped at the same rate converges (its last 20 \
                 below its first) and an unclipped control at a tenth of the rate neither spikes nor diverges (so what blows \
                 up is the gradient, not the rate alone)",
@@ -124,8 +125,12 @@ fn train(
     Run { steps: out, sigma: [start, end] }
 }
 
-/// A step's gradient norm is a spike above this many times the run's median.
+/// A step's gradient norm is a spike above this many times the median of the [`WINDOW`] steps
+/// before it.
 const SPIKE: f64 = 10.0;
+
+/// The steps before a step that its spike test reads.
+const WINDOW: usize = 20;
 
 /// A run's summary: its gradient norms and losses.
 struct Stats {
@@ -133,7 +138,7 @@ struct Stats {
     median: f64,
     /// The largest finite gradient norm.
     largest: f64,
-    /// Steps whose norm is not finite or over [`SPIKE`]× the median.
+    /// Steps whose norm is not finite or over [`SPIKE`]× the median of the [`WINDOW`] before.
     spikes: usize,
     /// Non-finite losses.
     non_finite: usize,
@@ -161,7 +166,7 @@ fn said(seed: u64, runs: &[(String, Run); 3], rate: f64, clip: f64) -> String {
     let sigma = |r: &Run| num(r.sigma[1].0.max(r.sigma[1].1));
     format!(
         "seed {seed}: at rate {rate} unclipped the loss goes {} → {} ({} non-finite) with {} gradient-norm spike(s) \
-         above {SPIKE}× its median {} (largest {}); clipped at the same rate {} → {}, through {} spike(s) up to {} \
+         above {SPIKE}× the median of the {WINDOW} steps before (run median {}, largest {}); clipped at the same rate {} → {}, through {} spike(s) up to {} \
          that the clip cut to norm {clip}; the control at rate {}, unclipped, {} → {} with {} spike(s); W_hh's \
          largest singular value starts at {} and ends at {} (rate {rate} unclipped), {} (clipped), {} (control)",
         num(u.first),
@@ -248,12 +253,23 @@ fn run(ctx: &Context) -> Finding {
     }
 }
 
+/// The median finite gradient norm of the [`WINDOW`] steps before step `i` (∞ when none is
+/// finite: nothing to jump from).
+fn before(r: &[(f64, f64)], i: usize) -> f64 {
+    let mut w: Vec<f64> =
+        r[i.saturating_sub(WINDOW)..i].iter().map(|x| x.1).filter(|n| n.is_finite()).collect();
+    w.sort_by(f64::total_cmp);
+    w.get(w.len() / 2).copied().unwrap_or(f64::INFINITY)
+}
+
 /// The [`Stats`] of a run's steps.
 fn stats(r: &[(f64, f64)]) -> Stats {
     let mut norms: Vec<f64> = r.iter().map(|x| x.1).filter(|n| n.is_finite()).collect();
     norms.sort_by(f64::total_cmp);
     let median = norms.get(norms.len() / 2).copied().unwrap_or(f64::NAN);
-    let spikes = r.iter().filter(|x| !x.1.is_finite() || x.1 > SPIKE * median).count();
+    let spikes = (0..r.len())
+        .filter(|&i| !r[i].1.is_finite() || (i >= WINDOW && r[i].1 > SPIKE * before(r, i)))
+        .count();
     let non_finite = r.iter().filter(|x| !x.0.is_finite()).count();
     // The last 20 losses' mean, a non-finite one counting as infinite.
     let tail: Vec<f64> =
@@ -280,7 +296,7 @@ fn table(measured: &[Seeded]) -> Table {
             "steps taken",
             "median gradient norm",
             "largest",
-            "spikes (over 10× the median)",
+            "spikes (over 10× the 20 steps before)",
             "non-finite losses",
             "mean loss of the last 20 steps",
             "σ₁(W_hh) encoder / decoder, start → end",
@@ -347,6 +363,19 @@ mod tests {
     use super::*;
 
     /// Power iteration finds σ₁ of a matrix whose singular values are known: diag(3, 1) rotated.
+    /// A spike is a jump over the steps before it: the large norms of a run's first steps are
+    /// not, a norm 10× its recent median is, and a non-finite one always is.
+    #[test]
+    fn spikes_are_jumps_over_the_steps_before() {
+        let mut r: Vec<(f64, f64)> = (0..60).map(|i| (1.0, if i < 5 { 50.0 } else { 1.0 })).collect();
+        assert_eq!(stats(&r).spikes, 0, "the first steps' large norms are no spike");
+        r[40].1 = 11.0;
+        r[50].1 = f64::INFINITY;
+        assert_eq!(stats(&r).spikes, 2);
+        r[30].1 = 9.0;
+        assert_eq!(stats(&r).spikes, 2, "under 10× is no spike");
+    }
+
     #[test]
     fn the_largest_singular_value_of_a_known_matrix() {
         let (c, s) = (0.6f64, 0.8f64);
