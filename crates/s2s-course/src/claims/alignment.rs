@@ -104,13 +104,11 @@ fn measure(ctx: &Context, seed: u64) -> Result<(AlignCounts, AlignCounts, usize)
 }
 
 fn run(ctx: &Context) -> Finding {
-    let mut measured = Vec::new();
-    for &seed in ctx.seeds() {
-        match measure(ctx, seed) {
-            Ok(m) => measured.push((seed, m)),
+    let measured =
+        match ctx.seeds().iter().map(|&s| measure(ctx, s).map(|m| (s, m))).collect::<Result<Vec<_>, _>>() {
+            Ok(m) => m,
             Err(e) => return e.into(),
-        }
-    }
+        };
     let (verdict, seeds) = crate::by_seed(
         measured.iter().map(|(s, (t, i, _))| (*s, t.aer() < 0.3 && t.aer() < i.aer())).collect(),
     );

@@ -111,13 +111,10 @@ fn measure(ctx: &Context, seed: u64) -> Result<Seed, crate::NotRun> {
 }
 
 fn run(ctx: &Context) -> Finding {
-    let mut measured = Vec::new();
-    for &seed in ctx.seeds() {
-        match measure(ctx, seed) {
-            Ok(m) => measured.push(m),
-            Err(e) => return e.into(),
-        }
-    }
+    let measured = match ctx.seeds().iter().map(|&seed| measure(ctx, seed)).collect::<Result<Vec<_>, _>>() {
+        Ok(m) => m,
+        Err(e) => return e.into(),
+    };
     let beam = ctx.knobs.beam;
     let (verdict, seeds) = crate::by_seed(measured.iter().map(|m| (m.seed, m.met(beam))).collect());
     let mean = |f: &dyn Fn(&Seed) -> f64| measured.iter().map(f).sum::<f64>() / measured.len() as f64;

@@ -37,13 +37,11 @@ fn met(curves: &[Curve]) -> bool {
 }
 
 fn run(ctx: &Context) -> Finding {
-    let mut measured: Vec<Seeded> = Vec::new();
-    for &seed in ctx.seeds() {
-        match measure(ctx, seed) {
-            Ok(c) => measured.push((seed, c)),
+    let measured: Vec<Seeded> =
+        match ctx.seeds().iter().map(|&s| measure(ctx, s).map(|c| (s, c))).collect::<Result<Vec<_>, _>>() {
+            Ok(m) => m,
             Err(e) => return Finding::not_run("the runs did not train", e),
-        }
-    }
+        };
     let (verdict, seeds) = crate::by_seed(measured.iter().map(|(s, c)| (*s, met(c))).collect());
     let said: Vec<String> = measured
         .iter()

@@ -101,13 +101,10 @@ fn worst(m: &Seed) -> (Site, f64) {
 }
 
 fn run(ctx: &Context) -> Finding {
-    let mut measured = Vec::new();
-    for &seed in ctx.seeds() {
-        match measure(ctx, seed) {
-            Ok(m) => measured.push(m),
-            Err(e) => return e.into(),
-        }
-    }
+    let measured = match ctx.seeds().iter().map(|&seed| measure(ctx, seed)).collect::<Result<Vec<_>, _>>() {
+        Ok(m) => m,
+        Err(e) => return e.into(),
+    };
     let (verdict, seeds) =
         crate::by_seed(measured.iter().map(|m| (m.seed, m.drops.iter().all(|d| d.1 < 2.0))).collect());
     let said: Vec<String> = measured

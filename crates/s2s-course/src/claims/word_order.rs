@@ -69,13 +69,11 @@ fn run(ctx: &Context) -> Finding {
     let pairs = generate(&SynthConfig { pairs: 8000, seed: 1, ..Default::default() });
     let [_, _, test] = split_indices(&pairs);
     let refs: Vec<&str> = test.iter().map(|&i| pairs[i].1.as_str()).collect();
-    let mut measured = Vec::new();
-    for &seed in ctx.seeds() {
-        match measure(&refs, seed) {
-            Ok(rows) => measured.push((seed, rows)),
+    let measured =
+        match ctx.seeds().iter().map(|&s| measure(&refs, s).map(|r| (s, r))).collect::<Result<Vec<_>, _>>() {
+            Ok(m) => m,
             Err(e) => return Finding::not_run("BLEU could not be computed", e),
-        }
-    }
+        };
     let (verdict, seeds) = crate::by_seed(measured.iter().map(|(s, rows)| (*s, met(rows))).collect());
     let rows = &measured[0].1;
     let reordered = &rows[1..];
