@@ -27,7 +27,7 @@
 #                     CUDA at ~4,096 target tokens, with both builds' last training losses, and
 #                     its launch probe: $OUT/bench-spirv.md, $OUT/spirv-probe.jsonl; a later
 #                     multi30k step trains with it if its losses agree and it is faster
-#             products  `s2s bench --product-probe` (burn's matrix product at a training step's
+#             products  `s2s bench --product-probe` (burn's matrix product and every table kernel at a training step's
 #                     shapes, f32 and f16) with the WGSL build and the SPIR-V one if packed, and
 #                     PyTorch's at the same shapes (f32, tf32, f16, bf16): $OUT/products.md and
 #                     the JSON lines under $OUT/products/
@@ -232,8 +232,11 @@ PY
         for build in "WGSL=$bin" "SPIR-V=$spirv"; do
           [ -x "${build#*=}" ] || continue
           file=$keep/$(echo "${build%%=*}" | tr 'A-Z' 'a-z' | tr -d -).jsonl
-          timeout 90 "${build#*=}" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
-            > "$file" || echo "${build%%=*} product probe failed ($?)"
+          # Every table kernel too (gemm/table.rs): their first calls compile, hence 150 s. The
+          # kernels that beat burn's go to stderr as S2S_GPU_PRODUCTS entries: the table's rows.
+          timeout 150 "${build#*=}" bench --device wgpu --product-probe --shapes "$shapes" --steps 20 --json \
+            > "$file" 2> "$keep/$(basename "$file" .jsonl)-table.txt" || echo "${build%%=*} product probe failed ($?)"
+          cat "$keep/$(basename "$file" .jsonl)-table.txt"
           [ -s "$file" ] && tables+=("${build%%=*}=$file")
         done
         [ ${#tables[@]} -gt 0 ] || { echo "no product probe answered: PyTorch's skipped"; continue; }

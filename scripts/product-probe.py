@@ -67,12 +67,23 @@ def table(args):
     cols, rows = [], {}
     for spec in args.files:
         label, _, path = spec.partition("=")
+        best = {}
         for line in open(path):
             d = json.loads(line)
+            key = (d["name"], d["m"], d["k"], d["n"])
+            if d.get("kernel"):
+                # A table kernel's rate (crates/s2s-kernels/src/gemm/table.rs): the best per
+                # shape and type, in a column of its own, named.
+                col = f"{label} {d['dtype']} best table kernel"
+                if col not in cols:
+                    cols.append(col)
+                if d["tflops"] > best.get((key, col), -1.0):
+                    best[(key, col)] = d["tflops"]
+                    rows.setdefault(key, {})[col] = f"{d['tflops']:.2f} ({d['kernel']})"
+                continue
             col = f"{label} {d['dtype']}"
             if col not in cols:
                 cols.append(col)
-            key = (d["name"], d["m"], d["k"], d["n"])
             blocks = f" ({d['blocks']})" if d.get("blocks", 1) not in (None, 1) else ""
             rows.setdefault(key, {})[col] = f"{d['tflops']:.2f}{blocks}"
     print("| product | m × k × n | " + " | ".join(cols) + " |")

@@ -61,7 +61,8 @@ pub mod capture {
 pub mod bench {
     pub use crate::gemm::flex::matmul_2d;
     pub use crate::gemm::packed::PackedB;
-    pub use crate::gemm::probe::{ProductRate, ProductShape, product_probe, step_shapes};
+    pub use crate::gemm::probe::{ProductRate, ProductShape, product_probe, step_shapes, table_entries};
+    pub use crate::gemm::table::{self as products, Kernel, Operand};
     pub use crate::gpu::host_clock::{HostTime, Snapshot};
     #[cfg(not(feature = "gpu-tuned"))]
     pub use crate::gpu::launch_probe::{ProbeConfig, launch_probe};

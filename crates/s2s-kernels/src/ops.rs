@@ -54,14 +54,17 @@ pub fn matmul_rows_fresh<const D: usize>(x: Tensor<D>, w: Tensor<2>) -> Tensor<D
 
 /// `x W` of 2-D tensors off the references (`reuse`: `W` is a weight, kept packed while
 /// decoding on the CPU): the CPU's small-product kernels ([`crate::gemm::small`]); on a GPU
-/// f16 operands under mixed precision ([`mode::half_products`]), else burn's product, as a node
-/// of its own while training so that a deferred weight's gradient waits for all steps.
+/// the kernel [`crate::gemm::table`] chooses for the shape, f16 operands under mixed precision
+/// ([`mode::half_products`]), as a node of its own while training so that a deferred weight's
+/// gradient waits for all steps.
 fn product(x: Tensor<2>, w: Tensor<2>, reuse: bool) -> Tensor<2> {
     match route(&x.device()) {
         Route::Cpu => crate::gemm::small::matmul(x, w, reuse),
+        #[cfg(not(feature = "gpu-tuned"))]
+        Route::Gpu if mode::half_products() => crate::gemm::small::gpu_half_matmul(x, w),
         _ if mode::half_products() => crate::gemm::small::half_product(x, w),
         #[cfg(not(feature = "gpu-tuned"))]
-        Route::Gpu if x.is_autodiff() => crate::gemm::small::matmul(x, w, false),
+        Route::Gpu => crate::gemm::small::matmul(x, w, false),
         _ => x.matmul(w),
     }
 }

@@ -224,7 +224,7 @@ fn product_probe(
     device_name: &str,
     a: &BenchArgs,
 ) -> Result<()> {
-    use s2s_kernels::bench::{product_probe, step_shapes};
+    use s2s_kernels::bench::{product_probe, step_shapes, table_entries};
     let widths = cfg.models.get("transformer").and_then(|s| s.transformer_widths());
     let hidden = cfg.models.get("lstm").and_then(|s| s.hidden());
     let (Some((d, ffn)), Some(hidden)) = (widths, hidden) else {
@@ -237,22 +237,44 @@ fn product_probe(
     let shapes = step_shapes(b.sentences * b.tgt_len, d, ffn, b.tgt_vocab, b.sentences, hidden);
     let rates = product_probe(device, &shapes, a.steps.max(1));
     if !a.json {
-        println!("| product | m × k × n | dtype | ms | TFLOP/s | rel. error vs f32 |");
-        println!("|---|---|---|---|---|---|");
+        println!("| product | m × k × n | dtype | kernel | ms | TFLOP/s | rel. error vs f32 |");
+        println!("|---|---|---|---|---|---|---|");
     }
-    for r in rates {
+    for r in &rates {
         if a.json {
-            let mut v = serde_json::to_value(&r)?;
+            let mut v = serde_json::to_value(r)?;
             v["device"] = device_name.into();
             println!("{v}");
         } else {
             let s = &r.shape;
             let err = r.rel_err.map_or("–".to_string(), |e| format!("{e:.1e}"));
             println!(
-                "| {} | {} × {} × {} | {} | {:.3} | {:.2} | {err} |",
-                s.name, s.m, s.k, s.n, r.dtype, r.ms, r.tflops
+                "| {} | {} × {} × {} | {} | {} | {:.3} | {:.2} | {err} |",
+                s.name,
+                s.m,
+                s.k,
+                s.n,
+                r.dtype,
+                r.kernel.unwrap_or("burn"),
+                r.ms,
+                r.tflops
             );
         }
+    }
+    // The rows the table (s2s-kernels `gemm::table`) would take from this run: on stderr, as
+    // S2S_GPU_PRODUCTS entries, so --json's stdout stays one object a line.
+    let measured = s2s_kernels::bench::products::MEASURED_ON;
+    eprintln!(
+        "the product table in use: {}",
+        if measured.is_empty() {
+            "empty (no GPU has measured it; burn's kernel for every shape)"
+        } else {
+            measured
+        }
+    );
+    let entries = table_entries(&rates, 1.1);
+    if !entries.is_empty() {
+        eprintln!("kernels that beat burn's by 10 % (S2S_GPU_PRODUCTS={})", entries.join(","));
     }
     Ok(())
 }

@@ -16,3 +16,4 @@ pub mod packed;
 pub mod probe;
 pub(crate) mod small;
 pub mod split_rows;
+pub mod table;

@@ -321,6 +321,17 @@ pub fn half_product(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     x.cast(FloatDType::F16).matmul(w.cast(FloatDType::F16)).cast(FloatDType::F32)
 }
 
+/// `x W` with f16 operands on a cubecl device, the result back in f32: [`half_product`] as one
+/// node whose products, forward and backward, take the kernel [`crate::gemm::table`] chooses
+/// for their shape.
+#[cfg(not(feature = "gpu-tuned"))]
+pub fn gpu_half_matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as gpu::GpuHalfProduct>::half_matmul(
+        x.into_dispatch(),
+        w.into_dispatch(),
+    ))
+}
+
 /// `y + b` for every row of `y` (`[rows, d]`, `b` `[d]`) on a GPU while training: a node whose
 /// bias gradient waits for all steps when `b` is deferred ([`crate::gemm::deferred_grad`]).
 #[cfg(not(feature = "gpu-tuned"))]
@@ -339,8 +350,10 @@ pub fn cpu_add_matmul(base: Tensor<2>, x: Tensor<2>, w: Tensor<2>) -> Tensor<2> 
     ))
 }
 
-/// On a GPU: burn's product, as a node of its own while training so that a deferred weight's
-/// gradient waits for all steps ([`crate::gemm::deferred_grad`]).
+/// On a GPU: the product by the kernel [`crate::gemm::table`] chooses for its shape (burn's
+/// outside the table), as a node of its own while training so that a deferred weight's
+/// gradient waits for all steps ([`crate::gemm::deferred_grad`]); with f16 operands, a node
+/// that casts around its products.
 #[cfg(not(feature = "gpu-tuned"))]
 mod gpu {
 
@@ -357,9 +370,51 @@ mod gpu {
 
     use super::SmallMatmul;
     use crate::gemm::deferred_grad::Part;
+    use crate::gemm::table::gpu::product;
     use crate::own_backward::WithBackward;
 
     type Mm = CubeBackend;
+
+    /// `x W` with f16 operands, the output in f32, as a burn backend extension (cubecl runtimes
+    /// without fusion).
+    #[backend_extension(Cube, Autodiff)]
+    pub trait GpuHalfProduct: burn::backend::Backend {
+        /// `x W` (`[rows, d_in] × [d_in, d_out]`, f32), its products in f16.
+        fn half_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
+    }
+
+    /// `a b` of f32 tensors through f16: both cast, multiplied (the device accumulates in f32),
+    /// the product cast back.
+    fn half(a: CubeTensor, b: CubeTensor) -> CubeTensor {
+        use burn::tensor::FloatDType;
+        let f16 = |t| Mm::float_cast(t, FloatDType::F16);
+        Mm::float_cast(product(f16(a), f16(b)), FloatDType::F32)
+    }
+
+    impl GpuHalfProduct for CubeBackend {
+        fn half_matmul(x: CubeTensor, w: CubeTensor) -> CubeTensor {
+            half(x, w)
+        }
+    }
+
+    impl<C: CheckpointStrategy> GpuHalfProduct for Autodiff<CubeBackend, C> {
+        fn half_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+            Self::with_backward(
+                [x, w],
+                |[x, w], keep| {
+                    let y = half(x.clone(), w.clone());
+                    (y, keep.then_some((x, w)))
+                },
+                // `∂x = ∂y Wᵀ`, `∂W = xᵀ ∂y`, each through f16 as burn's casts would take them.
+                |(x, w), dy, [x_needed, w_needed]| {
+                    [
+                        x_needed.then(|| half(dy.clone(), Mm::float_transpose(w))),
+                        w_needed.then(|| half(Mm::float_transpose(x), dy)),
+                    ]
+                },
+            )
+        }
+    }
 
     /// The bias addition as a burn backend extension (cubecl runtimes without fusion).
     #[backend_extension(Cube, Autodiff)]
@@ -394,7 +449,7 @@ mod gpu {
 
     impl SmallMatmul for CubeBackend {
         fn small_matmul(x: CubeTensor, w: CubeTensor, _reuse: bool) -> CubeTensor {
-            Mm::float_matmul(x, w)
+            product(x, w)
         }
 
         fn add_small_matmul(base: CubeTensor, x: CubeTensor, w: CubeTensor) -> CubeTensor {
@@ -418,13 +473,12 @@ mod gpu {
                 [false, true],
                 |[x, w], keep| {
                     if !keep {
-                        return (Mm::float_matmul(x, w), None);
+                        return (product(x, w), None);
                     }
-                    (Mm::float_matmul(x.clone(), w.clone()), Some((x, w)))
+                    (product(x.clone(), w.clone()), Some((x, w)))
                 },
                 |(x, w), dy, [x_needed, _]| {
-                    let dx =
-                        x_needed.then(|| Part::Whole(Mm::float_matmul(dy.clone(), Mm::float_transpose(w))));
+                    let dx = x_needed.then(|| Part::Whole(product(dy.clone(), Mm::float_transpose(w))));
                     [dx, Some(Part::Product(x, dy))]
                 },
             )
