@@ -39,17 +39,9 @@ fn run(ctx: &Context) -> Finding {
         ctx.seeds().iter().map(|&s| (s, measure(ctx.budget.pick(7, 3), &heads, s))).collect();
     let (verdict, seeds) = crate::by_seed(measured.iter().map(|(s, r)| (*s, met(r).0)).collect());
     let results = &measured[0].1;
-    let (p1, t1) = (results[0].1, results[0].2);
+    let p1 = results[0].1;
     let same_params = measured.iter().all(|(_, r)| r.iter().all(|x| x.1 == p1));
-    let mut table = cost_table(results, t1);
-    table.header.insert(0, "seed".into());
-    table.rows.clear();
-    for (seed, r) in &measured {
-        for mut row in cost_table(r, r[0].2).rows {
-            row.insert(0, seed.to_string());
-            table.rows.push(row);
-        }
-    }
+    let table = cost_table(&measured);
     let reason = format!(
         "{} for every h, but the slowest step takes {}× one head's time",
         if same_params { "the same parameters" } else { "parameters differ" },
@@ -124,16 +116,26 @@ fn measure(runs: usize, heads: &[usize], seed: u64) -> Vec<(usize, usize, f64)> 
     results
 }
 
-/// One row per h: head size, parameters, step time and its ratio to `t1` (h = 1's).
-fn cost_table(results: &[(usize, usize, f64)], t1: f64) -> Table {
+/// One row per seed and h: head size, parameters, step time and its ratio to the seed's h = 1.
+fn cost_table(measured: &[(u64, Vec<(usize, usize, f64)>)]) -> Table {
     Table {
-        header: ["heads h", "head size d_model/h", "parameters", "step ms", "÷ h = 1"]
+        header: ["seed", "heads h", "head size d_model/h", "parameters", "step ms", "÷ h = 1"]
             .map(String::from)
             .to_vec(),
-        rows: results
+        rows: measured
             .iter()
-            .map(|(h, p, ms)| {
-                vec![h.to_string(), (64 / h).to_string(), p.to_string(), num(*ms), num(ms / t1)]
+            .flat_map(|(seed, results)| {
+                let t1 = results[0].2;
+                results.iter().map(move |(h, p, ms)| {
+                    vec![
+                        seed.to_string(),
+                        h.to_string(),
+                        (64 / h).to_string(),
+                        p.to_string(),
+                        num(*ms),
+                        num(ms / t1),
+                    ]
+                })
             })
             .collect(),
     }
