@@ -244,7 +244,7 @@ pub mod gpu {
     }
 
     /// `lhs rhs` (`[m, k] × [k, n]`) by the table's kernel for its shape and type; burn's when
-    /// the chosen kernel refuses it (said once a shape).
+    /// the chosen kernel refuses it (tried and said once a shape and type).
     pub fn product(lhs: CubeTensor, rhs: CubeTensor) -> CubeTensor {
         let (m, k, n) = (lhs.shape()[0], lhs.shape()[1], rhs.shape()[1]);
         let operand = if lhs.dtype() == DType::F16 { Operand::F16 } else { Operand::F32 };
@@ -252,17 +252,24 @@ pub mod gpu {
         if chosen == Kernel::Burn {
             return CubeBackend::float_matmul(lhs, rhs);
         }
-        match product_by(lhs.clone(), rhs.clone(), chosen) {
+        // A shape whose kernel refused it once is not offered to it again (said once, on stderr).
+        static REFUSERS: Mutex<Vec<(usize, usize, usize, Operand)>> = Mutex::new(Vec::new());
+        let key = (m, k, n, operand);
+        let refused_before = REFUSERS.lock().unwrap_or_else(|e| e.into_inner()).contains(&key);
+        let result = if refused_before {
+            Err(None)
+        } else {
+            product_by(lhs.clone(), rhs.clone(), chosen).map_err(Some)
+        };
+        match result {
             Ok(y) => {
                 RAN.fetch_add(1, Ordering::Relaxed);
                 y
             }
             Err(why) => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
-                static SAID: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
-                let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-                if !said.contains(&(m, k, n)) {
-                    said.push((m, k, n));
+                if let Some(why) = why {
+                    REFUSERS.lock().unwrap_or_else(|e| e.into_inner()).push(key);
                     eprintln!(
                         "warning: the product {m}x{k}x{n}:{} refused {} ({why}); burn's kernel runs it",
                         operand.name(),
