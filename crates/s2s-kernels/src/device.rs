@@ -7,7 +7,7 @@
 //! kernel file asks which device or mode it runs on: they ask here, or `ops` chose for them.
 
 use burn::module::Module;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 
 use crate::cpu::flex_data::is_flex;
 use crate::mode;
@@ -43,6 +43,15 @@ pub fn route(device: &Device) -> Route {
 /// time; on a GPU it batches steps to save round trips.
 pub fn is_cpu(device: &Device) -> bool {
     is_flex(device)
+}
+
+/// True when `device` runs f16 matrix products: a GPU whose adapter does f16 arithmetic and
+/// conversion (what cubek's matmul asks before it runs, so a product never panics refusing
+/// it). Vulkan adapters with `shaderFloat16` (Mesa's lavapipe, NVIDIA, AMD) do; wgpu's GL
+/// fallback (llvmpipe, on a machine without a Vulkan driver) does not, nor the CPU backend,
+/// whose products mixed precision leaves alone.
+pub fn has_f16_products(device: &Device) -> bool {
+    !is_flex(device) && device.supports_dtype(DType::F16)
 }
 
 /// The [`Route`] of `module`'s parameters (its first device; the references without any).

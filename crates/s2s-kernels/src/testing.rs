@@ -22,3 +22,21 @@ pub fn wgpu_or_skip() -> Option<Device> {
     }
     probe.ok()
 }
+
+/// A wgpu device whose adapter runs f16 products ([`crate::ops::has_f16_products`]), or `None`
+/// — and the test skips, saying why — where there is no adapter or only one without f16 (wgpu's
+/// GL fallback on llvmpipe, on a machine without a Vulkan driver). Under `CI=true`, where
+/// `.ci/run` installs lavapipe (which has f16), either is a failure.
+pub fn wgpu_f16_or_skip() -> Option<Device> {
+    let device = wgpu_or_skip()?;
+    if crate::ops::has_f16_products(&device) {
+        return Some(device);
+    }
+    let adapter = device.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI's wgpu adapter ({adapter}) has no f16 products: is lavapipe (mesa-vulkan-drivers) installed?"
+    );
+    eprintln!("skipped: the wgpu adapter ({adapter}) has no f16 products (apt-get install mesa-vulkan-drivers)");
+    None
+}

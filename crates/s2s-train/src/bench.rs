@@ -365,7 +365,7 @@ pub fn bench(
     mode: StepMode,
     jobs: Jobs,
 ) -> Result<BenchResult, BenchError> {
-    mode.precision.check_device(device).map_err(BenchError::Precision)?;
+    mode.precision.check_device(device).map_err(|e| BenchError::Precision(e.to_string()))?;
     if mode.precision == Precision::Mixed && mode.capture {
         return Err(BenchError::Precision(
             "--precision mixed runs eager steps: captured steps are f32 only; leave out --capture".into(),

@@ -5,9 +5,10 @@
 //! underflow; [`LossScaler`] adapts the scale (dynamic loss scaling) and skips the steps whose
 //! gradients overflowed.
 //!
-//! Where mixed precision runs: on a GPU (wgpu). The CPU backend has no f16 products worth
-//! taking, so `precision = "mixed"` there is an error that says so (see
-//! [`Precision::check_device`]).
+//! Where mixed precision runs: on a GPU (wgpu) whose adapter does f16 arithmetic. The CPU
+//! backend has no f16 products worth taking, and wgpu's GL fallback (llvmpipe, where no Vulkan
+//! driver is installed) none at all, so `precision = "mixed"` there is an error that says so,
+//! naming the adapter (see [`Precision::check_device`]).
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -43,13 +44,41 @@ impl std::fmt::Display for Precision {
     }
 }
 
+/// Why a device cannot run `precision = "mixed"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrecisionError {
+    /// The CPU backend: no f16 products worth taking.
+    #[error(
+        "precision = \"mixed\" runs f16 matrix products on a GPU; the CPU backend (flex) has none: \
+         use precision = \"f32\" (--precision f32) or --device wgpu"
+    )]
+    Cpu,
+    /// A GPU adapter without f16 arithmetic (wgpu's GL fallback on llvmpipe, where no Vulkan
+    /// driver is installed).
+    #[error(
+        "precision = \"mixed\" needs f16 matrix products, which the wgpu adapter `{adapter}` does not \
+         run: use precision = \"f32\" (--precision f32), or a Vulkan driver with f16 (a GPU's, or \
+         Mesa's lavapipe: apt-get install mesa-vulkan-drivers)"
+    )]
+    NoHalfProducts {
+        /// The adapter's name.
+        adapter: String,
+    },
+}
+
 impl Precision {
-    /// Refuses `mixed` on a device that cannot run f16 products: the CPU backend.
-    pub fn check_device(self, device: &Device) -> Result<(), String> {
-        if self == Self::Mixed && s2s_kernels::ops::is_cpu(device) {
-            return Err("precision = \"mixed\" runs f16 matrix products on a GPU; the CPU backend (flex) \
-                        has none: use precision = \"f32\" (--precision f32) or --device wgpu"
-                .to_string());
+    /// Refuses `mixed` on a device that cannot run f16 products: the CPU backend, and a GPU
+    /// adapter that says it has no f16 arithmetic (asked, not assumed: [`s2s_kernels::ops::has_f16_products`]).
+    pub fn check_device(self, device: &Device) -> Result<(), PrecisionError> {
+        if self == Self::F32 {
+            return Ok(());
+        }
+        if s2s_kernels::ops::is_cpu(device) {
+            return Err(PrecisionError::Cpu);
+        }
+        if !s2s_kernels::ops::has_f16_products(device) {
+            let adapter = device.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
+            return Err(PrecisionError::NoHalfProducts { adapter });
         }
         Ok(())
     }
@@ -162,8 +191,25 @@ mod tests {
     fn precision_parses_and_mixed_is_refused_on_the_cpu() {
         assert_eq!("mixed".parse::<Precision>(), Ok(Precision::Mixed));
         assert!("f16".parse::<Precision>().unwrap_err().contains("f32 or mixed"));
-        let e = Precision::Mixed.check_device(&Device::flex()).unwrap_err();
+        let e = Precision::Mixed.check_device(&Device::flex()).unwrap_err().to_string();
         assert!(e.contains("GPU") && e.contains("precision = \"f32\""), "{e}");
         assert!(Precision::F32.check_device(&Device::flex()).is_ok());
+    }
+
+    /// On a wgpu adapter the answer is the adapter's: where it has f16 products mixed is
+    /// accepted; where it has none (the GL fallback) refused, naming it and `--precision f32`.
+    #[test]
+    fn mixed_on_a_gpu_follows_the_adapters_f16() {
+        let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+        assert!(Precision::F32.check_device(&gpu).is_ok());
+        match Precision::Mixed.check_device(&gpu) {
+            Ok(()) => assert!(s2s_kernels::ops::has_f16_products(&gpu)),
+            Err(e) => {
+                assert!(!s2s_kernels::ops::has_f16_products(&gpu));
+                let adapter = gpu.identity().map(|i| i.name).unwrap();
+                let e = e.to_string();
+                assert!(e.contains(&adapter) && e.contains("--precision f32"), "{e}");
+            }
+        }
     }
 }

@@ -256,7 +256,7 @@ mod tests {
     /// moves off f32's, by about f16's rounding, not more.
     #[test]
     fn mixed_products_on_a_gpu_round_as_f16() {
-        let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+        let Some(gpu) = s2s_kernels::testing::wgpu_f16_or_skip() else { return };
         let d = gpu.autodiff();
         let (_, spec) = s2s_models::testing::tiny_specs(0.0).pop().unwrap();
         let model = spec.init(SHAPE.src_vocab, SHAPE.tgt_vocab, &d).unwrap();

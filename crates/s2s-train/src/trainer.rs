@@ -311,7 +311,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
             job.devices.len()
         )));
     }
-    spec.precision.check_device(&job.devices[0]).map_err(TrainError::Config)?;
+    spec.precision.check_device(&job.devices[0]).map_err(|e| TrainError::Config(e.to_string()))?;
     let devices: Vec<Device> = job.devices.iter().map(|d| d.clone().autodiff()).collect();
     // Adam's step count: the trainer's, which a checkpoint saves (a replayed step leaves the
     // optimizer's per-parameter counts where the capture left them).

@@ -1233,7 +1233,16 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
     );
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("precision = \"f32\""), "{}", text(&o.stderr));
-    let Some(_) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    let Some(gpu) = s2s_kernels::testing::wgpu_or_skip() else { return };
+    if !s2s_kernels::ops::has_f16_products(&gpu) {
+        // An adapter without f16 (wgpu's GL fallback): refused, naming it, before any step.
+        let run = tmp("mixed-no-f16").join("run");
+        let o = run_env(&gpu_crash_args(&run, &["--capture", "off", "--precision", "mixed"]), &[]);
+        let said = text(&o.stderr);
+        assert!(!o.status.success() && said.contains("--precision f32") && said.contains("adapter"), "{said}");
+        assert!(!said.contains("panicked"), "{said}");
+        let Some(_) = s2s_kernels::testing::wgpu_f16_or_skip() else { return };
+    }
     let base = tmp("mixed");
     let gpu = |run: &std::path::Path| gpu_crash_args(run, &["--capture", "off", "--precision", "mixed"]);
     let overflow = ("S2S_FAULT_OVERFLOW_AT_STEP", "3");
