@@ -37,6 +37,8 @@ pub fn wgpu_f16_or_skip() -> Option<Device> {
         std::env::var("CI").as_deref() != Ok("true"),
         "CI's wgpu adapter ({adapter}) has no f16 products: is lavapipe (mesa-vulkan-drivers) installed?"
     );
-    eprintln!("skipped: the wgpu adapter ({adapter}) has no f16 products (apt-get install mesa-vulkan-drivers)");
+    eprintln!(
+        "skipped: the wgpu adapter ({adapter}) has no f16 products (apt-get install mesa-vulkan-drivers)"
+    );
     None
 }

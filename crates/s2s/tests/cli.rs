@@ -1239,7 +1239,10 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
         let run = tmp("mixed-no-f16").join("run");
         let o = run_env(&gpu_crash_args(&run, &["--capture", "off", "--precision", "mixed"]), &[]);
         let said = text(&o.stderr);
-        assert!(!o.status.success() && said.contains("--precision f32") && said.contains("adapter"), "{said}");
+        assert!(
+            !o.status.success() && said.contains("--precision f32") && said.contains("adapter"),
+            "{said}"
+        );
         assert!(!said.contains("panicked"), "{said}");
         let Some(_) = s2s_kernels::testing::wgpu_f16_or_skip() else { return };
     }
