@@ -32,7 +32,7 @@ pub(crate) fn seeds(f: &Finding) -> String {
 }
 
 /// Writes `course.md`, `course.html`, `findings.json`, `summary.md` (the table README.md
-/// quotes, [`summary`]) and `plots/*.svg` into `out`; returns the Markdown page's path.
+/// counts, [`summary`]) and `plots/*.svg` into `out`; returns the Markdown page's path.
 pub fn write_report(
     out: &Path,
     done: &[(Claim, Finding)],
@@ -118,8 +118,8 @@ pub fn write_report(
 }
 
 /// The findings as one table, a row a claim: its statement, its verdict, the seeds that met its
-/// criterion and its one-line reason — what README.md shows, copied from this file as it is
-/// (`crates/s2s/tests/docs.rs` checks that README's table is this one).
+/// criterion and its one-line reason (README.md gives its count of verdicts, which
+/// `crates/s2s/tests/docs.rs` checks against this file).
 pub fn summary(done: &[(Claim, Finding)]) -> String {
     let mut md = String::from("| claim | verdict here, and why |\n|---|---|\n");
     for (c, f) in done {

@@ -206,16 +206,99 @@ fn the_checker_refuses_what_does_not_exist() {
     assert_eq!(problems(&root, "t.md", good), Vec::<String>::new());
 }
 
-/// README's course table is the page's: `docs/course/summary.md`, which `s2s course run --out
-/// docs/course` writes beside the page, copied as it is.
+/// README is a front page: at most 120 lines, its two commands (the main job and the test
+/// command `.ci/run` reads, the line after `# test`) within the first 40.
 #[test]
-fn the_readmes_course_table_is_the_pages_summary() {
+fn the_readme_is_a_front_page() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let lines: Vec<&str> = readme.lines().collect();
+    assert!(lines.len() <= 120, "README.md has {} lines: at most 120 (the rest belongs in docs/)", lines.len());
+    let test = lines.iter().position(|l| *l == "# test").expect("a `# test` line in README.md");
+    assert!(test + 1 < 40, "README.md's test command is on line {}: it belongs in the first 40", test + 2);
+    assert!(lines[..test].iter().any(|l| l.starts_with("cargo run --release")), "the main job comes before `# test`");
+}
+
+/// The rows of the first Markdown table after `marker` in `text`, each a list of its cells
+/// (the header first, the `|---|` line left out).
+fn table_after(text: &str, marker: &str) -> Vec<Vec<String>> {
+    let at = text.find(marker).unwrap_or_else(|| panic!("no `{marker}`"));
+    text[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("|---"))
+        .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+        .collect()
+}
+
+/// The first number in `cell` (`18.06 (± 1.44)` → 18.06).
+fn first_number(cell: &str) -> Option<f64> {
+    let start = cell.find(|c: char| c.is_ascii_digit())?;
+    let rest = &cell[start..];
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// README's quickstart table is the benchmarks' quickstart block (`scripts/experiment-doc.sh`
+/// writes it) for the machine README names, each number rounded as README shows it; README's
+/// marker `<!-- quickstart: LABEL -->` names the block.
+#[test]
+fn the_readmes_quickstart_table_is_the_benchmarks_block() {
+    let root = repo();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let bench = std::fs::read_to_string(root.join("docs/benchmarks.md")).expect("docs/benchmarks.md");
+    let tag = "<!-- quickstart: ";
+    let at = readme.find(tag).expect("README.md marks its quickstart table `<!-- quickstart: LABEL -->`");
+    let label = &readme[at + tag.len()..at + readme[at..].find(" -->").unwrap()];
+    let block = table_after(&bench, &format!("<!-- experiment: quickstart, {label} -->"));
+    let ours = table_after(&readme[at..], tag);
+    let (head, rows) = ours.split_first().unwrap();
+    let (bhead, brows) = block.split_first().unwrap();
+    assert_eq!(rows.len(), brows.len(), "README's quickstart rows against the block's");
+    for (c, name) in head.iter().enumerate().skip(1) {
+        let b = bhead
+            .iter()
+            .position(|h| h.starts_with(name.as_str()))
+            .unwrap_or_else(|| panic!("README's column `{name}` is none of the block's: {bhead:?}"));
+        for (row, brow) in rows.iter().zip(brows) {
+            assert!(brow[0] == row[0] || row[0].contains(&format!("`{}`", brow[0])), "{row:?} / {brow:?}");
+            let shown = &row[c];
+            let decimals = shown.split_once('.').map_or(0, |(_, d)| d.len());
+            let want = format!("{:.*}", decimals, first_number(&brow[b]).unwrap());
+            assert_eq!(shown, &want, "README's `{name}` of {} against docs/benchmarks.md ({})", row[0], brow[b]);
+        }
+    }
+}
+
+/// README's speed table is the benchmarks' summary of ratios, copied as it is.
+#[test]
+fn the_readmes_speed_table_is_the_benchmarks_summary() {
+    let root = repo();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let bench = std::fs::read_to_string(root.join("docs/benchmarks.md")).expect("docs/benchmarks.md");
+    let marker = "<!-- speed summary -->";
+    assert_eq!(
+        table_after(&readme, marker),
+        table_after(&bench, marker),
+        "README.md's speed table differs from docs/benchmarks.md's (after `{marker}`): copy the latter"
+    );
+}
+
+/// README's line on the course counts the verdicts of the page's `docs/course/summary.md`.
+#[test]
+fn the_readmes_course_line_counts_the_pages_verdicts() {
     let root = repo();
     let summary =
         std::fs::read_to_string(root.join("docs/course/summary.md")).expect("docs/course/summary.md");
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    assert!(
-        readme.contains(summary.trim_end()),
-        "README.md's course table differs from docs/course/summary.md: copy the latter into the former"
+    let rows = table_after(&summary, "| claim");
+    let count = |verdict: &str| rows.iter().filter(|r| r[1].starts_with(verdict)).count();
+    let line = format!(
+        "{} claims: {} hold, {} do not hold here, {} not testable here",
+        rows.len() - 1,
+        count("**holds**"),
+        count("**does not hold here**"),
+        count("**not testable here**")
     );
+    assert!(readme.contains(&line), "README.md should say `{line}` (from docs/course/summary.md)");
 }
