@@ -24,6 +24,7 @@ use crate::config::{Capture, OptimizerKind, StopMetric, TrainSpec};
 use crate::core_split::{CoreSplit, accumulate, row_ranges};
 use crate::error::TrainError;
 use crate::evaluate::{Search, detokenize, nll, translate};
+use crate::interrupt::Faults;
 use crate::metrics::{self, MetricsRow};
 use crate::precision::{LossScaler, Precision};
 use crate::step::{self, DeviceBatch, Norm};
@@ -317,7 +318,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     // optimizer's per-parameter counts where the capture left them).
     let clock = Arc::new(AtomicUsize::new(0));
     let mut captured = captured_steps(spec, &devices, &clock)?;
-    let mut run = Run::resume(&job, devices, clock)?;
+    let mut run = Run::resume(&job, devices, clock, Faults::from_env())?;
     if run.st.finished {
         return run.outcome(Ending::Budget, None);
     }
@@ -385,6 +386,8 @@ struct Run<'j, 'a> {
     window_start: (Instant, f64),
     /// Eager CPU steps cut over the cores (`core_split` > 1, one CPU device).
     split: Option<CoreSplit>,
+    /// Fault injection (tests), read when the run started.
+    faults: Faults,
 }
 
 impl<'j, 'a> Run<'j, 'a> {
@@ -394,10 +397,13 @@ impl<'j, 'a> Run<'j, 'a> {
         job: &'j TrainJob<'a>,
         devices: Vec<Device>,
         clock: Arc<AtomicUsize>,
+        faults: Faults,
     ) -> Result<Self, TrainError> {
         let spec = job.spec;
         let ad = devices[0].clone();
-        let ckpts = Checkpoints::new(job.run_dir).keeping(spec.keep_last as usize);
+        let ckpts = Checkpoints::new(job.run_dir)
+            .keeping(spec.keep_last as usize)
+            .aborting_at(faults.abort_in_checkpoint);
         let metrics_path = job.run_dir.join("metrics.csv");
         let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
         let mut optim = optimizer(spec, &clock);
@@ -431,6 +437,7 @@ impl<'j, 'a> Run<'j, 'a> {
             bar: None,
             window_start,
             split,
+            faults,
         })
     }
 
@@ -499,7 +506,7 @@ impl<'j, 'a> Run<'j, 'a> {
         // Mixed precision's loss scale for every batch of the step (infinite when a test
         // injects an overflow).
         let mixed =
-            self.st.loss_scaler.as_ref().map(|s| match crate::interrupt::overflow_at(self.st.step + 1) {
+            self.st.loss_scaler.as_ref().map(|s| match self.faults.overflow_now(self.st.step + 1) {
                 true => f64::INFINITY,
                 false => s.scale(),
             });
@@ -524,7 +531,7 @@ impl<'j, 'a> Run<'j, 'a> {
                 acc.add(self.model(), grads);
             }
         }
-        if crate::interrupt::nan_at(self.st.step + 1) {
+        if self.faults.nan_now(self.st.step + 1) {
             step_loss = f64::NAN;
         }
         if !step_loss.is_finite() {
@@ -619,7 +626,7 @@ impl<'j, 'a> Run<'j, 'a> {
             .step(model, &mut self.optim, &batch, seed, step as usize, lr, spec.clip_norm)
             .map_err(|e| TrainError::Config(format!("captured step: {e}; train with --capture off")))?;
         self.model = Some(model);
-        if crate::interrupt::nan_at(step) {
+        if self.faults.nan_now(step) {
             return Err(TrainError::NonFinite { step, value: f64::NAN });
         }
         self.st.step = step;
