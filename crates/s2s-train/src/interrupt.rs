@@ -77,3 +77,20 @@ pub(crate) fn abort_in_checkpoint(at: Option<u64>, step: u64) {
         std::process::abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loss fault fires once, at its step, and is then spent (a retried step runs clean);
+    /// the checkpoint fault is a step number the checkpoints carry.
+    #[test]
+    fn a_fault_fires_once_at_its_step() {
+        let mut f = Faults { abort_in_checkpoint: Some(8), nan_at: Some(3), overflow_at: Some(5) };
+        assert!(!f.nan_now(2) && !f.overflow_now(3));
+        assert!(f.nan_now(3) && !f.nan_now(3), "once");
+        assert!(f.overflow_now(5) && !f.overflow_now(5), "once");
+        assert_eq!(f, Faults { abort_in_checkpoint: Some(8), nan_at: None, overflow_at: None });
+        assert!(!Faults::default().nan_now(0));
+    }
+}
