@@ -236,32 +236,63 @@ fn read_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
-/// The outcome of one of the checks at opening: on failure, what is wrong with the shard.
-type Check<T> = std::result::Result<T, String>;
+/// What one of the checks at opening found wrong with a shard (the message of
+/// [`DataError::Shard`]).
+#[derive(Debug, thiserror::Error)]
+enum Defect {
+    #[error("not a shard (bad magic)")]
+    Magic,
+    #[error("shard format version {0}, this build reads {SHARD_VERSION}")]
+    Version(u32),
+    #[error("impossible counts in the header")]
+    Counts,
+    #[error("truncated: {size} bytes where the header says {expected}")]
+    Truncated { size: u64, expected: u64 },
+    #[error("{0} bytes too many after the end")]
+    Trailing(u64),
+    #[error(
+        "header (examples {n}, tokens {t}, first {first}, {size} bytes) disagrees with the \
+         manifest (examples {}, tokens {}, first {}, {} bytes)",
+        .manifest.examples, .manifest.tokens, .manifest.first, .manifest.bytes
+    )]
+    Manifest { n: u64, t: u64, first: u64, size: u64, manifest: ShardInfo },
+    #[error("bad end marker: the file is truncated or overwritten")]
+    EndMarker,
+    #[error(
+        "checksum mismatch (stored {stored:016x}, manifest {manifest}, computed {computed:016x}): the \
+         file is corrupted"
+    )]
+    Checksum { stored: u64, manifest: String, computed: u64 },
+    #[error("the map is not aligned for reading ids in place")]
+    Unaligned,
+    #[error("example {example}: offset {offset} where the lengths give {at}")]
+    Offset { example: usize, offset: u64, at: u64 },
+    #[error("the lengths add up to {at} ids, the header says {t}")]
+    Lengths { at: u64, t: usize },
+}
+
+/// The outcome of one of the checks at opening.
+type Check<T> = std::result::Result<T, Defect>;
 
 /// Checks the header against the format, the file's `size` and `info`; returns (examples, token ids).
 fn check_header(map: &[u8], size: u64, info: &ShardInfo) -> Check<(u64, u64)> {
     if map[0..8] != SHARD_MAGIC {
-        return Err("not a shard (bad magic)".into());
+        return Err(Defect::Magic);
     }
     let version = u32::from_le_bytes([map[8], map[9], map[10], map[11]]);
     if version != SHARD_VERSION {
-        return Err(format!("shard format version {version}, this build reads {SHARD_VERSION}"));
+        return Err(Defect::Version(version));
     }
     let (n, t, first) = (read_u64(map, 16), read_u64(map, 24), read_u64(map, 32));
-    let expected = shard_size(n, t).ok_or_else(|| String::from("impossible counts in the header"))?;
+    let expected = shard_size(n, t).ok_or(Defect::Counts)?;
     if size < expected {
-        return Err(format!("truncated: {size} bytes where the header says {expected}"));
+        return Err(Defect::Truncated { size, expected });
     }
     if size > expected {
-        return Err(format!("{} bytes too many after the end", size - expected));
+        return Err(Defect::Trailing(size - expected));
     }
     if (n as usize, t, first as usize, size) != (info.examples, info.tokens, info.first, info.bytes) {
-        return Err(format!(
-            "header (examples {n}, tokens {t}, first {first}, {size} bytes) disagrees with the \
-             manifest (examples {}, tokens {}, first {}, {} bytes)",
-            info.examples, info.tokens, info.first, info.bytes
-        ));
+        return Err(Defect::Manifest { n, t, first, size, manifest: info.clone() });
     }
     Ok((n, t))
 }
@@ -270,7 +301,7 @@ fn check_header(map: &[u8], size: u64, info: &ShardInfo) -> Check<(u64, u64)> {
 fn check_checksum(map: &Mmap, size: u64, info: &ShardInfo) -> Check<()> {
     let end = size as usize;
     if map[end - 8..] != SHARD_END {
-        return Err("bad end marker: the file is truncated or overwritten".into());
+        return Err(Defect::EndMarker);
     }
     let stored = read_u64(map, end - TRAILER);
     // Hash the body a window at a time, giving each window's pages back once hashed, so
@@ -285,11 +316,7 @@ fn check_checksum(map: &Mmap, size: u64, info: &ShardInfo) -> Check<()> {
     }
     let computed = checksum(&map[..HEADER], body.digest());
     if stored != computed || info.checksum != format!("{computed:016x}") {
-        return Err(format!(
-            "checksum mismatch (stored {stored:016x}, manifest {}, computed {computed:016x}): the \
-             file is corrupted",
-            info.checksum
-        ));
+        return Err(Defect::Checksum { stored, manifest: info.checksum.clone(), computed });
     }
     Ok(())
 }
@@ -308,8 +335,9 @@ impl ShardView {
         // SAFETY: a prepared dataset is never written after its directory is complete; the
         // map is read-only (changing the file behind it is the one way to break this).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
-        let (n, t) = check_header(&map, size, info).map_err(&bad)?;
-        check_checksum(&map, size, info).map_err(&bad)?;
+        let defect = |d: Defect| bad(d.to_string());
+        let (n, t) = check_header(&map, size, info).map_err(&defect)?;
+        check_checksum(&map, size, info).map_err(&defect)?;
         let (n, t) = (n as usize, t as usize);
         let tok_end = HEADER + 4 * t + (t % 2) * 4;
         let view = Self {
@@ -322,8 +350,8 @@ impl ShardView {
             offsets_at: (tok_end + 8 * n, tok_end + 16 * n),
             map,
         };
-        view.check_aligned().map_err(&bad)?;
-        view.check_offsets(t).map_err(&bad)?;
+        view.check_aligned().map_err(&defect)?;
+        view.check_offsets(t).map_err(&defect)?;
         // The offsets check touched the whole index; give it back too, so that resident memory
         // grows only with what training reads.
         release(&view.map, 0, view.map.len());
@@ -334,7 +362,7 @@ impl ShardView {
     fn check_aligned(&self) -> Check<()> {
         let aligned = |r: (usize, usize), a: usize| (self.map.as_ptr() as usize + r.0).is_multiple_of(a);
         if !(aligned(self.tokens_at, 4) && aligned(self.lens_at, 4) && aligned(self.offsets_at, 8)) {
-            return Err("the map is not aligned for reading ids in place".into());
+            return Err(Defect::Unaligned);
         }
         Ok(())
     }
@@ -345,12 +373,12 @@ impl ShardView {
         let mut at = 0u64;
         for j in 0..self.n {
             if offs[j] != at {
-                return Err(format!("example {j}: offset {} where the lengths give {at}", offs[j]));
+                return Err(Defect::Offset { example: j, offset: offs[j], at });
             }
             at += lens[2 * j] as u64 + lens[2 * j + 1] as u64;
         }
         if at != t as u64 {
-            return Err(format!("the lengths add up to {at} ids, the header says {t}"));
+            return Err(Defect::Lengths { at, t });
         }
         Ok(())
     }

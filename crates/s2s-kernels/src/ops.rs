@@ -541,7 +541,7 @@ pub fn label_smoothed_xent(
 }
 
 pub use crate::optimizer::adam::{FusedAdam, step as adam_step};
-pub use crate::optimizer::clip::Norm;
+pub use crate::optimizer::clip::GradientNorm;
 pub use crate::optimizer::in_place::GradientSum;
 
 /// The global L2 norm of `grads` over `module`'s parameters: one pass over every gradient on
@@ -581,20 +581,20 @@ fn scale_grads_on<M: Module>(route: Route, module: &M, grads: &mut GradientsPara
 /// On a GPU the norm, the factor `min(1, max_norm / ‖g‖)` and the scaling stay on the device:
 /// nothing is read back, so the step can be captured ([`crate::gpu::graph`]) and the factor is
 /// computed in f32.
-pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> Norm {
+pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> GradientNorm {
     // The parameters' devices are walked once a step, not once per pass.
     let route = module_route(module);
     #[cfg(not(feature = "gpu-tuned"))]
     if route == Route::Gpu
         && let Some(norm) = crate::optimizer::clip::gpu::clip(module, grads, max_norm as f32)
     {
-        return Norm::Device(norm);
+        return GradientNorm::OnDevice(norm);
     }
     let norm = global_norm_on(route, module, grads);
     if max_norm > 0.0 && norm > max_norm {
         scale_grads_on(route, module, grads, max_norm / norm);
     }
-    Norm::Host(norm)
+    GradientNorm::Known(norm)
 }
 
 /// The `n` best entries of a row on the host (beam search's pick).

@@ -187,14 +187,14 @@ impl AttentionRnnConfig {
 /// Layer 0's input projection of the concatenation `[E y_{t−1}; x]`, by parts:
 /// `[E y; x] W = E y W_e + x W_x`, where `ey = E y_{t−1} W_e + b` is computed for every step at
 /// once and `w_x` holds the rows of `W` that multiply `x` (the context or `h̃_{t−1}`).
-struct Concat<'w> {
+struct ConcatProjection<'w> {
     ey: Tensor<2>,
     w_x: Option<&'w Tensor<2>>,
 }
 
-impl Concat<'_> {
-    /// `[E y_{t−1}; x] W + b`.
-    fn with(self, x: Tensor<2>) -> Tensor<2> {
+impl ConcatProjection<'_> {
+    /// `[E y_{t−1}; x] W + b`, as `ey + x W_x` (one product added to `ey`).
+    fn project(self, x: Tensor<2>) -> Tensor<2> {
         ops::add_matmul(self.ey, x, self.w_x.expect("the input has a fed part").clone())
     }
 }
@@ -240,24 +240,24 @@ impl AttentionRnn {
     }
 
     /// One decoder step. `xe` is layer 0's projection of `E y_{t−1}` (bias included) and
-    /// `feed_w` the [`Self::feed_weight`]: together the decoder's input, [`Concat`].
+    /// `feed_w` the [`Self::feed_weight`]: together the decoder's input, [`ConcatProjection`].
     fn step(&self, xe: Tensor<2>, feed_w: Option<&Tensor<2>>, state: &mut RnnState) -> StepOut {
         let memory = state.memory.as_ref().expect("attention state has memory");
         let keys = state.keys.as_ref().expect("attention state has keys");
-        let input = Concat { ey: xe, w_x: feed_w };
+        let input = ConcatProjection { ey: xe, w_x: feed_w };
         match self.style {
             AttentionStyle::Bahdanau => {
                 // cₜ from s_{t−1}; sₜ = RNN([E y_{t−1}; cₜ], s_{t−1})
                 let query = state.layers.last().expect("decoder layers").h.clone();
                 let (ctx, weights) = self.attention.attend(query, keys, memory, &state.key_mask); // [N, H], [N, S]
-                let (s, layers) = self.decoder.step(input.with(ctx.clone()), &state.layers);
+                let (s, layers) = self.decoder.step(input.project(ctx.clone()), &state.layers);
                 state.layers = layers;
                 StepOut { readout: vec![s, ctx], weights }
             }
             AttentionStyle::Luong => {
                 // sₜ = RNN([E y_{t−1}; h̃_{t−1}], s_{t−1}) (E y_{t−1} alone without input feeding)
                 let input = match &state.feed {
-                    Some(h_tilde) => input.with(h_tilde.clone()),
+                    Some(h_tilde) => input.project(h_tilde.clone()),
                     None => input.ey,
                 };
                 let (s, layers) = self.decoder.step(input, &state.layers);

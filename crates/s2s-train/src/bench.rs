@@ -3,6 +3,11 @@
 //! random token batches of one fixed shape; training target tokens/s over full steps (forward,
 //! label-smoothed loss, backward, global-norm clipping at 1.0, Adam) after 3 warm-up steps;
 //! greedy and beam-5 decoding sentences/s (up to `tgt_len` tokens per sentence).
+//!
+//! The timed step is the trainer's, [`crate::step::take`], as the trainer calls it: the loss
+//! read back after the forward, the trainer's dropout seeds, on the CPU the batch cut over the
+//! cores as `core_split` cuts it, in mixed precision its loss scaler; only the batch is the
+//! bench's own (one fixed batch on the device, where the trainer collates and uploads each).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -165,9 +170,10 @@ pub enum BenchError {
     /// An attention or family name the bench does not know.
     #[error("unknown {0} `{1}`")]
     Unknown(&'static str, String),
-    /// The captured step could not be recorded or replayed.
+    /// A training step failed: a device, or a captured step that could not be recorded or
+    /// replayed.
     #[error(transparent)]
-    Graph(s2s_kernels::capture::GraphError),
+    Step(#[from] crate::step::StepError),
     /// The model cannot be built.
     #[error(transparent)]
     Model(#[from] s2s_models::ModelError),
@@ -298,13 +304,13 @@ pub fn random_batch(b: BatchShape, rows: std::ops::Range<usize>, device: &Device
     let y = random_ids(b.sentences * (t + 1), b.tgt_vocab, 2);
     let tgt_in: Vec<i64> = rows.clone().flat_map(|r| y[r * (t + 1)..r * (t + 1) + t].to_vec()).collect();
     let tgt_out: Vec<i64> = rows.flat_map(|r| y[r * (t + 1) + 1..(r + 1) * (t + 1)].to_vec()).collect();
-    DeviceBatch {
-        src: Source::new(&src_ids, &vec![s; n], s, device),
-        tgt_in: Tensor::from_data(TensorData::new(tgt_in, [n, t]), device),
-        tgt_out: Tensor::from_data(TensorData::new(tgt_out, [n, t]), device),
-        keep: Tensor::ones([n, t], device),
-        tokens: n * t,
-    }
+    DeviceBatch::from_tensors(
+        Source::new(&src_ids, &vec![s; n], s, device),
+        Tensor::from_data(TensorData::new(tgt_in, [n, t]), device),
+        Tensor::from_data(TensorData::new(tgt_out, [n, t]), device),
+        Tensor::ones([n, t], device),
+        n * t,
+    )
 }
 
 /// `n` token ids in `4..vocab` (past the special tokens), reproducible from `seed`.
@@ -419,14 +425,14 @@ fn time_training(
     // Eager steps read the loss at every step, as the trainer's logging does; replayed ones
     // only at the end.
     for _ in 0..warm_up {
-        trainer.step(true, None).map_err(BenchError::Graph)?;
+        trainer.step(true, None)?;
     }
     if capture && steps > 0 {
-        trainer.capture().map_err(BenchError::Graph)?;
+        trainer.capture()?;
     }
     let (host0, t0) = (Snapshot::now(), Instant::now());
     for _ in 0..steps {
-        trainer.step(!capture, Some(&mut phase_s)).map_err(BenchError::Graph)?;
+        trainer.step(!capture, Some(&mut phase_s))?;
     }
     trainer.sync();
     result.train_loss = (steps > 0).then(|| trainer.loss());

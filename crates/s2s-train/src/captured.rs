@@ -1,139 +1,65 @@
 //! Training steps captured as graphs and replayed (GPU): the trainer's `capture` mode
-//! ([`CapturedSteps`]) and the fixed-batch trainer `s2s bench --capture` times
-//! ([`FixedBatchTrainer`]); `tests/captured.rs` holds both equal to eager training.
+//! ([`CapturedSteps`]) and the fixed-batch trainer `s2s bench` times ([`FixedBatchTrainer`],
+//! eager or captured); `tests/captured.rs` holds both equal to eager training.
 //!
-//! A captured step ([`s2s_kernels::capture`]) is recorded once per batch shape, after a warm-up
-//! step, and each later step of that shape writes only what changes — the batch's token ids
-//! and masks into the graph's input buffers ([`DeviceBatch::write`]), its dropout seeds and
-//! Adam's coefficients (kept on the device, `s2s_kernels::capture::require_in_place`) — then
-//! replays the launches: forward, label-smoothed loss, backward, global-norm clip and Adam,
-//! the parameters and moments updated in place. The loss is divided by the token count the device sums from the target
-//! mask (a host scalar would be frozen at capture). The trainer pads each batch to a bucket
-//! shape ([`s2s_data::bucket`]) so that a run meets few shapes; at most `capture_graphs`
-//! graphs stay alive, the least recently used dropped past it.
+//! A captured step ([`s2s_kernels::capture`]) is [`step::take`] recorded once per batch shape,
+//! after a warm-up step, and each later step of that shape writes only what changes — the
+//! batch's token ids, masks and token count into the graph's input buffers
+//! ([`DeviceBatch::write`]), its dropout seeds and Adam's coefficients (kept on the device,
+//! `s2s_kernels::capture::require_in_place`) — then replays the launches: forward,
+//! label-smoothed loss, backward, global-norm clip and Adam, the parameters and moments updated
+//! in place. The trainer pads each batch to a bucket shape ([`s2s_data::bucket`]) so that a
+//! run meets few shapes; at most `capture_graphs` graphs stay alive, the least recently used
+//! dropped past it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use burn::optim::ModuleOptimizer;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use s2s_data::Batch;
 use s2s_kernels::capture::{GraphError, LossSum, Recorder, StepGraph};
-use s2s_kernels::ops::{FusedAdam, GradientSum};
+use s2s_kernels::ops::FusedAdam;
 use s2s_models::Model;
 use serde::Serialize;
 
 use crate::core_split::CoreSplit;
 use crate::precision::LossScaler;
-use crate::step::{self, DeviceBatch, Norm, StepSettings};
+use crate::step::{
+    self, DeviceBatch, Phases, Seeded, Spread, StepError, StepOptions, StepSettings, Update,
+    dropout_seed,
+};
 
-/// [`step_ops`] as a captured graph records it (and as its eager stand-in runs it): nothing read
-/// back, no phase timing, no loss scaler (captured steps are f32); `sum` adds the loss to the
-/// run's device sum.
+/// A step on one batch on one device as a captured graph records it (and as its eager stand-in
+/// runs it): nothing read back, f32 (captured steps have no loss scaler); `sum` adds the loss
+/// to the run's device sum. Returns the model and the loss (the graph's output buffer).
 fn graph_step(
     model: Model,
     inputs: &DeviceBatch,
-    optim: &mut ModuleOptimizer,
-    settings: StepSettings,
-    sum: Option<&LossSum>,
-) -> (Model, Tensor<1>) {
-    step_ops(model, inputs, optim, settings, false, None, sum, None)
-}
-
-/// The operations of one training step on `inputs` — [`step::gradients`] (the loss divided by
-/// the token count the device sums: a host number would be frozen at capture),
-/// [`step::clipped`], [`step::apply`] — what eager steps run and a capture records. Returns the
-/// model and the per-token loss (on the device). `read` reads the loss back before the
-/// backward (a synchronisation, as the trainer's logging does); `spent`, when given, adds each
-/// phase's seconds: forward (with the loss), backward, clip, Adam; `sum` adds the loss to a
-/// captured run's device sum; `scaler`, mixed precision's loss scaler (eager steps only: a
-/// step it skips leaves the model as it was).
-#[allow(clippy::too_many_arguments)]
-fn step_ops(
-    model: Model,
-    inputs: &DeviceBatch,
-    optim: &mut ModuleOptimizer,
-    StepSettings { lr, clip, label_smoothing: epsilon }: StepSettings,
-    read: bool,
-    spent: Option<&mut Phases>,
-    sum: Option<&LossSum>,
-    mut scaler: Option<&mut LossScaler>,
-) -> (Model, Tensor<1>) {
-    let mut laps = [0f64; 4];
-    let mut lap = Instant::now();
-    let mut done = |i: usize| {
-        laps[i] += lap.elapsed().as_secs_f64();
-        lap = Instant::now();
-    };
-    let mixed = scaler.as_ref().map(|s| s.scale());
-    let Ok(g) = step::gradients(&model, inputs, epsilon, Norm::Device, mixed, |loss| {
-        if read {
-            let _ = loss.clone().into_scalar::<f32>();
-        }
-        done(0);
-        Ok::<(), std::convert::Infallible>(())
-    });
-    done(1);
-    if let (Some(sum), Some(tokens)) = (sum, g.device_tokens) {
-        sum.add(g.loss.clone(), tokens);
-    }
-    let model = match step::clipped(&model, g.grads, clip, scaler.as_deref_mut()) {
-        Some(grads) => {
-            done(2);
-            step::apply(optim, lr, model, grads)
-        }
-        None => model,
-    };
-    done(3);
-    if let Some(p) = spent {
-        p.iter_mut().zip(laps).for_each(|(a, b)| *a += b);
-    }
-    (model, g.loss)
-}
-
-/// The dropout seed of part `i` of a step whose seed is `seed` (part 0's is the step's).
-pub(crate) fn part_seed(seed: u64, i: usize) -> u64 {
-    seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
-}
-
-/// [`step_ops`] with the forward and backward cut over the cores (`split`, one input per
-/// part): the parts' gradients summed in part order, then the clip and Adam. The forward's
-/// seconds are part 0's; the backward's the rest until the gradients are summed.
-fn split_step_ops(
-    model: Model,
-    split: &CoreSplit,
+    seed: u64,
     device: &Device,
-    parts: &[(DeviceBatch, u64)],
-    optim: &mut ModuleOptimizer,
-    StepSettings { lr, clip, label_smoothing: epsilon }: StepSettings,
-    spent: Option<&mut Phases>,
+    update: Update<'_>,
+    sum: Option<&LossSum>,
 ) -> (Model, Tensor<1>) {
-    let start = Instant::now();
-    let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
-    let done = split.gradients(&model, device, parts, tokens as f64, epsilon);
-    let forward = done[0].seconds[0];
-    let mut acc = GradientSum::new();
-    let loss_sum = crate::core_split::accumulate(done, &model, &mut acc);
-    let backward = start.elapsed().as_secs_f64() - forward;
-    let lap = Instant::now();
-    let grads = step::clipped(&model, acc.take(), clip, None).expect("no loss scaler, no skipped step");
-    let clipped = lap.elapsed().as_secs_f64();
-    let model = step::apply(optim, lr, model, grads);
-    if let Some(p) = spent {
-        p.iter_mut()
-            .zip([forward, backward, clipped, lap.elapsed().as_secs_f64() - clipped])
-            .for_each(|(a, b)| *a += b);
-    }
-    let loss = Tensor::from_data(TensorData::new(vec![(loss_sum / tokens as f64) as f32], [1]), device);
-    (model, loss)
+    let batches = [vec![Seeded { batch: inputs, seed }]];
+    let options = StepOptions { device_sum: sum, ..Default::default() };
+    let stepped = step::take(model, &batches, Spread::Devices(std::slice::from_ref(device)), update, options)
+        .expect("a step that reads nothing back cannot fail");
+    (stepped.model, stepped.loss)
 }
 
-/// Seconds spent in each phase of eager steps: forward (with the loss), backward, clip, Adam.
-pub type Phases = [f64; 4];
+/// The last step's loss.
+enum LastLoss {
+    /// Read back (eager steps that read it).
+    Read(f32),
+    /// On the device (a captured step's buffer, or a step that read nothing).
+    OnDevice(Tensor<1>),
+}
 
-/// The optimisation of one model on one batch: the step count, the rate, the clip, the seed
-/// each step's dropout draws from, and the captured step once there is one.
+/// The optimisation of one model on one batch, step by step as the trainer takes them
+/// ([`step::take`], with the trainer's seeds and, on the CPU, its cut over the cores): the step
+/// count, the rate, the clip, the run seed the dropout masks are drawn from, and the captured
+/// step once there is one.
 pub struct FixedBatchTrainer {
     model: Option<Model>,
     /// The model's (autodiff) device.
@@ -145,8 +71,7 @@ pub struct FixedBatchTrainer {
     seed: u64,
     /// Adam steps run so far.
     time: usize,
-    /// The loss of the last step, on the device.
-    loss: Option<Tensor<1>>,
+    loss: Option<LastLoss>,
     graph: Option<StepGraph>,
     /// The step cut over the CPU's cores, and the batch's parts ([`crate::core_split`]).
     split: Option<(CoreSplit, Vec<DeviceBatch>)>,
@@ -156,8 +81,8 @@ pub struct FixedBatchTrainer {
 
 impl FixedBatchTrainer {
     /// `model` (on an autodiff device) trained on `batch` by `adam` with `settings` (rate,
-    /// clip, label smoothing); step `k`'s dropout masks are drawn after reseeding with
-    /// `seed + k`.
+    /// clip, label smoothing); step `k`'s dropout masks are drawn from
+    /// [`dropout_seed`]`(seed, k, …)`, as the trainer's.
     pub fn new(
         model: Model,
         device: &Device,
@@ -199,47 +124,50 @@ impl FixedBatchTrainer {
     /// `parts` are the batch's rows cut in order. One part, or a GPU, leaves the step whole.
     pub fn with_core_split(mut self, parts: Vec<DeviceBatch>) -> Self {
         if parts.len() > 1 && s2s_kernels::ops::is_cpu(&self.device) {
+            let tokens = parts.iter().map(|p| p.tokens).sum();
+            let parts: Vec<DeviceBatch> = parts.into_iter().map(|p| p.with_step_tokens(tokens)).collect();
             self.split = Some((CoreSplit::new(parts.len()), parts));
         }
         self
     }
 
-    fn step_seed(&self) -> u64 {
-        self.seed.wrapping_add(self.time as u64 + 1)
+    /// The dropout seed of part `part` of the next step.
+    fn seed_of(&self, part: usize) -> u64 {
+        dropout_seed(self.seed, self.time as u64, 0, part)
     }
 
-    /// One eager step; `read` reads the loss back (a synchronisation, as the trainer's
-    /// logging does), `phases` adds each phase's seconds.
-    fn eager(&mut self, read: bool, phases: Option<&mut Phases>) {
+    /// One eager step, [`step::take`]; `read` reads the loss back (a synchronisation, as the
+    /// trainer's eager steps do), `phases` adds each phase's seconds.
+    fn eager(&mut self, read: bool, phases: Option<&mut Phases>) -> Result<(), StepError> {
         let model = self.model.take().expect("a model between steps");
-        self.device.seed(self.step_seed());
-        s2s_kernels::ops::reseed(self.step_seed());
-        let s = self.settings;
-        let (model, loss) = match &self.split {
+        let (batches, spread) = match &self.split {
             None => {
-                step_ops(model, &self.batch, &mut self.optim, s, read, phases, None, self.scaler.as_mut())
+                let whole = vec![Seeded { batch: &self.batch, seed: self.seed_of(0) }];
+                (whole, Spread::Devices(std::slice::from_ref(&self.device)))
             }
             Some((split, parts)) => {
-                let seeded: Vec<(DeviceBatch, u64)> = parts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (p.clone(), part_seed(self.step_seed(), i)))
-                    .collect();
-                split_step_ops(model, split, &self.device, &seeded, &mut self.optim, s, phases)
+                let parts = parts.iter().enumerate().map(|(i, p)| Seeded { batch: p, seed: self.seed_of(i) });
+                (parts.collect(), Spread::Cores(split, &self.device))
             }
         };
-        self.model = Some(model);
-        self.loss = Some(loss);
+        let update = Update { optim: &mut self.optim, settings: self.settings, scaler: self.scaler.as_mut() };
+        let options = StepOptions { read_loss: read, phases, ..Default::default() };
+        let stepped = step::take(model, &[batches], spread, update, options)?;
+        self.model = Some(stepped.model);
+        self.loss = Some(match read {
+            true => LastLoss::Read((stepped.loss_sum / stepped.tokens as f64) as f32),
+            false => LastLoss::OnDevice(stepped.loss),
+        });
         self.time += 1;
+        Ok(())
     }
 
     /// One step: replayed once [`capture`](Self::capture)d, else eager.
-    pub fn step(&mut self, read: bool, phases: Option<&mut Phases>) -> Result<(), GraphError> {
+    pub fn step(&mut self, read: bool, phases: Option<&mut Phases>) -> Result<(), StepError> {
         let Some(graph) = &self.graph else {
-            self.eager(read, phases);
-            return Ok(());
+            return self.eager(read, phases);
         };
-        graph.set_step(self.step_seed(), self.adam.coefficients(self.time + 1, self.settings.lr));
+        graph.set_step(self.seed_of(0), self.adam.coefficients(self.time + 1, self.settings.lr));
         // SAFETY: the recorded step's buffers are the batch's and the loss's (held by `self`),
         // the parameters and moments (updated in place, held by the model and the optimizer
         // in `self`) and intermediates the graph pins itself; nothing else runs on the stream.
@@ -253,15 +181,17 @@ impl FixedBatchTrainer {
 
     /// Captures the step: one eager warm-up step (a real step; its loss is returned), then the
     /// step recorded. From then on [`step`](Self::step) replays it.
-    pub fn capture(&mut self) -> Result<f32, GraphError> {
+    pub fn capture(&mut self) -> Result<f32, StepError> {
         let recorder = Recorder::prepare(&self.device.clone().inner())?;
-        self.eager(true, None);
+        self.eager(true, None)?;
         let warm = self.loss();
         let model = self.model.take().expect("a model between steps");
-        let (batch, optim, s) = (&self.batch, &mut self.optim, self.settings);
-        let (graph, (model, loss)) = recorder.record(|| graph_step(model, batch, optim, s, None))?;
+        let seed = self.seed_of(0);
+        let update = Update { optim: &mut self.optim, settings: self.settings, scaler: None };
+        let (batch, device) = (&self.batch, &self.device);
+        let (graph, (model, loss)) = recorder.record(|| graph_step(model, batch, seed, device, update, None))?;
         self.model = Some(model);
-        self.loss = Some(loss);
+        self.loss = Some(LastLoss::OnDevice(loss));
         self.graph = Some(graph);
         Ok(warm)
     }
@@ -273,7 +203,11 @@ impl FixedBatchTrainer {
 
     /// The last step's loss (read back).
     pub fn loss(&self) -> f32 {
-        self.loss.as_ref().map_or(f32::NAN, |l| l.clone().into_scalar::<f32>())
+        match &self.loss {
+            Some(LastLoss::Read(loss)) => *loss,
+            Some(LastLoss::OnDevice(loss)) => loss.clone().into_scalar::<f32>(),
+            None => f32::NAN,
+        }
     }
 
     /// Waits for the queued steps.
@@ -343,7 +277,6 @@ pub struct CapturedSteps {
     adam: FusedAdam,
     /// The Adam step count every step reads (see [`FusedAdam::with_clock`]).
     clock: Arc<AtomicUsize>,
-    epsilon: f64,
     max_graphs: usize,
     entries: Vec<Entry>,
     uses: u64,
@@ -353,21 +286,26 @@ pub struct CapturedSteps {
     pub stats: CaptureStats,
 }
 
+/// Which step a captured step is: Adam's step count (from 1), the dropout seed, and the rate,
+/// clip and label smoothing.
+#[derive(Clone, Copy, Debug)]
+pub struct StepAt {
+    /// Adam's step count, from 1.
+    pub time: usize,
+    /// The dropout seed ([`dropout_seed`]).
+    pub seed: u64,
+    /// Rate, clip, label smoothing.
+    pub settings: StepSettings,
+}
+
 impl CapturedSteps {
-    /// Steps on `device` (autodiff) with `adam` (the optimizer's, sharing `clock`), label
-    /// smoothing `epsilon`, at most `max_graphs` graphs alive (0: padded eager steps).
-    pub fn new(
-        device: &Device,
-        adam: FusedAdam,
-        clock: Arc<AtomicUsize>,
-        epsilon: f64,
-        max_graphs: usize,
-    ) -> Self {
+    /// Steps on `device` (autodiff) with `adam` (the optimizer's, sharing `clock`), at most
+    /// `max_graphs` graphs alive (0: padded eager steps).
+    pub fn new(device: &Device, adam: FusedAdam, clock: Arc<AtomicUsize>, max_graphs: usize) -> Self {
         Self {
             device: device.clone(),
             adam,
             clock,
-            epsilon,
             max_graphs,
             entries: Vec::new(),
             uses: 0,
@@ -376,33 +314,26 @@ impl CapturedSteps {
         }
     }
 
-    /// Adam step `time` (from 1) on `batch` at rate `lr`, clipped at `clip`, dropout drawn
-    /// after reseeding with `seed` (as the eager trainer does): replayed if a graph of the
-    /// batch's bucket shape exists, else eager and recorded for the next batch of that shape.
-    /// Returns the model; the loss is added on the device ([`take_loss`](Self::take_loss)),
-    /// nothing is read back.
-    #[allow(clippy::too_many_arguments)]
+    /// Step `at` on `batch`: replayed if a graph of the batch's bucket shape exists, else eager
+    /// ([`step::take`]) and recorded for the next batch of that shape. Returns the model; the
+    /// loss is added on the device ([`take_loss`](Self::take_loss)), nothing is read back.
     pub fn step(
         &mut self,
         model: Model,
         optim: &mut ModuleOptimizer,
         batch: &Batch,
-        seed: u64,
-        time: usize,
-        lr: f64,
-        clip: f64,
+        at: StepAt,
     ) -> Result<Model, GraphError> {
-        let (shape, padded) = self.admit(batch, time);
-        if self.replay(shape, &padded, seed, time, lr)? {
+        let (shape, padded) = self.admit(batch, at.time);
+        if self.replay(shape, &padded, at)? {
             return Ok(model);
         }
         let inputs = DeviceBatch::graph_input(&padded, &self.device);
         self.stats.eager += 1;
-        let (device, eps, sum) = (self.device.clone(), self.epsilon, self.sum.as_ref());
+        let (device, sum) = (self.device.clone(), self.sum.as_ref());
         let eager = |model, optim: &mut ModuleOptimizer| {
-            device.seed(seed);
-            s2s_kernels::ops::reseed(seed);
-            graph_step(model, &inputs, optim, StepSettings { lr, clip, label_smoothing: eps }, sum).0
+            let update = Update { optim, settings: at.settings, scaler: None };
+            graph_step(model, &inputs, at.seed, &device, update, sum).0
         };
         if self.max_graphs == 0 {
             return Ok(eager(model, optim));
@@ -415,7 +346,7 @@ impl CapturedSteps {
             self.stats.deferred += 1;
             return Ok(model);
         }
-        self.record(recorder, model, optim, inputs, shape, lr, clip)
+        self.record(recorder, model, optim, (shape, inputs), at)
     }
 
     /// Counts a step on `batch` (its padding, a use) with Adam step `time`, the loss's sum
@@ -435,22 +366,15 @@ impl CapturedSteps {
         ((rows, s, t), padded)
     }
 
-    /// Replays the graph of bucket shape `shape` on `padded` (Adam step `time` at rate `lr`,
-    /// dropout seed `seed`), if one is alive: returns whether it did.
-    fn replay(
-        &mut self,
-        shape: (usize, usize, usize),
-        padded: &Batch,
-        seed: u64,
-        time: usize,
-        lr: f64,
-    ) -> Result<bool, GraphError> {
+    /// Replays the graph of bucket shape `shape` on `padded` as step `at`, if one is alive:
+    /// returns whether it did.
+    fn replay(&mut self, shape: (usize, usize, usize), padded: &Batch, at: StepAt) -> Result<bool, GraphError> {
         let Some(e) = self.entries.iter_mut().find(|e| e.shape == shape) else {
             return Ok(false);
         };
         e.inputs.write(padded);
         e.last_used = self.uses;
-        e.graph.set_step(seed, self.adam.coefficients(time, lr));
+        e.graph.set_step(at.seed, self.adam.coefficients(at.time, at.settings.lr));
         // SAFETY: the recorded step's buffers are the inputs' and the loss's (held by the
         // entry), the parameters and moments (updated in place — eager steps too, asserted
         // by Adam while graphs live — held by the model and the optimizer the caller
@@ -460,28 +384,26 @@ impl CapturedSteps {
         Ok(true)
     }
 
-    /// Records the step on `inputs` (bucket shape `shape`) with `recorder`, after its warm-up,
+    /// Records step `at` on `inputs` (bucket shape `shape`) with `recorder`, after its warm-up,
     /// as a graph kept for the shape's later steps, dropping the least recently used one past
     /// `max_graphs`. Returns the model.
-    #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         recorder: Recorder,
         model: Model,
         optim: &mut ModuleOptimizer,
-        inputs: DeviceBatch,
-        shape: (usize, usize, usize),
-        lr: f64,
-        clip: f64,
+        (shape, inputs): ((usize, usize, usize), DeviceBatch),
+        at: StepAt,
     ) -> Result<Model, GraphError> {
         if self.entries.len() >= self.max_graphs {
             let lru = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used).expect("an entry");
             self.entries.swap_remove(lru);
             self.stats.evictions += 1;
         }
-        let (eps, sum) = (self.epsilon, self.sum.as_ref());
+        let (device, sum) = (&self.device, self.sum.as_ref());
         let (graph, (model, loss)) = recorder.record(|| {
-            graph_step(model, &inputs, optim, StepSettings { lr, clip, label_smoothing: eps }, sum)
+            let update = Update { optim, settings: at.settings, scaler: None };
+            graph_step(model, &inputs, at.seed, device, update, sum)
         })?;
         self.entries.push(Entry { shape, inputs, graph, _loss: loss, last_used: self.uses });
         self.stats.captures += 1;

@@ -105,12 +105,22 @@ struct Pointer {
 pub struct Checkpoints {
     root: PathBuf,
     keep_last: usize,
+    /// Fault injection: the step whose checkpoint aborts the process mid-write
+    /// ([`crate::interrupt::Faults`]).
+    abort_at: Option<u64>,
 }
 
 impl Checkpoints {
     /// Checkpoints under `run_dir/checkpoints`, keeping the last one (and the best).
     pub fn new(run_dir: &Path) -> Self {
-        Self { root: run_dir.join("checkpoints"), keep_last: 1 }
+        Self { root: run_dir.join("checkpoints"), keep_last: 1, abort_at: None }
+    }
+
+    /// Aborts the process in the middle of writing the checkpoint of step `at` (fault
+    /// injection for the crash tests: [`crate::interrupt::Faults::abort_in_checkpoint`]).
+    pub fn aborting_at(mut self, at: Option<u64>) -> Self {
+        self.abort_at = at;
+        self
     }
 
     /// Keeps the `n` most recent step checkpoints (at least 1) besides the best, for
@@ -250,7 +260,7 @@ impl Checkpoints {
         std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
         write_files(&tmp)?;
         Self::write_checks(&tmp)?;
-        crate::interrupt::abort_in_checkpoint(state.step);
+        crate::interrupt::abort_in_checkpoint(self.abort_at, state.step);
         let json = serde_json::to_vec_pretty(state).expect("trainer state serialises");
         std::fs::write(tmp.join("state.json"), json).map_err(|e| TrainError::io(&tmp, e))?;
         for entry in std::fs::read_dir(&tmp).map_err(|e| TrainError::io(&tmp, e))? {
@@ -312,7 +322,7 @@ impl Checkpoints {
     /// the other checkpoint a pointer keeps, where there is one, else start anew.
     pub fn remedy_for_damage(dir: &Path) -> String {
         let root = dir.parent().unwrap_or(Path::new("."));
-        let ckpts = Checkpoints { root: root.to_path_buf(), keep_last: 1 };
+        let ckpts = Checkpoints { root: root.to_path_buf(), keep_last: 1, abort_at: None };
         let named: Vec<(&str, Option<PathBuf>)> =
             ["last", "best"].iter().map(|w| (*w, ckpts.pointed(w).ok().flatten())).collect();
         let this = named.iter().find(|(_, d)| d.as_deref() == Some(dir)).map(|(w, _)| *w);

@@ -8,7 +8,8 @@
 //! benchmarks.md). Two halves of a batch on one core each share nothing but the weights: the
 //! second core gains what memory traffic leaves it.
 //!
-//! The loss of each part is its label-smoothed sum over the whole batch's token count, so the
+//! The step is [`crate::step::take`]'s, its batch spread as [`crate::step::Spread::Cores`]: the
+//! loss of each part is its label-smoothed sum over the whole batch's token count, so the
 //! summed gradient is the whole batch's, up to rounding (a weight gradient is summed in two
 //! halves). Results therefore depend on `parts` (a setting, default 2 on the CPU), never on the
 //! machine's core count: with fewer threads than parts the parts run one after another.
@@ -27,14 +28,7 @@
 
 use std::ops::Range;
 
-use burn::module::Module;
-use burn::optim::GradientsParams;
-use burn::tensor::Device;
 use rayon::{ThreadPool, ThreadPoolBuilder};
-use s2s_kernels::ops::GradientSum;
-use s2s_models::Model;
-
-use crate::step::{self, DeviceBatch, Norm};
 
 /// The thread pools the parts of a step run on: one per part, each with its share of the
 /// current pool's threads; none (the parts run one after another, on the current pool) when
@@ -105,57 +99,6 @@ impl CoreSplit {
                 .collect()
         })
     }
-}
-
-/// One part of a step, computed by [`CoreSplit::gradients`]: its gradients, its
-/// label-smoothed loss summed over its tokens, and the seconds its forward (with the loss) and
-/// its backward took.
-pub struct Part {
-    pub grads: GradientsParams,
-    pub loss_sum: f64,
-    pub seconds: [f64; 2],
-}
-
-impl CoreSplit {
-    /// The parts of one step of `model` (on an autodiff device): part `i` is `parts[i]`, its
-    /// dropout masks drawn from `parts[i].1`. Each part's loss, summed over its tokens, is
-    /// divided by `norm` (the whole step's token count, times the batches a step sums), so the
-    /// parts' gradients add up to the step's. Part 0 runs on `model`, the others on replicas
-    /// sharing its weights on `device` (`Module::fork`: leaves of their own, so the graphs stay apart).
-    pub fn gradients(
-        &self,
-        model: &Model,
-        device: &Device,
-        parts: &[(DeviceBatch, u64)],
-        norm: f64,
-        epsilon: f64,
-    ) -> Vec<Part> {
-        assert!(parts.len() <= self.parts, "at most one input per part");
-        let replicas: Vec<Model> = (0..parts.len())
-            .map(|i| if i == 0 { model.clone() } else { model.clone().fork(device) })
-            .collect();
-        self.run_first(parts.len(), |i| {
-            let (inputs, seed) = &parts[i];
-            let start = std::time::Instant::now();
-            s2s_kernels::ops::reseed(*seed);
-            let mut loss_sum = 0.0;
-            let mut forward = 0.0;
-            let Ok(done) = step::gradients(&replicas[i], inputs, epsilon, Norm::Host(norm), None, |loss| {
-                loss_sum = loss.clone().into_scalar::<f32>() as f64 * norm;
-                forward = start.elapsed().as_secs_f64();
-                Ok::<(), std::convert::Infallible>(())
-            });
-            Part { grads: done.grads, loss_sum, seconds: [forward, start.elapsed().as_secs_f64() - forward] }
-        })
-    }
-}
-
-/// Adds the gradients of `parts` (of `model`) to `acc` in part order; returns the total of their loss sums.
-pub fn accumulate(parts: Vec<Part>, model: &Model, acc: &mut GradientSum) -> f64 {
-    parts.into_iter().fold(0.0, |loss, part| {
-        acc.add(model, part.grads);
-        loss + part.loss_sum
-    })
 }
 
 /// `n` rows cut into `parts` contiguous ranges whose lengths differ by at most one (empty

@@ -12,22 +12,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::optim::{AdamWConfig, ModuleOptimizer};
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use s2s_data::{Batch, EpochPlan, Example, PreparedDataset, StreamBatcher, Tokenizers};
+use s2s_data::{EpochPlan, Example, PreparedDataset, StreamBatcher, Tokenizers};
 use s2s_models::{Model, ModelSpec};
 
-use crate::captured::{CaptureStats, CapturedSteps, part_seed};
+use crate::captured::{CaptureStats, CapturedSteps, StepAt};
 use crate::checkpoint::{Checkpoints, TrainerState};
 use crate::config::{Capture, OptimizerKind, StopMetric, TrainSpec};
-use crate::core_split::{CoreSplit, accumulate, row_ranges};
+use crate::core_split::{CoreSplit, row_ranges};
 use crate::error::TrainError;
 use crate::evaluate::{Search, detokenize, nll, translate};
+use crate::interrupt::Faults;
 use crate::metrics::{self, MetricsRow};
 use crate::precision::{LossScaler, Precision};
-use crate::step::{self, DeviceBatch, Norm};
-use s2s_kernels::ops::{FusedAdam, GradientSum};
+use crate::step::{
+    self, DeviceBatch, Outcome, Seeded, Spread, StepError, StepFaults, StepOptions, StepSettings, Update,
+};
+use s2s_kernels::ops::FusedAdam;
 
 /// The data of a training run, already tokenised.
 pub struct TrainData {
@@ -81,7 +84,7 @@ pub struct TrainJob<'a> {
     pub data: &'a TrainData,
     /// The (non-autodiff) devices, as many as `spec.devices`: the first holds the weights and
     /// the optimizer; each takes one batch of every micro-step (data parallelism, see
-    /// [`shard_gradients`]). Training uses their autodiff twins.
+    /// [`step::Spread::Devices`]). Training uses their autodiff twins.
     pub devices: &'a [Device],
     /// Draw a progress bar on stderr.
     pub progress: bool,
@@ -151,70 +154,6 @@ fn checkpoint_error(dir: &Path, path: PathBuf, e: burn::store::RecordError) -> T
     TrainError::Checkpoint { path, message }
 }
 
-/// One device's part of a micro-step: its gradients, its loss summed over the batch's tokens,
-/// and the token count.
-type Shard = (GradientsParams, f64, u64);
-
-/// The innermost cause of a device's error report (cubecl's runs to a thousand lines of
-/// skipped kernels before it, e.g. `can't allocate buffer of size: 408131584`), else its first
-/// line.
-fn root_cause(report: &str) -> String {
-    let lines: Vec<&str> = report.lines().map(str::trim).collect();
-    let cause = lines.iter().rposition(|l| *l == "Caused by:").and_then(|i| {
-        lines[i + 1..].iter().find(|l| !l.is_empty() && !l.starts_with("No backtrace") && **l != "Asked at:")
-    });
-    cause.or(lines.first()).map(|l| l.to_string()).unwrap_or_default()
-}
-
-/// Forward and backward of one micro-step: `shards[d]` (a batch and its dropout seed) on
-/// `devices[d]`, each device in its own thread on its own copy of the weights (burn's
-/// `Module::fork`), the gradients brought back to `devices[0]` — the main-device scheme of
-/// burn-train's multi-device strategy (docs/scaling.md). Returns each device's [`Shard`], in
-/// device order, or what a device said when it failed.
-fn shard_gradients(
-    model: &Model,
-    devices: &[Device],
-    shards: &[(Batch, u64)],
-    spec: &TrainSpec,
-    scale: f64,
-    mixed: Option<f64>,
-) -> Result<Vec<Shard>, String> {
-    let step = |model: &Model, device: &Device, (batch, seed): &(Batch, u64)| -> Result<Shard, String> {
-        let b = DeviceBatch::new(batch, device);
-        device.seed(*seed);
-        s2s_kernels::ops::reseed(*seed); // the GPU masks' host stream (see its doc)
-        let norm = b.tokens as f64 * scale;
-        let mut sum = 0.0;
-        let g = step::gradients(model, &b, spec.label_smoothing, Norm::Host(norm), mixed, |loss| {
-            // The first read-back of the step: where a device that failed says so.
-            sum =
-                loss.clone().try_into_scalar::<f32>().map_err(|e| root_cause(&e.to_string()))? as f64 * norm;
-            Ok::<(), String>(())
-        })?;
-        Ok((g.grads, sum, b.tokens as u64))
-    };
-    if devices.len() == 1 {
-        return Ok(vec![step(model, &devices[0], &shards[0])?]);
-    }
-    std::thread::scope(|s| {
-        let workers: Vec<_> = devices
-            .iter()
-            .zip(shards)
-            .enumerate()
-            .map(|(d, (device, shard))| {
-                let replica = if d == 0 { model.clone() } else { model.clone().fork(device) };
-                let main = &devices[0];
-                s.spawn(move || {
-                    let (grads, loss, tokens) = step(&replica, device, shard)?;
-                    let grads = if d == 0 { grads } else { grads.to_device(main, &replica) };
-                    Ok((grads, loss, tokens))
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().expect("a training thread panicked")).collect()
-    })
-}
-
 /// Captured steps leave their losses on the device; the trainer reads their sum this often
 /// (and before validating), for the progress bar.
 const LOSS_READ_EVERY: u64 = 25;
@@ -248,11 +187,6 @@ fn next_batch<'a>(
     });
     st.batch_in_epoch += 1;
     indices
-}
-
-/// The dropout seed of micro-batch `shard` of the step after `step`.
-fn step_seed(seed: u64, step: u64, shard: u64) -> u64 {
-    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (step << 8) ^ shard
 }
 
 /// Captured steps, when `spec.capture` asks for them and the run allows them: one GPU device,
@@ -289,13 +223,7 @@ fn captured_steps(
     if !blockers.is_empty() || (spec.capture == Capture::Auto && Device::enumerate_physical().is_empty()) {
         return Ok(None);
     }
-    Ok(Some(CapturedSteps::new(
-        &devices[0],
-        adam(spec, clock),
-        clock.clone(),
-        spec.label_smoothing,
-        spec.capture_graphs,
-    )))
+    Ok(Some(CapturedSteps::new(&devices[0], adam(spec, clock), clock.clone(), spec.capture_graphs)))
 }
 
 /// Trains (or resumes) one model in `job.run_dir`: resume from the last checkpoint, then
@@ -317,7 +245,7 @@ pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     // optimizer's per-parameter counts where the capture left them).
     let clock = Arc::new(AtomicUsize::new(0));
     let mut captured = captured_steps(spec, &devices, &clock)?;
-    let mut run = Run::resume(&job, devices, clock)?;
+    let mut run = Run::resume(&job, devices, clock, Faults::from_env())?;
     if run.st.finished {
         return run.outcome(Ending::Budget, None);
     }
@@ -385,6 +313,8 @@ struct Run<'j, 'a> {
     window_start: (Instant, f64),
     /// Eager CPU steps cut over the cores (`core_split` > 1, one CPU device).
     split: Option<CoreSplit>,
+    /// Fault injection (tests), read when the run started.
+    faults: Faults,
 }
 
 impl<'j, 'a> Run<'j, 'a> {
@@ -394,10 +324,13 @@ impl<'j, 'a> Run<'j, 'a> {
         job: &'j TrainJob<'a>,
         devices: Vec<Device>,
         clock: Arc<AtomicUsize>,
+        faults: Faults,
     ) -> Result<Self, TrainError> {
         let spec = job.spec;
         let ad = devices[0].clone();
-        let ckpts = Checkpoints::new(job.run_dir).keeping(spec.keep_last as usize);
+        let ckpts = Checkpoints::new(job.run_dir)
+            .keeping(spec.keep_last as usize)
+            .aborting_at(faults.abort_in_checkpoint);
         let metrics_path = job.run_dir.join("metrics.csv");
         let mut model = build_model(job.model, job.tokenizers, spec.seed, &ad)?;
         let mut optim = optimizer(spec, &clock);
@@ -431,6 +364,7 @@ impl<'j, 'a> Run<'j, 'a> {
             bar: None,
             window_start,
             split,
+            faults,
         })
     }
 
@@ -488,85 +422,83 @@ impl<'j, 'a> Run<'j, 'a> {
     }
 
     /// One optimizer step over `accumulate` micro-steps of one batch per device (`indices`,
-    /// micro-step by micro-step, device by device): forward, loss, backward, clip, Adam.
-    /// Returns false when the batch was skipped for a non-finite loss (`skip_nonfinite`).
+    /// micro-step by micro-step, device by device), or of one batch cut over the cores:
+    /// [`step::take`]. Returns false when the step was skipped: a non-finite loss
+    /// (`skip_nonfinite`), or gradients that overflowed under mixed precision.
     fn eager_step(&mut self, indices: &[Vec<usize>]) -> Result<bool, TrainError> {
         let spec = self.job.spec;
-        let n = self.devices.len();
-        let mut acc = GradientSum::new();
-        let mut step_tokens = 0u64;
-        let mut step_loss = 0.0;
-        // Mixed precision's loss scale for every batch of the step (infinite when a test
-        // injects an overflow).
-        let mixed =
-            self.st.loss_scaler.as_ref().map(|s| match crate::interrupt::overflow_at(self.st.step + 1) {
-                true => f64::INFINITY,
-                false => s.scale(),
-            });
-        for (micro, batches) in indices.chunks(n).enumerate() {
-            if let Some(split) = &self.split {
-                let (loss, tokens) = self.split_micro_step(split, &batches[0], micro, &mut acc)?;
-                step_loss += loss;
-                step_tokens += tokens;
-                continue;
+        let step = self.st.step + 1;
+        let micro_steps = self.micro_steps(indices)?;
+        let seeded: Vec<Vec<Seeded<'_>>> = micro_steps
+            .iter()
+            .map(|batches| batches.iter().map(|(batch, seed)| Seeded { batch, seed: *seed }).collect())
+            .collect();
+        let spread = match &self.split {
+            Some(split) => Spread::Cores(split, &self.devices[0]),
+            None => Spread::Devices(&self.devices),
+        };
+        let faults = StepFaults {
+            nan_loss: self.faults.nan_now(step),
+            overflow: self.st.loss_scaler.is_some() && self.faults.overflow_now(step),
+        };
+        let lr = spec.schedule.lr(spec.lr, step, &self.st.schedule);
+        let settings = StepSettings { lr, clip: spec.clip_norm, label_smoothing: spec.label_smoothing };
+        let update = Update { optim: &mut self.optim, settings, scaler: self.st.loss_scaler.as_mut() };
+        let options = StepOptions { read_loss: true, faults, ..Default::default() };
+        self.clock.store(step as usize, Ordering::Relaxed);
+        let model = self.model.take().expect("the model is back after every step");
+        let stepped = step::take(model, &seeded, spread, update, options).map_err(|e| match e {
+            StepError::Device(message) => TrainError::Device { step, message },
+            StepError::Graph(e) => TrainError::Config(format!("eager step: {e}")),
+        })?;
+        self.model = Some(stepped.model);
+        match stepped.outcome {
+            Outcome::NonFinite(loss) => return self.skip_nonfinite(loss).map(|()| false),
+            Outcome::Overflow => {
+                self.consecutive_skips = 0;
+                return self.skip_overflow().map(|()| false);
             }
-            let mut shards = Vec::with_capacity(n);
-            for (d, indices) in batches.iter().enumerate() {
-                let seed = step_seed(spec.seed, self.st.step, (micro * n + d) as u64);
-                shards.push((self.job.data.train.collate(indices)?, seed));
-            }
-            let shards =
-                shard_gradients(self.model(), &self.devices, &shards, spec, self.per_step() as f64, mixed)
-                    .map_err(|message| TrainError::Device { step: self.st.step + 1, message })?;
-            for (grads, loss, tokens) in shards {
-                step_loss += loss;
-                step_tokens += tokens;
-                acc.add(self.model(), grads);
-            }
-        }
-        if crate::interrupt::nan_at(self.st.step + 1) {
-            step_loss = f64::NAN;
-        }
-        if !step_loss.is_finite() {
-            return self.skip_nonfinite(step_loss).map(|()| false);
+            Outcome::Applied => {}
         }
         self.consecutive_skips = 0;
-        let model = self.model.as_ref().expect("the model is back after every step");
-        let Some(grads) = step::clipped(model, acc.take(), spec.clip_norm, self.st.loss_scaler.as_mut())
-        else {
-            return self.skip_overflow().map(|()| false);
-        };
-        self.st.step += 1;
-        self.last_lr = spec.schedule.lr(spec.lr, self.st.step, &self.st.schedule);
-        self.clock.store(self.st.step as usize, Ordering::Relaxed);
-        let model = self.model.take().expect("the model is back after every step");
-        self.model = Some(step::apply(&mut self.optim, self.last_lr, model, grads));
-        self.st.loss_window.0 += step_loss;
-        self.st.loss_window.1 += step_tokens;
+        self.st.step = step;
+        self.last_lr = lr;
+        self.st.loss_window.0 += stepped.loss_sum;
+        self.st.loss_window.1 += stepped.tokens;
         Ok(true)
     }
 
-    /// One micro-step's batch (`indices`) cut over the cores ([`crate::core_split`]): each
-    /// part's gradients added to `acc`. Returns the loss summed over the batch's tokens, and
-    /// their count.
-    fn split_micro_step(
-        &self,
-        split: &CoreSplit,
-        indices: &[usize],
-        micro: usize,
-        acc: &mut GradientSum,
-    ) -> Result<(f64, u64), TrainError> {
-        let spec = self.job.spec;
-        let seed = step_seed(spec.seed, self.st.step, micro as u64);
-        let mut parts = Vec::with_capacity(split.parts());
-        for (i, rows) in row_ranges(indices.len(), split.parts()).into_iter().enumerate() {
-            let batch = self.job.data.train.collate(&indices[rows])?;
-            parts.push((DeviceBatch::new(&batch, &self.devices[0]), part_seed(seed, i)));
-        }
-        let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
-        let norm = (tokens * self.per_step()) as f64;
-        let done = split.gradients(self.model(), &self.devices[0], &parts, norm, spec.label_smoothing);
-        Ok((accumulate(done, self.model(), acc), tokens as u64))
+    /// The batches of the next step (`indices`, micro-step by micro-step) on their devices with
+    /// their dropout seeds: one per device, each its loss divided by its own tokens times the
+    /// batches a step sums; or, cut over the cores ([`crate::core_split`]), the parts of one
+    /// batch, each divided by the whole batch's tokens times the batches a step sums.
+    fn micro_steps(&self, indices: &[Vec<usize>]) -> Result<Vec<Vec<(DeviceBatch, u64)>>, TrainError> {
+        let (spec, data, per_step) = (self.job.spec, &self.job.data.train, self.per_step());
+        let seed = |batch: usize, part: usize| step::dropout_seed(spec.seed, self.st.step, batch, part);
+        let n = self.devices.len();
+        indices
+            .chunks(n)
+            .enumerate()
+            .map(|(micro, batches)| -> Result<Vec<_>, TrainError> {
+                let Some(split) = &self.split else {
+                    let on_devices = batches.iter().zip(&self.devices).enumerate();
+                    return on_devices
+                        .map(|(d, (rows, device))| -> Result<_, TrainError> {
+                            let b = DeviceBatch::new(&data.collate(rows)?, device);
+                            let tokens = b.tokens * per_step;
+                            Ok((b.with_step_tokens(tokens), seed(micro * n + d, 0)))
+                        })
+                        .collect();
+                };
+                let rows = &batches[0];
+                let mut parts = Vec::with_capacity(split.parts());
+                for (i, r) in row_ranges(rows.len(), split.parts()).into_iter().enumerate() {
+                    parts.push((DeviceBatch::new(&data.collate(&rows[r])?, &self.devices[0]), seed(micro, i)));
+                }
+                let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
+                Ok(parts.into_iter().map(|(p, s)| (p.with_step_tokens(tokens * per_step), s)).collect())
+            })
+            .collect()
     }
 
     /// A batch whose loss is not finite: skipped and counted with `skip_nonfinite` (an error
@@ -612,14 +544,18 @@ impl<'j, 'a> Run<'j, 'a> {
         let spec = self.job.spec;
         let batch = self.job.data.train.collate(indices)?;
         let step = self.st.step + 1;
-        let seed = step_seed(spec.seed, self.st.step, 0);
         let lr = spec.schedule.lr(spec.lr, step, &self.st.schedule);
+        let at = StepAt {
+            time: step as usize,
+            seed: step::dropout_seed(spec.seed, self.st.step, 0, 0),
+            settings: StepSettings { lr, clip: spec.clip_norm, label_smoothing: spec.label_smoothing },
+        };
         let model = self.model.take().expect("the model is back after every step");
         let model = cap
-            .step(model, &mut self.optim, &batch, seed, step as usize, lr, spec.clip_norm)
+            .step(model, &mut self.optim, &batch, at)
             .map_err(|e| TrainError::Config(format!("captured step: {e}; train with --capture off")))?;
         self.model = Some(model);
-        if crate::interrupt::nan_at(step) {
+        if self.faults.nan_now(step) {
             return Err(TrainError::NonFinite { step, value: f64::NAN });
         }
         self.st.step = step;
@@ -827,16 +763,5 @@ mod tests {
             12
         );
         assert_eq!(planned, [0, 1], "passes past the step budget are not planned");
-    }
-    /// A device's report (the shape cubecl's takes on lavapipe) is reduced to its innermost
-    /// cause; a report without causes to its first line.
-    #[test]
-    fn a_device_report_is_reduced_to_its_innermost_cause() {
-        let report = "Execution(An error happened during execution\nCaused by:\n  skipped `KernelBinop`: \
-                      it needed memory 6265, which carried the failure\nCaused by:\n  An IO error happened\n\
-                      Caused by:\n  can't allocate buffer of size: 408131584\nNo backtrace available\n\
-                      Asked at:\nNo backtrace available)";
-        assert_eq!(super::root_cause(report), "can't allocate buffer of size: 408131584");
-        assert_eq!(super::root_cause("out of memory\nsecond line"), "out of memory");
     }
 }

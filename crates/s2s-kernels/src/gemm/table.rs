@@ -207,15 +207,26 @@ pub mod gpu {
         Some(Strategy::MultiLevel(s))
     }
 
-    /// `lhs rhs` (`[m, k] × [k, n]`, f32 or f16) by `k`, or why cubek refused it (burn's
+    /// Why a table kernel did not run a product (burn's kernel runs it instead).
+    #[derive(Debug, thiserror::Error)]
+    pub enum Refusal {
+        /// The operands are neither f32 nor f16.
+        #[error("no table kernel for {0:?} operands")]
+        Operands(DType),
+        /// cubek refused to launch it (its setup error, as cubek words it).
+        #[error("{0}")]
+        Launch(String),
+    }
+
+    /// `lhs rhs` (`[m, k] × [k, n]`, f32 or f16) by `k`, or why it was refused (burn's
     /// kernel never refuses).
-    pub fn product_by(lhs: CubeTensor, rhs: CubeTensor, k: Kernel) -> Result<CubeTensor, String> {
+    pub fn product_by(lhs: CubeTensor, rhs: CubeTensor, k: Kernel) -> Result<CubeTensor, Refusal> {
         let Some(strategy) = strategy(k) else { return Ok(CubeBackend::float_matmul(lhs, rhs)) };
         let dtype = lhs.dtype();
         let kind = match dtype {
             DType::F16 => FloatKind::F16,
             DType::F32 => FloatKind::F32,
-            other => return Err(format!("no table kernel for {other:?} operands")),
+            other => return Err(Refusal::Operands(other)),
         };
         let (m, n) = (lhs.shape()[0], rhs.shape()[1]);
         let out = empty_device_contiguous_dtype(lhs.client.clone(), lhs.device.clone(), [m, n].into(), dtype);
@@ -230,7 +241,7 @@ pub mod gpu {
             out.clone().binding(),
             &mut dtypes,
         )
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| Refusal::Launch(format!("{e:?}")))?;
         Ok(out)
     }
 

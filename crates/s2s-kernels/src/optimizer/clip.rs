@@ -15,7 +15,7 @@
 //!
 //! On a GPU nothing is read back: one thread computes `‖g‖` and the factor
 //! `min(1, max_norm/‖g‖)` in f32, and the scaling kernel, launched whether or not it clips,
-//! reads the factor from its buffer; the norm is read only when asked (`Norm`). So a step can
+//! reads the factor from its buffer; the norm is read only when asked ([`GradientNorm`]). So a step can
 //! be captured, and an eager step waits for the device once less.
 
 use burn::tensor::Tensor;
@@ -24,19 +24,19 @@ use burn::tensor::Tensor;
 /// the device on a GPU (read only when asked: reading is a synchronisation, which a step that
 /// ignores it, or one replayed from a graph, should not pay).
 #[derive(Debug, Clone)]
-pub enum Norm {
-    /// Computed on the host.
-    Host(f64),
-    /// `[1]` on the device.
-    Device(Tensor<1>),
+pub enum GradientNorm {
+    /// Already read: computed on the host (the CPU, the references).
+    Known(f64),
+    /// Still on the device, `[1]` (a GPU): not read until [`value`](Self::value) is asked.
+    OnDevice(Tensor<1>),
 }
 
-impl Norm {
+impl GradientNorm {
     /// The norm's value (on a GPU, read back).
     pub fn value(&self) -> f64 {
         match self {
-            Norm::Host(v) => *v,
-            Norm::Device(t) => t.clone().into_scalar::<f32>() as f64,
+            GradientNorm::Known(v) => *v,
+            GradientNorm::OnDevice(t) => t.clone().into_scalar::<f32>() as f64,
         }
     }
 }

@@ -94,7 +94,8 @@ pub struct LuongAttention {
     pub query_proj: Option<Linear>,
     /// `concat`: the additive network.
     pub concat: Option<AdditiveAttention>,
-    /// Which score.
+    /// Which score: what [`keys`](Self::keys) and [`scores`](Self::scores) compute (the
+    /// projections above are the ones it needs).
     #[module(skip)]
     pub score: LuongScore,
 }
@@ -123,24 +124,33 @@ impl LuongAttentionConfig {
 impl LuongAttention {
     /// Projects encoder states once per sentence (`W h`, `V h`, `W_h h`; `h` itself for dot).
     pub fn keys(&self, memory: Tensor<3>) -> Tensor<3> {
-        match (&self.concat, &self.key_proj) {
-            (Some(c), _) => c.keys(memory),
-            (None, Some(k)) => ops::linear(k, memory),
-            (None, None) => memory,
+        match self.score {
+            LuongScore::Concat => self.network().keys(memory),
+            LuongScore::General | LuongScore::LowRank => {
+                ops::linear(self.key_proj.as_ref().expect("general and low-rank project the keys"), memory)
+            }
+            LuongScore::Dot => memory,
         }
     }
 
     /// The scores of `query` against the projected keys: from a fast kernel where one applies,
     /// else [`dot_scores`] (`concat`: the additive network's).
     pub fn scores(&self, query: Tensor<2>, keys: &Tensor<3>) -> Tensor<2> {
-        if let Some(c) = &self.concat {
-            return c.scores(query, keys);
-        }
-        let q = match &self.query_proj {
-            Some(u) => u.forward(query), // U s: [B, r]
-            None => query,               // s:   [B, d]
+        let q = match self.score {
+            LuongScore::Concat => return self.network().scores(query, keys),
+            // U s: [B, r]
+            LuongScore::LowRank => {
+                self.query_proj.as_ref().expect("low-rank projects the query").forward(query)
+            }
+            // s: [B, d]
+            LuongScore::Dot | LuongScore::General => query,
         };
         ops::fast_dot_scores(&q, keys).unwrap_or_else(|| dot_scores(q, keys)) // [B, S]
+    }
+
+    /// `concat`'s additive network.
+    fn network(&self) -> &AdditiveAttention {
+        self.concat.as_ref().expect("concat has its additive network")
     }
 }
 

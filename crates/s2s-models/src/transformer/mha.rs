@@ -169,8 +169,9 @@ pub enum SelfKeys {
     Input(KeyValue),
     /// The cache with the input's appended ([`KeySource::Cached`]).
     Cache(StepCache),
-    /// None: cross-attention ([`KeySource::Memory`]).
-    Memory,
+    /// None kept: the call was cross-attention ([`KeySource::Memory`]), whose keys are the
+    /// memory's, projected once.
+    NotKept,
 }
 
 impl SelfKeys {
@@ -180,7 +181,7 @@ impl SelfKeys {
         match self {
             SelfKeys::Input(kv) => Some(StepCache::new(kv.keys(), kv.values())),
             SelfKeys::Cache(cache) => Some(cache),
-            SelfKeys::Memory => None,
+            SelfKeys::NotKept => None,
         }
     }
 }
@@ -210,7 +211,7 @@ impl MultiHeadAttention {
                 // Q = x W^Q; K, V projected from the memory once
                 let q = ops::linear(&self.query, x);
                 let (heads, weights) = self.attend(q, memory, mask, rows);
-                (heads, weights, SelfKeys::Memory)
+                (heads, weights, SelfKeys::NotKept)
             }
         };
         // Concat(head_1, …, head_h) W^O
