@@ -143,6 +143,30 @@ fn score_line_count_mismatch_names_the_counts() {
     assert!(err.contains('2') && err.contains('3') && !err.contains("panicked"), "{err}");
 }
 
+#[test]
+fn a_paired_test_of_one_file_given_twice_says_so() {
+    let d = tmp("score-twice");
+    std::fs::write(d.join("a.txt"), "a b c\n").unwrap();
+    std::fs::write(d.join("r.txt"), "a b c\n").unwrap();
+    let (a, r) = (d.join("a.txt"), d.join("r.txt"));
+    for test in ["--paired-bs", "--paired-ar"] {
+        let o = s2s(&[
+            "score",
+            "--hyp",
+            a.to_str().unwrap(),
+            "--hyp",
+            a.to_str().unwrap(),
+            "--ref",
+            r.to_str().unwrap(),
+            test,
+        ]);
+        assert!(!o.status.success());
+        let err = text(&o.stderr);
+        assert!(err.contains(&format!("{} is given twice", a.display())), "{test}: {err}");
+        assert!(err.contains("add a different hypothesis file"), "{test}: {err}");
+    }
+}
+
 /// The whole path on a tiny budget: built-in pair → tokenizer → LSTM → checkpoints →
 /// metrics → test scores; rerunning resumes and finds the run finished.
 #[test]
