@@ -422,7 +422,7 @@ fn check_only(
 
 /// Creates `root` and writes the experiment's index of runs (`experiment.json`) into it.
 fn write_index(exp: &Experiment, entries: &[(Entry, RunConfig)], root: &Path) -> Result<(), TrainError> {
-    std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
+    s2s_data::create_dir_all(root)?;
     let index = ExperimentIndex {
         name: exp.name.clone(),
         source: exp.source.display().to_string(),

@@ -321,7 +321,7 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     let ensemble = Ensemble::new(t.models.iter().collect());
     let mut kept = keep(&t, &ensemble);
     if let Some(dir) = &a.attention {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        s2s_data::create_dir_all(dir)?;
     }
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();

@@ -144,6 +144,63 @@ fn score_line_count_mismatch_names_the_counts() {
 }
 
 #[test]
+fn a_file_given_as_run_or_cache_directory_is_named_with_the_remedy() {
+    let d = tmp("dir-is-file");
+    let file = d.join("taken");
+    std::fs::write(&file, "keep me\n").unwrap();
+    std::fs::write(d.join("c.src"), "a b\nc d\n").unwrap();
+    std::fs::write(d.join("c.tgt"), "e f\ng h\n").unwrap();
+    let (src, tgt) = (d.join("c.src"), d.join("c.tgt"));
+    let cfg = d.join("run.toml");
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 60\n\n[model]\nkind = \"lstm\"\n").unwrap();
+    let train = |run: &std::path::Path| {
+        s2s(&[
+            "train",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--quiet",
+            "--device",
+            "cpu",
+            "--run",
+            run.to_str().unwrap(),
+        ])
+    };
+    let prepare = |cache: &std::path::Path| {
+        s2s(&[
+            "data",
+            "prepare",
+            "--src",
+            src.to_str().unwrap(),
+            "--tgt",
+            tgt.to_str().unwrap(),
+            "--level",
+            "word",
+            "--cache",
+            cache.to_str().unwrap(),
+        ])
+    };
+    let outputs = [
+        ("--run FILE", train(&file)),
+        ("--run FILE/sub", train(&file.join("sub"))),
+        ("--cache FILE", prepare(&file)),
+        ("--cache FILE/sub", prepare(&file.join("sub"))),
+    ];
+    for (what, o) in outputs {
+        assert!(!o.status.success(), "{what}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!("{} is a file, where a directory is needed", file.display())),
+            "{what}: {err}"
+        );
+        assert!(err.contains("name a directory") && err.contains("move the file away"), "{what}: {err}");
+        assert!(!err.contains("os error") && !err.contains("panicked"), "{what}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
+}
+
+#[test]
 fn a_paired_test_of_one_file_given_twice_says_so() {
     let d = tmp("score-twice");
     std::fs::write(d.join("a.txt"), "a b c\n").unwrap();
