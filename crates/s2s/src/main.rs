@@ -9,6 +9,7 @@ mod bench;
 mod course;
 mod data;
 mod experiment;
+mod out;
 mod score;
 mod signals;
 mod studio;
@@ -114,6 +115,8 @@ fn main() -> ExitCode {
         Ok(pool) => pool.install(|| run(cli.command)),
         Err(_) => run(cli.command),
     };
+    // What `print!` may have left buffered: its error is one too, not something to drop.
+    let result = result.and_then(|()| Ok(out::flush()?));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

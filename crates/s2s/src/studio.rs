@@ -8,6 +8,8 @@ use clap::Args;
 use s2s_studio::{Limits, Options};
 use s2s_train::device::{DeviceChoice, select};
 
+use crate::out::outln;
+
 /// Open a local web page that compares trained models live: translations with token
 /// probabilities, attention heatmaps, beam search step by step, forced-decoding scores, AER.
 #[derive(Args, Debug)]
@@ -84,10 +86,11 @@ pub fn run(a: StudioArgs) -> Result<()> {
     eprintln!("device: {name}");
     let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
     s2s_studio::serve(studio, listener, &opts, |addr| {
-        // stdout, one line, flushed: scripts and tests read the address from it.
-        println!("studio: http://{addr}/  (Ctrl-C stops it)");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        // stdout, one line, flushed: scripts and tests read the address from it. A stdout that
+        // cannot be written does not stop the server (stderr says where it is too).
+        if let Err(e) = outln!("studio: http://{addr}/  (Ctrl-C stops it)") {
+            eprintln!("studio: http://{addr}/ ({e})");
+        }
     })?;
     eprintln!("stopped");
     Ok(())

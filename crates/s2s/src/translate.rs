@@ -327,8 +327,7 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     let interactive = stdin.is_terminal();
     let chunk = if interactive { 1 } else { a.chunk.max(1) };
     let mut input = stdin.lock();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::out::Stdout::lock();
     let mut line_no = 0usize;
     let mut pending: Vec<Vec<u32>> = Vec::new();
     let mut failure: Option<anyhow::Error> = None;

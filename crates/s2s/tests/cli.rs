@@ -200,6 +200,54 @@ fn a_file_given_as_run_or_cache_directory_is_named_with_the_remedy() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
 }
 
+/// A full disk behind stdout (`> /dev/full`) is an error that says standard output, from
+/// every kind of writer (a stream, a report, `println!`-style lines, which panicked); a closed
+/// pipe (`| head`) stays a quiet exit 0.
+#[test]
+fn a_write_error_on_stdout_names_standard_output_and_a_closed_pipe_is_quiet() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    }
+    let d = tmp("stdout-full");
+    std::fs::write(d.join("h.txt"), "a b c\n").unwrap();
+    let h = d.join("h.txt");
+    let run = tiny_run("stdout-full-run", "lstm", "1");
+    let score = ["score", "--hyp", h.to_str().unwrap(), "--ref", h.to_str().unwrap()];
+    let translate = ["translate", "--model", run.to_str().unwrap(), "--device", "cpu"];
+    let stats =
+        ["data", "stats", "--src", h.to_str().unwrap(), "--tgt", h.to_str().unwrap(), "--level", "word"];
+    let commands: [(&[&str], &str); 4] =
+        [(&score, ""), (&["course", "list"], ""), (&stats, ""), (&translate, "the dog sleeps .\n")];
+    for (args, input) in commands {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let (reader, pipe) = std::io::pipe().unwrap();
+        drop(reader);
+        for (what, stdout) in [("/dev/full", Stdio::from(full)), ("a closed pipe", Stdio::from(pipe))] {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(stdout)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The child may be gone already (it failed): that is what is checked below.
+            let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+            let o = child.wait_with_output().unwrap();
+            let err = text(&o.stderr);
+            assert!(!err.contains("panicked"), "{args:?} > {what}: {err}");
+            if what == "/dev/full" {
+                assert!(!o.status.success(), "{args:?} > {what}");
+                assert!(err.contains("error: writing to standard output: "), "{args:?} > {what}: {err}");
+                assert!(err.contains("free space where it goes"), "{args:?} > {what}: {err}");
+            } else {
+                assert!(o.status.success(), "{args:?} > {what}: {err}");
+                assert!(!err.contains("error:"), "{args:?} > {what}: {err}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_paired_test_of_one_file_given_twice_says_so() {
     let d = tmp("score-twice");
