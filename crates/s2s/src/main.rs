@@ -10,6 +10,8 @@ mod course;
 mod data;
 mod experiment;
 mod out;
+#[cfg(unix)]
+mod runtime_dir;
 mod score;
 mod signals;
 mod studio;
@@ -87,6 +89,13 @@ fn main() -> ExitCode {
         // environment.
         unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
+    // Without a usable XDG_RUNTIME_DIR, Mesa's Vulkan drivers print `error: XDG_RUNTIME_DIR is
+    // invalid or not set` at every adapter probe, then work: give them a private one first.
+    // SAFETY: still before any other thread exists.
+    #[cfg(unix)]
+    unsafe {
+        runtime_dir::ensure()
+    };
     #[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
     allocator::tune();
     let cli = Cli::parse();

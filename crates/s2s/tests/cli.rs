@@ -770,15 +770,19 @@ fn sigint_checkpoints_and_exits_cleanly() {
 
 /// Resuming a CPU run loads its optimizer state without starting a GPU backend: no Vulkan
 /// loader warnings (lavapipe prints one per probe when XDG_RUNTIME_DIR is unset), and the same
-/// result.
+/// result. `TMPDIR` names a file, so that s2s cannot give itself a private XDG_RUNTIME_DIR
+/// (which silences those warnings) and a GPU backend started would still show.
 #[test]
 fn resuming_on_the_cpu_starts_no_gpu_backend() {
     let run = tmp("resume-cpu").join("run");
     let first = run_env(&crash_args(&run, "2"), &[]);
     assert!(first.status.success(), "{}", text(&first.stderr));
+    let not_a_dir = tmp("resume-cpu-tmpdir").join("file");
+    std::fs::write(&not_a_dir, "").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_s2s"))
         .args(crash_args(&run, "4"))
         .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", &not_a_dir)
         .env_remove("BURN_DEVICE")
         .output()
         .unwrap();
