@@ -74,7 +74,8 @@ pub struct Options {
     /// Longest a connection may take to send a request's headers, or stay idle between
     /// requests.
     pub read_timeout: Duration,
-    /// Connections served at once; more wait to be accepted.
+    /// Connections served at once; past it, a new connection closes the one idle longest (one
+    /// answering a request is kept: then the new one waits).
     pub max_connections: usize,
     /// Host names the studio answers to besides `localhost` and IP addresses (the name of
     /// this machine on a network, when bound to one).

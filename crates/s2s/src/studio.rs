@@ -49,7 +49,8 @@ pub struct StudioArgs {
     /// in seconds; then it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     read_timeout: u64,
-    /// Connections served at once; more wait to be accepted.
+    /// Connections served at once; past it, a new connection closes the one idle longest (one
+    /// answering a request is kept: then the new one waits).
     #[arg(long, default_value_t = Options::default().max_connections)]
     max_connections: usize,
     /// A host name the page may be opened under besides localhost and IP addresses (this
