@@ -136,9 +136,31 @@ pub enum DataError {
         /// The dataset directory it would have written.
         dir: PathBuf,
     },
+    /// A directory was to be created (or used) where a file stands: `file` is `dir` itself or
+    /// one of its parents.
+    #[error("{}", not_a_directory(.file, .dir))]
+    NotADirectory {
+        /// The file in the way.
+        file: PathBuf,
+        /// The directory wanted.
+        dir: PathBuf,
+    },
     /// A bad option value.
     #[error("{0}")]
     Config(String),
+}
+
+fn not_a_directory(file: &std::path::Path, dir: &std::path::Path) -> String {
+    let remedy = "name a directory (it is created if missing), or move the file away";
+    if file == dir {
+        format!("{} is a file, where a directory is needed: {remedy}", file.display())
+    } else {
+        format!(
+            "{} is a file, where a directory is needed to hold {}: {remedy}",
+            file.display(),
+            dir.display()
+        )
+    }
 }
 
 impl DataError {

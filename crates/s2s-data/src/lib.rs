@@ -71,7 +71,54 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// Creates the directory `path` and its missing parents (`std::fs::create_dir_all`). Where a
+/// file stands in the way — `path` itself or a parent — the error says which, that it is a file
+/// where a directory is needed, and what to do ([`DataError::NotADirectory`]), instead of the
+/// system's bare "File exists" or "Not a directory".
+pub fn create_dir_all(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(|e| {
+        // The nearest path that exists, `path` included: a file there is what is in the way.
+        let existing = path
+            .ancestors()
+            .filter(|a| !a.as_os_str().is_empty())
+            .find_map(|a| std::fs::metadata(a).ok().map(|m| (a, m)));
+        match existing {
+            Some((file, m)) if !m.is_dir() => {
+                DataError::NotADirectory { file: file.to_path_buf(), dir: path.to_path_buf() }
+            }
+            _ => DataError::io(path, e),
+        }
+    })
+}
+
 /// Tokenises pairs into examples (ids without specials).
 pub fn encode_pairs(tok: &Tokenizers, pairs: &[Pair]) -> Vec<Example> {
     pairs.iter().map(|p| Example { src: tok.src.encode(&p.src), tgt: tok.tgt.encode(&p.tgt) }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Scratch;
+
+    #[test]
+    fn a_file_where_a_directory_is_needed_is_named_as_such() {
+        let d = Scratch::new("mkdir");
+        let file = d.path().join("runs");
+        std::fs::write(&file, "x").unwrap();
+        for (wanted, what) in [(file.clone(), "where a directory is needed:"), (file.join("a/b"), "to hold")]
+        {
+            let e = create_dir_all(&wanted).unwrap_err();
+            assert!(matches!(&e, DataError::NotADirectory { file: f, .. } if *f == file), "{e:?}");
+            let m = e.to_string();
+            assert!(m.starts_with(&format!("{} is a file", file.display())), "{m}");
+            assert!(m.contains(what) && m.contains("move the file away"), "{m}");
+            assert!(!m.contains("os error"), "{m}");
+        }
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "x", "the file is left as it was");
+        let fresh = d.path().join("new/run");
+        create_dir_all(&fresh).unwrap();
+        create_dir_all(&fresh).unwrap();
+        assert!(fresh.is_dir());
+    }
 }

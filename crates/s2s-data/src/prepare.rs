@@ -308,7 +308,7 @@ impl<'a> Preparer<'a> {
 
     /// Creates the cache and (after reaping stale ones) an empty temporary directory for `name`.
     fn fresh_tmp(&self, name: &str) -> Result<PathBuf> {
-        std::fs::create_dir_all(self.cache).map_err(|e| DataError::io(self.cache, e))?;
+        crate::create_dir_all(self.cache)?;
         reap_stale(self.cache, name);
         let tmp = self.cache.join(format!(".{name}.tmp-{}", std::process::id()));
         if tmp.exists() {

@@ -307,9 +307,10 @@ fn align_text(lines: &[String]) -> String {
 ///
 /// Errors name the file: unreadable file, invalid UTF-8 (with the 1-based line), or a
 /// reference whose line count differs from a system's
-/// (`hyp.txt has 10 lines but ref.txt has 12`); a paired test of fewer than two systems,
-/// or the same file given twice (other than the baseline again in a paired test), is an
-/// [`EvalError::InvalidOption`]. An empty hypothesis file with empty references scores 0
+/// (`hyp.txt has 10 lines but ref.txt has 12`); a paired test of fewer than two systems
+/// (the baseline given again is ignored, but said to be given twice when nothing else is
+/// left), or the same file given twice (other than the baseline again in a paired test), is
+/// an [`EvalError::InvalidOption`]. An empty hypothesis file with empty references scores 0
 /// (sacreBLEU's command line refuses it instead).
 pub fn run_score(req: &ScoreRequest, stdin: impl BufRead) -> Result<String, EvalError> {
     if req.refs.is_empty() {
@@ -317,6 +318,15 @@ pub fn run_score(req: &ScoreRequest, stdin: impl BufRead) -> Result<String, Eval
     }
     let systems = read_systems(req, stdin)?;
     if req.paired.is_some() && systems.len() < 2 {
+        // Every other --hyp was the baseline again (ignored, as sacreBLEU does): say so, since
+        // the user did give two or more.
+        if req.hyps.len() >= 2 {
+            return Err(EvalError::InvalidOption(format!(
+                "{} is given twice as a hypothesis file, and a paired test needs another system to \
+                 test against that baseline (the first --hyp): add a different hypothesis file",
+                req.hyps[0].display()
+            )));
+        }
         return Err(EvalError::InvalidOption(
             "paired tests need two or more hypothesis files (the first is the baseline)".into(),
         ));

@@ -318,10 +318,12 @@ fn paired_requests_are_checked() {
     };
     let err = run_score(&one, Cursor::new(Vec::new())).unwrap_err();
     assert!(err.to_string().contains("two or more hypothesis files"), "{err}");
-    // The baseline given again is ignored in a paired test (so one system remains) ...
+    // The baseline given again is ignored in a paired test (so one system remains: the
+    // error says the file is given twice) ...
     let mut again = one.clone();
     again.hyps.push(shared("wmt22.en-de.Online-B.de"));
-    assert!(run_score(&again, Cursor::new(Vec::new())).unwrap_err().to_string().contains("two or more"));
+    let err = run_score(&again, Cursor::new(Vec::new())).unwrap_err().to_string();
+    assert!(err.contains("Online-B.de is given twice") && err.contains("add a different"), "{err}");
     // ... and an error otherwise.
     again.paired = None;
     let err = run_score(&again, Cursor::new(Vec::new())).unwrap_err();

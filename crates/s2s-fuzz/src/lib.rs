@@ -4,12 +4,26 @@
 //! `tests/regressions.rs` replays every input kept under `fuzz/regressions/<target>/` through the
 //! same functions on stable, so a crash found once stays fixed. Each function panics when a
 //! property fails — that is how libFuzzer notices — and returns normally otherwise.
+//!
+//! `config` and `studio` (feature `burn`, on by default) check crates that build burn: fuzz/
+//! builds them only for those two targets (`cargo fuzz run config --features burn`).
 
 pub mod bleu;
+#[cfg(feature = "burn")]
+pub mod config;
 pub mod corpus;
+#[cfg(feature = "burn")]
+pub mod studio;
 pub mod tokenizer;
 
 /// The fuzz targets, by the name of their file in `fuzz/fuzz_targets/` and of their folder in
 /// `fuzz/regressions/`.
-pub const TARGETS: [(&str, fn(&[u8])); 3] =
-    [("corpus", corpus::check), ("tokenizer", tokenizer::check), ("bleu", bleu::check)];
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("corpus", corpus::check),
+    ("tokenizer", tokenizer::check),
+    ("bleu", bleu::check),
+    #[cfg(feature = "burn")]
+    ("config", config::check),
+    #[cfg(feature = "burn")]
+    ("studio", studio::check),
+];

@@ -17,7 +17,7 @@ fn regressions(target: &str) -> Vec<PathBuf> {
 
 #[test]
 fn every_kept_input_passes_its_property() {
-    for (target, check) in TARGETS {
+    for &(target, check) in TARGETS {
         let files = regressions(target);
         assert!(!files.is_empty(), "no regression inputs for {target}");
         for file in files {

@@ -20,8 +20,11 @@
 //!   the client closes the connection, at the next model, at the next step of a model's beam
 //!   search, or between the search and its forced passes ([`run_request`]);
 //! - a connection has [`Options::read_timeout`] to send a request's headers, idle between
-//!   requests included, and at most [`Options::max_connections`] are served at once (more
-//!   wait to be accepted).
+//!   requests included, and at most [`Options::max_connections`] are served at once: a
+//!   connection past that closes the one that has waited longest for a request (or for its
+//!   request's body), so that idle or half-sent connections cannot keep a client out; only
+//!   when every connection is answering a request does a new one wait;
+//! - a request must carry exactly one `Host` header (400 otherwise, RFC 9112 §3.2).
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +34,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Request as HttpRequest, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::{Next, from_fn_with_state};
@@ -40,7 +42,7 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde::Serialize;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::time::{Instant, timeout_at};
 
 use crate::StudioError;
@@ -72,7 +74,8 @@ pub struct Options {
     /// Longest a connection may take to send a request's headers, or stay idle between
     /// requests.
     pub read_timeout: Duration,
-    /// Connections served at once; more wait to be accepted.
+    /// Connections served at once; past it, a new connection closes the one idle longest (one
+    /// answering a request is kept: then the new one waits).
     pub max_connections: usize,
     /// Host names the studio answers to besides `localhost` and IP addresses (the name of
     /// this machine on a network, when bound to one).
@@ -209,7 +212,9 @@ pub fn serve(
 
 /// Serves `app` on `listener` until `stop` resolves, then stops accepting, lets requests in
 /// flight finish (idle connections close), and returns. At most `opts.max_connections`
-/// connections are served at once; each has `opts.read_timeout` to send a request's headers.
+/// connections are served at once: a connection past that closes the one idle longest (waiting
+/// for a request's headers or body; [`Connections`]), and waits only while every one is
+/// answering a request. Each has `opts.read_timeout` to send a request's headers.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -217,17 +222,10 @@ pub async fn serve_on(
     stop: impl Future<Output = ()>,
 ) -> Result<(), StudioError> {
     let cap = opts.max_connections.clamp(1, 1 << 20);
-    let connections = Arc::new(Semaphore::new(cap));
+    let connections = Arc::new(Connections::default());
     let (stopping, stopped) = watch::channel(false);
     let mut stop = pin!(stop);
-    loop {
-        // A free connection slot first, then a connection: beyond the cap, clients wait in the
-        // kernel's accept queue.
-        let slot = tokio::select! {
-            slot = connections.clone().acquire_owned() => slot,
-            _ = &mut stop => break,
-        };
-        let Ok(slot) = slot else { break };
+    'accept: loop {
         let stream = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = &mut stop => break,
@@ -242,26 +240,281 @@ pub async fn serve_on(
                 continue;
             }
         };
-        let service = TowerToHyperService::new(app.clone());
+        // Room for it: below the cap, or by closing the connection idle longest; while every
+        // connection is answering a request, once one ends or turns idle.
+        loop {
+            let changed = connections.changed.notified();
+            let mut changed = pin!(changed);
+            changed.as_mut().enable();
+            if connections.make_room(cap) {
+                break;
+            }
+            tokio::select! {
+                _ = changed => {}
+                _ = &mut stop => break 'accept,
+            }
+        }
+        let (conn, close) = connections.open();
+        let service = service(app.clone(), Some(conn.clone()));
         let mut stopped = stopped.clone();
         let read_timeout = opts.read_timeout;
         tokio::spawn(async move {
-            let _slot = slot;
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new()).header_read_timeout(read_timeout);
-            let mut conn = pin!(http.serve_connection(TokioIo::new(stream), service));
-            tokio::select! {
+            let _conn = conn;
+            let http = http1(read_timeout);
+            let mut served = pin!(http.serve_connection(TokioIo::new(stream), service));
+            let room = tokio::select! {
                 // A connection's errors (a client gone, a timeout) end that connection only.
-                _ = conn.as_mut() => return,
-                _ = stopped.wait_for(|&s| s) => conn.as_mut().graceful_shutdown(),
+                _ = served.as_mut() => return,
+                _ = close.notify.notified() => true,
+                _ = stopped.wait_for(|&s| s) => false,
+            };
+            served.as_mut().graceful_shutdown();
+            if room {
+                // Closed to make room: at once when it has not sent a whole request yet, else
+                // once the answer it may be writing is out, within CLOSE_GRACE.
+                if close.answered.load(Ordering::Relaxed) {
+                    let _ = tokio::time::timeout(CLOSE_GRACE, served).await;
+                }
+                return;
             }
-            let _ = conn.await;
+            let _ = served.await;
         });
     }
     let _ = stopping.send(true);
-    // Every slot back: every connection finished.
-    let _ = connections.acquire_many(cap as u32).await;
+    // Every connection finished.
+    loop {
+        let changed = connections.changed.notified();
+        let mut changed = pin!(changed);
+        changed.as_mut().enable();
+        if connections.is_empty() {
+            break;
+        }
+        changed.await;
+    }
     Ok(())
+}
+
+/// How long a connection closed to make room has to finish what it is doing (writing an answer
+/// made just before; a body still arriving is cut off).
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// hyper's HTTP/1 settings for one connection: `read_timeout` for each request's headers.
+fn http1(read_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(read_timeout);
+    http
+}
+
+/// The hyper service of one connection: `app`, each request carrying `conn` (when served on a
+/// socket) for [`translate`] to mark it busy once its body has arrived; idle again once the
+/// response is ready.
+fn service(
+    app: Router,
+    conn: Option<Conn>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone
++ Send {
+    let app = TowerToHyperService::new(app);
+    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        if let Some(c) = &conn {
+            c.0.close.answered.store(true, Ordering::Relaxed);
+            req.extensions_mut().insert(c.clone());
+        }
+        let answer = hyper::service::Service::call(&app, req);
+        let conn = conn.clone();
+        async move {
+            let res = answer.await;
+            if let Some(c) = conn {
+                c.idle();
+            }
+            res
+        }
+    })
+}
+
+/// Answers `raw` — the bytes a client sends on one connection before it stops sending and
+/// waits for the answers — as the server does on a socket (hyper's HTTP/1 with the server's
+/// settings, then `app`), and returns the bytes written back: a pure function over bytes, for
+/// fuzzing the way from a request's bytes through hyper's parser to the studio's own checks
+/// (`s2s-fuzz`'s `studio` target). No socket, no clock but the requests' own deadlines.
+pub fn answer_bytes(app: &Router, raw: &[u8]) -> Vec<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime starts");
+    let written = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let io = Memory { input: raw.to_vec(), read: 0, written: written.clone() };
+    let mut http = http1(Options::default().read_timeout);
+    // The client has stopped sending, not left: answer what it sent, then close.
+    http.half_close(true);
+    let served = http.serve_connection(io, service(app.clone(), None));
+    let _ = runtime.block_on(served);
+    std::mem::take(&mut *written.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// A connection in memory: reads `input`, then end of stream; keeps what is written.
+struct Memory {
+    input: Vec<u8>,
+    read: usize,
+    written: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl hyper::rt::Read for Memory {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let n = buf.remaining().min(self.input.len() - self.read);
+        let from = self.read;
+        buf.put_slice(&self.input[from..from + n]);
+        self.read += n;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl hyper::rt::Write for Memory {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// The connections being served, each idle (waiting for a request's headers or body) since
+/// some instant or busy answering one: what [`serve_on`] closes to make room for a new one.
+#[derive(Default)]
+struct Connections {
+    open: std::sync::Mutex<Registry>,
+    /// Woken when a connection closes or turns idle: room may be made now.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct Registry {
+    next: u64,
+    open: std::collections::HashMap<u64, Slot>,
+}
+
+struct Slot {
+    /// Since when the connection has waited for a request (or its body); `None` while it
+    /// answers one.
+    idle_since: Option<Instant>,
+    /// Told to close, to make room.
+    close: Arc<Close>,
+    /// Told already (it is closing, and no longer counts against the cap).
+    closing: bool,
+}
+
+impl Connections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection, idle from now: its handle and what tells it to close.
+    fn open(self: &Arc<Self>) -> (Conn, Arc<Close>) {
+        let close = Arc::new(Close::default());
+        let mut r = self.lock();
+        let id = r.next;
+        r.next += 1;
+        r.open.insert(id, Slot { idle_since: Some(Instant::now()), close: close.clone(), closing: false });
+        let conn = Conn(Arc::new(ConnInner { id, close: close.clone(), connections: self.clone() }));
+        (conn, close)
+    }
+
+    /// True when fewer than `cap` connections are open (those closing not counted), after
+    /// telling the one idle longest to close if need be; false when every one is busy: wait for
+    /// [`Self::changed`].
+    fn make_room(&self, cap: usize) -> bool {
+        let mut r = self.lock();
+        let live = r.open.values().filter(|s| !s.closing).count();
+        if live < cap {
+            return true;
+        }
+        let oldest =
+            r.open.values_mut().filter(|s| !s.closing && s.idle_since.is_some()).min_by_key(|s| s.idle_since);
+        match oldest {
+            Some(s) => {
+                s.closing = true;
+                s.close.notify.notify_one();
+                live - 1 < cap
+            }
+            None => false,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().open.is_empty()
+    }
+
+    fn set_idle(&self, id: u64, idle: bool) {
+        if let Some(s) = self.lock().open.get_mut(&id) {
+            s.idle_since = idle.then(Instant::now);
+        }
+        if idle {
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+/// One served connection's entry in [`Connections`], removed when the last clone is dropped
+/// (the connection ended). Requests carry a clone, for [`translate`].
+#[derive(Clone)]
+struct Conn(Arc<ConnInner>);
+
+struct ConnInner {
+    id: u64,
+    close: Arc<Close>,
+    connections: Arc<Connections>,
+}
+
+/// What tells a connection to close to make room, and whether it has had a request whose
+/// answer it may still be writing.
+#[derive(Default)]
+struct Close {
+    notify: Notify,
+    /// A whole request head has arrived on it (hyper called the service).
+    answered: AtomicBool,
+}
+
+impl Conn {
+    /// Answering a request: not to be closed for room.
+    fn busy(&self) {
+        self.0.connections.set_idle(self.0.id, false);
+    }
+
+    /// Waiting for the next request.
+    fn idle(&self) {
+        self.0.connections.set_idle(self.0.id, true);
+    }
+}
+
+impl Drop for ConnInner {
+    fn drop(&mut self) {
+        self.connections.lock().open.remove(&self.id);
+        self.connections.changed.notify_waiters();
+    }
 }
 
 /// The routes over `studio`; `stats` counts what they do.
@@ -399,12 +652,29 @@ fn is_port(s: &str) -> bool {
     s.parse::<u16>().is_ok()
 }
 
-/// Refuses, before any route runs, a request whose `Host` the studio does not answer to (403)
-/// and a POST whose body is not declared JSON (415).
+/// Refuses, before any route runs, a request with two or more `Host` headers (400: RFC 9112
+/// §3.2 — which one a proxy in front would have checked is anyone's guess), one whose `Host`
+/// the studio does not answer to (403) and a POST whose body is not declared JSON (415).
 async fn guard(State(app): State<Arc<App>>, req: HttpRequest, next: Next) -> Response {
-    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    if hosts > 1 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the request has {hosts} Host headers; HTTP/1.1 allows exactly one (RFC 9112 §3.2): \
+                 send the request once, with one Host"
+            ),
+        );
+    }
+    // The name the request is for: the target's authority when the target is in absolute form
+    // (`GET http://name/ HTTP/1.1`: RFC 9112 §3.2.2 says to ignore Host then), else Host.
+    let host = match (req.uri().authority(), req.headers().get(header::HOST)) {
+        (Some(a), _) => Ok(a.as_str()),
+        (None, Some(h)) => h.to_str().map_err(|_| "(not visible ASCII)"),
+        (None, None) => Err("(none)"),
+    };
     match host {
-        Some(h) if app.hosts.allow(h) => {}
+        Ok(h) if app.hosts.allow(h) => {}
         _ => {
             return error(
                 StatusCode::FORBIDDEN,
@@ -413,7 +683,7 @@ async fn guard(State(app): State<Arc<App>>, req: HttpRequest, next: Next) -> Res
                      page can reach it by rebinding its own name to this machine); to open it \
                      under that name, start it with --allow-host NAME",
                     app.hosts.described(),
-                    host.unwrap_or("(none)")
+                    host.unwrap_or_else(|what| what)
                 ),
             );
         }
@@ -482,9 +752,14 @@ impl Drop for Cancel {
     }
 }
 
-async fn translate(State(app): State<Arc<App>>, body: Body) -> Response {
+async fn translate(State(app): State<Arc<App>>, req: HttpRequest) -> Response {
     let deadline = Instant::now() + app.request_timeout;
     let secs = app.request_timeout.as_secs_f64();
+    let (head, body) = req.into_parts();
+    // A body declared too large is refused before any of it is read.
+    if axum::body::HttpBody::size_hint(&body).lower() > MAX_BODY as u64 {
+        return body_error_too_large();
+    }
     let body = match timeout_at(deadline, axum::body::to_bytes(body, MAX_BODY)).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => return body_error(e),
@@ -495,6 +770,11 @@ async fn translate(State(app): State<Arc<App>>, body: Body) -> Response {
             );
         }
     };
+    // The body is in: from here until its answer the connection is busy, not to be closed to
+    // make room for another (a client still sending its body may be).
+    if let Some(conn) = head.extensions.get::<Conn>() {
+        conn.busy();
+    }
     let text = match std::str::from_utf8(&body) {
         Ok(t) => t,
         Err(e) => {
@@ -585,13 +865,18 @@ async fn translate(State(app): State<Arc<App>>, body: Body) -> Response {
 fn body_error(e: axum::Error) -> Response {
     let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
     if too_large {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request is larger than {} KiB: send a shorter text", MAX_BODY / 1024),
-        )
+        body_error_too_large()
     } else {
         error(StatusCode::BAD_REQUEST, format!("the request's body could not be read: {e}"))
     }
+}
+
+/// The answer to a body over [`MAX_BODY`] (413).
+fn body_error_too_large() -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request is larger than {} KiB: send a shorter text", MAX_BODY / 1024),
+    )
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -179,6 +179,12 @@ async fn requests_must_name_this_machine_and_posts_must_be_json() {
     }
     let (status, v) = call(&app, "GET", "/api/info", &[], "").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "no Host at all: {v}");
+    // A target in absolute form names the host itself (RFC 9112 §3.2.2: Host is ignored).
+    let (status, v) = call(&app, "GET", "http://evil.example/api/info", &[("host", "localhost")], "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+    assert!(says(&v, "not for host `evil.example`"), "{v}");
+    let (status, v) = call(&app, "GET", "http://localhost:8340/api/info", &[("host", "other")], "").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
     for host in ["localhost:8340", "127.0.0.1:1234", "[::1]:8340", "studio.lan:8340", "LOCALHOST"] {
         let (status, v) = call(&app, "GET", "/api/info", &[("host", host)], "").await;
         assert_eq!(status, StatusCode::OK, "{host}: {v}");
@@ -398,6 +404,22 @@ fn a_request_whose_client_leaves_stops_before_decoding_further() {
     assert_eq!(count(&stats.models_run), 3);
 }
 
+/// A body declared larger than the studio takes is refused at once, before any of it arrives
+/// (it used to wait for the request's deadline, then answer 408).
+#[test]
+fn a_body_declared_too_large_is_answered_413_before_it_arrives() {
+    let server = Server::start(studio(1, false), Options::default(), 2);
+    let mut s = server.connect();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        b"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 99999999999999999\r\n\r\n{\"text\"",
+    )
+    .unwrap();
+    let (status, body) = response(&mut s);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("larger than 64 KiB"), "{body}");
+}
+
 #[test]
 fn a_body_that_does_not_arrive_in_time_is_answered_408() {
     let opts = Options { request_timeout: Duration::from_millis(200), ..Options::default() };
@@ -432,24 +454,124 @@ fn a_connection_that_sends_no_headers_or_idles_is_closed_at_the_read_timeout() {
     assert!(until_closed(&mut idle).is_empty());
 }
 
+/// Whether the server has closed `s` (end of stream or reset) without waiting: `None` while it
+/// is open with nothing to read.
+fn closed_now(s: &mut TcpStream) -> Option<bool> {
+    s.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let r = match s.read(&mut byte) {
+        Ok(0) => Some(true),
+        Ok(_) => Some(false),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(_) => Some(true),
+    };
+    s.set_nonblocking(false).unwrap();
+    r
+}
+
 #[test]
-fn connections_beyond_the_cap_wait_until_one_closes() {
+fn a_connection_past_the_cap_closes_the_one_idle_longest() {
     let server = Server::start(studio(1, false), Options { max_connections: 2, ..Options::default() }, 2);
-    // Two connections, each answered once (so both are accepted), kept open.
+    // Two connections, each answered once (so both are accepted), then idle: the first longest.
     let mut held: Vec<TcpStream> = (0..2).map(|_| server.connect()).collect();
     for s in &mut held {
         send(s, "GET", "/api/info", "");
         assert_eq!(response(s).0, 200);
     }
+    // A third is served at once: the first makes room.
+    let mut third = server.connect();
+    send(&mut third, "GET", "/api/info", "");
+    assert_eq!(response(&mut third).0, 200);
+    assert!(until_closed(&mut held[0]).is_empty(), "the connection idle longest is closed");
+    // The second is still served on its connection.
+    assert_eq!(closed_now(&mut held[1]), None);
+    send(&mut held[1], "GET", "/api/info", "");
+    assert_eq!(response(&mut held[1]).0, 200);
+}
+
+/// Connections answering a request are not closed to make room: a connection past the cap then
+/// waits (in the kernel's queue) until one is answered. The runtime's one blocking thread is
+/// held by the test, so both translations wait for it, busy, until it is let go.
+#[test]
+fn connections_answering_requests_are_kept_and_a_new_one_waits_for_one_to_finish() {
+    let opts = Options { max_connections: 2, workers: 2, queue: 0, ..Options::default() };
+    let server = Server::start(studio(1, false), opts, 1);
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    server.runtime.spawn_blocking(move || {
+        let _ = held.recv();
+    });
+    let mut busy: Vec<TcpStream> = (0..2).map(|_| server.connect()).collect();
+    for s in &mut busy {
+        send(s, "POST", "/api/translate", &json!({ "text": "dogs .", "beam": 1 }).to_string());
+    }
+    let stats = server.stats.clone();
+    wait_for("both translations to reach a worker", || count(&stats.started) == 2);
     let mut third = server.connect();
     send(&mut third, "GET", "/api/info", "");
     third.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     let mut byte = [0u8; 1];
     match third.read(&mut byte) {
         Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-        other => panic!("a third connection was served past the cap of two: {other:?}"),
+        other => panic!("a third connection was served while two answered requests: {other:?}"),
     }
-    drop(held.pop());
+    let _ = release.send(());
+    for s in &mut busy {
+        let (status, body) = response(s);
+        assert_eq!(status, 200, "a busy connection kept its answer: {body}");
+    }
     third.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    assert_eq!(response(&mut third).0, 200, "served once a connection closed");
+    assert_eq!(response(&mut third).0, 200, "served once a connection was free");
+}
+
+/// A slowloris: more half-sent requests than `--max-connections`, each holding its connection
+/// until the read timeout, kept every other client out for that long (29 s with the defaults).
+/// Now a normal request is answered at once, the half-sent connections idle longest closing to
+/// make room.
+#[test]
+fn half_sent_requests_past_the_cap_do_not_keep_a_normal_request_waiting() {
+    // A read timeout far longer than the test may take: only making room can answer in time.
+    let opts = Options { read_timeout: Duration::from_secs(600), ..Options::default() };
+    let cap = opts.max_connections;
+    let server = Server::start(studio(1, false), opts, 2);
+    let mut slow: Vec<TcpStream> = (0..cap + 6)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad").unwrap();
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    let mut good = server.connect();
+    good.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    send(&mut good, "GET", "/api/info", "");
+    let mut byte = [0u8; 1];
+    match good.read(&mut byte) {
+        Ok(1) => {}
+        other => panic!("no answer within 20 s behind {} half-sent requests: {other:?}", cap + 6),
+    }
+    eprintln!("answered after {:.2} s", started.elapsed().as_secs_f64());
+    // The 7 idle longest were closed; the rest are still waiting for their headers.
+    wait_for("seven half-sent connections to be closed", || {
+        slow.iter_mut().filter_map(closed_now).filter(|&c| c).count() >= 7
+    });
+    assert_eq!(closed_now(&mut slow[0]), Some(true), "the oldest first");
+    assert!(slow.iter_mut().filter_map(closed_now).count() <= 7, "only as many as needed");
+}
+
+/// Two `Host` headers: which one would a proxy in front have checked? RFC 9112 §3.2 says 400,
+/// whatever the names (one allowed and one not, either order, or the same twice).
+#[test]
+fn a_request_with_two_host_headers_is_answered_400() {
+    let server = Server::start(studio(1, false), Options::default(), 2);
+    for (a, b) in [("127.0.0.1", "127.0.0.1"), ("localhost", "evil.example"), ("evil.example", "localhost")] {
+        let mut s = server.connect();
+        s.write_all(format!("GET /api/info HTTP/1.1\r\nHost: {a}\r\nHost: {b}\r\n\r\n").as_bytes()).unwrap();
+        let (status, body) = response(&mut s);
+        assert_eq!(status, 400, "{a} + {b}: {body}");
+        assert!(body.contains("2 Host headers") && body.contains("exactly one"), "{body}");
+    }
+    // One Host: answered.
+    let mut s = server.connect();
+    send(&mut s, "GET", "/api/info", "");
+    assert_eq!(response(&mut s).0, 200);
 }

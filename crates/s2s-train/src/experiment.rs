@@ -173,6 +173,21 @@ impl Errors<'_> {
         tables: &[toml::Table],
         shared_train: &toml::Table,
     ) -> Result<Vec<(String, ModelSpec, TrainSpec)>, TrainError> {
+        // Counted before anything is expanded: a few lists of a few dozen values each would
+        // otherwise make billions of tables.
+        let mut total = 0usize;
+        for (i, table) in tables.iter().enumerate() {
+            let grid = grid_size(table);
+            total = total.saturating_add(grid);
+            if total > MAX_MODELS {
+                return Err(self.bad(format!(
+                    "[[model]] #{}: its lists make a grid of {grid} models, {total} with the tables \
+                     before it; an experiment holds at most {MAX_MODELS}: split the grid over \
+                     several experiment files",
+                    i + 1
+                )));
+            }
+        }
         let mut models: Vec<(String, ModelSpec, TrainSpec)> = Vec::new();
         for (i, table) in tables.iter().enumerate() {
             let mut table = table.clone();
@@ -233,6 +248,19 @@ fn key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// Models an experiment holds at most, grids expanded (each trains for minutes at least).
+pub const MAX_MODELS: usize = 1000;
+
+/// How many models [`expand`] makes of `table`: the product of its lists' lengths (`name`'s
+/// aside), saturating.
+fn grid_size(table: &toml::Table) -> usize {
+    table
+        .iter()
+        .filter(|(key, _)| *key != "name")
+        .filter_map(|(_, v)| v.as_array().filter(|a| !a.is_empty()).map(Vec::len))
+        .fold(1usize, usize::saturating_mul)
 }
 
 /// Expands list-valued keys of a model table into one table per combination, named
@@ -422,7 +450,7 @@ fn check_only(
 
 /// Creates `root` and writes the experiment's index of runs (`experiment.json`) into it.
 fn write_index(exp: &Experiment, entries: &[(Entry, RunConfig)], root: &Path) -> Result<(), TrainError> {
-    std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
+    s2s_data::create_dir_all(root)?;
     let index = ExperimentIndex {
         name: exp.name.clone(),
         source: exp.source.display().to_string(),
@@ -537,6 +565,27 @@ mod tests {
         assert!(err.contains("budget"), "{err}");
         let err = load("sedes = [1]\n[[model]]\nkind = \"lstm\"\n").unwrap_err().to_string();
         assert!(err.contains("sedes"), "{err}");
+    }
+
+    #[test]
+    fn a_grid_past_the_cap_is_refused_before_it_is_expanded() {
+        // 40^6 = 4.1e9 tables if expanded.
+        let list = format!("[{}]", (1..=40).map(|i| i.to_string()).collect::<Vec<_>>().join(", "));
+        let keys = ["emb", "hidden", "layers", "a", "b", "c"];
+        let grid: String = keys.iter().map(|k| format!("{k} = {list}\n")).collect();
+        let text = format!("[train]\nbudget = {{ steps = 1 }}\n[[model]]\nkind = \"lstm\"\n{grid}");
+        let err = load(&text).unwrap_err().to_string();
+        assert!(err.contains("grid.toml: [[model]] #1: its lists make a grid of 4096000000 models"), "{err}");
+        assert!(err.contains("at most 1000") && err.contains("split the grid"), "{err}");
+        // Over several tables: the one that passes the cap is named.
+        let ten = "[[model]]\nkind = \"lstm\"\nhidden = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nemb = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n";
+        let text = format!("[train]\nbudget = {{ steps = 1 }}\n{}", ten.repeat(11));
+        let err = load(&text).unwrap_err().to_string();
+        assert!(err.contains("[[model]] #11: its lists make a grid of 100 models, 1100 with"), "{err}");
+        // A grid at the cap loads.
+        let named: String = (0..10).map(|i| ten.replace("kind", &format!("name = \"m{i}\"\nkind"))).collect();
+        let e = load(&format!("[train]\nbudget = {{ steps = 1 }}\n{named}")).unwrap();
+        assert_eq!(e.models.len(), 1000);
     }
 
     /// An unknown key in a section names its line: in `[train]`, in the second `[[model]]`, and

@@ -192,7 +192,7 @@ pub fn prepare(cfg: &RunConfig, run_dir: &Path) -> Result<Prepared, TrainError> 
 
 /// [`prepare`] with corpus files prepared under `cache` instead of [`data_cache`].
 pub fn prepare_in(cfg: &RunConfig, run_dir: &Path, cache: &Path) -> Result<Prepared, TrainError> {
-    std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
+    s2s_data::create_dir_all(run_dir)?;
     let (splits, pcfg, cache) = split_files(cfg, run_dir, cache)?;
     let mut train = Preparer::new(&splits.train, &pcfg, &cache).run()?.dataset;
     let tok_dir = run_dir.join("tokenizer");

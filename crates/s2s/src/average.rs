@@ -7,6 +7,8 @@ use clap::Args;
 use s2s_data::Tokenizers;
 use s2s_train::run::read_manifest;
 
+use crate::out::outln;
+
 /// Average the last N checkpoints of a run into `checkpoints/average-last-N/` (a new
 /// checkpoint; the originals are untouched). Translate with it: `s2s translate --model RUN
 /// --checkpoint average-last-N`.
@@ -29,6 +31,6 @@ pub fn run(a: AverageArgs) -> Result<()> {
     let (dir, record) = s2s_train::average::average_last(&a.run, &manifest.config.model, &tok, a.last)?;
     let steps: Vec<String> = record.steps.iter().map(|s| s.to_string()).collect();
     eprintln!("averaged the checkpoints of steps {}", steps.join(", "));
-    println!("{}", dir.display());
+    outln!("{}", dir.display())?;
     Ok(())
 }

@@ -6,6 +6,8 @@ use s2s_train::bench::{BenchConfig, BenchResult, Jobs, StepMode, bench};
 use s2s_train::device::{DeviceChoice, select};
 use s2s_train::step_rate::lstm_step_rate;
 
+use crate::out::outln;
+
 /// Measure training tokens/s and decoding sentences/s on the shapes of
 /// experiments/bench/models.json (the same as ../shared/bench/torch_ref.py's).
 #[derive(Args, Debug)]
@@ -98,10 +100,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return product_probe(&cfg, &device, &device_name, &a);
     }
     if !a.json {
-        println!(
+        outln!(
             "| model | params | train tok/s | step ms: forward / backward / clip / adam | host ms/step | greedy sent/s | beam-5 sent/s | peak RSS MiB |"
-        );
-        println!("|---|---|---|---|---|---|---|---|");
+        )?;
+        outln!("|---|---|---|---|---|---|---|---|")?;
     }
     for n in names {
         let spec = cfg.models[&n].spec()?;
@@ -121,9 +123,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             jobs(&a),
         )?;
         if a.json {
-            println!("{}", serde_json::to_string(&r)?);
+            outln!("{}", serde_json::to_string(&r)?)?;
         } else {
-            print_row(&r);
+            print_row(&r)?;
         }
     }
     Ok(())
@@ -161,9 +163,9 @@ fn jobs(a: &BenchArgs) -> Jobs {
 }
 
 /// Prints one model's figures as a row of the markdown table.
-fn print_row(r: &BenchResult) {
+fn print_row(r: &BenchResult) -> std::io::Result<()> {
     let ms = |p: &str| r.train_phase_ms.get(p).copied().unwrap_or(0.0);
-    println!(
+    outln!(
         "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {} | {:.1} | {:.1} | {:.0} |",
         r.model,
         r.params,
@@ -176,7 +178,7 @@ fn print_row(r: &BenchResult) {
         r.decode_sentences_per_s,
         r.beam5_sentences_per_s,
         r.peak_rss_mib
-    );
+    )
 }
 
 /// `--launch-probe` launches our own cubecl kernel, which burn's fusion (`gpu-tuned`) does not take.
@@ -194,25 +196,31 @@ fn launch_probe(device: &burn::tensor::Device, device_name: &str, a: &BenchArgs)
     if a.json {
         let mut v = serde_json::to_value(&r)?;
         v["device"] = device_name.into();
-        println!("{v}");
+        outln!("{v}")?;
         return Ok(());
     }
     if !r.host_measured {
         eprintln!("note: per-thread CPU clocks are not readable here (Linux only): host figures are 0");
     }
-    println!(
+    outln!(
         "{} dependent launches of {} elements, {} rounds a path (host: calling thread + cubecl's device-service threads)",
-        r.kernels, r.elems, r.rounds
-    );
-    println!("| path | host µs/launch | calling thread | device service | other threads | wall µs/launch |");
-    println!("|---|---|---|---|---|---|");
+        r.kernels,
+        r.elems,
+        r.rounds
+    )?;
+    outln!("| path | host µs/launch | calling thread | device service | other threads | wall µs/launch |")?;
+    outln!("|---|---|---|---|---|---|")?;
     for (name, c) in [("eager", r.eager), ("replayed", r.replay)] {
-        println!(
+        outln!(
             "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            c.host_us, c.caller_us, c.device_service_us, c.other_us, c.wall_us
-        );
+            c.host_us,
+            c.caller_us,
+            c.device_service_us,
+            c.other_us,
+            c.wall_us
+        )?;
     }
-    println!("host time eager / replayed: {:.2}×; capture took {:.1} ms", r.host_ratio, r.capture_ms);
+    outln!("host time eager / replayed: {:.2}×; capture took {:.1} ms", r.host_ratio, r.capture_ms)?;
     Ok(())
 }
 
@@ -237,18 +245,18 @@ fn product_probe(
     let shapes = step_shapes(b.sentences * b.tgt_len, d, ffn, b.tgt_vocab, b.sentences, hidden);
     let rates = product_probe(device, &shapes, a.steps.max(1));
     if !a.json {
-        println!("| product | m × k × n | dtype | kernel | ms | TFLOP/s | rel. error vs f32 |");
-        println!("|---|---|---|---|---|---|---|");
+        outln!("| product | m × k × n | dtype | kernel | ms | TFLOP/s | rel. error vs f32 |")?;
+        outln!("|---|---|---|---|---|---|---|")?;
     }
     for r in &rates {
         if a.json {
             let mut v = serde_json::to_value(r)?;
             v["device"] = device_name.into();
-            println!("{v}");
+            outln!("{v}")?;
         } else {
             let s = &r.shape;
             let err = r.rel_err.map_or("–".to_string(), |e| format!("{e:.1e}"));
-            println!(
+            outln!(
                 "| {} | {} × {} × {} | {} | {} | {:.3} | {:.2} | {err} |",
                 s.name,
                 s.m,
@@ -258,7 +266,7 @@ fn product_probe(
                 r.kernel.unwrap_or("burn"),
                 r.ms,
                 r.tflops
-            );
+            )?;
         }
     }
     // The rows the table (s2s-kernels `gemm::table`) would take from this run: on stderr, as
@@ -289,29 +297,34 @@ fn lstm_step(cfg: &BenchConfig, file: &str, rounds: usize, json: bool) -> Result
     eprintln!("device: cpu (flex), {} threads", rayon::current_num_threads());
     let r = lstm_step_rate(b.sentences, hidden, b.tgt_len, b.tgt_vocab, rounds.max(1));
     if json {
-        println!("{}", serde_json::to_string(&r)?);
+        outln!("{}", serde_json::to_string(&r)?)?;
         return Ok(());
     }
-    println!("| product (best of {} rounds) | GFLOP/s |", rounds.max(1));
-    println!("|---|---|");
+    outln!("| product (best of {} rounds) | GFLOP/s |", rounds.max(1))?;
+    outln!("|---|---|")?;
     for p in &r.products {
-        println!("| {} | {:.1} |", p.product, p.gflops);
+        outln!("| {} | {:.1} |", p.product, p.gflops)?;
     }
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "| LSTM layer `[{}, {}]`, {} steps | GFLOP/s | of the best product rate ({:.1}) |",
-        r.batch, r.hidden, r.time, r.best_product_gflops
-    );
-    println!("|---|---|---|");
-    println!("| forward, decoding | {:.1} | **{:.2}** |", r.decode_layer_gflops, r.decode_ratio);
-    println!(
+        r.batch,
+        r.hidden,
+        r.time,
+        r.best_product_gflops
+    )?;
+    outln!("|---|---|---|")?;
+    outln!("| forward, decoding | {:.1} | **{:.2}** |", r.decode_layer_gflops, r.decode_ratio)?;
+    outln!(
         "| forward, training (saves for backward) | {:.1} | **{:.2}** |",
-        r.train_forward_gflops, r.train_forward_ratio
-    );
-    println!("| backward, training | {:.1} | {:.2} |", r.train_backward_gflops, r.train_backward_ratio);
-    println!(
+        r.train_forward_gflops,
+        r.train_forward_ratio
+    )?;
+    outln!("| backward, training | {:.1} | {:.2} |", r.train_backward_gflops, r.train_backward_ratio)?;
+    outln!(
         "| training step (forward + backward of one round) | {:.1} | **{:.2}** |",
-        r.train_step_gflops, r.train_step_ratio
-    );
+        r.train_step_gflops,
+        r.train_step_ratio
+    )?;
     Ok(())
 }

@@ -6,6 +6,8 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use s2s_course::{Budget, Knobs, Verdict};
 
+use crate::out::outln;
+
 /// The course's experiments.
 #[derive(Subcommand, Debug)]
 pub enum CourseCommand {
@@ -72,7 +74,7 @@ pub fn run(c: CourseCommand) -> Result<()> {
     match c {
         CourseCommand::List => {
             for claim in s2s_course::claims() {
-                println!("{:<20} {}\n{:<20} ({})", claim.name, claim.statement, "", claim.lecture);
+                outln!("{:<20} {}\n{:<20} ({})", claim.name, claim.statement, "", claim.lecture)?;
             }
             Ok(())
         }

@@ -13,6 +13,7 @@ use s2s_data::{
 };
 
 use crate::args::CorpusArgs;
+use crate::out::{out, outln};
 
 /// Corpus tools.
 #[derive(Subcommand, Debug)]
@@ -219,18 +220,18 @@ fn prepare(a: PrepareArgs) -> Result<()> {
     if a.json {
         let out = serde_json::json!({ "dir": d.dir(), "reused": done.reused, "timings": done.timings,
             "manifest": m, "stats": d.stats() });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
         let how = if done.reused {
             "already prepared with these inputs and settings".to_string()
         } else {
             format!("prepared in {:.1} s", started.elapsed().as_secs_f64())
         };
-        println!("{}\n  {how}", d.dir().display());
-        println!("  read: {}", m.read);
-        println!("  filters: {}", m.filter);
-        println!("  {} examples, {} tokens, {} shard(s)", m.examples, m.tokens, m.shards.len());
-        print!("{}", d.stats());
+        outln!("{}\n  {how}", d.dir().display())?;
+        outln!("  read: {}", m.read)?;
+        outln!("  filters: {}", m.filter)?;
+        outln!("  {} examples, {} tokens, {} shard(s)", m.examples, m.tokens, m.shards.len())?;
+        out!("{}", d.stats())?;
     }
     Ok(())
 }
@@ -242,9 +243,9 @@ fn stats(a: StatsArgs) -> Result<()> {
             BatchConfig { max_tokens: a.max_tokens, budget_on: a.budget_on, ..BatchConfig::default() };
         let s = d.stats_for(batch, a.seed);
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&s)?);
+            outln!("{}", serde_json::to_string_pretty(&s)?)?;
         } else {
-            print!("{s}");
+            out!("{s}")?;
         }
         return Ok(());
     }
@@ -266,7 +267,7 @@ fn stats(a: StatsArgs) -> Result<()> {
     let ex = encode_pairs(&tok, &pairs);
     let batch = BatchConfig { max_tokens: a.max_tokens, budget_on: a.budget_on, ..BatchConfig::default() };
     let s = corpus_stats("corpus", &ex, (tok.src.vocab_size(), tok.tgt.vocab_size()), batch, a.seed);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout::lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
     } else {

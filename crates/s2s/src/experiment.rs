@@ -7,6 +7,8 @@ use clap::{Args, Subcommand};
 use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::experiment::{Experiment, run_experiment};
 
+use crate::out::outln;
+
 /// Experiments: train and compare a list (or grid) of models.
 #[derive(Subcommand, Debug)]
 pub enum ExperimentCommand {
@@ -59,7 +61,7 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
             let written = run_experiment(&exp, &root, &devices, &name, a.only.as_deref(), !a.quiet)?;
             eprintln!("done in {:.1} min", started.elapsed().as_secs_f64() / 60.0);
             for p in written.iter().filter(|p| p.extension().is_some_and(|e| e == "md" || e == "html")) {
-                println!("{}", p.display());
+                outln!("{}", p.display())?;
             }
             Ok(())
         }
@@ -71,7 +73,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
     let written =
         s2s_report::write_report(&a.dir).with_context(|| format!("reporting {}", a.dir.display()))?;
     for p in written.iter().filter(|p| p.extension().is_some_and(|e| e == "md" || e == "html")) {
-        println!("{}", p.display());
+        outln!("{}", p.display())?;
     }
     Ok(())
 }

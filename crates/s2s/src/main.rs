@@ -9,6 +9,9 @@ mod bench;
 mod course;
 mod data;
 mod experiment;
+mod out;
+#[cfg(unix)]
+mod runtime_dir;
 mod score;
 mod signals;
 mod studio;
@@ -86,6 +89,13 @@ fn main() -> ExitCode {
         // environment.
         unsafe { std::env::set_var("BURN_DEVICE", "flex") };
     }
+    // Without a usable XDG_RUNTIME_DIR, Mesa's Vulkan drivers print `error: XDG_RUNTIME_DIR is
+    // invalid or not set` at every adapter probe, then work: give them a private one first.
+    // SAFETY: still before any other thread exists.
+    #[cfg(unix)]
+    unsafe {
+        runtime_dir::ensure()
+    };
     #[cfg(not(any(feature = "jemalloc", feature = "mimalloc")))]
     allocator::tune();
     let cli = Cli::parse();
@@ -114,6 +124,8 @@ fn main() -> ExitCode {
         Ok(pool) => pool.install(|| run(cli.command)),
         Err(_) => run(cli.command),
     };
+    // What `print!` may have left buffered: its error is one too, not something to drop.
+    let result = result.and_then(|()| Ok(out::flush()?));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -98,10 +98,11 @@ pub fn run(a: ScoreArgs) -> Result<()> {
         seed: Seed::from_env()?,
     };
     let text = s2s_eval::run_score(&req, std::io::stdin().lock())?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout::lock();
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
         out.write_all(b"\n")?;
     }
+    out.flush()?;
     Ok(())
 }

@@ -8,6 +8,8 @@ use clap::Args;
 use s2s_studio::{Limits, Options};
 use s2s_train::device::{DeviceChoice, select};
 
+use crate::out::outln;
+
 /// Open a local web page that compares trained models live: translations with token
 /// probabilities, attention heatmaps, beam search step by step, forced-decoding scores, AER.
 #[derive(Args, Debug)]
@@ -47,7 +49,8 @@ pub struct StudioArgs {
     /// in seconds; then it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     read_timeout: u64,
-    /// Connections served at once; more wait to be accepted.
+    /// Connections served at once; past it, a new connection closes the one idle longest (one
+    /// answering a request is kept: then the new one waits).
     #[arg(long, default_value_t = Options::default().max_connections)]
     max_connections: usize,
     /// A host name the page may be opened under besides localhost and IP addresses (this
@@ -84,10 +87,11 @@ pub fn run(a: StudioArgs) -> Result<()> {
     eprintln!("device: {name}");
     let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
     s2s_studio::serve(studio, listener, &opts, |addr| {
-        // stdout, one line, flushed: scripts and tests read the address from it.
-        println!("studio: http://{addr}/  (Ctrl-C stops it)");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        // stdout, one line, flushed: scripts and tests read the address from it. A stdout that
+        // cannot be written does not stop the server (stderr says where it is too).
+        if let Err(e) = outln!("studio: http://{addr}/  (Ctrl-C stops it)") {
+            eprintln!("studio: http://{addr}/ ({e})");
+        }
     })?;
     eprintln!("stopped");
     Ok(())

@@ -13,6 +13,8 @@ use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::pipeline::{Tested, run_and_test};
 use s2s_train::run::{DataSpec, RunConfig};
 
+use crate::out::outln;
+
 /// Train one model (lstm, bahdanau, luong or transformer) with the shared loop. Without a corpus, trains on
 /// the built-in language pair. Writes RUN_DIR/{run.json, tokenizer/, checkpoints/,
 /// metrics.csv, test/}; rerunning on the same RUN_DIR resumes from its last checkpoint.
@@ -266,10 +268,15 @@ pub fn run(a: TrainArgs) -> Result<()> {
         eprintln!("{m}")
     })?;
     if let Some(s) = out.test {
-        println!(
+        outln!(
             "test: BLEU {:.2} ({}), chrF {:.2}, perplexity {:.2} on {} sentences ({})",
-            s.bleu, s.bleu_signature, s.chrf, s.ppl, s.sentences, s.decoding
-        );
+            s.bleu,
+            s.bleu_signature,
+            s.chrf,
+            s.ppl,
+            s.sentences,
+            s.decoding
+        )?;
     }
     Ok(())
 }

@@ -321,14 +321,13 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     let ensemble = Ensemble::new(t.models.iter().collect());
     let mut kept = keep(&t, &ensemble);
     if let Some(dir) = &a.attention {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        s2s_data::create_dir_all(dir)?;
     }
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     let chunk = if interactive { 1 } else { a.chunk.max(1) };
     let mut input = stdin.lock();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::out::Stdout::lock();
     let mut line_no = 0usize;
     let mut pending: Vec<Vec<u32>> = Vec::new();
     let mut failure: Option<anyhow::Error> = None;

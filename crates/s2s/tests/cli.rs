@@ -143,6 +143,135 @@ fn score_line_count_mismatch_names_the_counts() {
     assert!(err.contains('2') && err.contains('3') && !err.contains("panicked"), "{err}");
 }
 
+#[test]
+fn a_file_given_as_run_or_cache_directory_is_named_with_the_remedy() {
+    let d = tmp("dir-is-file");
+    let file = d.join("taken");
+    std::fs::write(&file, "keep me\n").unwrap();
+    std::fs::write(d.join("c.src"), "a b\nc d\n").unwrap();
+    std::fs::write(d.join("c.tgt"), "e f\ng h\n").unwrap();
+    let (src, tgt) = (d.join("c.src"), d.join("c.tgt"));
+    let cfg = d.join("run.toml");
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 60\n\n[model]\nkind = \"lstm\"\n").unwrap();
+    let train = |run: &std::path::Path| {
+        s2s(&[
+            "train",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--quiet",
+            "--device",
+            "cpu",
+            "--run",
+            run.to_str().unwrap(),
+        ])
+    };
+    let prepare = |cache: &std::path::Path| {
+        s2s(&[
+            "data",
+            "prepare",
+            "--src",
+            src.to_str().unwrap(),
+            "--tgt",
+            tgt.to_str().unwrap(),
+            "--level",
+            "word",
+            "--cache",
+            cache.to_str().unwrap(),
+        ])
+    };
+    let outputs = [
+        ("--run FILE", train(&file)),
+        ("--run FILE/sub", train(&file.join("sub"))),
+        ("--cache FILE", prepare(&file)),
+        ("--cache FILE/sub", prepare(&file.join("sub"))),
+    ];
+    for (what, o) in outputs {
+        assert!(!o.status.success(), "{what}");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!("{} is a file, where a directory is needed", file.display())),
+            "{what}: {err}"
+        );
+        assert!(err.contains("name a directory") && err.contains("move the file away"), "{what}: {err}");
+        assert!(!err.contains("os error") && !err.contains("panicked"), "{what}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
+}
+
+/// A full disk behind stdout (`> /dev/full`) is an error that says standard output, from
+/// every kind of writer (a stream, a report, `println!`-style lines, which panicked); a closed
+/// pipe (`| head`) stays a quiet exit 0.
+#[test]
+fn a_write_error_on_stdout_names_standard_output_and_a_closed_pipe_is_quiet() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    }
+    let d = tmp("stdout-full");
+    std::fs::write(d.join("h.txt"), "a b c\n").unwrap();
+    let h = d.join("h.txt");
+    let run = tiny_run("stdout-full-run", "lstm", "1");
+    let score = ["score", "--hyp", h.to_str().unwrap(), "--ref", h.to_str().unwrap()];
+    let translate = ["translate", "--model", run.to_str().unwrap(), "--device", "cpu"];
+    let stats =
+        ["data", "stats", "--src", h.to_str().unwrap(), "--tgt", h.to_str().unwrap(), "--level", "word"];
+    let commands: [(&[&str], &str); 4] =
+        [(&score, ""), (&["course", "list"], ""), (&stats, ""), (&translate, "the dog sleeps .\n")];
+    for (args, input) in commands {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let (reader, pipe) = std::io::pipe().unwrap();
+        drop(reader);
+        for (what, stdout) in [("/dev/full", Stdio::from(full)), ("a closed pipe", Stdio::from(pipe))] {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(stdout)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The child may be gone already (it failed): that is what is checked below.
+            let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+            let o = child.wait_with_output().unwrap();
+            let err = text(&o.stderr);
+            assert!(!err.contains("panicked"), "{args:?} > {what}: {err}");
+            if what == "/dev/full" {
+                assert!(!o.status.success(), "{args:?} > {what}");
+                assert!(err.contains("error: writing to standard output: "), "{args:?} > {what}: {err}");
+                assert!(err.contains("free space where it goes"), "{args:?} > {what}: {err}");
+            } else {
+                assert!(o.status.success(), "{args:?} > {what}: {err}");
+                assert!(!err.contains("error:"), "{args:?} > {what}: {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_paired_test_of_one_file_given_twice_says_so() {
+    let d = tmp("score-twice");
+    std::fs::write(d.join("a.txt"), "a b c\n").unwrap();
+    std::fs::write(d.join("r.txt"), "a b c\n").unwrap();
+    let (a, r) = (d.join("a.txt"), d.join("r.txt"));
+    for test in ["--paired-bs", "--paired-ar"] {
+        let o = s2s(&[
+            "score",
+            "--hyp",
+            a.to_str().unwrap(),
+            "--hyp",
+            a.to_str().unwrap(),
+            "--ref",
+            r.to_str().unwrap(),
+            test,
+        ]);
+        assert!(!o.status.success());
+        let err = text(&o.stderr);
+        assert!(err.contains(&format!("{} is given twice", a.display())), "{test}: {err}");
+        assert!(err.contains("add a different hypothesis file"), "{test}: {err}");
+    }
+}
+
 /// The whole path on a tiny budget: built-in pair → tokenizer → LSTM → checkpoints →
 /// metrics → test scores; rerunning resumes and finds the run finished.
 #[test]
@@ -641,15 +770,19 @@ fn sigint_checkpoints_and_exits_cleanly() {
 
 /// Resuming a CPU run loads its optimizer state without starting a GPU backend: no Vulkan
 /// loader warnings (lavapipe prints one per probe when XDG_RUNTIME_DIR is unset), and the same
-/// result.
+/// result. `TMPDIR` names a file, so that s2s cannot give itself a private XDG_RUNTIME_DIR
+/// (which silences those warnings) and a GPU backend started would still show.
 #[test]
 fn resuming_on_the_cpu_starts_no_gpu_backend() {
     let run = tmp("resume-cpu").join("run");
     let first = run_env(&crash_args(&run, "2"), &[]);
     assert!(first.status.success(), "{}", text(&first.stderr));
+    let not_a_dir = tmp("resume-cpu-tmpdir").join("file");
+    std::fs::write(&not_a_dir, "").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_s2s"))
         .args(crash_args(&run, "4"))
         .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", &not_a_dir)
         .env_remove("BURN_DEVICE")
         .output()
         .unwrap();
