@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::TrainSpec;
 use crate::error::TrainError;
 use crate::evaluate::Search;
+use crate::lock::DirLock;
 use crate::pipeline::{RunOutcome, run_and_test};
 use crate::run::{DataSpec, RunConfig, read_manifest};
 
@@ -362,7 +363,8 @@ pub fn finished(run_dir: &Path) -> bool {
 
 /// Trains every run of `exp` (or those whose model or run name is `only`) under `root`,
 /// skipping finished ones and resuming interrupted ones, and regenerates the report after
-/// each, on the first `train.devices` of `devices`. Returns the report's files.
+/// each, on the first `train.devices` of `devices`. Returns the report's files. `root` is
+/// locked throughout, and each run directory while it trains ([`DirLock`]).
 pub fn run_experiment(
     exp: &Experiment,
     root: &Path,
@@ -373,6 +375,7 @@ pub fn run_experiment(
 ) -> Result<Vec<PathBuf>, TrainError> {
     let entries = exp.entries();
     check_only(exp, &entries, only)?;
+    let _lock = DirLock::create(root)?;
     write_index(exp, &entries, root)?;
     let todo: Vec<usize> = (0..entries.len())
         .filter(|&i| only.is_none_or(|o| entries[i].0.model == o || entries[i].0.name == o))
