@@ -1415,3 +1415,41 @@ fn every_writer_is_refused_while_a_directory_is_locked() {
     refused(&s2s(&["course", "run", "permutation", "--quick", "--out", course.to_str().unwrap()]), &course);
     assert!(!course.join("runs").exists() && !course.join("course.md").exists());
 }
+
+/// Experiment and model names that are no file names — that would leave `--out` (`../../x`),
+/// be `--out` itself (``, `.`) or a nested path (`a/b`) — are refused at their line of the
+/// file, and nothing is written anywhere.
+#[test]
+fn names_that_are_no_file_names_are_refused_at_their_line() {
+    let base = tmp("names");
+    let file = base.join("exp.toml");
+    let out = base.join("a").join("b").join("out");
+    let model = |name: &str| {
+        format!(
+            "[train]\nbudget = {{ steps = 1 }}\n[[model]]\nkind = \"lstm\"\nname = \"{name}\"\nhidden = 8\n"
+        )
+    };
+    let experiment = |name: &str| format!("# an experiment\nname = \"{name}\"\n[[model]]\nkind = \"lstm\"\n");
+    let mut cases = Vec::new();
+    for name in ["../../escaped", "", "a/b", ".", ".."] {
+        cases.push((model(name), format!("exp.toml:5: [[model]] #1 `name`: `{name}` is not a name")));
+    }
+    for name in ["../../e", "", "a/b", "."] {
+        cases.push((experiment(name), format!("exp.toml:2: `name`: `{name}` is not a name")));
+    }
+    for (toml, says) in cases {
+        std::fs::write(&file, &toml).unwrap();
+        for with_out in [true, false] {
+            let mut args = vec!["experiment", "run", file.to_str().unwrap(), "--device", "cpu"];
+            if with_out {
+                args.extend(["--out", out.to_str().unwrap()]);
+            }
+            let o = Command::new(env!("CARGO_BIN_EXE_s2s")).args(&args).current_dir(&base).output().unwrap();
+            let err = text(&o.stderr);
+            assert!(!o.status.success() && err.contains(&says), "{toml}\n{err}");
+            assert!(err.contains("ASCII letters, digits"), "the message states the rule: {err}");
+            let left: Vec<_> = std::fs::read_dir(&base).unwrap().map(|e| e.unwrap().file_name()).collect();
+            assert_eq!(left, ["exp.toml"], "nothing written: {toml}");
+        }
+    }
+}
