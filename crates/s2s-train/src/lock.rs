@@ -6,8 +6,9 @@
 //! The lock is the operating system's (`flock` on Unix, `LockFileEx` on Windows, through
 //! [`File::try_lock`]): it dies with the process that holds it, so a writer killed at any
 //! moment never blocks the next one. The file itself only carries the holder's id for the
-//! message; it is left in place when the lock is released (removing it would let two writers
-//! lock two different files of the same name), and a file left behind is no lock.
+//! message, and is emptied when the lock is released; it is left in place (removing it would
+//! let two writers lock two different files of the same name), and a file left behind is no
+//! lock.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
@@ -44,7 +45,7 @@ pub enum LockError {
 #[derive(Debug)]
 pub struct DirLock {
     /// Open for as long as the lock is held: closing it releases the lock.
-    _file: File,
+    file: File,
     dir: PathBuf,
 }
 
@@ -58,15 +59,14 @@ impl DirLock {
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                let pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse().ok());
-                return Err(LockError::Held { dir: dir.to_path_buf(), pid });
+                return Err(LockError::Held { dir: dir.to_path_buf(), pid: holder(&path) });
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
         // The id is for the message a second writer prints; failing to write it (a full disk)
         // leaves the lock held all the same.
         let _ = file.set_len(0).and_then(|()| writeln!(file, "{}", std::process::id()));
-        Ok(DirLock { _file: file, dir: dir.to_path_buf() })
+        Ok(DirLock { file, dir: dir.to_path_buf() })
     }
 
     /// [`DirLock::acquire`], creating `dir` (and its parents) first.
@@ -79,6 +79,26 @@ impl DirLock {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+impl Drop for DirLock {
+    /// Empties the file before closing it releases the lock, so that the next holder's id is
+    /// the only one a refused writer can read (a killed holder's stays until the next takes it).
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+    }
+}
+
+/// The id the holder of `path`'s lock wrote into it. It writes it just after taking the lock,
+/// so an empty (or half-written) file is read again for a moment before giving up.
+fn holder(path: &Path) -> Option<u32> {
+    for _ in 0..50 {
+        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()) {
+            return Some(pid);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -112,6 +132,7 @@ mod tests {
         assert!(message.contains(&dir.display().to_string()), "{message}");
         assert!(message.contains(&format!("(PID {})", std::process::id())), "{message}");
         drop(first);
+        assert_eq!(std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap(), "", "emptied on release");
         let again = DirLock::acquire(&dir).unwrap();
         drop(again);
         let _ = std::fs::remove_dir_all(&dir);

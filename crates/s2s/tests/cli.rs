@@ -1311,10 +1311,10 @@ fn wait_for_lock(run: &std::path::Path, pid: u32) {
 fn a_run_directory_takes_one_writer_at_a_time() {
     let base = tmp("lock");
     let lone = base.join("lone");
-    let o = run_env(&crash_args(&lone, "12"), &[]);
+    let o = run_env(&crash_args(&lone, "40"), &[]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let run = base.join("shared");
-    let args = crash_args(&run, "12");
+    let args = crash_args(&run, "40");
     let spawn = || {
         Command::new(env!("CARGO_BIN_EXE_s2s"))
             .args(&args)
@@ -1343,7 +1343,7 @@ fn a_run_directory_takes_one_writer_at_a_time() {
     assert_eq!(checkpoint_names(&run), checkpoint_names(&lone));
 
     let killed = base.join("killed");
-    let args = crash_args(&killed, "12");
+    let args = crash_args(&killed, "40");
     let mut child =
         Command::new(env!("CARGO_BIN_EXE_s2s")).args(&args).stderr(Stdio::null()).spawn().unwrap();
     wait_for_lock(&killed, child.id());
