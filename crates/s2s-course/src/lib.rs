@@ -475,6 +475,9 @@ pub enum CourseError {
     /// Knobs that cannot run (`--heads 3`): the sentence names the knob and its remedy.
     #[error("{0}")]
     Knobs(String),
+    /// The output folder is being written by another process, or cannot be locked.
+    #[error(transparent)]
+    Lock(#[from] s2s_train::lock::LockError),
     /// A stop was asked for (Ctrl-C, SIGTERM) while a claim ran: its figures are not judged.
     #[error(
         "interrupted during `{claim}`: the step under way was finished and the models trained so far are kept in {}; run the same command again to resume (the page was not rewritten)",
@@ -488,8 +491,9 @@ pub enum CourseError {
     },
 }
 
-/// Runs the claims named (all when `names` is empty) and writes the page into `out`;
-/// `progress` hears each claim as it starts and ends. Returns the findings and the page's path.
+/// Runs the claims named (all when `names` is empty) and writes the page into `out`, locked
+/// throughout; `progress` hears each claim as it starts and ends. Returns the findings and the
+/// page's path.
 pub fn run(
     names: &[String],
     budget: Budget,
@@ -509,6 +513,8 @@ pub fn run(
             .map(|n| all.iter().find(|c| c.name == n).copied().ok_or_else(|| CourseError::Unknown(n.clone())))
             .collect::<Result<_, _>>()?
     };
+    // One course at a time writes `out` (its runs are locked one by one as they train).
+    let _lock = s2s_train::lock::DirLock::create(out)?;
     let mut done = Vec::new();
     for (i, claim) in picked.iter().enumerate() {
         progress(&format!("[{}/{}] {}: {}", i + 1, picked.len(), claim.name, claim.statement));

@@ -6,6 +6,7 @@
 //! inline SVG) and `plots/*.svg`. No burn: reports can be regenerated anywhere.
 
 pub mod heatmap;
+pub mod name;
 pub mod plot;
 pub mod render;
 pub mod results;

@@ -410,6 +410,23 @@ mod tests {
         assert_eq!(csv.lines().count(), 3);
     }
 
+    /// An index edited to put a run or a model name outside the folder is refused before the
+    /// report writes anything.
+    #[test]
+    fn an_entry_that_is_no_name_is_refused() {
+        for (key, bad) in [("dir", "../lstm"), ("model", "a/b"), ("dir", ""), ("model", "..")] {
+            let dir = fixture("bad-entry");
+            let index = dir.join("experiment.json");
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+            v["entries"][1][key] = bad.into();
+            std::fs::write(&index, v.to_string()).unwrap();
+            let e = write_report(&dir).unwrap_err().to_string();
+            assert!(e.contains("experiment.json: entry #2 `") && e.contains(crate::name::RULE), "{e}");
+            assert!(!dir.join("results.csv").exists() && !dir.join("plots").exists(), "{key} = {bad}");
+        }
+    }
+
     #[test]
     fn results_csv_quotes_names_with_commas_and_quotes() {
         let dir = fixture("csv");

@@ -168,9 +168,20 @@ pub struct RunResult {
     pub p_vs_baseline: Option<f64>,
 }
 
-/// Loads the experiment under `dir` (runs without `run.json` yet are left out).
+/// Loads the experiment under `dir` (runs without `run.json` yet are left out). An entry whose
+/// run directory or model name is no name ([`crate::name`]: they become paths under `dir`) is
+/// refused.
 pub fn load(dir: &Path) -> Result<(ExperimentIndex, Vec<RunResult>), ReportError> {
-    let index: ExperimentIndex = parse(&dir.join("experiment.json"))?;
+    let path = dir.join("experiment.json");
+    let index: ExperimentIndex = parse(&path)?;
+    for (i, e) in index.entries.iter().enumerate() {
+        for (key, value) in [("dir", &e.dir), ("model", &e.model)] {
+            crate::name::check(value).map_err(|err| ReportError::Parse {
+                path: path.clone(),
+                message: format!("entry #{} `{key}`: {err}", i + 1),
+            })?;
+        }
+    }
     let mut out = Vec::new();
     for e in &index.entries {
         let run = dir.join(&e.dir);

@@ -64,6 +64,9 @@ pub enum TrainError {
     /// Scoring failure.
     #[error(transparent)]
     Eval(#[from] s2s_eval::EvalError),
+    /// The directory is being written by another process, or cannot be locked.
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
 }
 
 impl TrainError {

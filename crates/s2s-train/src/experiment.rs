@@ -23,6 +23,7 @@
 //! train = { schedule = { kind = "noam", warmup = 1000 } }   # overrides [train] keys
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::TrainSpec;
 use crate::error::TrainError;
 use crate::evaluate::Search;
+use crate::lock::DirLock;
 use crate::pipeline::{RunOutcome, run_and_test};
 use crate::run::{DataSpec, RunConfig, read_manifest};
 
@@ -130,16 +132,57 @@ pub struct Experiment {
     pub baseline: Option<String>,
 }
 
+/// Where an experiment file sets its names and each model's keys, for errors that name the
+/// line; read beside [`ExperimentFile`] (empty if the file does not parse).
+#[derive(Deserialize, Default)]
+struct Spans {
+    #[serde(default)]
+    name: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    model: Vec<BTreeMap<String, toml::Spanned<toml::Value>>>,
+}
+
 /// An experiment file being read: its errors name the file, and the line where they can.
 struct Errors<'a> {
     path: &'a Path,
     text: &'a str,
+    spans: Spans,
 }
 
 impl Errors<'_> {
     /// An error in the file as a whole.
     fn bad(&self, m: String) -> TrainError {
         TrainError::Config(format!("{}: {m}", self.path.display()))
+    }
+
+    /// An error at the line where `span` starts.
+    fn at(&self, span: std::ops::Range<usize>, m: String) -> TrainError {
+        let line = self.text[..span.start.min(self.text.len())].matches('\n').count() + 1;
+        TrainError::Config(format!("{}:{line}: {m}", self.path.display()))
+    }
+
+    /// An error about key `key` of the `i`th `[[model]]` table, at its line when it is known.
+    fn in_model(&self, i: usize, key: &str, m: String) -> TrainError {
+        let what = format!("[[model]] #{} `{key}`: {m}", i + 1);
+        match self.spans.model.get(i).and_then(|t| t.get(key)) {
+            Some(v) => self.at(v.span(), what),
+            None => self.bad(what),
+        }
+    }
+
+    /// Checks a model's (grid-expanded) `name` against the name rule; an error names the key
+    /// whose value made it: `name` (or `kind`, without one), else a list one of whose strings
+    /// breaks the rule by itself.
+    fn check_model_name(&self, i: usize, table: &toml::Table, name: &str) -> Result<(), TrainError> {
+        let Err(e) = s2s_report::name::check(name) else { return Ok(()) };
+        let breaks = |v: &toml::Value| v.as_str().is_some_and(|s| s2s_report::name::check(s).is_err());
+        let base = if table.contains_key("name") { "name" } else { "kind" };
+        let listed = table.iter().find(|(_, v)| v.as_array().is_some_and(|vs| vs.iter().any(breaks)));
+        let key = match listed {
+            Some((k, _)) if !table.get(base).is_some_and(breaks) => k.as_str(),
+            _ => base,
+        };
+        Err(self.in_model(i, key, e.to_string()))
     }
 
     /// A section's error, at the line of the key it names when that key is in one of the
@@ -196,9 +239,13 @@ impl Errors<'_> {
                 Some(_) => return Err(self.bad(format!("[[model]] #{}: `train` must be a table", i + 1))),
                 None => toml::Table::new(),
             };
+            if table.get("name").is_some_and(|v| !v.is_str()) {
+                return Err(self.in_model(i, "name", "must be a string".into()));
+            }
             let mut merged = shared_train.clone();
             merged.extend(own_train);
             for (name, t) in expand(&table) {
+                self.check_model_name(i, &table, &name)?;
                 let spec: ModelSpec = toml::Value::Table(t).try_into().map_err(|e| {
                     self.bad_in(&[("[[model]]", i)], &format!("[[model]] #{} ({name})", i + 1), e.to_string())
                 })?;
@@ -307,7 +354,8 @@ impl Experiment {
     /// Reads and checks an experiment file; errors name the file and the key.
     pub fn load(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
-        let at = Errors { path, text: &text };
+        let spans = toml::from_str(&text).unwrap_or_default();
+        let at = Errors { path, text: &text, spans };
         let file: ExperimentFile = toml::from_str(&text).map_err(|e| at.bad(e.to_string()))?;
         let shared_train = file.train.clone().unwrap_or_default();
         let train = at.train_spec(shared_train.clone(), "[train]", &[("[train]", 0)])?;
@@ -330,10 +378,24 @@ impl Experiment {
             let names: Vec<&str> = models.iter().map(|(n, _, _)| n.as_str()).collect();
             return Err(at.bad(format!("baseline = \"{b}\" names no model (models: {})", names.join(", "))));
         }
-        let name = file
-            .name
-            .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "experiment".into());
+        let name = match file.name {
+            Some(name) => {
+                s2s_report::name::check(&name).map_err(|e| {
+                    let m = format!("`name`: {e}");
+                    at.spans.name.as_ref().map_or_else(|| at.bad(m.clone()), |v| at.at(v.span(), m.clone()))
+                })?;
+                name
+            }
+            None => {
+                let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+                s2s_report::name::check(&stem).map_err(|e| {
+                    at.bad(format!(
+                        "the experiment's name comes from the file's, without `.toml`: {e}; set `name = \"...\"` in the file"
+                    ))
+                })?;
+                stem
+            }
+        };
         Ok(Self {
             name,
             description: file.description,
@@ -390,7 +452,8 @@ pub fn finished(run_dir: &Path) -> bool {
 
 /// Trains every run of `exp` (or those whose model or run name is `only`) under `root`,
 /// skipping finished ones and resuming interrupted ones, and regenerates the report after
-/// each, on the first `train.devices` of `devices`. Returns the report's files.
+/// each, on the first `train.devices` of `devices`. Returns the report's files. `root` is
+/// locked throughout, and each run directory while it trains ([`DirLock`]).
 pub fn run_experiment(
     exp: &Experiment,
     root: &Path,
@@ -401,6 +464,7 @@ pub fn run_experiment(
 ) -> Result<Vec<PathBuf>, TrainError> {
     let entries = exp.entries();
     check_only(exp, &entries, only)?;
+    let _lock = DirLock::create(root)?;
     write_index(exp, &entries, root)?;
     let todo: Vec<usize> = (0..entries.len())
         .filter(|&i| only.is_none_or(|o| entries[i].0.model == o || entries[i].0.name == o))
@@ -500,7 +564,10 @@ mod tests {
     use super::*;
 
     fn load(text: &str) -> Result<Experiment, TrainError> {
-        let dir = std::env::temp_dir().join(format!("s2s-exp-{}-{}", std::process::id(), text.len()));
+        // A directory per call: tests run side by side.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("s2s-exp-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("grid.toml");
         std::fs::write(&p, text).unwrap();
@@ -604,5 +671,50 @@ mod tests {
         assert!(err.to_string().contains("grid.toml:5: [[model]] #1 (lstm) train"), "{err}");
         assert_eq!(super::key_line("[a]\nx = 1\n[b]\nx = 2\n", "[b]", 0, "x"), Some(4));
         assert_eq!(super::key_line("[a]\nxy = 1\n", "[a]", 0, "x"), None);
+    }
+
+    /// A name that is no file name is refused at the line that set it: a model's `name` (in a
+    /// table or an inline array of tables), a grid value that makes one, the experiment's `name`;
+    /// a file whose name is none asks for a `name`.
+    #[test]
+    fn a_name_that_is_no_file_name_names_its_line() {
+        let model = |name: &str| {
+            format!(
+                "[train]\nbudget = {{ steps = 3 }}\n[[model]]\nkind = \"lstm\"\n[[model]]\nkind = \"lstm\"\nhidden = 8\nname = {name}\n"
+            )
+        };
+        for (name, says) in [
+            ("\"../../escaped\"", "`../../escaped` is not a name (it holds '/')"),
+            ("\"\"", "`` is not a name (it is empty)"),
+            ("\"a/b\"", "`a/b` is not a name (it holds '/')"),
+            ("\".\"", "`.` is not a name (it starts with `.`)"),
+            ("\"a b\"", "`a b` is not a name (it holds ' ')"),
+            ("3", "must be a string"),
+        ] {
+            let err = load(&model(name)).unwrap_err().to_string();
+            assert!(err.contains(&format!("grid.toml:8: [[model]] #2 `name`: {says}")), "{err}");
+        }
+        let inline = "model = [{ kind = \"lstm\" },\n  { kind = \"lstm\", name = \"../x\" }]\n[train]\nbudget = { steps = 3 }\n";
+        let err = load(inline).unwrap_err().to_string();
+        assert!(err.contains("grid.toml:2: [[model]] #2 `name`: `../x` is not a name"), "{err}");
+        let grid =
+            "[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\ncell = [\"gru\", \"../x\"]\n";
+        let err = load(grid).unwrap_err().to_string();
+        assert!(err.contains("grid.toml:5: [[model]] #1 `cell`: `lstm-../x` is not a name"), "{err}");
+        let long = model(&format!("\"{}\"", "m".repeat(201)));
+        assert!(load(&long).unwrap_err().to_string().contains("grid.toml:8: [[model]] #2 `name`: `mmm"));
+        let exp = "# a comment\nname = \"../../e\"\n[[model]]\nkind = \"lstm\"\n";
+        let err = load(exp).unwrap_err().to_string();
+        assert!(err.contains("grid.toml:2: `name`: `../../e` is not a name (it holds '/')"), "{err}");
+        let dir = std::env::temp_dir().join(format!("s2s-exp-stem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("my grid.toml");
+        std::fs::write(&p, "[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\n").unwrap();
+        let err = Experiment::load(&p).unwrap_err().to_string();
+        assert!(err.contains("`my grid` is not a name") && err.contains("set `name = \"...\"`"), "{err}");
+        std::fs::write(&p, "name = \"mine\"\n[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\n")
+            .unwrap();
+        assert_eq!(Experiment::load(&p).unwrap().name, "mine");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -30,6 +30,7 @@ pub mod error;
 pub mod evaluate;
 pub mod experiment;
 pub mod interrupt;
+pub mod lock;
 pub mod loss;
 pub mod metrics;
 pub mod pipeline;

@@ -11,6 +11,7 @@ use crate::average::average_last as average_last_into;
 use crate::checkpoint::Checkpoints;
 use crate::error::TrainError;
 use crate::evaluate::Search;
+use crate::lock::DirLock;
 use crate::run::{Prepared, RunConfig, RunManifest, prepare, read_manifest, write_manifest};
 use crate::testset::{TestScores, evaluate_test};
 use crate::trainer::{TrainJob, TrainOutcome, build_model, load_model, train};
@@ -46,7 +47,8 @@ impl Tested {
 
 /// Trains `cfg` into `run_dir` on `devices` (as many as `cfg.train.devices`; the first also
 /// evaluates) and evaluates the checkpoint `tested` names with `search`. `log` receives progress
-/// lines.
+/// lines. The run directory is locked for the whole of it ([`DirLock`]): another process
+/// writing it already is an error, before anything is read or written.
 #[allow(clippy::too_many_arguments)]
 pub fn run_and_test(
     cfg: &RunConfig,
@@ -58,6 +60,7 @@ pub fn run_and_test(
     tested: Tested,
     log: &dyn Fn(&str),
 ) -> Result<RunOutcome, TrainError> {
+    let _lock = DirLock::create(run_dir)?;
     check_resume_config(cfg, run_dir)?;
     let device = devices.first().ok_or_else(|| TrainError::Config("no device selected".into()))?;
     for ablation in cfg.model.ablations() {

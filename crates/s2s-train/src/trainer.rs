@@ -228,7 +228,8 @@ fn captured_steps(
 
 /// Trains (or resumes) one model in `job.run_dir`: resume from the last checkpoint, then
 /// steps (eager or captured) until the budget, patience or a stop request ends the run, with
-/// validation and a checkpoint every `valid_every` steps, then the finish.
+/// validation and a checkpoint every `valid_every` steps, then the finish. The caller holds
+/// the run directory's lock ([`crate::lock::DirLock`]; [`crate::pipeline::run_and_test`] does).
 pub fn train(job: TrainJob<'_>) -> Result<TrainOutcome, TrainError> {
     let spec = job.spec;
     spec.validate().map_err(|e| TrainError::Config(e.to_string()))?;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use s2s_data::Tokenizers;
+use s2s_train::lock::DirLock;
 use s2s_train::run::read_manifest;
 
 use crate::out::outln;
@@ -26,6 +27,8 @@ pub struct AverageArgs {
 pub fn run(a: AverageArgs) -> Result<()> {
     let manifest = read_manifest(&a.run)
         .with_context(|| format!("{} is not a run directory (no readable run.json)", a.run.display()))?;
+    // It writes into the run: not while another process (a training) writes it.
+    let _lock = DirLock::acquire(&a.run)?;
     let tok = Tokenizers::load(&a.run.join("tokenizer"))
         .with_context(|| format!("loading {}", a.run.join("tokenizer").display()))?;
     let (dir, record) = s2s_train::average::average_last(&a.run, &manifest.config.model, &tok, a.last)?;

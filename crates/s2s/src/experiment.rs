@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::experiment::{Experiment, run_experiment};
+use s2s_train::lock::DirLock;
 
 use crate::out::outln;
 
@@ -70,6 +71,9 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
 
 /// Runs `s2s report DIR`.
 pub fn report(a: ReportArgs) -> Result<()> {
+    // It rewrites the experiment's report files: not while `experiment run` writes them. A
+    // directory without an index is refused by the report itself, with nothing written.
+    let _lock = a.dir.join("experiment.json").is_file().then(|| DirLock::acquire(&a.dir)).transpose()?;
     let written =
         s2s_report::write_report(&a.dir).with_context(|| format!("reporting {}", a.dir.display()))?;
     for p in written.iter().filter(|p| p.extension().is_some_and(|e| e == "md" || e == "html")) {

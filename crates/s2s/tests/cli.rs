@@ -1427,3 +1427,174 @@ fn sigint_stops_a_course_run_without_judging_the_claim() {
     assert!(err.contains("interrupted during `bottleneck`") && err.contains("resume"), "{err}");
     assert!(!out.join("course.md").exists(), "no page from a claim that did not finish");
 }
+
+/// The names of the entries of `dir/checkpoints`, sorted.
+fn checkpoint_names(run: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits (at most a minute) until `run`'s lock file holds `pid`: the process holds the lock.
+fn wait_for_lock(run: &std::path::Path, pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let holds = || std::fs::read_to_string(run.join(".lock")).is_ok_and(|t| t.trim() == pid.to_string());
+    while !holds() {
+        assert!(std::time::Instant::now() < deadline, "PID {pid} never locked {}", run.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Two trainings started together into one run directory: one is refused at once, naming the
+/// directory and the other's PID, before it reads or writes anything; the other's metrics and
+/// checkpoints are those of a lone run. A training killed while it holds the lock leaves its
+/// lock file behind, and no lock: the next one resumes.
+#[test]
+fn a_run_directory_takes_one_writer_at_a_time() {
+    let base = tmp("lock");
+    let lone = base.join("lone");
+    let o = run_env(&crash_args(&lone, "40"), &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let run = base.join("shared");
+    let args = crash_args(&run, "40");
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_s2s"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (pa, pb) = (a.id(), b.id());
+    let (oa, ob) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let (lost, winner) = match (oa.status.success(), ob.status.success()) {
+        (true, false) => (ob, pa),
+        (false, true) => (oa, pb),
+        _ => panic!(
+            "exactly one of two trainings into one directory must be refused:\n{}\n---\n{}",
+            text(&oa.stderr),
+            text(&ob.stderr)
+        ),
+    };
+    let err = text(&lost.stderr);
+    let says = format!("{} is being written by another s2s process (PID {winner})", run.display());
+    assert!(err.contains(&says), "{err}");
+    assert!(!err.contains("model: "), "refused before it prepared anything: {err}");
+    assert_eq!(outcome(&run), outcome(&lone));
+    assert_eq!(checkpoint_names(&run), checkpoint_names(&lone));
+
+    let killed = base.join("killed");
+    let args = crash_args(&killed, "40");
+    let mut child =
+        Command::new(env!("CARGO_BIN_EXE_s2s")).args(&args).stderr(Stdio::null()).spawn().unwrap();
+    wait_for_lock(&killed, child.id());
+    let _ = child.kill(); // SIGKILL: the lock file stays, naming a process that is gone.
+    let _ = child.wait();
+    assert!(killed.join(".lock").exists());
+    let o = run_env(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(outcome(&killed), outcome(&lone));
+}
+
+/// While another process holds a directory's lock (this test), every command that writes it is
+/// refused with its name and the holder's PID — train, average, experiment, report, course —
+/// and writes nothing; translate, a reader, takes no lock.
+#[test]
+fn every_writer_is_refused_while_a_directory_is_locked() {
+    let base = tmp("locked");
+    let lock = |dir: &std::path::Path| {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))
+            .unwrap();
+        f.try_lock().unwrap();
+        writeln!(f, "{}", std::process::id()).unwrap();
+        f
+    };
+    let refused = |o: &Output, dir: &std::path::Path| {
+        let says =
+            format!("{} is being written by another s2s process (PID {})", dir.display(), std::process::id());
+        assert!(!o.status.success() && text(&o.stderr).contains(&says), "{}", text(&o.stderr));
+    };
+    let run = base.join("run");
+    let args = crash_args(&run, "2");
+    let o = run_env(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let before = checkpoint_names(&run);
+    let held = lock(&run);
+    refused(&run_env(&crash_args(&run, "4"), &[]), &run);
+    refused(&s2s(&["average", run.to_str().unwrap(), "--last", "1"]), &run);
+    assert_eq!(checkpoint_names(&run), before, "nothing written");
+    let o = s2s_stdin(&["translate", "--model", run.to_str().unwrap(), "--device", "cpu"], "a b\n");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    drop(held);
+
+    let file = base.join("tiny.toml");
+    std::fs::write(&file, "[train]\nbudget = { steps = 1 }\n[[model]]\nkind = \"lstm\"\n").unwrap();
+    let out = base.join("exp");
+    let _held = lock(&out);
+    let o = s2s(&[
+        "experiment",
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
+    refused(&o, &out);
+    assert!(!out.join("experiment.json").exists());
+    std::fs::write(out.join("experiment.json"), r#"{"name": "tiny", "source": "tiny.toml", "entries": []}"#)
+        .unwrap();
+    refused(&s2s(&["report", out.to_str().unwrap()]), &out);
+    assert!(!out.join("report.md").exists());
+    let course = base.join("course");
+    let _held = lock(&course);
+    refused(&s2s(&["course", "run", "permutation", "--quick", "--out", course.to_str().unwrap()]), &course);
+    assert!(!course.join("runs").exists() && !course.join("course.md").exists());
+}
+
+/// Experiment and model names that are no file names — that would leave `--out` (`../../x`),
+/// be `--out` itself (``, `.`) or a nested path (`a/b`) — are refused at their line of the
+/// file, and nothing is written anywhere.
+#[test]
+fn names_that_are_no_file_names_are_refused_at_their_line() {
+    let base = tmp("names");
+    let file = base.join("exp.toml");
+    let out = base.join("a").join("b").join("out");
+    let model = |name: &str| {
+        format!(
+            "[train]\nbudget = {{ steps = 1 }}\n[[model]]\nkind = \"lstm\"\nname = \"{name}\"\nhidden = 8\n"
+        )
+    };
+    let experiment = |name: &str| format!("# an experiment\nname = \"{name}\"\n[[model]]\nkind = \"lstm\"\n");
+    let mut cases = Vec::new();
+    for name in ["../../escaped", "", "a/b", ".", ".."] {
+        cases.push((model(name), format!("exp.toml:5: [[model]] #1 `name`: `{name}` is not a name")));
+    }
+    for name in ["../../e", "", "a/b", "."] {
+        cases.push((experiment(name), format!("exp.toml:2: `name`: `{name}` is not a name")));
+    }
+    for (toml, says) in cases {
+        std::fs::write(&file, &toml).unwrap();
+        for with_out in [true, false] {
+            let mut args = vec!["experiment", "run", file.to_str().unwrap(), "--device", "cpu"];
+            if with_out {
+                args.extend(["--out", out.to_str().unwrap()]);
+            }
+            let o = Command::new(env!("CARGO_BIN_EXE_s2s")).args(&args).current_dir(&base).output().unwrap();
+            let err = text(&o.stderr);
+            assert!(!o.status.success() && err.contains(&says), "{toml}\n{err}");
+            assert!(err.contains("ASCII letters, digits"), "the message states the rule: {err}");
+            let left: Vec<_> = std::fs::read_dir(&base).unwrap().map(|e| e.unwrap().file_name()).collect();
+            assert_eq!(left, ["exp.toml"], "nothing written: {toml}");
+        }
+    }
+}
