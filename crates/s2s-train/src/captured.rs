@@ -26,8 +26,7 @@ use serde::Serialize;
 use crate::core_split::CoreSplit;
 use crate::precision::LossScaler;
 use crate::step::{
-    self, DeviceBatch, Phases, Seeded, Spread, StepError, StepOptions, StepSettings, Update,
-    dropout_seed,
+    self, DeviceBatch, Phases, Seeded, Spread, StepError, StepOptions, StepSettings, Update, dropout_seed,
 };
 
 /// A step on one batch on one device as a captured graph records it (and as its eager stand-in
@@ -189,7 +188,8 @@ impl FixedBatchTrainer {
         let seed = self.seed_of(0);
         let update = Update { optim: &mut self.optim, settings: self.settings, scaler: None };
         let (batch, device) = (&self.batch, &self.device);
-        let (graph, (model, loss)) = recorder.record(|| graph_step(model, batch, seed, device, update, None))?;
+        let (graph, (model, loss)) =
+            recorder.record(|| graph_step(model, batch, seed, device, update, None))?;
         self.model = Some(model);
         self.loss = Some(LastLoss::OnDevice(loss));
         self.graph = Some(graph);
@@ -368,7 +368,12 @@ impl CapturedSteps {
 
     /// Replays the graph of bucket shape `shape` on `padded` as step `at`, if one is alive:
     /// returns whether it did.
-    fn replay(&mut self, shape: (usize, usize, usize), padded: &Batch, at: StepAt) -> Result<bool, GraphError> {
+    fn replay(
+        &mut self,
+        shape: (usize, usize, usize),
+        padded: &Batch,
+        at: StepAt,
+    ) -> Result<bool, GraphError> {
         let Some(e) = self.entries.iter_mut().find(|e| e.shape == shape) else {
             return Ok(false);
         };

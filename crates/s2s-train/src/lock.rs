@@ -39,6 +39,9 @@ pub enum LockError {
         /// The error.
         source: std::io::Error,
     },
+    /// The directory could not be made (a file in its way is named, with the remedy).
+    #[error(transparent)]
+    Dir(#[from] s2s_data::DataError),
 }
 
 /// A held lock on a directory; released when dropped (or when the process ends).
@@ -71,7 +74,7 @@ impl DirLock {
 
     /// [`DirLock::acquire`], creating `dir` (and its parents) first.
     pub fn create(dir: &Path) -> Result<DirLock, LockError> {
-        std::fs::create_dir_all(dir).map_err(|source| LockError::Io { path: dir.to_path_buf(), source })?;
+        s2s_data::create_dir_all(dir)?;
         Self::acquire(dir)
     }
 
@@ -164,8 +167,8 @@ mod tests {
         assert!(e.to_string().contains(&dir.join(LOCK_FILE).display().to_string()), "{e}");
         assert!(!dir.exists());
         std::fs::write(&dir, "a file").unwrap();
-        let e = DirLock::create(&dir.join("run")).unwrap_err();
-        assert!(e.to_string().contains(&dir.join("run").display().to_string()), "{e}");
+        let e = DirLock::create(&dir.join("run")).unwrap_err().to_string();
+        assert!(e.contains(&dir.display().to_string()) && e.contains("is a file"), "{e}");
         let _ = std::fs::remove_file(&dir);
     }
 }

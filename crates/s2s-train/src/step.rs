@@ -401,8 +401,10 @@ fn batch_gradients(
     let loss = sum.div(batch.step_tokens_on_device.clone());
     let loss_sum = match read {
         true => {
-            let value =
-                loss.clone().try_into_scalar::<f32>().map_err(|e| StepError::Device(root_cause(&e.to_string())))?;
+            let value = loss
+                .clone()
+                .try_into_scalar::<f32>()
+                .map_err(|e| StepError::Device(root_cause(&e.to_string())))?;
             value as f64 * batch.step_tokens as f64
         }
         false => 0.0,

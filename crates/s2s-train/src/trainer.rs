@@ -494,7 +494,8 @@ impl<'j, 'a> Run<'j, 'a> {
                 let rows = &batches[0];
                 let mut parts = Vec::with_capacity(split.parts());
                 for (i, r) in row_ranges(rows.len(), split.parts()).into_iter().enumerate() {
-                    parts.push((DeviceBatch::new(&data.collate(&rows[r])?, &self.devices[0]), seed(micro, i)));
+                    parts
+                        .push((DeviceBatch::new(&data.collate(&rows[r])?, &self.devices[0]), seed(micro, i)));
                 }
                 let tokens: usize = parts.iter().map(|(p, _)| p.tokens).sum();
                 Ok(parts.into_iter().map(|(p, s)| (p.with_step_tokens(tokens * per_step), s)).collect())

@@ -212,10 +212,17 @@ fn the_checker_refuses_what_does_not_exist() {
 fn the_readme_is_a_front_page() {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let lines: Vec<&str> = readme.lines().collect();
-    assert!(lines.len() <= 120, "README.md has {} lines: at most 120 (the rest belongs in docs/)", lines.len());
+    assert!(
+        lines.len() <= 120,
+        "README.md has {} lines: at most 120 (the rest belongs in docs/)",
+        lines.len()
+    );
     let test = lines.iter().position(|l| *l == "# test").expect("a `# test` line in README.md");
     assert!(test + 1 < 40, "README.md's test command is on line {}: it belongs in the first 40", test + 2);
-    assert!(lines[..test].iter().any(|l| l.starts_with("cargo run --release")), "the main job comes before `# test`");
+    assert!(
+        lines[..test].iter().any(|l| l.starts_with("cargo run --release")),
+        "the main job comes before `# test`"
+    );
 }
 
 /// The rows of the first Markdown table after `marker` in `text`, each a list of its cells
@@ -265,7 +272,11 @@ fn the_readmes_quickstart_table_is_the_benchmarks_block() {
             let shown = &row[c];
             let decimals = shown.split_once('.').map_or(0, |(_, d)| d.len());
             let want = format!("{:.*}", decimals, first_number(&brow[b]).unwrap());
-            assert_eq!(shown, &want, "README's `{name}` of {} against docs/benchmarks.md ({})", row[0], brow[b]);
+            assert_eq!(
+                shown, &want,
+                "README's `{name}` of {} against docs/benchmarks.md ({})",
+                row[0], brow[b]
+            );
         }
     }
 }
