@@ -384,7 +384,7 @@ impl SearchMemoryError {
                 names.source
             ),
             (0, n) => format!("lower {} to at most {n}", names.sentences),
-            (b, 0) => format!("lower {} to at most {b}, or {}", names.beam, names.source),
+            (b, 0) => format!("lower {} to at most {b} (or {})", names.beam, names.source),
             (b, n) => format!("lower {} to at most {b}, or {} to at most {n}", names.beam, names.sentences),
         };
         format!("{what}: {remedy}")

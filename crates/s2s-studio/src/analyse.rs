@@ -46,7 +46,13 @@ impl Limits {
         memory: s2s_decode::MemoryLimit,
     ) -> Result<(), crate::StudioError> {
         let workers = workers.max(1);
-        let share = s2s_decode::MemoryLimit::bytes(memory.bytes / workers as u64);
+        let share =
+            if workers == 1 { memory } else { s2s_decode::MemoryLimit::bytes(memory.bytes / workers as u64) };
+        let shared = if workers == 1 {
+            String::new()
+        } else {
+            format!(" (1/{workers} of {memory}, as --workers {workers} decode at once)")
+        };
         for m in &studio.models {
             let spec = s2s_train::run::read_manifest(&m.run)?.config.model;
             let size = s2s_decode::SearchSize {
@@ -66,8 +72,7 @@ impl Limits {
                     source: "--max-src-tokens",
                 };
                 crate::StudioError::Serve(format!(
-                    "--max-beam {}: model `{}`: {} (each of the {workers} --workers decoding at once \
-                     gets 1/{workers} of {memory})",
+                    "--max-beam {}: model `{}`: {}{shared}",
                     self.max_beam,
                     m.name,
                     e.message(&names)
