@@ -388,7 +388,9 @@ impl Search {
     /// the earlier hypothesis, then the lower token), from each row's best `w` tokens `ids`
     /// with log-probabilities `lp` (`[rows, w]`).
     fn ranked(&self, lp: &[f32], ids: &[u32], w: usize, k: usize) -> Vec<Ranked> {
-        let mut cands: Vec<Ranked> = Vec::with_capacity(self.live.len() * 2 * k);
+        // Every parent's `w` best, not `2k`: where the vocabulary is smaller than `2k`, a row
+        // has only `w` (`crate::limits` counts `k · w` of these).
+        let mut cands: Vec<Ranked> = Vec::with_capacity(self.live.len() * w);
         for (i, h) in self.live.iter().enumerate() {
             let at = h.row * w..(h.row + 1) * w;
             cands.extend(lp[at.clone()].iter().zip(&ids[at]).map(|(&l, &t)| (h.score + l as f64, i, t, l)));

@@ -22,5 +22,5 @@ pub use captured::{CapturedSearch, DecodeCaptureStats, Run};
 pub use ensemble::Ensemble;
 pub use greedy::{Hypothesis, greedy, greedy_chunked};
 pub use incremental::Incremental;
-pub use limits::MaxLength;
+pub use limits::{MaxLength, MemoryLimit, Names, RowState, SearchMemoryError, SearchSize};
 pub use sample::{SampleConfig, SampleError, sample};

@@ -58,6 +58,52 @@ impl ModelSpec {
         }
     }
 
+    /// Checks every size and rate of the spec before anything is built: each size at least 1,
+    /// each dropout in `[0, 1)`, a bidirectional encoder's hidden size even, the Transformer's
+    /// heads dividing `d_model`. Each error names its key ([`crate::ModelError::field`]).
+    pub fn validate(&self) -> Result<(), crate::ModelError> {
+        use crate::ModelError;
+        let positive = |sizes: &[(&'static str, usize)]| match sizes.iter().find(|(_, v)| *v == 0) {
+            Some(&(name, _)) => Err(ModelError::Zero { name }),
+            None => Ok(()),
+        };
+        let probability = |name: &'static str, value: f64| {
+            if (0.0..1.0).contains(&value) { Ok(()) } else { Err(ModelError::Probability { name, value }) }
+        };
+        let bidirectional = |on: bool, hidden: usize| {
+            if on && hidden % 2 != 0 { Err(ModelError::OddBidirectional(hidden)) } else { Ok(()) }
+        };
+        match self {
+            ModelSpec::Lstm(s) => {
+                positive(&[("emb", s.emb), ("hidden", s.hidden), ("layers", s.layers)])?;
+                probability("dropout", s.dropout)?;
+                bidirectional(s.bidirectional, s.hidden)
+            }
+            ModelSpec::Bahdanau(s) | ModelSpec::Luong(s) => {
+                positive(&[("emb", s.emb), ("hidden", s.hidden), ("layers", s.layers)])?;
+                if matches!(self, ModelSpec::Luong(_)) && s.score == crate::attention::LuongScore::LowRank {
+                    positive(&[("rank", s.rank)])?;
+                }
+                probability("dropout", s.dropout)?;
+                bidirectional(s.bidirectional, s.hidden)
+            }
+            ModelSpec::Transformer(s) => {
+                positive(&[
+                    ("d_model", s.d_model),
+                    ("heads", s.heads),
+                    ("ffn", s.ffn),
+                    ("enc_layers", s.enc_layers),
+                    ("dec_layers", s.dec_layers),
+                ])?;
+                if !s.d_model.is_multiple_of(s.heads) {
+                    return Err(ModelError::Heads { heads: s.heads, d_model: s.d_model });
+                }
+                probability("dropout", s.dropout)?;
+                probability("attention_dropout", s.attention_dropout)
+            }
+        }
+    }
+
     /// Builds the model for the given vocabulary sizes on `device` (separate vocabularies).
     pub fn init(
         &self,
@@ -97,6 +143,7 @@ impl ModelSpec {
         joint: bool,
         device: &Device,
     ) -> Result<Model, crate::ModelError> {
+        self.validate()?;
         match self {
             ModelSpec::Lstm(s) => {
                 LstmSeq2SeqConfig::new(src_vocab, tgt_vocab, s.clone()).init(device).map(Model::Lstm)
@@ -158,6 +205,85 @@ mod tests {
         assert!(lstm.init(10, 10, &d).unwrap_err().to_string().contains("dropout"));
         let odd = ModelSpec::Bahdanau(AttentionRnnSpec { hidden: 7, ..Default::default() });
         assert!(odd.init(10, 10, &d).unwrap_err().to_string().contains("even hidden size"));
+    }
+
+    /// Every size of every kind at 0 is an error naming it (a 0 used to panic while the
+    /// model was built: an index out of bounds for 0 layers, empty products for the others).
+    #[test]
+    fn zero_sizes_are_named() {
+        let d = Device::flex();
+        let lstm = |f: fn(&mut LstmSpec)| {
+            let mut s = LstmSpec::default();
+            f(&mut s);
+            ModelSpec::Lstm(s)
+        };
+        let rnn = |f: fn(&mut AttentionRnnSpec)| {
+            let mut s = AttentionRnnSpec::default();
+            f(&mut s);
+            (ModelSpec::Bahdanau(s.clone()), ModelSpec::Luong(s))
+        };
+        let tf = |f: fn(&mut TransformerSpec)| {
+            let mut s = TransformerSpec::default();
+            f(&mut s);
+            ModelSpec::Transformer(s)
+        };
+        let mut cases = vec![
+            (lstm(|s| s.emb = 0), "emb"),
+            (lstm(|s| s.hidden = 0), "hidden"),
+            (lstm(|s| s.layers = 0), "layers"),
+            (tf(|s| s.d_model = 0), "d_model"),
+            (tf(|s| s.heads = 0), "heads"),
+            (tf(|s| s.ffn = 0), "ffn"),
+            (tf(|s| s.enc_layers = 0), "enc_layers"),
+            (tf(|s| s.dec_layers = 0), "dec_layers"),
+        ];
+        for (f, name) in [
+            ((|s: &mut AttentionRnnSpec| s.emb = 0) as fn(&mut AttentionRnnSpec), "emb"),
+            (|s: &mut AttentionRnnSpec| s.hidden = 0, "hidden"),
+            (|s: &mut AttentionRnnSpec| s.layers = 0, "layers"),
+        ] {
+            let (b, l) = rnn(f);
+            cases.push((b, name));
+            cases.push((l, name));
+        }
+        for (spec, name) in cases {
+            let e = spec.validate().unwrap_err();
+            assert_eq!(e, crate::ModelError::Zero { name }, "{spec:?}");
+            assert_eq!(e.field(), Some(name));
+            assert_eq!(e.to_string(), format!("{name} must be at least 1, got 0"));
+            assert_eq!(spec.init(10, 10, &d).unwrap_err(), e, "init checks first");
+        }
+        // The low-rank score's rank, Luong only; a Bahdanau model has no score to rank.
+        let (bahdanau, luong) = rnn(|s| (s.score, s.rank) = (crate::attention::LuongScore::LowRank, 0));
+        assert_eq!(luong.validate().unwrap_err().field(), Some("rank"));
+        assert!(bahdanau.validate().is_ok());
+    }
+
+    #[test]
+    fn rates_and_shapes_are_named() {
+        let tf = |f: fn(&mut TransformerSpec)| {
+            let mut s = TransformerSpec::default();
+            f(&mut s);
+            ModelSpec::Transformer(s).validate().unwrap_err()
+        };
+        assert_eq!(tf(|s| s.heads = 3), crate::ModelError::Heads { heads: 3, d_model: 256 });
+        assert_eq!(tf(|s| s.dropout = 1.0).field(), Some("dropout"));
+        assert_eq!(tf(|s| s.attention_dropout = f64::NAN).field(), Some("attention_dropout"));
+        assert_eq!(tf(|s| s.dropout = -0.1).field(), Some("dropout"));
+        let odd = ModelSpec::Lstm(LstmSpec { bidirectional: true, hidden: 7, ..Default::default() });
+        assert_eq!(odd.validate().unwrap_err(), crate::ModelError::OddBidirectional(7));
+        for kind in s2s_models_defaults() {
+            assert!(kind.validate().is_ok(), "{kind:?}");
+        }
+    }
+
+    fn s2s_models_defaults() -> Vec<ModelSpec> {
+        vec![
+            ModelSpec::Lstm(LstmSpec::default()),
+            ModelSpec::Bahdanau(AttentionRnnSpec::default()),
+            ModelSpec::Luong(AttentionRnnSpec::default()),
+            ModelSpec::Transformer(TransformerSpec::default()),
+        ]
     }
 
     #[test]

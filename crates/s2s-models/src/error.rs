@@ -35,6 +35,12 @@ pub enum ModelError {
         /// Model width.
         d_model: usize,
     },
+    /// A size or count that must be at least 1 is 0.
+    #[error("{name} must be at least 1, got 0")]
+    Zero {
+        /// The setting.
+        name: &'static str,
+    },
     /// A Transformer without width or layers.
     #[error("d_model and the layer counts must be positive")]
     EmptyTransformer,
@@ -46,4 +52,18 @@ pub enum ModelError {
         /// Target vocabulary size.
         tgt: usize,
     },
+}
+
+impl ModelError {
+    /// The `[model]` key the error is about, when it is one key's (to point at its line).
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            ModelError::Zero { name } | ModelError::Probability { name, .. } => Some(name),
+            ModelError::UnknownScore(_) | ModelError::DotSizes { .. } => Some("score"),
+            ModelError::OddBidirectional(_) => Some("hidden"),
+            ModelError::Heads { .. } => Some("heads"),
+            ModelError::SharedVocabulary { .. } => Some("share_embeddings"),
+            ModelError::EmptyTransformer => None,
+        }
+    }
 }

@@ -34,6 +34,55 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Refuses limits under which a request's traced beam search — one sentence of up to
+    /// `max_src_tokens`, at beam `max_beam` — could hold more than its share of `memory`, with
+    /// `workers` requests decoding at once: each request is bounded by these limits, so every
+    /// request the studio accepts then fits ([`s2s_decode::SearchSize`]).
+    pub fn check_memory(
+        &self,
+        studio: &Studio,
+        workers: usize,
+        memory: s2s_decode::MemoryLimit,
+    ) -> Result<(), crate::StudioError> {
+        let workers = workers.max(1);
+        let share =
+            if workers == 1 { memory } else { s2s_decode::MemoryLimit::bytes(memory.bytes / workers as u64) };
+        let shared = if workers == 1 {
+            String::new()
+        } else {
+            format!(" (1/{workers} of {memory}, as --workers {workers} decode at once)")
+        };
+        for m in &studio.models {
+            let spec = s2s_train::run::read_manifest(&m.run)?.config.model;
+            let size = s2s_decode::SearchSize {
+                beam: self.max_beam,
+                sentences: 1,
+                vocab: m.tok.tgt.vocab_size(),
+                src_len: self.max_src_tokens.saturating_add(1),
+                max_length: m.limit,
+                attention: false,
+                observed: true,
+                state: s2s_decode::RowState::of(&spec),
+            };
+            size.check(share).map_err(|e| {
+                let names = s2s_decode::Names {
+                    beam: "--max-beam",
+                    sentences: "--workers",
+                    source: "--max-src-tokens",
+                };
+                crate::StudioError::Serve(format!(
+                    "--max-beam {}: model `{}`: {}{shared}",
+                    self.max_beam,
+                    m.name,
+                    e.message(&names)
+                ))
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// A bad request, with its HTTP status and a message for the page.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]

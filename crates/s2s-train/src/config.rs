@@ -169,6 +169,9 @@ impl TrainSpec {
         if b.steps.is_none() && b.epochs.is_none() && b.minutes.is_none() {
             return Err(SpecError::NoBudget);
         }
+        if let Some(m) = b.minutes.filter(|m| !(*m > 0.0 && m.is_finite())) {
+            return Err(SpecError::Minutes(m));
+        }
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             return Err(SpecError::LearningRate(self.lr));
         }
@@ -193,6 +196,9 @@ pub enum SpecError {
     /// No budget at all.
     #[error("the training budget needs steps, epochs or minutes")]
     NoBudget,
+    /// `budget.minutes` not a positive number (NaN never ran out).
+    #[error("budget minutes must be a positive number, got {0}")]
+    Minutes(f64),
     /// `lr` not a positive number.
     #[error("lr must be positive, got {0}")]
     LearningRate(f64),

@@ -188,8 +188,13 @@ impl Errors<'_> {
     /// A section's error, at the line of the key it names when that key is in one of the
     /// `tables` (header and which of that name) of the file.
     fn bad_in(&self, tables: &[(&str, usize)], what: &str, e: String) -> TrainError {
-        let line =
-            unknown_key(&e).and_then(|key| tables.iter().find_map(|&(h, n)| key_line(self.text, h, n, key)));
+        let key = unknown_key(&e).map(str::to_string);
+        self.bad_at(tables, key.as_deref(), what, e)
+    }
+
+    /// A section's error about `key`, at its line when it is set in one of the `tables`.
+    fn bad_at(&self, tables: &[(&str, usize)], key: Option<&str>, what: &str, e: String) -> TrainError {
+        let line = key.and_then(|key| tables.iter().find_map(|&(h, n)| key_line(self.text, h, n, key)));
         match line {
             Some(line) => TrainError::Config(format!("{}:{line}: {what}: {e}", self.path.display())),
             None => self.bad(format!("{what}: {e}")),
@@ -246,9 +251,12 @@ impl Errors<'_> {
             merged.extend(own_train);
             for (name, t) in expand(&table) {
                 self.check_model_name(i, &table, &name)?;
-                let spec: ModelSpec = toml::Value::Table(t).try_into().map_err(|e| {
-                    self.bad_in(&[("[[model]]", i)], &format!("[[model]] #{} ({name})", i + 1), e.to_string())
-                })?;
+                let what = format!("[[model]] #{} ({name})", i + 1);
+                let spec: ModelSpec = toml::Value::Table(t)
+                    .try_into()
+                    .map_err(|e| self.bad_in(&[("[[model]]", i)], &what, e.to_string()))?;
+                spec.validate()
+                    .map_err(|e| self.bad_at(&[("[[model]]", i)], e.field(), &what, e.to_string()))?;
                 let model_train = self.train_spec(
                     merged.clone(),
                     &format!("[[model]] #{} ({name}) train", i + 1),
@@ -273,7 +281,7 @@ fn unknown_key(error: &str) -> Option<&str> {
 
 /// The line (1-based) where `key` is set in the `nth` (0-based) table headed `header` of the
 /// TOML `text`, or in one of its sub-tables (`[model.train]`) or inline tables.
-fn key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usize> {
+pub fn key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usize> {
     let name = header.trim_matches(|c| c == '[' || c == ']');
     let (mut seen, mut inside) = (0, false);
     for (i, line) in text.lines().enumerate() {
@@ -370,6 +378,10 @@ impl Experiment {
         }
         if file.decode.beam == 0 {
             return Err(at.bad("[decode] beam must be at least 1".into()));
+        }
+        if !(file.decode.alpha.is_finite() && file.decode.alpha >= 0.0) {
+            let e = format!("alpha must be a finite number of 0 or more, got {}", file.decode.alpha);
+            return Err(at.bad_at(&[("[decode]", 0)], Some("alpha"), "[decode]", e));
         }
         let models = at.models(&file.models, &shared_train)?;
         if let Some(b) = &file.baseline
@@ -716,5 +728,46 @@ mod tests {
             .unwrap();
         assert_eq!(Experiment::load(&p).unwrap().name, "mine");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A size that cannot be built is refused at load, at its line, before anything trains
+    /// (`hidden = 0` used to panic building the model): in the second model, in a grid, and a
+    /// Transformer's heads that do not divide its width; and a NaN `[decode]` alpha or budget.
+    #[test]
+    fn bad_model_sizes_and_a_bad_alpha_name_their_line() {
+        let head = "[train]\nbudget = { steps = 3 }\n[[model]]\nkind = \"lstm\"\n";
+        let err = load(&format!("{head}[[model]]\nkind = \"lstm\"\nname = \"b\"\nhidden = 0\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("grid.toml:8: [[model]] #2 (b): hidden must be at least 1, got 0"),
+            "{err}"
+        );
+        let err = load(&format!("{head}layers = [1, 0]\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("grid.toml:5: [[model]] #1 (lstm-layers=0): layers must be at least 1"),
+            "{err}"
+        );
+        let err =
+            load(&format!("{head}[[model]]\nkind = \"transformer\"\nd_model = 64\nheads = 3\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("grid.toml:8: [[model]] #2 (transformer): heads (3) must divide d_model (64)"),
+            "{err}"
+        );
+        let err = load(&format!("[decode]\nbeam = 4\nalpha = nan\n{head}")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("grid.toml:3: [decode]: alpha must be a finite number of 0 or more, got NaN"),
+            "{err}"
+        );
+        let err = load("[train]\nbudget = { minutes = nan }\n[[model]]\nkind = \"lstm\"\n").unwrap_err();
+        assert!(
+            err.to_string().contains("[train]: budget minutes must be a positive number, got NaN"),
+            "{err}"
+        );
+        let err = load(&format!("{head}dropout = 1.5\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("grid.toml:5: [[model]] #1 (lstm): dropout must be in [0, 1)"),
+            "{err}"
+        );
     }
 }

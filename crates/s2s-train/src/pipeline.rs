@@ -13,7 +13,7 @@ use crate::error::TrainError;
 use crate::evaluate::Search;
 use crate::lock::DirLock;
 use crate::run::{Prepared, RunConfig, RunManifest, prepare, read_manifest, write_manifest};
-use crate::testset::{TestScores, evaluate_test};
+use crate::testset::{TestScores, evaluate_test, test_batch_sentences};
 use crate::trainer::{TrainJob, TrainOutcome, build_model, load_model, train};
 
 /// What a finished run reports.
@@ -68,6 +68,12 @@ pub fn run_and_test(
     }
     let prepared = prepare(cfg, run_dir)?;
     log_prepared(&prepared, log);
+    // A test decoding that cannot fit in memory is refused now, not after the training.
+    if let Some(test) = &prepared.test {
+        let sources: Vec<Vec<u32>> =
+            s2s_data::encode_pairs(&prepared.tokenizers, test).into_iter().map(|e| e.src).collect();
+        test_batch_sentences(&cfg.model, &prepared.tokenizers, &sources, search)?;
+    }
     let params = build_model(&cfg.model, &prepared.tokenizers, cfg.train.seed, device)?.num_params();
     log(&format!("model: {} with {params} parameters", cfg.model.kind()));
     let mut manifest = training_manifest(cfg, device_name, params, &prepared);
@@ -132,7 +138,8 @@ fn test_scores(
             let dir = tested_checkpoint(cfg, run_dir, prepared, outcome, tested, log)?;
             let model =
                 load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
-            Some(evaluate_test(run_dir, &model, &prepared.tokenizers, test, cfg.train.batch, search, device)?)
+            let tok = &prepared.tokenizers;
+            Some(evaluate_test(run_dir, &model, &cfg.model, tok, test, cfg.train.batch, search, device)?)
         }
         None => None,
     };

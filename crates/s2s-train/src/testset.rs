@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use s2s_data::{BatchConfig, Pair, Tokenizers, encode_pairs};
-use s2s_decode::MaxLength;
-use s2s_models::Model;
+use s2s_decode::{MaxLength, MemoryLimit, Names, RowState, SearchSize};
+use s2s_models::{Model, ModelSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
@@ -71,10 +71,56 @@ pub fn search_name(search: &Search) -> String {
     }
 }
 
-/// Evaluates `model` on `test` and writes `run_dir/test/`.
+/// Test sentences decoded together at most.
+pub const TEST_SENTENCES: usize = 64;
+
+/// How many test `sources` `search` decodes together with a model of `spec`:
+/// [`TEST_SENTENCES`], or fewer where that many of the longest would exceed this machine's
+/// search memory limit ([`MemoryLimit::from_env`]); an error naming the beam when not even
+/// one fits. The output does not depend on it (a sentence's hypotheses do not depend on its
+/// batch).
+pub fn test_batch_sentences(
+    spec: &ModelSpec,
+    tok: &Tokenizers,
+    sources: &[Vec<u32>],
+    search: &Search,
+) -> Result<usize, TrainError> {
+    let (beam, max_length, attention) = match search {
+        Search::Greedy { limit, attention } => (1, *limit, *attention),
+        Search::Beam(c) => (c.beam, c.max_length, c.attention),
+        Search::Sample(c) => (1, c.max_length, false),
+    };
+    let size = SearchSize {
+        beam,
+        sentences: TEST_SENTENCES,
+        vocab: tok.tgt.vocab_size(),
+        src_len: sources.iter().map(Vec::len).max().unwrap_or(0) + 1,
+        max_length,
+        attention,
+        observed: false,
+        state: RowState::of(spec),
+    };
+    let limit = MemoryLimit::from_env().map_err(|e| TrainError::Config(e.to_string()))?;
+    match size.sentences_within(limit) {
+        0 => {
+            let names = Names {
+                beam: "the beam ([decode] beam)",
+                sentences: "the sentences decoded together",
+                source: "the longest test source",
+            };
+            let e = SearchSize { sentences: 1, ..size }.check(limit).expect_err("not one sentence fits");
+            Err(TrainError::Config(format!("test decoding: {}", e.message(&names))))
+        }
+        n => Ok(n),
+    }
+}
+
+/// Evaluates `model` (of `spec`) on `test` and writes `run_dir/test/`.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate_test(
     run_dir: &Path,
     model: &Model,
+    spec: &ModelSpec,
     tok: &Tokenizers,
     test: &[Pair],
     batch: BatchConfig,
@@ -84,7 +130,9 @@ pub fn evaluate_test(
     let ex = encode_pairs(tok, test);
     let refs: Vec<String> = test.iter().map(|p| p.tgt.clone()).collect();
     let sources: Vec<Vec<u32>> = ex.iter().map(|e| e.src.clone()).collect();
-    let decode_batch = BatchConfig { max_tokens: batch.max_tokens.max(1024), max_sentences: 64, ..batch };
+    let sentences = test_batch_sentences(spec, tok, &sources, search)?;
+    let decode_batch =
+        BatchConfig { max_tokens: batch.max_tokens.max(1024), max_sentences: sentences, ..batch };
     let t0 = Instant::now();
     let hyps = translate(model, &sources, decode_batch, search, device, false);
     let decode_seconds = t0.elapsed().as_secs_f64();

@@ -48,3 +48,38 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+/// A count of at least 1, for clap (`value_parser = args::at_least_one`): a 0 is refused with
+/// the flag named instead of being replaced.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A finite number of 0 or more, for clap (with `allow_negative_numbers`, so that `-1` gets
+/// this message rather than "unexpected argument").
+pub fn non_negative(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x >= 0.0 { Ok(x) } else { Err("must be a finite number of 0 or more".into()) }
+}
+
+/// A finite number above 0, for clap (with `allow_negative_numbers`).
+pub fn positive(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x > 0.0 { Ok(x) } else { Err("must be a finite number above 0".into()) }
+}
+
+/// A probability in `[0, 1)` (a dropout rate), for clap (with `allow_negative_numbers`).
+pub fn probability(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..1.0).contains(&x) { Ok(x) } else { Err("must be in [0, 1)".into()) }
+}
+
+/// A probability in `(0, 1]` (a nucleus mass), for clap (with `allow_negative_numbers`).
+pub fn mass(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x > 0.0 && x <= 1.0 { Ok(x) } else { Err("must be in (0, 1]".into()) }
+}

@@ -37,10 +37,10 @@ pub struct RunArgs {
     #[arg(long = "d-k")]
     d_k: Option<usize>,
     /// The exploding-gradient claim's high SGD rate; its control runs at a tenth [default: 5].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     rate: Option<f64>,
     /// The global norm the exploding-gradient claim clips at [default: 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     clip: Option<f64>,
     /// Head counts the heads claims compare, comma-separated, 4 among them [default: 1,2,4,8,16].
     #[arg(long, value_delimiter = ',', num_args = 1..)]
@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long)]
     beam: Option<usize>,
     /// The length penalty α the beam-search claim compares with none [default: 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     alpha: Option<f64>,
 }
 

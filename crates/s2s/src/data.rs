@@ -69,7 +69,7 @@ pub struct PrepareArgs {
     max_len: usize,
     /// Drop pairs whose longer side has more than this many times the tokens of the shorter
     /// (0: no limit; Moses' clean-corpus uses 9).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::non_negative, allow_negative_numbers = true)]
     max_ratio: f64,
     /// Drop exact duplicate pairs (the first is kept).
     #[arg(long)]

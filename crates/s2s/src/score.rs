@@ -60,10 +60,10 @@ pub struct ScoreArgs {
     #[arg(long)]
     paired_ar: bool,
     /// Bootstrap resamples of --paired-bs.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = crate::args::at_least_one)]
     paired_bs_n: usize,
     /// Trials of --paired-ar.
-    #[arg(long, default_value_t = 10000)]
+    #[arg(long, default_value_t = 10000, value_parser = crate::args::at_least_one)]
     paired_ar_n: usize,
 }
 

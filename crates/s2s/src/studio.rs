@@ -27,7 +27,7 @@ pub struct StudioArgs {
     #[arg(long, default_value = "best")]
     checkpoint: String,
     /// Requests decoded at once.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::args::at_least_one)]
     workers: usize,
     /// Requests waiting for a worker at most; more are refused with 503 until one finishes.
     #[arg(long, default_value_t = 32)]
@@ -36,10 +36,12 @@ pub struct StudioArgs {
     #[arg(long, default_value_t = Limits::default().max_chars)]
     max_chars: usize,
     /// Longest source (and reference) accepted, in the model's tokens.
-    #[arg(long, default_value_t = Limits::default().max_src_tokens)]
+    #[arg(long, default_value_t = Limits::default().max_src_tokens, value_parser = crate::args::at_least_one)]
     max_src_tokens: usize,
-    /// Largest beam the page may ask for.
-    #[arg(long, default_value_t = Limits::default().max_beam)]
+    /// Largest beam the page may ask for. Refused at start when a search at this beam, over the
+    /// longest source, could exceed its share of the memory limit (half of this machine's
+    /// memory, shared by the workers; S2S_SEARCH_MEMORY sets another, e.g. 8G).
+    #[arg(long, default_value_t = Limits::default().max_beam, value_parser = crate::args::at_least_one)]
     max_beam: usize,
     /// Longest a translation request may take, in seconds, from its body to its answer (waiting
     /// for a worker included): past it, decoding stops and the page gets 504.
@@ -69,13 +71,9 @@ pub fn run(a: StudioArgs) -> Result<()> {
     let opts = Options {
         host: a.host,
         port: a.port,
-        workers: a.workers.max(1),
+        workers: a.workers,
         queue: a.queue,
-        limits: Limits {
-            max_chars: a.max_chars,
-            max_src_tokens: a.max_src_tokens,
-            max_beam: a.max_beam.max(1),
-        },
+        limits: Limits { max_chars: a.max_chars, max_src_tokens: a.max_src_tokens, max_beam: a.max_beam },
         request_timeout: Duration::from_secs(a.request_timeout),
         read_timeout: Duration::from_secs(a.read_timeout),
         max_connections: a.max_connections.max(1),
@@ -86,6 +84,7 @@ pub fn run(a: StudioArgs) -> Result<()> {
     let (device, name) = select(a.device);
     eprintln!("device: {name}");
     let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
+    opts.limits.check_memory(&studio, opts.workers, s2s_decode::MemoryLimit::from_env()?)?;
     s2s_studio::serve(studio, listener, &opts, |addr| {
         // stdout, one line, flushed: scripts and tests read the address from it. A stdout that
         // cannot be written does not stop the server (stderr says where it is too).

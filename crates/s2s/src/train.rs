@@ -13,6 +13,7 @@ use s2s_train::device::{DeviceChoice, select_many};
 use s2s_train::pipeline::{Tested, run_and_test};
 use s2s_train::run::{DataSpec, RunConfig};
 
+use crate::args;
 use crate::out::outln;
 
 /// Train one model (lstm, bahdanau, luong or transformer) with the shared loop. Without a corpus, trains on
@@ -54,19 +55,19 @@ pub struct TrainArgs {
     #[arg(long)]
     vocab_size: Option<usize>,
     /// Embedding size (the Transformer's d_model).
-    #[arg(long)]
+    #[arg(long, value_parser = args::at_least_one)]
     emb: Option<usize>,
     /// Hidden size (RNNs).
-    #[arg(long)]
+    #[arg(long, value_parser = args::at_least_one)]
     hidden: Option<usize>,
     /// Layers of encoder and of decoder.
-    #[arg(long)]
+    #[arg(long, value_parser = args::at_least_one)]
     layers: Option<usize>,
     /// Transformer attention heads.
-    #[arg(long)]
+    #[arg(long, value_parser = args::at_least_one)]
     heads: Option<usize>,
     /// Transformer feed-forward width.
-    #[arg(long)]
+    #[arg(long, value_parser = args::at_least_one)]
     ffn: Option<usize>,
     /// Learning-rate warm-up steps (switches to the Noam schedule).
     #[arg(long)]
@@ -78,7 +79,7 @@ pub struct TrainArgs {
     #[arg(long)]
     score: Option<LuongScore>,
     /// Dropout.
-    #[arg(long)]
+    #[arg(long, value_parser = args::probability, allow_negative_numbers = true)]
     dropout: Option<f64>,
     /// Training budget in optimizer steps.
     #[arg(long)]
@@ -87,13 +88,13 @@ pub struct TrainArgs {
     #[arg(long)]
     epochs: Option<u64>,
     /// Training budget in wall-clock minutes.
-    #[arg(long)]
+    #[arg(long, value_parser = args::positive, allow_negative_numbers = true)]
     minutes: Option<f64>,
     /// Token budget per batch.
     #[arg(long)]
     max_tokens: Option<usize>,
     /// Learning rate.
-    #[arg(long)]
+    #[arg(long, value_parser = args::positive, allow_negative_numbers = true)]
     lr: Option<f64>,
     /// Validate (and checkpoint) every N steps.
     #[arg(long)]
@@ -136,7 +137,7 @@ fn parse_cell(s: &str) -> Result<CellKind, String> {
 
 /// Builds the run configuration: the --config file (or the --model defaults) with the flags applied.
 fn config(a: &TrainArgs) -> Result<RunConfig> {
-    let mut cfg = base_config(a)?;
+    let (mut cfg, text) = base_config(a)?;
     if a.config.is_some() && a.model.is_some() {
         bail!("--model conflicts with --config: set the kind in the file's [model] table");
     }
@@ -151,33 +152,67 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     if !matches!(cfg.model, ModelSpec::Transformer(_)) && (a.heads.is_some() || a.ffn.is_some()) {
         bail!("--heads and --ffn are for --model transformer");
     }
+    check_model(a, &cfg.model, text.as_deref())?;
     apply_train_flags(a, &mut cfg.train);
     cfg.train.validate()?;
     Ok(cfg)
 }
 
-/// Returns the configuration read from --config, or the defaults for --model (bahdanau when unset).
-fn base_config(a: &TrainArgs) -> Result<RunConfig> {
+/// Returns the configuration read from --config (with its text), or the defaults for --model
+/// (bahdanau when unset).
+fn base_config(a: &TrainArgs) -> Result<(RunConfig, Option<String>)> {
     Ok(match &a.config {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str::<RunConfig>(&text)
-                .with_context(|| format!("{}: invalid run configuration", path.display()))?
+            let cfg = toml::from_str::<RunConfig>(&text)
+                .with_context(|| format!("{}: invalid run configuration", path.display()))?;
+            (cfg, Some(text))
         }
-        None => RunConfig {
-            data: DataSpec::default(),
-            tokenizer: Default::default(),
-            model: match a.model.as_deref().unwrap_or("bahdanau") {
-                "lstm" => ModelSpec::Lstm(LstmSpec::default()),
-                "bahdanau" => ModelSpec::Bahdanau(AttentionRnnSpec::default()),
-                "luong" => ModelSpec::Luong(AttentionRnnSpec::default()),
-                "transformer" => ModelSpec::Transformer(TransformerSpec::default()),
-                other => bail!("unknown model kind `{other}`: use lstm, bahdanau, luong or transformer"),
+        None => (
+            RunConfig {
+                data: DataSpec::default(),
+                tokenizer: Default::default(),
+                model: match a.model.as_deref().unwrap_or("bahdanau") {
+                    "lstm" => ModelSpec::Lstm(LstmSpec::default()),
+                    "bahdanau" => ModelSpec::Bahdanau(AttentionRnnSpec::default()),
+                    "luong" => ModelSpec::Luong(AttentionRnnSpec::default()),
+                    "transformer" => ModelSpec::Transformer(TransformerSpec::default()),
+                    other => bail!("unknown model kind `{other}`: use lstm, bahdanau, luong or transformer"),
+                },
+                train: Default::default(),
             },
-            train: Default::default(),
-        },
+            None,
+        ),
     })
+}
+
+/// Checks the model's sizes and rates ([`ModelSpec::validate`]); an error names the flag that
+/// set the value, or the line of --config's `[model]` table that did.
+fn check_model(a: &TrainArgs, model: &ModelSpec, text: Option<&str>) -> Result<()> {
+    let Err(e) = model.validate() else { return Ok(()) };
+    let field = e.field().unwrap_or("");
+    let flags: Vec<&str> = [
+        ("--emb", a.emb.is_some() && matches!(field, "emb" | "d_model" | "heads")),
+        ("--hidden", a.hidden.is_some() && field == "hidden"),
+        ("--layers", a.layers.is_some() && matches!(field, "layers" | "enc_layers" | "dec_layers")),
+        ("--heads", a.heads.is_some() && field == "heads"),
+        ("--ffn", a.ffn.is_some() && field == "ffn"),
+        ("--dropout", a.dropout.is_some() && field == "dropout"),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    if !flags.is_empty() {
+        bail!("{}: {e}", flags.join(", "));
+    }
+    if let (Some(path), Some(text)) = (&a.config, text) {
+        match s2s_train::experiment::key_line(text, "[model]", 0, field) {
+            Some(line) => bail!("{}:{line}: [model]: {e}", path.display()),
+            None => bail!("{}: [model]: {e}", path.display()),
+        }
+    }
+    bail!("{e}")
 }
 
 /// Replaces the corpus with the --src/--tgt/--valid-*/--test-* files when all four required ones are given.

@@ -9,7 +9,7 @@ use s2s_data::line::{LineRead, MAX_LINE_BYTES, read_line, skip_line};
 use s2s_data::{BatchConfig, DataError, Tokenizers, normalize};
 use s2s_decode::{
     BeamConfig, CapturedSearch, DecodeCaptureStats, Ensemble, Hypothesis, Incremental, LengthPenalty,
-    MaxLength, Run, SampleConfig,
+    MaxLength, MemoryLimit, Names, RowState, Run, SampleConfig, SearchSize,
 };
 use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
@@ -18,6 +18,8 @@ use s2s_train::device::{DeviceChoice, select};
 use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_with};
 use s2s_train::precision::Precision;
 use s2s_train::run::{RunManifest, read_manifest};
+
+use crate::args;
 
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
 #[derive(Args, Debug)]
@@ -31,11 +33,13 @@ pub struct TranslateArgs {
     /// average-last-5, written by `s2s average`).
     #[arg(long, default_value = "best")]
     checkpoint: String,
-    /// Beam size (1: greedy search).
-    #[arg(long, default_value_t = 5)]
+    /// Beam size (1: greedy search). The search's memory is estimated first, and a beam that
+    /// would exceed the limit (half of this machine's memory; S2S_SEARCH_MEMORY sets another,
+    /// e.g. 8G) is refused with the largest that fits.
+    #[arg(long, default_value_t = 5, value_parser = args::at_least_one)]
     beam: usize,
-    /// Length-penalty exponent α (0: raw log-probability).
-    #[arg(long, default_value_t = 0.6)]
+    /// Length-penalty exponent α, 0 or more (0: raw log-probability).
+    #[arg(long, default_value_t = 0.6, value_parser = args::non_negative, allow_negative_numbers = true)]
     alpha: f64,
     /// Length penalty: gnmt ((5+len)/6)^α or power len^α.
     #[arg(long, default_value = "gnmt", value_parser = parse_penalty)]
@@ -44,13 +48,13 @@ pub struct TranslateArgs {
     #[arg(long)]
     nbest: Option<usize>,
     /// Sentences per batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = args::at_least_one)]
     batch_size: usize,
     /// Lines read (and flushed) per chunk.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = args::at_least_one)]
     chunk: usize,
     /// Longest source in subword tokens; longer lines are truncated with a warning.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = args::at_least_one)]
     max_src_tokens: usize,
     /// Replace lines that are not UTF-8, or longer than 1 MiB, by an empty line (with a warning)
     /// instead of stopping.
@@ -75,13 +79,13 @@ pub struct TranslateArgs {
     #[arg(long, conflicts_with_all = ["nbest", "beam"])]
     sample: bool,
     /// Sampling temperature (1: the model's distribution).
-    #[arg(long, default_value_t = 1.0, requires = "sample")]
+    #[arg(long, default_value_t = 1.0, requires = "sample", value_parser = args::positive, allow_negative_numbers = true)]
     temperature: f64,
     /// Sample among the k most probable tokens only (0: all).
     #[arg(long, default_value_t = 0, requires = "sample")]
     top_k: usize,
     /// Sample among the fewest most probable tokens whose mass reaches p (1: all).
-    #[arg(long, default_value_t = 1.0, requires = "sample")]
+    #[arg(long, default_value_t = 1.0, requires = "sample", value_parser = args::mass, allow_negative_numbers = true)]
     top_p: f64,
     /// Seed of the sampling.
     #[arg(long, default_value_t = 1, requires = "sample")]
@@ -115,17 +119,15 @@ impl Translator {
     fn load(a: &TranslateArgs) -> Result<Self> {
         let (device, name) = select(a.device);
         eprintln!("device: {name}");
-        let LoadedRuns { models, tok, manifest } = load_runs(a, &device)?;
+        let LoadedRuns { models, tok, manifest, state } = load_runs(a, &device)?;
         let search = search_for(a, manifest.config.train.max_output)?;
-        let batch = BatchConfig {
-            max_tokens: usize::MAX / 4,
-            max_sentences: a.batch_size.max(1),
-            ..Default::default()
-        };
+        check_memory(a, &search, &tok, state, manifest.config.train.max_output)?;
+        let batch =
+            BatchConfig { max_tokens: usize::MAX / 4, max_sentences: a.batch_size, ..Default::default() };
         let capture = capture_for(a.capture, &device)?;
         a.precision.check_device(&device).map_err(|e| anyhow::anyhow!("--precision mixed: {e}"))?;
         let precision = a.precision;
-        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens.max(1), capture, precision })
+        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens, capture, precision })
     }
 
     /// Encodes one line (empty stays empty), truncating with a warning.
@@ -182,11 +184,14 @@ struct LoadedRuns {
     models: Vec<Model>,
     tok: Tokenizers,
     manifest: RunManifest,
+    /// A decoding row of every model together.
+    state: RowState,
 }
 
 /// Loads each run's manifest, tokenizers and checkpoint in order, checking that the runs share vocabularies.
 fn load_runs(a: &TranslateArgs, device: &burn::tensor::Device) -> Result<LoadedRuns> {
     let mut models = Vec::with_capacity(a.runs.len());
+    let mut state = RowState::default();
     let mut first: Option<(PathBuf, Tokenizers, RunManifest)> = None;
     for run in &a.runs {
         let manifest = read_manifest(run)
@@ -200,12 +205,13 @@ fn load_runs(a: &TranslateArgs, device: &burn::tensor::Device) -> Result<LoadedR
         eprintln!("checkpoint: {}", dir.display());
         let model = s2s_train::load_model(&manifest.config.model, &tok, &dir, &device.clone().autodiff())?;
         models.push(burn::module::Module::valid(&model));
+        state = state + RowState::of(&manifest.config.model);
         if first.is_none() {
             first = Some((run.clone(), tok, manifest));
         }
     }
     let (_, tok, manifest) = first.context("give at least one --model RUN_DIR")?;
-    Ok(LoadedRuns { models, tok, manifest })
+    Ok(LoadedRuns { models, tok, manifest, state })
 }
 
 /// Errors unless `run`'s source and target vocabularies are those of `first_run`.
@@ -231,9 +237,6 @@ fn check_shared_vocabularies(
 
 /// Returns the search the flags ask for (sampling, greedy or beam), after checking --beam and --nbest.
 fn search_for(a: &TranslateArgs, limit: MaxLength) -> Result<Search> {
-    if a.beam == 0 {
-        bail!("--beam must be at least 1");
-    }
     let nbest = a.nbest.unwrap_or(1);
     if nbest == 0 || nbest > a.beam {
         bail!("--nbest must be between 1 and --beam ({})", a.beam);
@@ -263,6 +266,40 @@ fn search_for(a: &TranslateArgs, limit: MaxLength) -> Result<Search> {
         })
     };
     Ok(search)
+}
+
+/// Refuses a search whose memory estimate at the largest batch the flags allow (--batch-size
+/// sentences, or --chunk when fewer, of --max-src-tokens each) exceeds this machine's limit.
+fn check_memory(
+    a: &TranslateArgs,
+    search: &Search,
+    tok: &Tokenizers,
+    state: RowState,
+    limit: MaxLength,
+) -> Result<()> {
+    let beam = match search {
+        Search::Beam(c) => c.beam,
+        Search::Greedy { .. } | Search::Sample(_) => 1,
+    };
+    let size = SearchSize {
+        beam,
+        sentences: a.batch_size.min(a.chunk),
+        vocab: tok.tgt.vocab_size(),
+        src_len: a.max_src_tokens.saturating_add(1),
+        max_length: limit,
+        attention: a.attention.is_some(),
+        observed: false,
+        state,
+    };
+    let memory = MemoryLimit::from_env()?;
+    size.check(memory).map_err(|e| {
+        anyhow::anyhow!(e.message(&Names {
+            beam: "--beam",
+            sentences: "--batch-size",
+            source: "--max-src-tokens"
+        }))
+    })?;
+    Ok(())
 }
 
 /// Whether decoding steps are replayed from captured graphs: --capture resolved against the device.
@@ -325,7 +362,7 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     }
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
-    let chunk = if interactive { 1 } else { a.chunk.max(1) };
+    let chunk = if interactive { 1 } else { a.chunk };
     let mut input = stdin.lock();
     let mut out = crate::out::Stdout::lock();
     let mut line_no = 0usize;

@@ -1598,3 +1598,187 @@ fn names_that_are_no_file_names_are_refused_at_their_line() {
         }
     }
 }
+
+/// Bad numbers are refused naming their flag, by clap's parser (exit 2) or by a check (exit 1),
+/// never by a panic (101) or an abort (134), and never replaced by a value of the program's
+/// choosing. Each is refused before anything is read, so no run directory is needed.
+#[test]
+fn bad_numbers_are_refused_naming_their_flag() {
+    let dir = tmp("bad-numbers");
+    let hyp = dir.join("hyp.txt");
+    std::fs::write(&hyp, "a b c\n").unwrap();
+    let h = hyp.to_str().unwrap();
+    let run = dir.join("no-run");
+    let r = run.to_str().unwrap();
+    let experiment = dir.join("hidden0.toml");
+    std::fs::write(&experiment, "[train]\nbudget = { steps = 1 }\n[[model]]\nkind = \"lstm\"\nhidden = 0\n")
+        .unwrap();
+    let config = dir.join("run.toml");
+    std::fs::write(&config, "[model]\nkind = \"transformer\"\nffn = 0\n").unwrap();
+    let translate = |extra: &[&'static str]| [&["translate", "--model", r][..], extra].concat();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (translate(&["--alpha", "NaN"]), "--alpha"),
+        (translate(&["--alpha", "inf"]), "--alpha"),
+        (translate(&["--alpha", "-1"]), "--alpha"),
+        (translate(&["--alpha=-1"]), "--alpha"),
+        (translate(&["--beam", "0"]), "--beam"),
+        (translate(&["--max-src-tokens", "0"]), "--max-src-tokens"),
+        (translate(&["--batch-size", "0"]), "--batch-size"),
+        (translate(&["--chunk", "0"]), "--chunk"),
+        (translate(&["--sample", "--temperature", "-1"]), "--temperature"),
+        (translate(&["--sample", "--top-p", "nan"]), "--top-p"),
+        (
+            vec!["score", "--hyp", h, "--hyp", h, "--ref", h, "--paired-bs", "--paired-bs-n", "0"],
+            "--paired-bs-n",
+        ),
+        (
+            vec!["score", "--hyp", h, "--hyp", h, "--ref", h, "--paired-ar", "--paired-ar-n", "0"],
+            "--paired-ar-n",
+        ),
+        (vec!["studio", r, "--workers", "0"], "--workers"),
+        (vec!["studio", r, "--max-beam", "0"], "--max-beam"),
+        (vec!["studio", r, "--max-src-tokens", "0"], "--max-src-tokens"),
+        (vec!["train", "--model", "lstm", "--emb", "0"], "--emb"),
+        (vec!["train", "--model", "lstm", "--hidden", "0"], "--hidden"),
+        (vec!["train", "--model", "lstm", "--layers", "0"], "--layers"),
+        (vec!["train", "--model", "transformer", "--ffn", "0"], "--ffn"),
+        (vec!["train", "--model", "transformer", "--heads", "0"], "--heads"),
+        (vec!["train", "--model", "transformer", "--emb", "100"], "--emb"),
+        (vec!["train", "--model", "lstm", "--dropout", "1"], "--dropout"),
+        (vec!["train", "--model", "lstm", "--lr", "-1"], "--lr"),
+        (vec!["train", "--model", "lstm", "--minutes", "nan"], "--minutes"),
+        (vec!["data", "prepare", "--src", h, "--tgt", h, "--max-ratio", "-1"], "--max-ratio"),
+        (vec!["course", "run", "--alpha", "-1"], "--alpha"),
+        (vec!["course", "run", "--rate", "-5"], "--rate"),
+    ];
+    for (args, flag) in &cases {
+        let o = s2s(args);
+        let err = text(&o.stderr);
+        assert!(matches!(o.status.code(), Some(1 | 2)), "{args:?}: {:?}\n{err}", o.status.code());
+        assert!(err.contains(flag) && !err.contains("panicked"), "{args:?} does not name {flag}:\n{err}");
+    }
+    // A size read from a file names the file and its line.
+    let o = s2s(&["experiment", "run", experiment.to_str().unwrap(), "--device", "cpu"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("hidden0.toml:5: [[model]] #1 (lstm): hidden must be at least 1, got 0"), "{err}");
+    let o = s2s(&["train", "--config", config.to_str().unwrap(), "--run", dir.join("r").to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("run.toml:3: [model]: ffn must be at least 1, got 0"), "{err}");
+    assert!(!dir.join("r").exists(), "nothing was written");
+}
+
+/// A search too large for the memory limit is refused before it allocates anything, with the
+/// estimate, the limit and the largest beam that fits (`--beam 100000` aborted asking for
+/// 249,523,200,000 bytes); the studio refuses such a --max-beam at start; an experiment whose
+/// test decoding cannot fit is refused before it trains. The limit is set (S2S_SEARCH_MEMORY)
+/// so that the test does not depend on the machine's memory.
+#[test]
+fn searches_too_large_for_memory_are_refused_before_they_start() {
+    let run = tiny_run("huge-beam", "lstm", "1");
+    let r = run.to_str().unwrap();
+    let with_limit = |args: &[&str], limit: &str, input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_s2s"))
+            .args(args)
+            .env("S2S_SEARCH_MEMORY", limit)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = with_limit(
+        &["translate", "--model", r, "--device", "cpu", "--beam", "100000"],
+        "1G",
+        "the dog sleeps .\n",
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("beam search of beam 100000 over 64 sentences at once would hold about"), "{err}");
+    assert!(err.contains("the limit is 1.0 GiB (S2S_SEARCH_MEMORY)"), "{err}");
+    assert!(o.stdout.is_empty(), "nothing decoded");
+    // The largest beam it names fits, one more does not.
+    let at_most: usize = err
+        .split("lower --beam to at most ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no largest beam in: {err}"));
+    assert!((2..100_000).contains(&at_most), "{err}");
+    let probe = |beam: usize| {
+        let o = with_limit(
+            &["translate", "--model", r, "--device", "cpu", "--beam", &beam.to_string()],
+            "1G",
+            "",
+        );
+        text(&o.stderr)
+    };
+    assert!(!probe(at_most).contains("would hold"), "beam {at_most} fits");
+    assert!(probe(at_most + 1).contains("would hold"), "beam {} does not", at_most + 1);
+    // Fewer sentences at once let a larger beam through.
+    let o = with_limit(
+        &[
+            "translate",
+            "--model",
+            r,
+            "--device",
+            "cpu",
+            "--beam",
+            &(at_most + 1).to_string(),
+            "--batch-size",
+            "1",
+        ],
+        "1G",
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // A limit that is not a size.
+    let o = with_limit(&["translate", "--model", r, "--device", "cpu"], "lots", "");
+    assert!(text(&o.stderr).contains("S2S_SEARCH_MEMORY=`lots` is not a size"), "{}", text(&o.stderr));
+
+    // The studio: refused at start, before it prints its address.
+    let o = with_limit(&["studio", r, "--port", "0", "--max-beam", "100000"], "1G", "");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--max-beam 100000: model `run`: beam search of beam 100000 over 1 sentence"),
+        "{err}"
+    );
+    assert!(err.contains("lower --max-beam to at most") && err.contains("--workers"), "{err}");
+    assert!(!text(&o.stdout).contains("studio: http"), "it did not serve");
+
+    // An experiment's test decoding that cannot fit: refused after preparing the data, before
+    // its first step.
+    let dir = tmp("huge-beam-experiment");
+    let file = dir.join("huge.toml");
+    std::fs::write(
+        &file,
+        "[data]\nsource = \"builtin\"\npairs = 300\n[tokenizer]\nlevel = \"word\"\n\
+         [train]\nbudget = { steps = 1 }\nbatch = { max_tokens = 512 }\n[decode]\nbeam = 100000\n\
+         [[model]]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
+    )
+    .unwrap();
+    let out = dir.join("runs");
+    let o = with_limit(
+        &[
+            "experiment",
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--quiet",
+        ],
+        "256M",
+        "",
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("test decoding: beam search of beam 100000 over 1 sentence"), "{err}");
+    assert!(err.contains("lower the beam ([decode] beam) to at most"), "{err}");
+    assert!(!out.join("lstm/checkpoints").exists(), "it did not train");
+}
