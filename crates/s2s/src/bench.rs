@@ -19,7 +19,7 @@ pub struct BenchArgs {
     #[arg(long)]
     models: Option<String>,
     /// Timed training steps (decoding runs max(1, steps/4) passes); with --lstm-step, rounds.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::args::at_least_one)]
     steps: usize,
     /// One JSON object per model (like torch_ref.py) instead of a table.
     #[arg(long)]
@@ -111,7 +111,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             &n,
             &spec,
             cfg.batch,
-            a.steps.max(1),
+            a.steps,
             &device,
             &device_name,
             StepMode {

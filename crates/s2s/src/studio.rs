@@ -53,7 +53,7 @@ pub struct StudioArgs {
     read_timeout: u64,
     /// Connections served at once; past it, a new connection closes the one idle longest (one
     /// answering a request is kept: then the new one waits).
-    #[arg(long, default_value_t = Options::default().max_connections)]
+    #[arg(long, default_value_t = Options::default().max_connections, value_parser = crate::args::at_least_one)]
     max_connections: usize,
     /// A host name the page may be opened under besides localhost and IP addresses (this
     /// machine's name on a network, with --host 0.0.0.0); may be given several times. Requests
@@ -76,7 +76,7 @@ pub fn run(a: StudioArgs) -> Result<()> {
         limits: Limits { max_chars: a.max_chars, max_src_tokens: a.max_src_tokens, max_beam: a.max_beam },
         request_timeout: Duration::from_secs(a.request_timeout),
         read_timeout: Duration::from_secs(a.read_timeout),
-        max_connections: a.max_connections.max(1),
+        max_connections: a.max_connections,
         allowed_hosts: a.allowed_hosts,
     };
     // Bound before the models load, so that a taken port fails at once.

@@ -1638,6 +1638,8 @@ fn bad_numbers_are_refused_naming_their_flag() {
         (vec!["studio", r, "--workers", "0"], "--workers"),
         (vec!["studio", r, "--max-beam", "0"], "--max-beam"),
         (vec!["studio", r, "--max-src-tokens", "0"], "--max-src-tokens"),
+        (vec!["studio", r, "--max-connections", "0"], "--max-connections"),
+        (vec!["bench", "--steps", "0"], "--steps"),
         (vec!["train", "--model", "lstm", "--emb", "0"], "--emb"),
         (vec!["train", "--model", "lstm", "--hidden", "0"], "--hidden"),
         (vec!["train", "--model", "lstm", "--layers", "0"], "--layers"),
