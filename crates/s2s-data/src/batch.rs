@@ -197,6 +197,12 @@ impl Batch {
 /// (a third from 16 on).
 pub fn bucket(rows: usize, src_len: usize, tgt_len: usize) -> (usize, usize, usize) {
     let len = |n: usize| n.max(1).div_ceil(8) * 8;
+    (bucket_rows(rows as u128) as usize, len(src_len), len(tgt_len))
+}
+
+/// [`bucket`]'s rows for `rows`, in `u128` so that a memory estimate can ask it of any count
+/// without overflow.
+pub fn bucket_rows(rows: u128) -> u128 {
     let mut r = 1;
     while r < rows {
         r = if r < 16 {
@@ -207,7 +213,7 @@ pub fn bucket(rows: usize, src_len: usize, tgt_len: usize) -> (usize, usize, usi
             r / 3 * 4
         };
     }
-    (r, len(src_len), len(tgt_len))
+    r
 }
 
 fn mask(lens: &[usize], len: usize) -> Vec<bool> {

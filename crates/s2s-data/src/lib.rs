@@ -31,7 +31,7 @@ mod testutil;
 pub mod tokenizer;
 pub mod vocab;
 
-pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example, bucket};
+pub use batch::{Batch, BatchConfig, Batcher, BudgetSide, Example, bucket, bucket_rows};
 pub use corpus::{
     Corpus, CorpusFiles, Pair, PairReader, ReadOptions, ReadReport, ReadSkip, SplitFiles, read_corpus,
     read_verdict,

@@ -130,20 +130,9 @@ pub struct SearchSize {
 }
 
 /// Rows of a batch of `sentences` as the captured search pads it: its bucket
-/// ([`s2s_data::bucket`]'s rows, computed here without overflow for any count).
+/// ([`s2s_data::bucket_rows`], without overflow for any count).
 pub fn padded_rows(sentences: usize) -> u128 {
-    let rows = sentences.max(1) as u128;
-    let mut r = 1u128;
-    while r < rows {
-        r = if r < 16 {
-            2 * r
-        } else if r.is_power_of_two() {
-            r / 2 * 3
-        } else {
-            r / 3 * 4
-        };
-    }
-    r
+    s2s_data::bucket_rows(sentences.max(1) as u128)
 }
 
 /// Bytes of a hypothesis besides its tokens (its vectors' headers, score, row).
