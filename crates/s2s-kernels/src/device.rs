@@ -54,6 +54,12 @@ pub fn has_f16_products(device: &Device) -> bool {
     !is_flex(device) && device.supports_dtype(DType::F16)
 }
 
+/// The name of `device`'s adapter (`llvmpipe (LLVM 15.0.6, 256 bits)`, an NVIDIA card's), for
+/// messages; `unknown adapter` where it gives none.
+pub fn adapter_name(device: &Device) -> String {
+    device.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into())
+}
+
 /// The [`Route`] of `module`'s parameters (its first device; the references without any).
 pub(crate) fn module_route<M: Module>(module: &M) -> Route {
     module.devices().first().map_or(Route::Reference, route)

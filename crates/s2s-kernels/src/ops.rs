@@ -29,7 +29,7 @@ pub use crate::attention::multi_head::{
     Heads, KeyValue, fast_attention, fast_cached_attention, project_kv, project_qkv,
 };
 pub use crate::attention::step_cache::{SourceRows, StepCache};
-pub use crate::device::{Route, constant, has_f16_products, is_cpu, route, sum_all};
+pub use crate::device::{Route, adapter_name, constant, has_f16_products, is_cpu, route, sum_all};
 use crate::device::{draw_dropout_seed, module_route};
 
 /// `x W` over the last dimension, as one 2-D product over all leading positions; a few rows

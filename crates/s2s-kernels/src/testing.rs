@@ -32,7 +32,7 @@ pub fn wgpu_f16_or_skip() -> Option<Device> {
     if crate::ops::has_f16_products(&device) {
         return Some(device);
     }
-    let adapter = device.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
+    let adapter = crate::ops::adapter_name(&device);
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
         "CI's wgpu adapter ({adapter}) has no f16 products: is lavapipe (mesa-vulkan-drivers) installed?"

@@ -37,7 +37,7 @@ pub fn select(choice: DeviceChoice) -> (Device, String) {
         DeviceChoice::Cpu => (Device::flex(), format!("cpu (burn flex; {})", cpu_isa())),
         DeviceChoice::Wgpu => {
             let d = Device::wgpu(DeviceKind::DefaultDevice);
-            let name = d.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
+            let name = s2s_kernels::ops::adapter_name(&d);
             let compiler = compiler_of(&d);
             (d, format!("wgpu ({name}; {compiler})"))
         }

@@ -77,7 +77,7 @@ impl Precision {
             return Err(PrecisionError::Cpu);
         }
         if !s2s_kernels::ops::has_f16_products(device) {
-            let adapter = device.identity().map(|i| i.name).unwrap_or_else(|| "unknown adapter".into());
+            let adapter = s2s_kernels::ops::adapter_name(device);
             return Err(PrecisionError::NoHalfProducts { adapter });
         }
         Ok(())
