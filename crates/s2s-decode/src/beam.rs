@@ -175,7 +175,21 @@ pub fn beam_search_with<M: Incremental>(
     cfg: &BeamConfig,
     top_on_device: bool,
 ) -> Vec<Vec<Hypothesis>> {
-    search(model, src, cfg, top_on_device, &mut ())
+    search(model, src, cfg, top_on_device, &[], &mut ())
+}
+
+/// [`beam_search`] whose hypotheses for row `r` start with `prefixes[r]` (CTranslate2's
+/// `target_prefix`): while inside its prefix a sentence's only continuation is the prefix's
+/// next token, however improbable, scored by its log-probability (the score of a hypothesis
+/// counts its prefix); the beam opens after it. Rows without a prefix search as usual.
+pub fn beam_search_prefixed<M: Incremental>(
+    model: &M,
+    src: &Source,
+    cfg: &BeamConfig,
+    prefixes: &[Vec<u32>],
+) -> Vec<Vec<Hypothesis>> {
+    let on_device = !s2s_kernels::ops::is_cpu(&src.ids.device());
+    search(model, src, cfg, on_device, prefixes, &mut ())
 }
 
 /// [`beam_search`] that shows `observer` every step's beam and ranked candidates with their
@@ -187,7 +201,7 @@ pub fn beam_search_observed<M: Incremental>(
     observer: &mut impl BeamObserver,
 ) -> Vec<Vec<Hypothesis>> {
     let on_device = !s2s_kernels::ops::is_cpu(&src.ids.device());
-    search(model, src, cfg, on_device, observer)
+    search(model, src, cfg, on_device, &[], observer)
 }
 
 fn search<M: Incremental>(
@@ -195,6 +209,7 @@ fn search<M: Incremental>(
     src: &Source,
     cfg: &BeamConfig,
     top_on_device: bool,
+    prefixes: &[Vec<u32>],
     observer: &mut impl BeamObserver,
 ) -> Vec<Vec<Hypothesis>> {
     let mut steps = Eager {
@@ -203,6 +218,8 @@ fn search<M: Incremental>(
         device: src.ids.device(),
         top_on_device,
         attention: cfg.attention,
+        prefixes,
+        taken: 0,
     };
     run(&mut steps, &src.lens, src.len(), cfg, observer)
 }
@@ -229,13 +246,17 @@ struct Eager<'m, M: Incremental> {
     device: burn::tensor::Device,
     top_on_device: bool,
     attention: bool,
+    /// Per sentence, the tokens its hypotheses must start with (empty: none).
+    prefixes: &'m [Vec<u32>],
+    /// Steps taken: every live hypothesis has this many tokens.
+    taken: usize,
 }
 
 impl<M: Incremental> BeamSteps for Eager<'_, M> {
     fn step(
         &mut self,
         select: Option<Vec<i64>>,
-        _sentences: &[usize],
+        sentences: &[usize],
         last: Vec<i64>,
         w: usize,
     ) -> (usize, Vec<f32>, Vec<u32>, Option<Vec<f32>>) {
@@ -249,7 +270,27 @@ impl<M: Incremental> BeamSteps for Eager<'_, M> {
         let (step, next) =
             self.model.step(state, Tensor::<1, Int>::from_data(TensorData::new(last, [rows]), &self.device));
         self.state = Some(next);
-        let (w, lp, ids) = row_tops(&step, w, self.top_on_device);
+        let forced: Vec<Option<u32>> = sentences
+            .iter()
+            .map(|&s| self.prefixes.get(s).and_then(|p| p.get(self.taken)).copied())
+            .collect();
+        self.taken += 1;
+        let (w, lp, ids) = if forced.iter().any(Option::is_some) {
+            // Inside a prefix, every other token is −∞: the prefix's is the one finite candidate.
+            let [rows, vocab] = step.logits.dims();
+            let mut mask = vec![0f32; rows * vocab];
+            for (r, f) in forced.iter().enumerate() {
+                if let Some(t) = f {
+                    let row = &mut mask[r * vocab..(r + 1) * vocab];
+                    row.fill(f32::NEG_INFINITY);
+                    row[*t as usize] = 0.0;
+                }
+            }
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [rows, vocab]), &self.device);
+            log_prob_tops(step.log_probs() + mask, w, self.top_on_device)
+        } else {
+            row_tops(&step, w, self.top_on_device)
+        };
         let att = if self.attention {
             step.attention.and_then(|a| a.into_data().convert::<f32>().try_to_vec::<f32>().ok())
         } else {
@@ -418,6 +459,9 @@ impl Search {
             if live.len() == k {
                 break;
             }
+            if score == f64::NEG_INFINITY {
+                continue; // a token ruled out (inside a forced prefix)
+            }
             let parent = &self.live[i];
             let mut attention = parent.attention.clone();
             if let (Some(a), Some(store)) = (row_attention(parent.row), attention.as_mut()) {
@@ -496,8 +540,7 @@ pub(crate) fn split_tops<'a>(rows: impl Iterator<Item = &'a [f32]>, w: usize) ->
 /// ([`s2s_kernels::ops::top_log_probs`]). Otherwise the whole tensor comes back and [`top`]
 /// picks on the host.
 fn row_tops(step: &s2s_models::Step, n: usize, on_device: bool) -> (usize, Vec<f32>, Vec<u32>) {
-    let [rows, vocab] = step.logits.dims();
-    let w = n.min(vocab);
+    let w = n.min(step.logits.dims()[1]);
     if !on_device {
         // On the CPU, one pass per row from the logits: no `[rows, vocab]` log-probabilities
         // written and read back (`ops::top_log_probs`).
@@ -505,7 +548,13 @@ fn row_tops(step: &s2s_models::Step, n: usize, on_device: bool) -> (usize, Vec<f
             return (w, lp, ids);
         }
     }
-    let log_probs = step.log_probs();
+    log_prob_tops(step.log_probs(), n, on_device)
+}
+
+/// [`row_tops`] from log-probabilities `[rows, vocab]`: on the device, or on the host.
+fn log_prob_tops(log_probs: Tensor<2>, n: usize, on_device: bool) -> (usize, Vec<f32>, Vec<u32>) {
+    let [rows, vocab] = log_probs.dims();
+    let w = n.min(vocab);
     let read = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
     if on_device {
         let both = read(device_tops(log_probs, w));

@@ -2,7 +2,7 @@
 //! `</s>` or reaches its length limit; finished rows leave the batch (their state rows are
 //! dropped with [`reorder::select`](crate::reorder::select)) so they stop costing compute.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 use s2s_models::Source;
 
 use crate::incremental::Incremental;
@@ -73,6 +73,46 @@ pub fn greedy_chunked<M: Incremental>(
     capture_attention: bool,
     chunk: usize,
 ) -> Vec<Hypothesis> {
+    greedy_forced(model, src, limit, capture_attention, chunk, &[])
+}
+
+/// [`greedy`] whose output for row `r` starts with `prefixes[r]` (CTranslate2's
+/// `target_prefix`): while a row is inside its prefix, its next token is the prefix's, however
+/// improbable, scored by its log-probability, and the search goes on greedily after it. A row
+/// without a prefix (`prefixes` shorter than the batch, or an empty one) is plain greedy search.
+/// A prefix token must not be `</s>` (the caller encodes words).
+pub fn greedy_prefixed<M: Incremental>(
+    model: &M,
+    src: &Source,
+    limit: MaxLength,
+    capture_attention: bool,
+    prefixes: &[Vec<u32>],
+) -> Vec<Hypothesis> {
+    let chunk = if s2s_kernels::ops::is_cpu(&src.ids.device()) { 1 } else { GPU_CHUNK };
+    greedy_forced(model, src, limit, capture_attention, chunk, prefixes)
+}
+
+/// The step's `(id, log p)` pairs `[n, 2]` with the rows that have a `forced` token taking it
+/// (and its log-probability) instead of their best.
+fn force_rows(logits: Tensor<2>, forced: &[Option<u32>], device: &burn::tensor::Device) -> Tensor<2> {
+    let n = forced.len();
+    let best = s2s_kernels::ops::best_log_prob_pairs(logits.clone());
+    let ids: Vec<i64> = forced.iter().map(|f| f.unwrap_or(0) as i64).collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [n, 1]), device);
+    let lp = s2s_kernels::ops::log_softmax(logits).gather(1, ids.clone());
+    let pairs = Tensor::cat(vec![ids.float(), lp], 1);
+    let mask: Vec<bool> = forced.iter().flat_map(|f| [f.is_some(); 2]).collect();
+    best.mask_where(Tensor::<2, Bool>::from_data(TensorData::new(mask, [n, 2]), device), pairs)
+}
+
+fn greedy_forced<M: Incremental>(
+    model: &M,
+    src: &Source,
+    limit: MaxLength,
+    capture_attention: bool,
+    chunk: usize,
+    prefixes: &[Vec<u32>],
+) -> Vec<Hypothesis> {
     let device = src.ids.device();
     let batch = src.batch();
     let limits: Vec<usize> = src.lens.iter().map(|&l| limit.for_source(l)).collect();
@@ -83,6 +123,8 @@ pub fn greedy_chunked<M: Incremental>(
     let mut rows: Vec<usize> = (0..batch).collect(); // state row r ↔ sentence rows[r]
     let mut last: Vec<i64> = vec![BOS as i64; batch];
     let src_len = src.len();
+    // Steps taken so far: every unfinished row has that many tokens.
+    let mut steps = 0usize;
     while !rows.is_empty() {
         let n = rows.len();
         // No more steps than the longest remaining row needs.
@@ -94,7 +136,13 @@ pub fn greedy_chunked<M: Incremental>(
         for j in 0..k {
             let (step, next) = model.step(state, input.take().expect("each step is fed"));
             state = next;
-            let p = s2s_kernels::ops::best_log_prob_pairs(step.logits); // [n, 2]
+            let forced: Vec<Option<u32>> =
+                rows.iter().map(|&s| prefixes.get(s).and_then(|p| p.get(steps + j)).copied()).collect();
+            let p = if forced.iter().any(Option::is_some) {
+                force_rows(step.logits, &forced, &device)
+            } else {
+                s2s_kernels::ops::best_log_prob_pairs(step.logits) // [n, 2]
+            };
             if j + 1 < k {
                 // The next step's input is this step's choice, on the device.
                 input = Some(p.clone().narrow(1, 0, 1).reshape([n]).int());
@@ -113,6 +161,7 @@ pub fn greedy_chunked<M: Incremental>(
             .collect::<Option<Vec<Tensor<2>>>>()
             .filter(|a| !a.is_empty())
             .and_then(|a| Tensor::cat(a, 1).into_data().convert::<f32>().try_to_vec::<f32>().ok());
+        steps += k;
         let live: Vec<(usize, usize)> = rows.iter().copied().enumerate().collect();
         let (keep, next_last) =
             absorb(&mut out, &live, &limits, &v, att.as_deref(), k, src.lens.as_slice(), src_len);

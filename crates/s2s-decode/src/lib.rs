@@ -16,11 +16,11 @@ pub mod sample;
 
 pub use beam::{
     BeamConfig, BeamObserver, Candidate, Fate, LengthPenalty, beam_search, beam_search_observed,
-    beam_search_with,
+    beam_search_prefixed, beam_search_with,
 };
 pub use captured::{CapturedSearch, DecodeCaptureStats, Run};
 pub use ensemble::Ensemble;
-pub use greedy::{Hypothesis, greedy, greedy_chunked};
+pub use greedy::{Hypothesis, greedy, greedy_chunked, greedy_prefixed};
 pub use incremental::Incremental;
 pub use limits::{MaxLength, MemoryLimit, Names, RowState, SearchMemoryError, SearchSize};
 pub use sample::{SampleConfig, SampleError, sample};

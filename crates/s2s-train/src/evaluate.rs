@@ -4,8 +4,8 @@
 use burn::tensor::Device;
 use s2s_data::{Batch, BatchConfig, Batcher, Example, Tokenizer};
 use s2s_decode::{
-    BeamConfig, CapturedSearch, Hypothesis, Incremental, MaxLength, Run, SampleConfig, beam_search, greedy,
-    sample,
+    BeamConfig, CapturedSearch, Hypothesis, Incremental, MaxLength, Run, SampleConfig, beam_search,
+    beam_search_prefixed, greedy, greedy_prefixed, sample,
 };
 use s2s_models::{Model, Source};
 
@@ -79,11 +79,30 @@ pub fn translate_with<'m, M: Incremental + Sync>(
 where
     M::State: Clone,
 {
+    translate_prefixed(model, sources, &[], batch, search, device, captured)
+}
+
+/// [`translate_with`] whose hypotheses for `sources[i]` start with `prefixes[i]` (empty, or no
+/// entry: none), for greedy and beam search ([`greedy_prefixed`], [`beam_search_prefixed`];
+/// sampling ignores them). A search with prefixes runs eagerly.
+pub fn translate_prefixed<'m, M: Incremental + Sync>(
+    model: &'m M,
+    sources: &[Vec<u32>],
+    prefixes: &[Vec<u32>],
+    batch: BatchConfig,
+    search: &Search,
+    device: &Device,
+    captured: &mut Option<CapturedSearch<'m, M>>,
+) -> Vec<Vec<Hypothesis>>
+where
+    M::State: Clone,
+{
     let examples: Vec<Example> =
         sources.iter().map(|s| Example { src: s.clone(), tgt: Vec::new() }).collect();
     let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); sources.len()];
     let cpu = s2s_kernels::ops::is_cpu(device);
     let capturable = !cpu
+        && prefixes.iter().all(Vec::is_empty)
         && match search {
             Search::Greedy { attention, .. } => !attention,
             Search::Beam(cfg) => !cfg.attention,
@@ -107,13 +126,13 @@ where
                 let parts = row_ranges(idx.len(), split.parts());
                 split
                     .run_first(parts.len(), |i| {
-                        decode_eager(model, &examples, &idx[parts[i].clone()], search, device)
+                        decode_eager(model, &examples, prefixes, &idx[parts[i].clone()], search, device)
                     })
                     .into_iter()
                     .flatten()
                     .collect()
             }
-            _ => decode_eager(model, &examples, &idx, search, device),
+            _ => decode_eager(model, &examples, prefixes, &idx, search, device),
         };
         for (h, &i) in hyps.into_iter().zip(&idx) {
             out[i] = h;
@@ -140,6 +159,7 @@ pub fn decode_split() -> &'static CoreSplit {
 fn decode_eager<M: Incremental>(
     model: &M,
     examples: &[Example],
+    prefixes: &[Vec<u32>],
     idx: &[usize],
     search: &Search,
     device: &Device,
@@ -149,10 +169,17 @@ where
 {
     let b = Batch::collate(examples, idx);
     let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
+    let picked: Vec<Vec<u32>> =
+        idx.iter().map(|&i| prefixes.get(i).cloned().unwrap_or_default()).collect();
+    let prefixed = picked.iter().any(|p| !p.is_empty());
     match search {
+        Search::Greedy { limit, attention } if prefixed => {
+            greedy_prefixed(model, &src, *limit, *attention, &picked).into_iter().map(|h| vec![h]).collect()
+        }
         Search::Greedy { limit, attention } => {
             greedy(model, &src, *limit, *attention).into_iter().map(|h| vec![h]).collect()
         }
+        Search::Beam(cfg) if prefixed => beam_search_prefixed(model, &src, cfg, &picked),
         Search::Beam(cfg) => beam_search(model, &src, cfg),
         Search::Sample(cfg) => {
             let index: Vec<u64> = idx.iter().map(|&i| cfg.first_index + i as u64).collect();
