@@ -18,17 +18,13 @@ impl AlignCounts {
     /// to most, and a link to `</s>` is no link (Och and Ney, 2003; with sure = possible links,
     /// as a permutation gold has).
     pub fn of(weights: &[Vec<f32>], gold: &[[usize; 2]]) -> Self {
-        let words = weights.len().saturating_sub(1);
-        let mut c = AlignCounts { gold: gold.len(), ..Default::default() };
-        for (j, row) in weights.iter().take(words).enumerate() {
-            let Some(i) = argmax(row) else { continue };
-            if i + 1 == row.len() {
-                continue; // attends most to </s>: no link
-            }
-            c.predicted += 1;
-            c.hits += gold.contains(&[j, i]) as usize;
-        }
-        c
+        Self::of_links(&hard_links(weights), gold)
+    }
+
+    /// Compares predicted `links` (`[target, source]` pairs) with `gold`.
+    pub fn of_links(links: &[[usize; 2]], gold: &[[usize; 2]]) -> Self {
+        let hits = links.iter().filter(|l| gold.contains(l)).count();
+        AlignCounts { hits, predicted: links.len(), gold: gold.len() }
     }
 
     /// Adds another sentence's counts.
@@ -43,6 +39,19 @@ impl AlignCounts {
         let n = self.predicted + self.gold;
         if n == 0 { 1.0 } else { 1.0 - 2.0 * self.hits as f64 / n as f64 }
     }
+}
+
+/// The links of attention `weights` `[target positions][source positions]` (`</s>` last on
+/// both sides) as `[target, source]` pairs in target order: each target position but `</s>`
+/// linked to the source position it attends to most, none where that is `</s>`.
+pub fn hard_links(weights: &[Vec<f32>]) -> Vec<[usize; 2]> {
+    let words = weights.len().saturating_sub(1);
+    weights
+        .iter()
+        .take(words)
+        .enumerate()
+        .filter_map(|(j, row)| argmax(row).filter(|&i| i + 1 < row.len()).map(|i| [j, i]))
+        .collect()
 }
 
 /// Index of the largest value (the first of ties), `None` for an empty row.

@@ -29,6 +29,7 @@ pub mod device;
 pub mod error;
 pub mod evaluate;
 pub mod experiment;
+pub mod forced;
 pub mod interrupt;
 pub mod lock;
 pub mod loss;
