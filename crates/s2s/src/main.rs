@@ -9,6 +9,7 @@ mod bench;
 mod course;
 mod data;
 mod experiment;
+mod forced;
 mod out;
 #[cfg(unix)]
 mod runtime_dir;

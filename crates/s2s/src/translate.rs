@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use s2s_data::line::{LineRead, MAX_LINE_BYTES, read_line, skip_line};
-use s2s_data::{BatchConfig, DataError, Tokenizers, normalize};
+use s2s_data::{BatchConfig, DataError, Example, Tokenizers, normalize};
 use s2s_decode::{
     BeamConfig, CapturedSearch, DecodeCaptureStats, Ensemble, Hypothesis, Incremental, LengthPenalty,
     MaxLength, MemoryLimit, Names, RowState, Run, SampleConfig, SearchSize,
@@ -15,11 +15,16 @@ use s2s_models::Model;
 use s2s_train::checkpoint::Checkpoints;
 use s2s_train::config::Capture;
 use s2s_train::device::{DeviceChoice, select};
-use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_with};
+use s2s_train::evaluate::{CAPTURED_CHAINS, Search, translate_prefixed};
+use s2s_train::forced::{Forced, cross_layers, force};
 use s2s_train::precision::Precision;
 use s2s_train::run::{RunManifest, read_manifest};
 
 use crate::args;
+use crate::forced::{
+    AlignMode, MAX_TARGET_TOKENS, NbestLine, alignment_field, parse_nbest, read_lines, too_few_lines,
+    too_many_lines, word_of_tokens,
+};
 
 /// Translate stdin to stdout with a trained run: one line in, one line out, in order.
 #[derive(Args, Debug)]
@@ -90,6 +95,33 @@ pub struct TranslateArgs {
     /// Seed of the sampling.
     #[arg(long, default_value_t = 1, requires = "sample")]
     seed: u64,
+    /// Score the targets of FILE instead of translating (forced decoding; fairseq's
+    /// --score-reference): line i of FILE is the target of stdin line i, and each output line is
+    /// its log-probability under the model (the sum over its tokens and `</s>`, natural log),
+    /// teacher-forced as training scores it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sample", "nbest", "prefix", "rescore"])]
+    score_target: Option<PathBuf>,
+    /// With --score-target: each token's log-probability after the sentence's (`score ||| lp₁ … lp_eos`).
+    #[arg(long, requires = "score_target")]
+    per_token: bool,
+    /// Rescore the Moses n-best list of FILE (`id ||| hypothesis ||| features ||| score`, id the
+    /// 0-based stdin line of its source): each line is written back with the model's
+    /// log-probability of its hypothesis added to its features as `Score= x`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sample", "nbest", "prefix", "alignment"])]
+    rescore: Option<PathBuf>,
+    /// Start each output with the words of line i of FILE (tokenised by the target tokenizer),
+    /// however improbable, and search on from there (greedy and beam search).
+    #[arg(long, value_name = "FILE", conflicts_with = "sample")]
+    prefix: Option<PathBuf>,
+    /// After each output, ` ||| ` and its word alignment from the cross-attention: hard (Pharaoh
+    /// `i-j` pairs, source word i, target word j, 0-based) or soft (per target word, its
+    /// attention over the source words, comma-separated).
+    #[arg(long, value_name = "hard|soft")]
+    alignment: Option<AlignMode>,
+    /// The Transformer decoder layer (0-based) whose cross-attention, averaged over its heads,
+    /// aligns; default the last.
+    #[arg(long, value_name = "LAYER", requires = "alignment")]
+    alignment_layer: Option<usize>,
 }
 
 fn parse_penalty(s: &str) -> Result<LengthPenalty, String> {
@@ -112,6 +144,11 @@ struct Translator {
     capture: bool,
     /// The products' precision.
     precision: Precision,
+    /// The output length limit of the (first) run.
+    limit: MaxLength,
+    /// `--score-target`'s lines, `--prefix`'s lines.
+    targets: Option<Vec<String>>,
+    prefixes: Option<Vec<String>>,
 }
 
 impl Translator {
@@ -127,7 +164,64 @@ impl Translator {
         let capture = capture_for(a.capture, &device)?;
         a.precision.check_device(&device).map_err(|e| anyhow::anyhow!("--precision mixed: {e}"))?;
         let precision = a.precision;
-        Ok(Self { models, tok, search, batch, device, max_src: a.max_src_tokens, capture, precision })
+        if a.alignment.is_some() {
+            check_alignment(a, &models)?;
+        }
+        let targets = a.score_target.as_deref().map(|p| read_lines("--score-target", p)).transpose()?;
+        let prefixes = a.prefix.as_deref().map(|p| read_lines("--prefix", p)).transpose()?;
+        let limit = manifest.config.train.max_output;
+        Ok(Self {
+            models,
+            tok,
+            search,
+            batch,
+            device,
+            max_src: a.max_src_tokens,
+            capture,
+            precision,
+            limit,
+            targets,
+            prefixes,
+        })
+    }
+
+    /// Target ids of `text`, line `line` of `flag`'s `path` (normalised as sources are), refusing
+    /// more than `max` tokens.
+    fn encode_target(&self, flag: &str, path: &Path, line: usize, text: &str, max: usize) -> Result<Vec<u32>> {
+        let ids = self.tok.tgt.encode(&normalize(text));
+        if ids.len() > max {
+            bail!(
+                "{flag} {}:{line}: {} target tokens, more than {max}, the most {}",
+                path.display(),
+                ids.len(),
+                if flag == "--prefix" {
+                    "this source's output may have (the run's [train] max_output limit)"
+                } else {
+                    "scored (fairseq's --max-target-positions)"
+                }
+            );
+        }
+        Ok(ids)
+    }
+
+    /// Forced decoding of `(source, target)` pairs by every model, with the attention of
+    /// --alignment-layer when `attention`.
+    fn force(&self, pairs: &[Example], attention: bool, a: &TranslateArgs) -> Vec<Forced> {
+        let models: Vec<&Model> = self.models.iter().collect();
+        let layer = attention.then_some(a.alignment_layer);
+        self.precision.products(|| force(&models, pairs, self.batch, &self.device, layer))
+    }
+
+    /// The ` ||| alignment` field of `src` → `tgt` given its forced decoding, or nothing.
+    fn alignment(&self, a: &TranslateArgs, src: &[u32], tgt: &[u32], f: &Forced) -> String {
+        match (a.alignment, &f.attention) {
+            (Some(mode), Some(att)) => format!(
+                " ||| {}",
+                alignment_field(mode, att, &word_of_tokens(&self.tok.src, src), &word_of_tokens(&self.tok.tgt, tgt))
+            ),
+            (Some(_), None) => " ||| ".into(),
+            _ => String::new(),
+        }
     }
 
     /// Encodes one line (empty stays empty), truncating with a warning.
@@ -146,7 +240,13 @@ impl Translator {
 
     /// Translates a chunk whose first line has the 0-based index `first` in the input (empty
     /// sources give no hypotheses).
-    fn run<'t>(&'t self, sources: &[Vec<u32>], first: usize, kept: &mut Kept<'t>) -> Vec<Vec<Hypothesis>> {
+    fn run<'t>(
+        &'t self,
+        sources: &[Vec<u32>],
+        prefixes: &[Vec<u32>],
+        first: usize,
+        kept: &mut Kept<'t>,
+    ) -> Vec<Vec<Hypothesis>> {
         let mut out = vec![Vec::new(); sources.len()];
         // Sampling draws sentence i's tokens from stream i: each line translated on its own
         // index, so empty lines skipped here do not shift the others.
@@ -157,6 +257,8 @@ impl Translator {
         };
         for group in groups {
             let picked: Vec<Vec<u32>> = group.iter().map(|&i| sources[i].clone()).collect();
+            let picked_prefixes: Vec<Vec<u32>> =
+                group.iter().map(|&i| prefixes.get(i).cloned().unwrap_or_default()).collect();
             let search = match self.search {
                 Search::Sample(c) => {
                     Search::Sample(SampleConfig { first_index: (first + group[0]) as u64, ..c })
@@ -164,12 +266,24 @@ impl Translator {
                 s => s,
             };
             let hyps = self.precision.products(|| match kept {
-                Kept::Single(captured) => {
-                    translate_with(&self.models[0], &picked, self.batch, &search, &self.device, captured)
-                }
-                Kept::Ensemble(ensemble, captured) => {
-                    translate_with(*ensemble, &picked, self.batch, &search, &self.device, captured)
-                }
+                Kept::Single(captured) => translate_prefixed(
+                    &self.models[0],
+                    &picked,
+                    &picked_prefixes,
+                    self.batch,
+                    &search,
+                    &self.device,
+                    captured,
+                ),
+                Kept::Ensemble(ensemble, captured) => translate_prefixed(
+                    *ensemble,
+                    &picked,
+                    &picked_prefixes,
+                    self.batch,
+                    &search,
+                    &self.device,
+                    captured,
+                ),
             });
             for (h, &i) in hyps.into_iter().zip(&group) {
                 out[i] = h;
@@ -229,6 +343,29 @@ fn check_shared_vocabularies(
                  as the models of one experiment are)",
                 first_run.display(),
                 run.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses --alignment for a model without attention and an --alignment-layer a model lacks.
+fn check_alignment(a: &TranslateArgs, models: &[Model]) -> Result<()> {
+    for (run, m) in a.runs.iter().zip(models) {
+        let layers = cross_layers(m);
+        if layers == 0 {
+            bail!(
+                "--alignment: {} is an LSTM encoder-decoder without attention, which aligns nothing \
+                 (align with an attention or Transformer model)",
+                run.display()
+            );
+        }
+        if let Some(l) = a.alignment_layer.filter(|&l| l >= layers) {
+            bail!(
+                "--alignment-layer {l}: {} has {layers} decoder layer{} with cross-attention (give 0 to {})",
+                run.display(),
+                if layers == 1 { "" } else { "s" },
+                layers - 1
             );
         }
     }
@@ -362,7 +499,14 @@ pub fn run(a: TranslateArgs) -> Result<()> {
     }
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
-    let chunk = if interactive { 1 } else { a.chunk };
+    // An n-best list names its sources by line: it is rescored once stdin is read.
+    let chunk = if a.rescore.is_some() {
+        usize::MAX
+    } else if interactive {
+        1
+    } else {
+        a.chunk
+    };
     let mut input = stdin.lock();
     let mut out = crate::out::Stdout::lock();
     let mut line_no = 0usize;
@@ -388,9 +532,10 @@ pub fn run(a: TranslateArgs) -> Result<()> {
                 failure = Some(e);
             }
         }
-        if pending.len() >= chunk
-            || (n == 0 && !pending.is_empty())
-            || (failure.is_some() && !pending.is_empty())
+        if a.rescore.is_none()
+            && (pending.len() >= chunk
+                || (n == 0 && !pending.is_empty())
+                || (failure.is_some() && !pending.is_empty()))
         {
             let first = line_no - pending.len() - usize::from(failure.is_some()) + 1;
             write_chunk(&t, &a, &pending, first, &mut kept, &mut out)?;
@@ -400,6 +545,19 @@ pub fn run(a: TranslateArgs) -> Result<()> {
             return Err(e);
         }
         if n == 0 {
+            if let Some(path) = &a.rescore {
+                write_rescored(&t, &a, path, &pending, &mut out)?;
+            }
+            for (flag, path, lines) in [
+                ("--score-target", &a.score_target, &t.targets),
+                ("--prefix", &a.prefix, &t.prefixes),
+            ] {
+                if let (Some(path), Some(lines)) = (path, lines) {
+                    if lines.len() > line_no {
+                        return Err(too_many_lines(flag, path, lines.len(), line_no));
+                    }
+                }
+            }
             kept.report();
             return Ok(());
         }
@@ -482,19 +640,47 @@ fn write_chunk<'t>(
     kept: &mut Kept<'t>,
     out: &mut impl Write,
 ) -> Result<()> {
-    let hyps = t.run(sources, first - 1, kept);
+    if let (Some(path), Some(targets)) = (&a.score_target, &t.targets) {
+        return write_scores(t, a, path, targets, sources, first, out);
+    }
+    let prefixes = match (&a.prefix, &t.prefixes) {
+        (Some(path), Some(lines)) => encode_prefixes(t, path, lines, sources, first)?,
+        _ => Vec::new(),
+    };
+    let hyps = t.run(sources, &prefixes, first - 1, kept);
+    let shown = a.nbest.unwrap_or(1);
+    // The attention of each hypothesis written, teacher-forced (`s2s_train::forced`).
+    let mut aligned = std::collections::HashMap::new();
+    if a.alignment.is_some() {
+        let mut pairs = Vec::new();
+        let mut which = Vec::new();
+        for (k, h) in hyps.iter().enumerate() {
+            for (r, hyp) in h.iter().take(shown).enumerate() {
+                pairs.push(Example { src: sources[k].clone(), tgt: hyp.tokens.clone() });
+                which.push((k, r));
+            }
+        }
+        aligned = which.into_iter().zip(t.force(&pairs, true, a)).collect();
+    }
+    let align = |k: usize, r: usize, tokens: &[u32]| match aligned.get(&(k, r)) {
+        Some(f) => t.alignment(a, &sources[k], tokens, f),
+        None if a.alignment.is_some() => " ||| ".to_string(),
+        None => String::new(),
+    };
     for (k, (src, h)) in sources.iter().zip(&hyps).enumerate() {
         let line = first + k;
         if let Some(n) = a.nbest {
             if h.is_empty() {
-                writeln!(out, "{} ||| ||| 0", line - 1)?;
+                writeln!(out, "{} ||| ||| 0{}", line - 1, align(k, 0, &[]))?;
             }
-            for hyp in h.iter().take(n) {
-                writeln!(out, "{} ||| {} ||| {:.4}", line - 1, t.tok.tgt.decode(&hyp.tokens), hyp.score)?;
+            for (r, hyp) in h.iter().take(n).enumerate() {
+                let text = t.tok.tgt.decode(&hyp.tokens);
+                writeln!(out, "{} ||| {text} ||| {:.4}{}", line - 1, hyp.score, align(k, r, &hyp.tokens))?;
             }
         } else {
+            let tokens = h.first().map(|hyp| hyp.tokens.as_slice()).unwrap_or_default();
             let text = h.first().map(|hyp| t.tok.tgt.decode(&hyp.tokens)).unwrap_or_default();
-            writeln!(out, "{text}")?;
+            writeln!(out, "{text}{}", align(k, 0, tokens))?;
         }
         if let (Some(dir), Some(best)) = (&a.attention, h.first()) {
             if let Some(w) = &best.attention {
@@ -511,6 +697,97 @@ fn write_chunk<'t>(
                     .with_context(|| format!("writing {}", path.display()))?;
             }
         }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The prefixes of the chunk of `sources` whose first line is `first` (1-based), from
+/// `--prefix`'s `lines`: each line's target ids, checked against its source's length limit
+/// (empty for an empty source, which is not translated).
+fn encode_prefixes(
+    t: &Translator,
+    path: &Path,
+    lines: &[String],
+    sources: &[Vec<u32>],
+    first: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let mut out = Vec::with_capacity(sources.len());
+    for (k, src) in sources.iter().enumerate() {
+        let line = first + k;
+        let text = lines.get(line - 1).ok_or_else(|| too_few_lines("--prefix", path, lines.len(), line))?;
+        let max = t.limit.for_source(src.len() + 1);
+        let ids = t.encode_target("--prefix", path, line, text, max)?;
+        out.push(if src.is_empty() { Vec::new() } else { ids });
+    }
+    Ok(out)
+}
+
+/// Writes the forced-decoding score of each of `targets`' lines given its source (the chunk
+/// of `sources` whose first line is `first`, 1-based): `score`, then with --per-token
+/// ` ||| ` and each token's log-probability, then with --alignment the alignment. An empty
+/// source (an empty or skipped stdin line) gives an empty line, as it does when translating.
+fn write_scores(
+    t: &Translator,
+    a: &TranslateArgs,
+    path: &Path,
+    targets: &[String],
+    sources: &[Vec<u32>],
+    first: usize,
+    out: &mut impl Write,
+) -> Result<()> {
+    let mut pairs = Vec::new();
+    let mut which = Vec::new();
+    for (k, src) in sources.iter().enumerate() {
+        let line = first + k;
+        let text =
+            targets.get(line - 1).ok_or_else(|| too_few_lines("--score-target", path, targets.len(), line))?;
+        let tgt = t.encode_target("--score-target", path, line, text, MAX_TARGET_TOKENS)?;
+        if !src.is_empty() {
+            pairs.push(Example { src: src.clone(), tgt });
+            which.push(k);
+        }
+    }
+    let forced = t.force(&pairs, a.alignment.is_some(), a);
+    let mut lines = vec![String::new(); sources.len()];
+    for ((k, f), pair) in which.into_iter().zip(&forced).zip(&pairs) {
+        let mut line = format!("{:.4}", f.score());
+        if a.per_token {
+            let each: Vec<String> = f.log_probs.iter().map(|l| format!("{l:.4}")).collect();
+            line.push_str(&format!(" ||| {}", each.join(" ")));
+        }
+        line.push_str(&t.alignment(a, &pair.src, &pair.tgt, f));
+        lines[k] = line;
+    }
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Rescores the n-best list of `path` (`--rescore`) whose ids name lines of `sources` (all of
+/// stdin): each line written back with the model's log-probability of its hypothesis added to
+/// its features.
+fn write_rescored(
+    t: &Translator,
+    a: &TranslateArgs,
+    path: &Path,
+    sources: &[Vec<u32>],
+    out: &mut impl Write,
+) -> Result<()> {
+    let lines = read_lines("--rescore", path)?;
+    let nbest: Vec<NbestLine> = parse_nbest(path, &lines, sources.len())?;
+    let pairs = nbest
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let tgt = t.encode_target("--rescore", path, k + 1, &l.hypothesis, MAX_TARGET_TOKENS)?;
+            Ok(Example { src: sources[l.id].clone(), tgt })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (l, f) in nbest.iter().zip(t.force(&pairs, false, a)) {
+        writeln!(out, "{}", l.with_feature(f.score()))?;
     }
     out.flush()?;
     Ok(())

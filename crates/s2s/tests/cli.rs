@@ -1784,3 +1784,267 @@ fn searches_too_large_for_memory_are_refused_before_they_start() {
     assert!(err.contains("lower the beam ([decode] beam) to at most"), "{err}");
     assert!(!out.join("lstm/checkpoints").exists(), "it did not train");
 }
+
+/// `(source, reference)` pairs of a run's test split (the studio's, built-in pair), `n` at most.
+fn test_pairs(run: &std::path::Path, n: usize) -> Vec<(String, String)> {
+    let (examples, _) = s2s_studio::load::test_sentences(run).unwrap();
+    examples.into_iter().take(n).map(|e| (e.source, e.reference)).collect()
+}
+
+/// Writes `lines` (one per line) into a fresh file `name`.
+fn lines_file(name: &str, lines: &[String]) -> PathBuf {
+    let p = tmp(name).join("lines.txt");
+    std::fs::write(&p, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    p
+}
+
+/// The number before ` ||| ` (or the whole line) of each line.
+fn scores(out: &str) -> Vec<f64> {
+    out.lines().map(|l| l.split(" ||| ").next().unwrap().parse::<f64>().unwrap()).collect()
+}
+
+fn assert_close(a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= tol, "{x} vs {y} ({a:?} vs {b:?})");
+    }
+}
+
+/// `--score-target`: greedy search's own output scores as greedy search scored it (one model
+/// and an ensemble), whatever the batch size; `--per-token` sums to the sentence; `--rescore`
+/// adds that score to each n-best line; bad files are named with their line.
+#[test]
+fn translate_scores_given_targets_as_greedy_search_scored_them() {
+    let a = tiny_run_steps("score-a", "transformer", "1", "100");
+    let b = tiny_run_steps("score-b", "bahdanau", "2", "100");
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let pairs = test_pairs(&a, 24);
+    let input: String = pairs.iter().map(|(s, _)| format!("{s}\n")).collect();
+    let limit = s2s_train::run::read_manifest(&a).unwrap().config.train.max_output;
+    let mut ended = 0; // outputs that end with `</s>`, not at the length limit
+    for models in [vec![a_s], vec![a_s, b_s]] {
+        let mut base = vec!["translate", "--device", "cpu"];
+        for m in &models {
+            base.extend(["--model", m]);
+        }
+        let greedy = s2s_stdin(&[&base[..], &["--beam", "1", "--nbest", "1"]].concat(), &input);
+        assert!(greedy.status.success(), "{}", text(&greedy.stderr));
+        let rows: Vec<(String, f64)> = text(&greedy.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(" ||| ").collect();
+                (f[1].to_string(), f[2].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(rows.len(), pairs.len());
+        let hyps = lines_file("score-hyps", &rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>());
+        let score = |extra: &[&str]| {
+            let args = [&base[..], &["--score-target", hyps.to_str().unwrap()], extra].concat();
+            let o = s2s_stdin(&args, &input);
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            text(&o.stdout)
+        };
+        let got = scores(&score(&[]));
+        assert_close(&got, &scores(&score(&["--batch-size", "1"])), 2e-4);
+        assert_close(&got, &scores(&score(&["--batch-size", "5"])), 2e-4);
+        // Per token: one log-probability per word and `</s>`, summing to the sentence's; the
+        // sentence's is greedy search's, less `</s>`'s where the output was cut at the length
+        // limit (greedy search scored no `</s>` there).
+        for (i, line) in score(&["--per-token"]).lines().enumerate() {
+            let (total, each) = line.split_once(" ||| ").unwrap();
+            let total: f64 = total.parse().unwrap();
+            let each: Vec<f64> = each.split(' ').map(|x| x.parse().unwrap()).collect();
+            let words = if rows[i].0.is_empty() { 0 } else { rows[i].0.split(' ').count() };
+            assert_eq!(each.len(), words + 1, "{line}");
+            assert!((each.iter().sum::<f64>() - total).abs() < 1e-3, "{line}");
+            assert!((total - got[i]).abs() < 1e-4, "{line}");
+            let greedy_scored = if words >= limit.for_source(pairs[i].0.split(' ').count() + 1) {
+                total - each[words]
+            } else {
+                ended += 1;
+                total
+            };
+            assert!((greedy_scored - rows[i].1).abs() < 2e-3, "line {i}: {greedy_scored} vs {}", rows[i].1);
+        }
+        // Rescoring an n-best list (ours, and Moses's with features) adds that score.
+        let nbest: Vec<String> = text(&greedy.stdout).lines().map(str::to_string).collect();
+        let mut moses = nbest.clone();
+        moses[0] = format!("0 ||| {} ||| LM0= -3 TM0= -1 -2 ||| -1.5", rows[0].0);
+        for list in [nbest, moses.clone()] {
+            let file = lines_file("score-nbest", &list);
+            let o = s2s_stdin(&[&base[..], &["--rescore", file.to_str().unwrap()]].concat(), &input);
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            let out = text(&o.stdout);
+            assert_eq!(out.lines().count(), list.len());
+            let feature: Vec<f64> = out
+                .lines()
+                .map(|l| l.split("Score= ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap())
+                .collect();
+            assert_close(&feature, &got, 2e-4);
+        }
+        let o = s2s_stdin(
+            &[&base[..], &["--rescore", lines_file("score-moses", &moses).to_str().unwrap()]].concat(),
+            &input,
+        );
+        let first = text(&o.stdout).lines().next().unwrap().to_string();
+        assert!(first.starts_with(&format!("0 ||| {} ||| LM0= -3 TM0= -1 -2 Score= ", rows[0].0)), "{first}");
+        assert!(first.ends_with(" ||| -1.5"), "{first}");
+    }
+    assert!(ended > 0, "every output was cut at the length limit");
+    // Bad input: named with the flag, the file and the line.
+    let base = ["translate", "--model", a_s, "--device", "cpu"];
+    let fails = |extra: &[&str], input: &str, says: &[&str]| {
+        let o = s2s_stdin(&[&base[..], extra].concat(), input);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{extra:?}");
+        assert!(says.iter().all(|s| err.contains(s)) && !err.contains("panicked"), "{extra:?}: {err}");
+    };
+    fails(&["--score-target", "/nonexistent/refs"], "a\n", &["--score-target", "/nonexistent/refs"]);
+    let two = lines_file("score-two", &["a".into(), "b".into()]);
+    let two_s = two.to_str().unwrap();
+    fails(&["--score-target", two_s], "a\nb\nc\n", &["--score-target", two_s, "line 3"]);
+    fails(&["--score-target", two_s], "a\n", &["--score-target", two_s, "line 2"]);
+    let bad = lines_file("score-bad", &["0 ||| a ||| -1".into(), "1 a b".into()]);
+    let bad_s = bad.to_str().unwrap();
+    fails(&["--rescore", bad_s], "a\nb\n", &[&format!("--rescore {bad_s}:2"), "|||"]);
+    fails(&["--rescore", bad_s], "a\n", &[&format!("--rescore {bad_s}:2")]);
+    let long = lines_file("score-long", &["a".into(), vec!["b"; 1100].join(" ")]);
+    fails(&["--score-target", long.to_str().unwrap()], "a\nb\n", &["--score-target", ":2", "1024"]);
+}
+
+/// `--prefix`: greedy search given its own output's first words gives that output; an
+/// improbable prefix is kept, by greedy and beam search, and scored as forced decoding scores
+/// it; a prefix past the length limit is refused naming its line.
+#[test]
+fn translate_starts_each_output_with_its_prefix() {
+    let run = tiny_run_steps("prefix", "transformer", "3", "100");
+    let r = run.to_str().unwrap();
+    let pairs = test_pairs(&run, 16);
+    let input: String = pairs.iter().map(|(s, _)| format!("{s}\n")).collect();
+    let base = ["translate", "--model", r, "--device", "cpu"];
+    let go = |extra: &[&str]| {
+        let o = s2s_stdin(&[&base[..], extra].concat(), &input);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let greedy = go(&["--beam", "1"]);
+    for k in [1, 2, 3] {
+        let firsts: Vec<String> =
+            greedy.lines().map(|l| l.split(' ').take(k).collect::<Vec<_>>().join(" ")).collect();
+        let file = lines_file("prefix-k", &firsts);
+        assert_eq!(go(&["--beam", "1", "--prefix", file.to_str().unwrap()]), greedy, "k = {k}");
+    }
+    // An improbable prefix: another sentence's last words, twice.
+    let odd: Vec<String> = (0..pairs.len())
+        .map(|i| {
+            let w: Vec<&str> = pairs[(i + 7) % pairs.len()].1.split(' ').collect();
+            let tail = w[w.len().saturating_sub(2)..].join(" ");
+            format!("{tail} {tail}")
+        })
+        .collect();
+    let file = lines_file("prefix-odd", &odd);
+    let f = file.to_str().unwrap();
+    for beam in ["1", "3"] {
+        let out = go(&["--beam", beam, "--prefix", f]);
+        for (line, p) in out.lines().zip(&odd) {
+            assert!(line == p || line.starts_with(&format!("{p} ")), "beam {beam}: {line:?} vs {p:?}");
+        }
+        assert_eq!(out.lines().count(), pairs.len());
+    }
+    // Greedy's score of a prefixed output is its forced-decoding score (the prefix counted).
+    let nbest = go(&["--beam", "1", "--nbest", "1", "--prefix", f]);
+    let outputs: Vec<String> = nbest.lines().map(|l| l.split(" ||| ").nth(1).unwrap().to_string()).collect();
+    let reported: Vec<f64> = nbest.lines().map(|l| l.split(" ||| ").nth(2).unwrap().parse().unwrap()).collect();
+    let hyps = lines_file("prefix-hyps", &outputs);
+    let limit = s2s_train::run::read_manifest(&run).unwrap().config.train.max_output;
+    let forced = scores(&go(&["--score-target", hyps.to_str().unwrap()]));
+    for i in 0..pairs.len() {
+        if outputs[i].split(' ').count() < limit.for_source(pairs[i].0.split(' ').count() + 1) {
+            assert!((forced[i] - reported[i]).abs() < 2e-3, "{i}: {} vs {}", forced[i], reported[i]);
+        }
+    }
+    // Too long for the length limit: refused, naming the flag, the file and the line.
+    let mut long = odd.clone();
+    long[2] = vec!["the"; 500].join(" ");
+    let file = lines_file("prefix-long", &long);
+    let f = file.to_str().unwrap();
+    let o = s2s_stdin(&[&base[..], &["--prefix", f]].concat(), &input);
+    let err = text(&o.stderr);
+    assert!(!o.status.success() && err.contains(&format!("--prefix {f}:3")) && !err.contains("panicked"), "{err}");
+    let o = s2s_stdin(&[&base[..], &["--prefix", f, "--sample"]].concat(), &input);
+    assert!(!o.status.success() && text(&o.stderr).contains("--sample"), "{}", text(&o.stderr));
+}
+
+/// `--alignment`: on the built-in pair, the AER of the hard alignments of the references
+/// (forced decoding) against the gold ones is the studio's, for the Transformer's last layer
+/// and an attention RNN; soft alignments are one row per target word; the LSTM and a layer
+/// the model lacks are refused.
+#[test]
+fn translate_aligns_as_the_studio_scores_alignments() {
+    let transformer = tiny_run("align-t", "transformer", "4");
+    let bahdanau = tiny_run("align-b", "bahdanau", "5");
+    for run in [&transformer, &bahdanau] {
+        let studio =
+            s2s_studio::open(&[run.clone()], "best", burn::tensor::Device::flex(), "cpu".into(), |_| {}).unwrap();
+        let m = &studio.models[0];
+        let want = m.aer.expect("the studio scores this model's alignments");
+        // The sentences the studio scored: its examples, spread as `corpus_aer` spreads them.
+        let step = studio.examples.len().div_ceil(s2s_studio::AER_SENTENCES).max(1);
+        let mut picked = Vec::new();
+        for e in studio.examples.iter().step_by(step) {
+            if let Some(gold) = s2s_studio::analyse::gold_alignment(&studio, m, &e.source, &e.reference) {
+                picked.push((e.source.clone(), e.reference.clone(), gold));
+            }
+        }
+        assert!(picked.len() >= 10, "{}", picked.len());
+        let input: String = picked.iter().map(|p| format!("{}\n", p.0)).collect();
+        let refs = lines_file("align-refs", &picked.iter().map(|p| p.1.clone()).collect::<Vec<_>>());
+        let r = run.to_str().unwrap();
+        let base = ["translate", "--model", r, "--device", "cpu", "--score-target", refs.to_str().unwrap()];
+        for batch in ["64", "1"] {
+            let o = s2s_stdin(&[&base[..], &["--alignment", "hard", "--batch-size", batch]].concat(), &input);
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            let mut total = s2s_eval::alignment::AlignCounts::default();
+            for (line, p) in text(&o.stdout).lines().zip(&picked) {
+                let links: Vec<[usize; 2]> = line
+                    .split(" ||| ")
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .map(|l| {
+                        let (i, j) = l.split_once('-').unwrap();
+                        [j.parse().unwrap(), i.parse().unwrap()]
+                    })
+                    .collect();
+                total.add(s2s_eval::alignment::AlignCounts::of_links(&links, &p.2));
+            }
+            assert_eq!(total.aer(), want, "{r}, batch {batch}");
+        }
+        // Soft: per target word, one weight per source word.
+        let o = s2s_stdin(&[&base[..], &["--alignment", "soft"]].concat(), &input);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        for (line, p) in text(&o.stdout).lines().zip(&picked) {
+            let rows: Vec<&str> = line.split(" ||| ").nth(1).unwrap().split(' ').collect();
+            assert_eq!(rows.len(), p.1.split(' ').count(), "{line}");
+            assert!(rows.iter().all(|row| row.split(',').count() == p.0.split(' ').count()), "{line}");
+        }
+    }
+    // Translations carry their alignment too; every link names words of the two sentences.
+    let r = transformer.to_str().unwrap();
+    let o = s2s_stdin(&["translate", "--model", r, "--device", "cpu", "--alignment", "hard"], "the dog sleeps .\n");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let (hyp, links) = out.strip_suffix('\n').unwrap().split_once(" ||| ").unwrap();
+    for l in links.split_whitespace() {
+        let (i, j) = l.split_once('-').unwrap();
+        assert!(i.parse::<usize>().unwrap() < 4 && j.parse::<usize>().unwrap() < hyp.split(' ').count(), "{out}");
+    }
+    let o = s2s_stdin(
+        &["translate", "--model", r, "--device", "cpu", "--alignment", "hard", "--alignment-layer", "1"],
+        "a\n",
+    );
+    assert!(!o.status.success() && text(&o.stderr).contains("--alignment-layer 1"), "{}", text(&o.stderr));
+    let lstm = tiny_run("align-l", "lstm", "6");
+    let o = s2s_stdin(&["translate", "--model", lstm.to_str().unwrap(), "--alignment", "soft"], "a\n");
+    assert!(!o.status.success() && text(&o.stderr).contains("without attention"), "{}", text(&o.stderr));
+}
