@@ -105,6 +105,19 @@ fn force_rows(logits: Tensor<2>, forced: &[Option<u32>], device: &burn::tensor::
     best.mask_where(Tensor::<2, Bool>::from_data(TensorData::new(mask, [n, 2]), device), pairs)
 }
 
+/// [`greedy_prefixed`] with `chunk` steps on the device between read-backs, as
+/// [`greedy_chunked`].
+pub fn greedy_chunked_prefixed<M: Incremental>(
+    model: &M,
+    src: &Source,
+    limit: MaxLength,
+    capture_attention: bool,
+    chunk: usize,
+    prefixes: &[Vec<u32>],
+) -> Vec<Hypothesis> {
+    greedy_forced(model, src, limit, capture_attention, chunk, prefixes)
+}
+
 fn greedy_forced<M: Incremental>(
     model: &M,
     src: &Source,

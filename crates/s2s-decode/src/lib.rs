@@ -20,7 +20,7 @@ pub use beam::{
 };
 pub use captured::{CapturedSearch, DecodeCaptureStats, Run};
 pub use ensemble::Ensemble;
-pub use greedy::{Hypothesis, greedy, greedy_chunked, greedy_prefixed};
+pub use greedy::{Hypothesis, greedy, greedy_chunked, greedy_chunked_prefixed, greedy_prefixed};
 pub use incremental::Incremental;
 pub use limits::{MaxLength, MemoryLimit, Names, RowState, SearchMemoryError, SearchSize};
 pub use sample::{SampleConfig, SampleError, sample};

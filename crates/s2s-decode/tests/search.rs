@@ -7,7 +7,8 @@ mod common;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use common::{LIMIT, source};
 use s2s_decode::{
-    BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_with, greedy, greedy_chunked,
+    BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_prefixed, beam_search_with, greedy,
+    greedy_chunked, greedy_chunked_prefixed, greedy_prefixed,
 };
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step};
@@ -244,6 +245,52 @@ fn attention_is_captured_per_output_token() {
                 assert_eq!(row.len(), s.len(), "{kind}");
                 assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-4, "{kind}");
             }
+        }
+    }
+}
+
+/// Prefixes: every output starts with its row's prefix, however improbable (the same token
+/// three times), by greedy search, greedy search in chunks and beam search (beam 1 without a
+/// length penalty being greedy search, prefix and score included); a row without one searches
+/// as without prefixes; greedy search given its own first tokens gives its output.
+#[test]
+fn outputs_start_with_their_prefixes() {
+    let d = Device::flex();
+    let src = source(&sentences(), &d);
+    let limit = MaxLength { a: 1.0, b: 6 };
+    let prefixes: Vec<Vec<u32>> = vec![vec![9, 9, 9], vec![], vec![4], vec![15, 14], vec![], vec![6, 6, 6, 6]];
+    for (kind, model) in models(&d) {
+        let m = NoEarlyEos(&model, 1);
+        let plain = greedy(&m, &src, limit, false);
+        let g = greedy_prefixed(&m, &src, limit, true, &prefixes);
+        for (i, (h, p)) in g.iter().zip(&prefixes).enumerate() {
+            assert!(h.tokens.starts_with(p), "{kind} {i}: {:?} vs {p:?}", h.tokens);
+            if p.is_empty() {
+                assert_eq!(h.tokens, plain[i].tokens, "{kind} {i}");
+                assert!((h.score - plain[i].score).abs() < 1e-6, "{kind} {i}");
+            }
+        }
+        for k in [2, 3, 8] {
+            let chunked = greedy_chunked_prefixed(&m, &src, limit, true, k, &prefixes);
+            for (a, b) in g.iter().zip(&chunked) {
+                assert_eq!(a.tokens, b.tokens, "{kind} k={k}");
+                assert!((a.score - b.score).abs() < 1e-6, "{kind} k={k}");
+                assert_eq!(a.attention, b.attention, "{kind} k={k}");
+            }
+        }
+        let cfg = BeamConfig { beam: 1, alpha: 0.0, max_length: limit, ..Default::default() };
+        for (a, b) in g.iter().zip(beam_search_prefixed(&m, &src, &cfg, &prefixes)) {
+            assert_eq!(a.tokens, b[0].tokens, "{kind}");
+            assert!((a.score - b[0].score).abs() < 1e-4, "{kind}: {} vs {}", a.score, b[0].score);
+        }
+        let cfg = BeamConfig { beam: 4, nbest: 4, max_length: limit, ..Default::default() };
+        for (n, p) in beam_search_prefixed(&m, &src, &cfg, &prefixes).iter().zip(&prefixes) {
+            assert!(!n.is_empty() && n.iter().all(|h| h.tokens.starts_with(p)), "{kind}: {n:?} vs {p:?}");
+        }
+        let own: Vec<Vec<u32>> = plain.iter().map(|h| h.tokens.iter().take(2).copied().collect()).collect();
+        for (a, b) in plain.iter().zip(greedy_prefixed(&m, &src, limit, false, &own)) {
+            assert_eq!(a.tokens, b.tokens, "{kind}");
+            assert!((a.score - b.score).abs() < 1e-6, "{kind}");
         }
     }
 }
