@@ -132,6 +132,9 @@ fn parse_penalty(s: &str) -> Result<LengthPenalty, String> {
     }
 }
 
+/// Padded tokens (the longer side) of a batch of forced decoding at most, beside --batch-size.
+const FORCED_BATCH_TOKENS: usize = 4096;
+
 /// Loaded runs (one, or an ensemble), ready to translate.
 struct Translator {
     models: Vec<Model>,
@@ -149,6 +152,8 @@ struct Translator {
     /// `--score-target`'s lines, `--prefix`'s lines.
     targets: Option<Vec<String>>,
     prefixes: Option<Vec<String>>,
+    /// `--rescore`'s lines, read before stdin.
+    nbest: Option<Vec<String>>,
 }
 
 impl Translator {
@@ -169,6 +174,7 @@ impl Translator {
         }
         let targets = a.score_target.as_deref().map(|p| read_lines("--score-target", p)).transpose()?;
         let prefixes = a.prefix.as_deref().map(|p| read_lines("--prefix", p)).transpose()?;
+        let nbest = a.rescore.as_deref().map(|p| read_lines("--rescore", p)).transpose()?;
         let limit = manifest.config.train.max_output;
         Ok(Self {
             models,
@@ -182,6 +188,7 @@ impl Translator {
             limit,
             targets,
             prefixes,
+            nbest,
         })
     }
 
@@ -209,7 +216,10 @@ impl Translator {
     fn force(&self, pairs: &[Example], attention: bool, a: &TranslateArgs) -> Vec<Forced> {
         let models: Vec<&Model> = self.models.iter().collect();
         let layer = attention.then_some(a.alignment_layer);
-        self.precision.products(|| force(&models, pairs, self.batch, &self.device, layer))
+        // The teacher-forced pass holds `[rows, length, vocab]` log-probabilities: a batch is
+        // also bounded by its padded tokens, whatever the lengths.
+        let batch = BatchConfig { max_tokens: FORCED_BATCH_TOKENS, ..self.batch };
+        self.precision.products(|| force(&models, pairs, batch, &self.device, layer))
     }
 
     /// The ` ||| alignment` field of `src` → `tgt` given its forced decoding, or nothing.
@@ -545,8 +555,8 @@ pub fn run(a: TranslateArgs) -> Result<()> {
             return Err(e);
         }
         if n == 0 {
-            if let Some(path) = &a.rescore {
-                write_rescored(&t, &a, path, &pending, &mut out)?;
+            if let (Some(path), Some(lines)) = (&a.rescore, &t.nbest) {
+                write_rescored(&t, &a, path, lines, &pending, &mut out)?;
             }
             for (flag, path, lines) in [
                 ("--score-target", &a.score_target, &t.targets),
@@ -766,18 +776,18 @@ fn write_scores(
     Ok(())
 }
 
-/// Rescores the n-best list of `path` (`--rescore`) whose ids name lines of `sources` (all of
+/// Rescores the n-best list `lines` of `path` (`--rescore`) whose ids name lines of `sources` (all of
 /// stdin): each line written back with the model's log-probability of its hypothesis added to
 /// its features.
 fn write_rescored(
     t: &Translator,
     a: &TranslateArgs,
     path: &Path,
+    lines: &[String],
     sources: &[Vec<u32>],
     out: &mut impl Write,
 ) -> Result<()> {
-    let lines = read_lines("--rescore", path)?;
-    let nbest: Vec<NbestLine> = parse_nbest(path, &lines, sources.len())?;
+    let nbest: Vec<NbestLine> = parse_nbest(path, lines, sources.len())?;
     let pairs = nbest
         .iter()
         .enumerate()

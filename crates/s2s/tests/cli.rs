@@ -1899,7 +1899,9 @@ fn translate_scores_given_targets_as_greedy_search_scored_them() {
         assert!(!o.status.success(), "{extra:?}");
         assert!(says.iter().all(|s| err.contains(s)) && !err.contains("panicked"), "{extra:?}: {err}");
     };
-    fails(&["--score-target", "/nonexistent/refs"], "a\n", &["--score-target", "/nonexistent/refs"]);
+    for flag in ["--score-target", "--rescore", "--prefix"] {
+        fails(&[flag, "/nonexistent/lines"], "a\n", &[flag, "/nonexistent/lines", "No such file"]);
+    }
     let two = lines_file("score-two", &["a".into(), "b".into()]);
     let two_s = two.to_str().unwrap();
     fails(&["--score-target", two_s], "a\nb\nc\n", &["--score-target", two_s, "line 3"]);
