@@ -7,8 +7,8 @@ mod common;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use common::{LIMIT, source};
 use s2s_decode::{
-    BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_prefixed, beam_search_with, greedy,
-    greedy_chunked, greedy_chunked_prefixed, greedy_prefixed,
+    BeamConfig, Hypothesis, Incremental, MaxLength, beam_search, beam_search_prefixed, beam_search_with,
+    greedy, greedy_chunked, greedy_chunked_prefixed, greedy_prefixed,
 };
 use s2s_models::attention::LuongScore;
 use s2s_models::{AttentionRnnSpec, LstmSpec, Model, ModelSpec, Source, Step};
@@ -258,7 +258,8 @@ fn outputs_start_with_their_prefixes() {
     let d = Device::flex();
     let src = source(&sentences(), &d);
     let limit = MaxLength { a: 1.0, b: 6 };
-    let prefixes: Vec<Vec<u32>> = vec![vec![9, 9, 9], vec![], vec![4], vec![15, 14], vec![], vec![6, 6, 6, 6]];
+    let prefixes: Vec<Vec<u32>> =
+        vec![vec![9, 9, 9], vec![], vec![4], vec![15, 14], vec![], vec![6, 6, 6, 6]];
     for (kind, model) in models(&d) {
         let m = NoEarlyEos(&model, 1);
         let plain = greedy(&m, &src, limit, false);

@@ -169,8 +169,7 @@ where
 {
     let b = Batch::collate(examples, idx);
     let src = Source::new(&b.src, &b.src_lens, b.src_len, device);
-    let picked: Vec<Vec<u32>> =
-        idx.iter().map(|&i| prefixes.get(i).cloned().unwrap_or_default()).collect();
+    let picked: Vec<Vec<u32>> = idx.iter().map(|&i| prefixes.get(i).cloned().unwrap_or_default()).collect();
     let prefixed = picked.iter().any(|p| !p.is_empty());
     match search {
         Search::Greedy { limit, attention } if prefixed => {

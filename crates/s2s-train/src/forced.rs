@@ -119,7 +119,8 @@ fn head_means(weights: Tensor<4>, b: &Batch) -> Vec<Vec<Vec<f32>>> {
                 .map(|i| {
                     (0..b.src_lens[r].min(k))
                         .map(|j| {
-                            (0..heads).map(|h| w[((r * heads + h) * q + i) * k + j]).sum::<f32>() / heads as f32
+                            (0..heads).map(|h| w[((r * heads + h) * q + i) * k + j]).sum::<f32>()
+                                / heads as f32
                         })
                         .collect()
                 })

@@ -16,7 +16,8 @@ pub const MAX_TARGET_TOKENS: usize = 1024;
 /// The lines of `path` (given as `flag`), without their endings; an error naming the flag, the
 /// file and the line for one that is not UTF-8 or is longer than 1 MiB.
 pub fn read_lines(flag: &str, path: &Path) -> Result<Vec<String>> {
-    let file = std::fs::File::open(path).with_context(|| format!("{flag} {}: cannot open", path.display()))?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("{flag} {}: cannot open", path.display()))?;
     let mut reader = BufReader::new(file);
     let mut lines = Vec::new();
     let mut buf = Vec::new();

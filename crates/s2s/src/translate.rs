@@ -194,7 +194,14 @@ impl Translator {
 
     /// Target ids of `text`, line `line` of `flag`'s `path` (normalised as sources are), refusing
     /// more than `max` tokens.
-    fn encode_target(&self, flag: &str, path: &Path, line: usize, text: &str, max: usize) -> Result<Vec<u32>> {
+    fn encode_target(
+        &self,
+        flag: &str,
+        path: &Path,
+        line: usize,
+        text: &str,
+        max: usize,
+    ) -> Result<Vec<u32>> {
         let ids = self.tok.tgt.encode(&normalize(text));
         if ids.len() > max {
             bail!(
@@ -227,7 +234,12 @@ impl Translator {
         match (a.alignment, &f.attention) {
             (Some(mode), Some(att)) => format!(
                 " ||| {}",
-                alignment_field(mode, att, &word_of_tokens(&self.tok.src, src), &word_of_tokens(&self.tok.tgt, tgt))
+                alignment_field(
+                    mode,
+                    att,
+                    &word_of_tokens(&self.tok.src, src),
+                    &word_of_tokens(&self.tok.tgt, tgt)
+                )
             ),
             (Some(_), None) => " ||| ".into(),
             _ => String::new(),
@@ -558,10 +570,9 @@ pub fn run(a: TranslateArgs) -> Result<()> {
             if let (Some(path), Some(lines)) = (&a.rescore, &t.nbest) {
                 write_rescored(&t, &a, path, lines, &pending, &mut out)?;
             }
-            for (flag, path, lines) in [
-                ("--score-target", &a.score_target, &t.targets),
-                ("--prefix", &a.prefix, &t.prefixes),
-            ] {
+            for (flag, path, lines) in
+                [("--score-target", &a.score_target, &t.targets), ("--prefix", &a.prefix, &t.prefixes)]
+            {
                 if let (Some(path), Some(lines)) = (path, lines) {
                     if lines.len() > line_no {
                         return Err(too_many_lines(flag, path, lines.len(), line_no));
@@ -750,8 +761,9 @@ fn write_scores(
     let mut which = Vec::new();
     for (k, src) in sources.iter().enumerate() {
         let line = first + k;
-        let text =
-            targets.get(line - 1).ok_or_else(|| too_few_lines("--score-target", path, targets.len(), line))?;
+        let text = targets
+            .get(line - 1)
+            .ok_or_else(|| too_few_lines("--score-target", path, targets.len(), line))?;
         let tgt = t.encode_target("--score-target", path, line, text, MAX_TARGET_TOKENS)?;
         if !src.is_empty() {
             pairs.push(Example { src: src.clone(), tgt });

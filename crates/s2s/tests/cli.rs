@@ -1956,7 +1956,8 @@ fn translate_starts_each_output_with_its_prefix() {
     // Greedy's score of a prefixed output is its forced-decoding score (the prefix counted).
     let nbest = go(&["--beam", "1", "--nbest", "1", "--prefix", f]);
     let outputs: Vec<String> = nbest.lines().map(|l| l.split(" ||| ").nth(1).unwrap().to_string()).collect();
-    let reported: Vec<f64> = nbest.lines().map(|l| l.split(" ||| ").nth(2).unwrap().parse().unwrap()).collect();
+    let reported: Vec<f64> =
+        nbest.lines().map(|l| l.split(" ||| ").nth(2).unwrap().parse().unwrap()).collect();
     let hyps = lines_file("prefix-hyps", &outputs);
     let limit = s2s_train::run::read_manifest(&run).unwrap().config.train.max_output;
     let forced = scores(&go(&["--score-target", hyps.to_str().unwrap()]));
@@ -1972,7 +1973,10 @@ fn translate_starts_each_output_with_its_prefix() {
     let f = file.to_str().unwrap();
     let o = s2s_stdin(&[&base[..], &["--prefix", f]].concat(), &input);
     let err = text(&o.stderr);
-    assert!(!o.status.success() && err.contains(&format!("--prefix {f}:3")) && !err.contains("panicked"), "{err}");
+    assert!(
+        !o.status.success() && err.contains(&format!("--prefix {f}:3")) && !err.contains("panicked"),
+        "{err}"
+    );
     let o = s2s_stdin(&[&base[..], &["--prefix", f, "--sample"]].concat(), &input);
     assert!(!o.status.success() && text(&o.stderr).contains("--sample"), "{}", text(&o.stderr));
 }
@@ -1987,7 +1991,8 @@ fn translate_aligns_as_the_studio_scores_alignments() {
     let bahdanau = tiny_run("align-b", "bahdanau", "5");
     for run in [&transformer, &bahdanau] {
         let studio =
-            s2s_studio::open(&[run.clone()], "best", burn::tensor::Device::flex(), "cpu".into(), |_| {}).unwrap();
+            s2s_studio::open(&[run.clone()], "best", burn::tensor::Device::flex(), "cpu".into(), |_| {})
+                .unwrap();
         let m = &studio.models[0];
         let want = m.aer.expect("the studio scores this model's alignments");
         // The sentences the studio scored: its examples, spread as `corpus_aer` spreads them.
@@ -2033,13 +2038,19 @@ fn translate_aligns_as_the_studio_scores_alignments() {
     }
     // Translations carry their alignment too; every link names words of the two sentences.
     let r = transformer.to_str().unwrap();
-    let o = s2s_stdin(&["translate", "--model", r, "--device", "cpu", "--alignment", "hard"], "the dog sleeps .\n");
+    let o = s2s_stdin(
+        &["translate", "--model", r, "--device", "cpu", "--alignment", "hard"],
+        "the dog sleeps .\n",
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     let (hyp, links) = out.strip_suffix('\n').unwrap().split_once(" ||| ").unwrap();
     for l in links.split_whitespace() {
         let (i, j) = l.split_once('-').unwrap();
-        assert!(i.parse::<usize>().unwrap() < 4 && j.parse::<usize>().unwrap() < hyp.split(' ').count(), "{out}");
+        assert!(
+            i.parse::<usize>().unwrap() < 4 && j.parse::<usize>().unwrap() < hyp.split(' ').count(),
+            "{out}"
+        );
     }
     let o = s2s_stdin(
         &["translate", "--model", r, "--device", "cpu", "--alignment", "hard", "--alignment-layer", "1"],
