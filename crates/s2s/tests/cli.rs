@@ -2057,6 +2057,51 @@ fn translate_aligns_as_the_studio_scores_alignments() {
         "a\n",
     );
     assert!(!o.status.success() && text(&o.stderr).contains("--alignment-layer 1"), "{}", text(&o.stderr));
+    // A two-layer Transformer aligns with its last layer unless told another.
+    let two = tmp("align-2").join("run");
+    let cfg = tmp("align-2-cfg").join("run.toml");
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"transformer\"\n")
+        .unwrap();
+    let o = s2s(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--emb",
+        "16",
+        "--heads",
+        "2",
+        "--ffn",
+        "32",
+        "--layers",
+        "2",
+        "--steps",
+        "2",
+        "--valid-every",
+        "2",
+        "--max-tokens",
+        "512",
+        "--level",
+        "word",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--run",
+        two.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let soft = |layer: &[&str]| {
+        let args = [
+            &["translate", "--model", two.to_str().unwrap(), "--device", "cpu", "--alignment", "soft"],
+            layer,
+        ]
+        .concat();
+        let o = s2s_stdin(&args, "the dog sleeps .\nthe cat sees the dog .\n");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let last = soft(&[]);
+    assert_eq!(last, soft(&["--alignment-layer", "1"]));
+    assert_ne!(last, soft(&["--alignment-layer", "0"]));
     let lstm = tiny_run("align-l", "lstm", "6");
     let o = s2s_stdin(&["translate", "--model", lstm.to_str().unwrap(), "--alignment", "soft"], "a\n");
     assert!(!o.status.success() && text(&o.stderr).contains("without attention"), "{}", text(&o.stderr));
