@@ -131,7 +131,9 @@ pub fn run(c: CourseCommand) -> Result<()> {
                 bail!("{name}: not measured: {}: {}", finding.because, finding.not_measured);
             }
             eprintln!("{name}: {}: {}", finding.verdict.words(), finding.because);
-            s2s_data::write_atomic(&slurm::claim_done(&a.out, name), b"")?;
+            let done = slurm::claim_done(&a.out, name);
+            s2s_data::create_dir_all(done.parent().expect("under slurm/claims"))?;
+            s2s_data::write_atomic(&done, b"")?;
             Ok(())
         }
         CourseCommand::Run(a) => {

@@ -402,7 +402,8 @@ pub fn submit(mut plan: Plan, a: &SlurmArgs) -> Result<()> {
         jobs.submissions.last_mut().expect("just pushed").report = Some(id.clone());
         jobs.write(&plan.root)?;
     }
-    outln!("submitted job {array}: {} tasks ({})", plan.tasks.len(), plan.tasks.join(", "))?;
+    let n = plan.tasks.len();
+    outln!("submitted job {array}: {n} task{} ({})", if n == 1 { "" } else { "s" }, plan.tasks.join(", "))?;
     match report {
         Ok(id) => outln!("submitted job {id}: {} after job {array} ends", plan.final_what)?,
         Err(e) => {
