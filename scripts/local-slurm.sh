@@ -19,8 +19,9 @@ node=$(hostname -s)
 stop() {
   for d in slurmd slurmctld munged; do
     for pidfile in "/run/$d.pid" "/run/munge/$d.pid"; do
-      if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-        kill "$(cat "$pidfile")" && echo "stopped $d (PID $(cat "$pidfile"))"
+      pid=$(cat "$pidfile" 2>/dev/null || true)
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" && echo "stopped $d (PID $pid)"
       fi
     done
   done
@@ -77,10 +78,18 @@ fi
 mkdir -p /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm /run/munge /var/log/munge /var/lib/munge
 stop >/dev/null 2>&1 || true
 
-# munge: a key if the package made none, then the daemon (as root: --force).
+# munge: a key if the package made none, then the daemon, as the package's user `munge`
+# where there is one (else as root, which munged takes only with --force).
 [ -s /etc/munge/munge.key ] || mungekey --create --keyfile /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key
-munged --force
+if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  : # already running (Debian's package starts it where there is an init system)
+elif id munge >/dev/null 2>&1; then
+  chown -R munge: /etc/munge /run/munge /var/log/munge /var/lib/munge
+  runuser -u munge -- munged
+else
+  munged --force
+fi
 slurmctld
 slurmd
 
