@@ -179,6 +179,15 @@ fn sh(word: &str) -> String {
     if plain { word.to_string() } else { format!("'{}'", word.replace('\'', r"'\''")) }
 }
 
+/// An `#SBATCH` option: sbatch splits these lines at white space but keeps a double-quoted
+/// value whole (a path with a space); [`submit`] refuses a directory whose name holds a `"`.
+fn directive(option: &str) -> String {
+    match option.split_once('=') {
+        Some((k, v)) if v.contains(char::is_whitespace) || v.contains('\'') => format!("{k}=\"{v}\""),
+        _ => option.to_string(),
+    }
+}
+
 /// The lines of `#SBATCH` options both jobs share.
 fn common_options(a: &SlurmArgs) -> Vec<String> {
     let mut o = Vec::new();
@@ -217,7 +226,7 @@ pub fn task_script(plan: &Plan, a: &SlurmArgs) -> String {
     // run directory, say).
     opts.push(format!("--output={root}/slurm/%A_%a.out"));
     for o in opts {
-        s += &format!("#SBATCH {o}\n");
+        s += &format!("#SBATCH {}\n", directive(&o));
     }
     s += "set -eu\n";
     s += &format!("runs=({})\n", plan.tasks.iter().map(|t| sh(t)).collect::<Vec<_>>().join(" "));
@@ -228,8 +237,8 @@ pub fn task_script(plan: &Plan, a: &SlurmArgs) -> String {
         s += &format!("exec >>{}/slurm/\"$name\".log 2>&1\n", sh(&root));
     }
     s += "echo \"== slurm job ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} on $(hostname) at $(date -u +%FT%TZ)\"\n";
-    s += "# As many training threads as CPUs granted: a local run with the same RAYON_NUM_THREADS\n\
-          # trains to the same bytes (and so, on the CPU, does one with any other count).\n";
+    s += "# As many threads as CPUs granted: a local run with the same RAYON_NUM_THREADS writes the\n\
+          # same bytes (the weights do not depend on the count; an RNN's perplexity, in its last digits, does).\n";
     s += "export RAYON_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n";
     let cmd: Vec<String> =
         plan.task_command.iter().map(|w| if w == "$name" { "\"$name\"".into() } else { sh(w) }).collect();
@@ -259,7 +268,7 @@ pub fn final_script(plan: &Plan, a: &SlurmArgs) -> String {
         if plan.kind == "course" { "judge" } else { "report" }
     ));
     for o in opts {
-        s += &format!("#SBATCH {o}\n");
+        s += &format!("#SBATCH {}\n", directive(&o));
     }
     s += "export RAYON_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n";
     s += &format!("exec {}\n", plan.final_command.iter().map(|w| sh(w)).collect::<Vec<_>>().join(" "));
@@ -336,6 +345,12 @@ fn sbatch(script: &Path, extra: &[String]) -> Result<String> {
 /// both, and prints their ids; with `--dry-run` prints the scripts and the commands instead.
 /// The tasks still held by an earlier submission's queued or running jobs are left out.
 pub fn submit(mut plan: Plan, a: &SlurmArgs) -> Result<()> {
+    let root_s = plan.root.display().to_string();
+    if root_s.contains(['"', '\n', '\r']) {
+        bail!(
+            "{root_s:?}: a double quote or a line break in the directory's path cannot be named in a batch script's #SBATCH line: use another --out"
+        );
+    }
     let jobs = Jobs::read(&plan.root)?;
     let busy = if a.dry_run && find_on_path("squeue").is_none() {
         Vec::new()

@@ -288,7 +288,8 @@ fn slurm_grid_equals_the_local_grid_after_a_cancel() {
 }
 
 /// A task that fails is reported by `status` with its log's last line; a partition Slurm does
-/// not know is refused with Slurm's own words.
+/// not know is refused with Slurm's own words. The run directory's name holds a space and
+/// quotes, which the script must quote for the task to find it.
 #[test]
 fn slurm_status_reports_a_failed_task_with_its_log() {
     if !slurm_or_skip() {
@@ -303,7 +304,8 @@ fn slurm_status_reports_a_failed_task_with_its_log() {
          [[model]]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
     )
     .unwrap();
-    let root = dir.join("runs");
+    // A space and a quote in the path: the script quotes what it names.
+    let root = dir.join("runs of 'tiny'");
     let mut submit = vec![
         "experiment",
         "run",
