@@ -506,6 +506,50 @@ pub fn run_experiment(
     write_report(root)
 }
 
+/// Writes the experiment's index of runs (`experiment.json`) into `root` (created), under
+/// `root`'s lock, released on return: for runs trained elsewhere ([`train_one`], a cluster's
+/// tasks) and reported later (`s2s report`).
+pub fn write_index_locked(exp: &Experiment, root: &Path) -> Result<(), TrainError> {
+    let entries = exp.entries();
+    let _lock = DirLock::create(root)?;
+    write_index(exp, &entries, root)
+}
+
+/// Trains and tests the run named `run` of `exp` into its directory under `root` with the
+/// function [`run_experiment`] trains each run with, so its files are those of the same run
+/// trained there. `root`'s lock is not taken (the experiment's other runs train beside it, each
+/// run directory locked while it trains) and no report is written. A finished run is left as it
+/// is (`Ok(None)`).
+pub fn train_one(
+    exp: &Experiment,
+    root: &Path,
+    run: &str,
+    devices: &[Device],
+    device_name: &str,
+    progress: bool,
+) -> Result<Option<RunOutcome>, TrainError> {
+    let entries = exp.entries();
+    let Some((entry, cfg)) = entries.iter().find(|(e, _)| e.name == run) else {
+        let names: Vec<&str> = entries.iter().map(|(e, _)| e.name.as_str()).collect();
+        return Err(TrainError::Config(format!(
+            "{}: no run named `{run}` (runs: {})",
+            exp.source.display(),
+            names.join(", ")
+        )));
+    };
+    let dir = root.join(&entry.dir);
+    if finished(&dir) {
+        eprintln!("{}: finished earlier, skipped", entry.name);
+        return Ok(None);
+    }
+    eprintln!("{} ({}, seed {}) into {}", entry.name, entry.kind, entry.seed, dir.display());
+    let out = train_entry(exp, cfg, &dir, devices, device_name, progress)?;
+    if let Some(t) = &out.test {
+        eprintln!("  test: BLEU {:.2}, chrF {:.2}, ppl {:.2} ({})", t.bleu, t.chrf, t.ppl, t.decoding);
+    }
+    Ok(Some(out))
+}
+
 /// Refuses an `only` that names neither a model nor a run of `entries`.
 fn check_only(
     exp: &Experiment,

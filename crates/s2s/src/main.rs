@@ -15,6 +15,7 @@ mod out;
 mod runtime_dir;
 mod score;
 mod signals;
+mod slurm;
 mod studio;
 mod train;
 mod translate;
