@@ -10,7 +10,8 @@
 //!   Noam, plateau), [`interrupt`] (graceful stops, fault injection for the crash tests);
 //! - a run's files: [`config`] (`[train]`), [`run`] (a run's whole configuration and its
 //!   preparation), [`checkpoint`] (atomic, exact resume), [`average`] (checkpoint averaging),
-//!   [`metrics`] (`metrics.csv`), [`tensorboard`] (the same scalars as TensorBoard event
+//!   [`metrics`] (`metrics.csv`), [`export`] (safetensors and CTranslate2),
+//!   [`tensorboard`] (the same scalars as TensorBoard event
 //!   files), [`error`] (training errors);
 //! - around the loop: [`pipeline`] (one run from configuration to test scores, what `s2s train`
 //!   and each model of `s2s experiment` do), [`experiment`] (experiment files: models, grids,
@@ -30,6 +31,7 @@ pub mod device;
 pub mod error;
 pub mod evaluate;
 pub mod experiment;
+pub mod export;
 pub mod interrupt;
 pub mod lock;
 pub mod loss;
