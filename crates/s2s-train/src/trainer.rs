@@ -572,6 +572,7 @@ impl<'j, 'a> Run<'j, 'a> {
         }
         self.st.step = step;
         self.last_lr = lr;
+        self.grad_norm = None; // on the device, inside the graph: not read
         if step.is_multiple_of(LOSS_READ_EVERY) || step.is_multiple_of(spec.valid_every) || step >= max_steps
         {
             fold_captured_loss(cap, &mut self.st)?;

@@ -18,7 +18,7 @@ fn shared(rel: &str) -> Option<PathBuf> {
 fn every_help_describes_a_real_command() {
     let top = s2s(&["--help"]);
     assert!(top.status.success());
-    for sub in [&["train"][..], &["translate"], &["score"], &["data", "synth"], &["data", "stats"]] {
+    for sub in [&["train"][..], &["translate"], &["score"], &["export"], &["data", "synth"], &["data", "stats"]] {
         let mut args = sub.to_vec();
         args.push("--help");
         let o = s2s(&args);
@@ -1387,6 +1387,16 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let said = text(&o.stderr);
     assert!(said.contains("loss scale 64 at the end, 1 overflow steps skipped"), "{said}");
+    // TensorBoard has the scale at every validation, and the (read back) gradient norm.
+    let tb = s2s_train::tensorboard::scalars(&reference).unwrap();
+    let tagged = |tag: &str| -> Vec<(i64, f32)> {
+        tb.iter().filter(|(_, t, _)| t == tag).map(|(s, _, v)| (*s, *v)).collect()
+    };
+    let scale = tagged("train/loss_scale");
+    assert_eq!(scale.iter().map(|p| p.0).collect::<Vec<_>>(), [2, 4, 6, 8, 10, 12], "{tb:?}");
+    assert_eq!(scale.last().map(|p| p.1), Some(64.0), "{scale:?}");
+    assert!(tagged("train/grad_norm").iter().all(|p| p.1.is_finite() && p.1 > 0.0));
+    assert_eq!(tagged("train/grad_norm").len(), 6);
     let run = base.join("crashed");
     let o = run_env(&gpu(&run), &[overflow, ("S2S_FAULT_ABORT_IN_CHECKPOINT", "8")]);
     assert!(!o.status.success() && text(&o.stderr).contains("fault injection"), "{}", text(&o.stderr));
@@ -1899,6 +1909,10 @@ fn export_writes_safetensors_of_every_kind() {
         let again = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", out.to_str().unwrap()]);
         assert!(!again.status.success());
         assert!(text(&again.stderr).contains("is not empty"), "{}", text(&again.stderr));
+        let file = out.join("config.json");
+        let o = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", file.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(text(&o.stderr).contains("a file, not a directory"), "{}", text(&o.stderr));
     }
 }
 
