@@ -84,6 +84,14 @@ impl EventWriter {
     pub fn open(run_dir: &Path, step: u64) -> std::io::Result<Self> {
         let dir = dir(run_dir);
         std::fs::create_dir_all(&dir)?;
+        // What a kill inside an earlier rewrite left aside (`write_atomic`'s `.NAME.tmpPID`).
+        for e in std::fs::read_dir(&dir)? {
+            let p = e?.path();
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.starts_with('.') && name.contains("tfevents") && name.contains(".tmp") {
+                std::fs::remove_file(&p)?;
+            }
+        }
         let old = files(&dir)?;
         let mut kept: Vec<Event> = Vec::new();
         for f in &old {
@@ -353,7 +361,10 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         assert_eq!(read(&path).unwrap().len(), 4);
         assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, whole + 9);
-        // A resume at step 20, then at 20 again (a kill before the run's next validation).
+        // A resume at step 20, then at 20 again (a kill before the run's next validation);
+        // a rewrite killed before its rename left its file aside.
+        let aside = dir(&run).join(".events.out.tfevents.0000000001.s2s.tmp99");
+        std::fs::write(&aside, b"partial").unwrap();
         for _ in 0..2 {
             let mut w = EventWriter::open(&run, 20).unwrap();
             w.scalars(25, &[("train/loss", 9.0)]).unwrap();
@@ -362,6 +373,7 @@ mod tests {
             w.scalars(30, &[("train/loss", 7.0)]).unwrap();
         }
         assert_eq!(files(&dir(&run)).unwrap().len(), 1);
+        assert!(!aside.exists());
         let got = scalars(&run).unwrap();
         let steps: Vec<(i64, &str)> = got.iter().map(|(s, t, _)| (*s, t.as_str())).collect();
         assert_eq!(
