@@ -10,7 +10,9 @@
 //!   Noam, plateau), [`interrupt`] (graceful stops, fault injection for the crash tests);
 //! - a run's files: [`config`] (`[train]`), [`run`] (a run's whole configuration and its
 //!   preparation), [`checkpoint`] (atomic, exact resume), [`average`] (checkpoint averaging),
-//!   [`metrics`] (`metrics.csv`), [`error`] (training errors);
+//!   [`metrics`] (`metrics.csv`), [`export`] (safetensors and CTranslate2),
+//!   [`tensorboard`] (the same scalars as TensorBoard event
+//!   files), [`error`] (training errors);
 //! - around the loop: [`pipeline`] (one run from configuration to test scores, what `s2s train`
 //!   and each model of `s2s experiment` do), [`experiment`] (experiment files: models, grids,
 //!   seeds), [`evaluate`] (perplexity and greedy BLEU), [`testset`] (the test split's decoding
@@ -29,6 +31,7 @@ pub mod device;
 pub mod error;
 pub mod evaluate;
 pub mod experiment;
+pub mod export;
 pub mod forced;
 pub mod interrupt;
 pub mod lock;
@@ -40,6 +43,7 @@ pub mod run;
 pub mod schedule;
 pub mod step;
 pub mod step_rate;
+pub mod tensorboard;
 pub mod testset;
 pub mod trainer;
 

@@ -31,7 +31,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use s2s_data::Batch;
 use s2s_kernels::capture::LossSum;
-use s2s_kernels::ops::GradientSum;
+use s2s_kernels::ops::{GradientNorm, GradientSum};
 use s2s_models::{Model, Source};
 
 use crate::core_split::CoreSplit;
@@ -246,6 +246,9 @@ pub struct Stepped {
     /// The last batch's per-token loss (divided by its step's tokens, not scaled), on the
     /// device: a captured step's loss buffer.
     pub loss: Tensor<1>,
+    /// The gradients' global norm before clipping (unscaled), when the update was applied: on
+    /// a GPU still on the device until read.
+    pub grad_norm: Option<GradientNorm>,
 }
 
 /// Why a step failed.
@@ -299,13 +302,14 @@ pub fn take(
     if options.faults.nan_loss {
         loss_sum = f64::NAN;
     }
-    let stepped = |model, outcome| Ok(Stepped { model, outcome, loss_sum, tokens, loss });
+    let stepped =
+        |model, outcome, grad_norm| Ok(Stepped { model, outcome, loss_sum, tokens, loss, grad_norm });
     if options.read_loss && !loss_sum.is_finite() {
-        return stepped(model, Outcome::NonFinite(loss_sum));
+        return stepped(model, Outcome::NonFinite(loss_sum), None);
     }
     let lap = Instant::now();
-    let Some(grads) = clipped(&model, acc.take(), settings.clip, scaler.as_deref_mut()) else {
-        return stepped(model, Outcome::Overflow);
+    let Some((grads, norm)) = clipped(&model, acc.take(), settings.clip, scaler.as_deref_mut()) else {
+        return stepped(model, Outcome::Overflow, None);
     };
     let clip_s = lap.elapsed().as_secs_f64();
     let model = s2s_kernels::ops::adam_step(optim, settings.lr, model, grads);
@@ -313,7 +317,7 @@ pub fn take(
         let laps = [forward, gradients_s - forward, clip_s, lap.elapsed().as_secs_f64() - clip_s];
         p.iter_mut().zip(laps).for_each(|(a, b)| *a += b);
     }
-    stepped(model, Outcome::Applied)
+    stepped(model, Outcome::Applied, Some(norm))
 }
 
 /// One batch's part of a step.
@@ -436,17 +440,18 @@ fn root_cause(report: &str) -> String {
 
 /// The step's summed gradients made ready for the update: unscaled by the loss scaler (when
 /// there is one) and clipped to global norm `clip` (0: not clipped). `None` when the scaler
-/// found a gradient that is not finite: the step is skipped, the scale halved.
+/// found a gradient that is not finite: the step is skipped, the scale halved. With them, the
+/// global norm before clipping.
 fn clipped(
     model: &Model,
     mut grads: GradientsParams,
     clip: f64,
     scaler: Option<&mut LossScaler>,
-) -> Option<GradientsParams> {
+) -> Option<(GradientsParams, GradientNorm)> {
     use s2s_kernels::ops::{clip_global_norm, global_norm, scale_grads};
     let Some(scaler) = scaler else {
-        let _ = clip_global_norm(model, &mut grads, clip);
-        return Some(grads);
+        let norm = clip_global_norm(model, &mut grads, clip);
+        return Some((grads, norm));
     };
     // One norm of the scaled gradients tells overflow and the clip; one pass scales by both.
     let scaled_norm = global_norm(model, &grads);
@@ -457,7 +462,7 @@ fn clipped(
     let norm = scaled_norm / scale;
     let clip_factor = if clip > 0.0 && norm > clip { clip / norm } else { 1.0 };
     scale_grads(model, &mut grads, clip_factor / scale);
-    Some(grads)
+    Some((grads, GradientNorm::Known(norm)))
 }
 
 #[cfg(test)]
@@ -497,7 +502,7 @@ mod tests {
         scaler: Option<&mut LossScaler>,
     ) -> Option<Vec<u32>> {
         let g = batch_gradients(model, &Seeded { batch, seed: 0 }, 0.1, mixed, false).unwrap();
-        clipped(model, g.grads, clip, scaler).map(|g| values(model, &g))
+        clipped(model, g.grads, clip, scaler).map(|(g, _)| values(model, &g))
     }
 
     /// A loss scale that is a power of two leaves the gradients' bits alone once unscaled (on

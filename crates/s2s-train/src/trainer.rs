@@ -26,11 +26,12 @@ use crate::error::TrainError;
 use crate::evaluate::{Search, detokenize, nll, translate};
 use crate::interrupt::Faults;
 use crate::metrics::{self, MetricsRow};
+use crate::tensorboard::{self, EventWriter};
 use crate::precision::{LossScaler, Precision};
 use crate::step::{
     self, DeviceBatch, Outcome, Seeded, Spread, StepError, StepFaults, StepOptions, StepSettings, Update,
 };
-use s2s_kernels::ops::FusedAdam;
+use s2s_kernels::ops::{FusedAdam, GradientNorm};
 
 /// The data of a training run, already tokenised.
 pub struct TrainData {
@@ -297,6 +298,10 @@ struct Run<'j, 'a> {
     devices: Vec<Device>,
     ckpts: Checkpoints,
     metrics_path: PathBuf,
+    /// The same rows' scalars as TensorBoard events (`RUN/tensorboard/`).
+    tensorboard: EventWriter,
+    /// The last applied eager step's gradient norm (before clipping), for the next row.
+    grad_norm: Option<GradientNorm>,
     /// Adam's step count (see [`train`]).
     clock: Arc<AtomicUsize>,
     /// The model; taken out for the moment a step consumes it (so that Adam, holding the only
@@ -348,6 +353,8 @@ impl<'j, 'a> Run<'j, 'a> {
             metrics::truncate_after(&metrics_path, st.step).map_err(|e| TrainError::io(&metrics_path, e))?;
             eprintln!("resuming from {} (step {}, epoch {})", dir.display(), st.step, st.epoch);
         }
+        let tensorboard = EventWriter::open(job.run_dir, st.step)
+            .map_err(|e| TrainError::io(&tensorboard::dir(job.run_dir), e))?;
         let window_start = (Instant::now(), st.wall);
         let split = (spec.core_split > 1 && devices.len() == 1 && s2s_kernels::ops::is_cpu(&devices[0]))
             .then(|| CoreSplit::new(spec.core_split as usize));
@@ -356,6 +363,8 @@ impl<'j, 'a> Run<'j, 'a> {
             devices,
             ckpts,
             metrics_path,
+            tensorboard,
+            grad_norm: None,
             clock,
             model: Some(model),
             optim,
@@ -464,6 +473,7 @@ impl<'j, 'a> Run<'j, 'a> {
         self.consecutive_skips = 0;
         self.st.step = step;
         self.last_lr = lr;
+        self.grad_norm = stepped.grad_norm;
         self.st.loss_window.0 += stepped.loss_sum;
         self.st.loss_window.1 += stepped.tokens;
         Ok(true)
@@ -562,6 +572,7 @@ impl<'j, 'a> Run<'j, 'a> {
         }
         self.st.step = step;
         self.last_lr = lr;
+        self.grad_norm = None; // on the device, inside the graph: not read
         if step.is_multiple_of(LOSS_READ_EVERY) || step.is_multiple_of(spec.valid_every) || step >= max_steps
         {
             fold_captured_loss(cap, &mut self.st)?;
@@ -676,6 +687,22 @@ impl<'j, 'a> Run<'j, 'a> {
         };
         st.loss_window = (0.0, 0);
         metrics::append(&self.metrics_path, &row).map_err(|e| TrainError::io(&self.metrics_path, e))?;
+        let mut scalars = vec![
+            ("train/loss", row.train_loss),
+            ("valid/perplexity", ppl),
+            ("valid/bleu", bleu),
+            ("train/learning_rate", row.lr),
+            ("train/tokens_per_s", row.tokens_per_s),
+        ];
+        // Read once a validation (on a GPU, a synchronisation); a captured step's stays unread.
+        if let Some(norm) = self.grad_norm.take() {
+            scalars.push(("train/grad_norm", norm.value()));
+        }
+        if let Some(s) = &self.st.loss_scaler {
+            scalars.push(("train/loss_scale", s.scale()));
+        }
+        let tb = self.tensorboard.path().to_path_buf();
+        self.tensorboard.scalars(row.step, &scalars).map_err(|e| TrainError::io(&tb, e))?;
         save(&self.ckpts, &self.st, improved, self.model(), &self.optim)?;
         self.window_start = (Instant::now(), self.st.wall);
         let stop = spec.patience > 0 && self.st.bad_validations >= spec.patience;

@@ -9,6 +9,7 @@ mod bench;
 mod course;
 mod data;
 mod experiment;
+mod export;
 mod forced;
 mod out;
 #[cfg(unix)]
@@ -53,6 +54,8 @@ enum Command {
     /// Experiments: train and compare several models (reports with tables and plots).
     #[command(subcommand)]
     Experiment(experiment::ExperimentCommand),
+    /// Export a run's checkpoint as safetensors or as a CTranslate2 model directory.
+    Export(export::ExportArgs),
     /// Regenerate an experiment's report (results.csv/json, report.md, report.html, plots/).
     Report(experiment::ReportArgs),
     /// Score hypotheses against references with sacreBLEU-identical BLEU and chrF.
@@ -148,6 +151,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Course(c) => course::run(c),
         Command::Data(c) => data::run(c),
         Command::Experiment(c) => experiment::run(c),
+        Command::Export(a) => export::run(a),
         Command::Report(a) => experiment::report(a),
         Command::Score(a) => score::run(a),
         Command::Studio(a) => studio::run(a),

@@ -18,7 +18,7 @@ fn shared(rel: &str) -> Option<PathBuf> {
 fn every_help_describes_a_real_command() {
     let top = s2s(&["--help"]);
     assert!(top.status.success());
-    for sub in [&["train"][..], &["translate"], &["score"], &["data", "synth"], &["data", "stats"]] {
+    for sub in [&["train"][..], &["translate"], &["score"], &["export"], &["data", "synth"], &["data", "stats"]] {
         let mut args = sub.to_vec();
         args.push("--help");
         let o = s2s(&args);
@@ -1387,6 +1387,16 @@ fn mixed_precision_skips_overflows_and_resumes_to_the_uninterrupted_result() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let said = text(&o.stderr);
     assert!(said.contains("loss scale 64 at the end, 1 overflow steps skipped"), "{said}");
+    // TensorBoard has the scale at every validation, and the (read back) gradient norm.
+    let tb = s2s_train::tensorboard::scalars(&reference).unwrap();
+    let tagged = |tag: &str| -> Vec<(i64, f32)> {
+        tb.iter().filter(|(_, t, _)| t == tag).map(|(s, _, v)| (*s, *v)).collect()
+    };
+    let scale = tagged("train/loss_scale");
+    assert_eq!(scale.iter().map(|p| p.0).collect::<Vec<_>>(), [2, 4, 6, 8, 10, 12], "{tb:?}");
+    assert_eq!(scale.last().map(|p| p.1), Some(64.0), "{scale:?}");
+    assert!(tagged("train/grad_norm").iter().all(|p| p.1.is_finite() && p.1 > 0.0));
+    assert_eq!(tagged("train/grad_norm").len(), 6);
     let run = base.join("crashed");
     let o = run_env(&gpu(&run), &[overflow, ("S2S_FAULT_ABORT_IN_CHECKPOINT", "8")]);
     assert!(!o.status.success() && text(&o.stderr).contains("fault injection"), "{}", text(&o.stderr));
@@ -2105,4 +2115,319 @@ fn translate_aligns_as_the_studio_scores_alignments() {
     let lstm = tiny_run("align-l", "lstm", "6");
     let o = s2s_stdin(&["translate", "--model", lstm.to_str().unwrap(), "--alignment", "soft"], "a\n");
     assert!(!o.status.success() && text(&o.stderr).contains("without attention"), "{}", text(&o.stderr));
+}
+
+/// `python3` able to import `modules`, or why not (the test then skips, saying so).
+fn python_with(modules: &[&str]) -> Result<(), String> {
+    let code: Vec<String> = modules.iter().map(|m| format!("import {m}")).collect();
+    match Command::new("python3").args(["-c", &code.join("; ")]).output() {
+        Err(e) => Err(format!("no python3 ({e})")),
+        Ok(o) if !o.status.success() => Err(format!(
+            "python3 cannot import {}: {}",
+            modules.join(", "),
+            text(&o.stderr).lines().last().unwrap_or("")
+        )),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Runs a Python script with arguments; its stdout.
+fn python(script: &str, args: &[&str]) -> String {
+    let o = Command::new("python3").arg("-c").arg(script).args(args).output().unwrap();
+    assert!(o.status.success(), "python: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// The Python block after `<!-- NAME -->` in docs/usage.md.
+fn docs_python(name: &str) -> String {
+    let docs = std::fs::read_to_string(manifest_dir().join("../../docs/usage.md")).unwrap();
+    let at = docs.find(&format!("<!-- {name} -->")).unwrap_or_else(|| panic!("docs/usage.md has no {name} block"));
+    let rest = &docs[at..];
+    let start = rest.find("```python\n").unwrap() + "```python\n".len();
+    let end = rest[start..].find("```").unwrap();
+    rest[start..start + end].to_string()
+}
+
+/// A safetensors file's tensors: name → shape (its JSON header, read as the format says:
+/// a little-endian u64 length, then the JSON).
+fn safetensors_shapes(path: &std::path::Path) -> (Vec<(String, Vec<usize>)>, serde_json::Value) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut out = Vec::new();
+    for (name, t) in header.as_object().unwrap() {
+        if name == "__metadata__" {
+            continue;
+        }
+        assert_eq!(t["dtype"], "F32", "{name}");
+        out.push((name.clone(), t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()));
+    }
+    (out, header["__metadata__"].clone())
+}
+
+/// `s2s export --format safetensors` of every kind: each tensor named as docs/usage.md lists it,
+/// in PyTorch's layouts; the docs' Python snippet loads each file into PyTorch modules of the
+/// same shapes (where torch is installed). CTranslate2 is refused for the recurrent kinds, by
+/// name, and a non-empty --out is refused.
+#[test]
+fn export_writes_safetensors_of_every_kind() {
+    let docs = std::fs::read_to_string(manifest_dir().join("../../docs/usage.md")).unwrap();
+    let torch = python_with(&["torch"]);
+    if let Err(why) = &torch {
+        eprintln!("skipped loading the safetensors into PyTorch: {why}");
+    }
+    let snippet = docs_python("safetensors-to-pytorch");
+    for kind in ["lstm", "bahdanau", "luong", "transformer"] {
+        let run = tiny_run(&format!("export-{kind}"), kind, "1");
+        let out = run.parent().unwrap().join("safetensors");
+        let o = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{kind}: {}", text(&o.stderr));
+        let (shapes, meta) = safetensors_shapes(&out.join("model.safetensors"));
+        assert_eq!(meta["s2s_kind"], kind);
+        assert!(out.join("tokenizer/joint.json").exists() && out.join("config.json").exists());
+        for (name, _) in &shapes {
+            let parts: Vec<&str> =
+                name.split('.').map(|p| if p.parse::<usize>().is_ok() { "{i}" } else { p }).collect();
+            let (param, owner) = parts.split_last().unwrap();
+            let owner = owner.join(".");
+            assert!(
+                docs.lines().any(|l| l.contains(&format!("`{owner}`")) && l.contains(&format!("`{param}`"))),
+                "{kind}: `{owner}` with `{param}` is not in docs/usage.md"
+            );
+        }
+        let shape = |n: &str| shapes.iter().find(|(m, _)| m == n).map(|(_, s)| s.clone());
+        let vocab = shape("tgt_embed.weight").unwrap()[0];
+        if kind == "transformer" {
+            // d_model 16, ffn 32: PyTorch's [out, in].
+            assert_eq!(shape("encoder.0.ffn.inner.weight"), Some(vec![32, 16]));
+            assert_eq!(shape("encoder.0.attention_residual.norm.weight"), Some(vec![16]));
+            assert_eq!(shape("tgt_embed.weight"), Some(vec![vocab, 16]));
+            assert_eq!(shape("output.weight"), None, "tied to the target embedding");
+        } else {
+            assert_eq!(shape("output.weight").map(|s| s[0]), Some(vocab), "[out, in]");
+        }
+        if torch.is_ok() {
+            let check = format!(
+                "{snippet}\nimport sys\nm = load_s2s_safetensors(sys.argv[1])\n\
+                 print(sum(p.numel() for p in m.parameters()))\n\
+                 print(type(m.get_submodule('tgt_embed')).__name__, type(m.get_submodule('output')).__name__ if hasattr(m, 'output') else '-')\n"
+            );
+            let got = python(&check, &[out.join("model.safetensors").to_str().unwrap()]);
+            let total: usize = shapes.iter().map(|(_, s)| s.iter().product::<usize>()).sum();
+            let mut lines = got.lines();
+            assert_eq!(lines.next(), Some(total.to_string().as_str()), "{kind}: {got}");
+            let want = if kind == "transformer" { "Embedding -" } else { "Embedding Linear" };
+            assert_eq!(lines.next(), Some(want), "{kind}: {got}");
+        }
+        if kind != "transformer" {
+            let ct2 = run.parent().unwrap().join("ct2");
+            let o = s2s(&["export", run.to_str().unwrap(), "--format", "ctranslate2", "--out", ct2.to_str().unwrap()]);
+            assert!(!o.status.success());
+            let err = text(&o.stderr);
+            assert!(err.contains("CTranslate2 holds Transformers only") && err.contains(kind), "{err}");
+            assert!(err.contains("--format safetensors"), "{err}");
+            assert!(!ct2.exists(), "nothing is written");
+        }
+        let again = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", out.to_str().unwrap()]);
+        assert!(!again.status.success());
+        assert!(text(&again.stderr).contains("is not empty"), "{}", text(&again.stderr));
+        let file = out.join("config.json");
+        let o = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", file.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(text(&o.stderr).contains("a file, not a directory"), "{}", text(&o.stderr));
+    }
+}
+
+/// Trains a small Transformer (word level, so that a line's tokens are its words) a few
+/// hundred steps on the built-in pair with `model` and `tokenizer` settings.
+fn small_transformer(name: &str, model: &str, tokenizer: &str, steps: &str) -> PathBuf {
+    let dir = tmp(name);
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[data]\nsource = \"builtin\"\npairs = 1500\n\n[tokenizer]\nlevel = \"word\"\n{tokenizer}\n\n\
+             [model]\nkind = \"transformer\"\nd_model = 32\nheads = 4\nffn = 64\nenc_layers = 2\ndec_layers = 2\n{model}\n"
+        ),
+    )
+    .unwrap();
+    let run = dir.join("run");
+    let o = s2s(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        steps,
+        "--valid-every",
+        "100",
+        "--max-tokens",
+        "1024",
+        "--quiet",
+        "--device",
+        "cpu",
+        "--run",
+        run.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    run
+}
+
+/// CTranslate2 decodes the exported Transformer greedily to our greedy output, token for
+/// token, on the run's test split: pre-norm with shared and tied embeddings, and post-norm
+/// with its own source embedding, an output projection and two vocabularies. The quantized
+/// exports load and translate every line. Where the `ctranslate2` package is installed.
+#[test]
+fn ctranslate2_decodes_the_exported_transformer_as_we_do() {
+    if let Err(why) = python_with(&["ctranslate2"]) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // One line in, the output's tokens (CTranslate2's specials left out, as our decoding drops
+    // ours) out; each line's length limit ours, 1.5 · (tokens + </s>) + 10.
+    let script = r#"
+import sys, ctranslate2
+model, src, compute_type = sys.argv[1:4]
+tr = ctranslate2.Translator(model, device="cpu", compute_type=compute_type, intra_threads=2)
+specials = {"<pad>", "<unk>", "<s>", "</s>"}
+for line in open(src, encoding="utf-8").read().splitlines():
+    tokens = line.split()
+    limit = int(1.5 * (len(tokens) + 1)) + 10
+    r = tr.translate_batch([tokens], beam_size=1, max_decoding_length=limit)
+    print(" ".join(t for t in r[0].hypotheses[0] if t not in specials))
+"#;
+    let variants = [
+        ("ct2-pre", "pre_norm = true", "joint = true", "400"),
+        ("ct2-post", "pre_norm = false\ntie_output = false\nshare_embeddings = false", "joint = false", "200"),
+    ];
+    for (name, model, tokenizer, steps) in variants {
+        let run = small_transformer(name, model, tokenizer, steps);
+        let test = run.join("data/test.src");
+        let input = std::fs::read_to_string(&test).unwrap();
+        let ours = s2s_stdin(&["translate", "--model", run.to_str().unwrap(), "--beam", "1", "--device", "cpu"], &input);
+        assert!(ours.status.success(), "{}", text(&ours.stderr));
+        let ours = text(&ours.stdout);
+        let out = run.parent().unwrap().join("ct2");
+        let o = s2s(&["export", run.to_str().unwrap(), "--format", "ctranslate2", "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let vocabularies = if tokenizer == "joint = true" {
+            vec!["shared_vocabulary.json"]
+        } else {
+            vec!["source_vocabulary.json", "target_vocabulary.json"]
+        };
+        for f in vocabularies.iter().chain(&["model.bin", "config.json"]) {
+            assert!(out.join(f).exists(), "{name}: {f}");
+        }
+        let theirs = python(script, &[out.to_str().unwrap(), test.to_str().unwrap(), "float32"]);
+        let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), theirs.lines().collect());
+        assert_eq!(a.len(), input.lines().count());
+        let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+        assert!(
+            differ.is_empty(),
+            "{name}: {} of {} lines differ; first: line {}\n ours: {}\n ct2:  {}",
+            differ.len(),
+            a.len(),
+            differ[0] + 1,
+            a[differ[0]],
+            b[differ[0]]
+        );
+        for (q, compute) in [("int8", "int8"), ("int8_float16", "int8_float32"), ("float16", "float32"), ("int16", "float32")] {
+            let qdir = run.parent().unwrap().join(format!("ct2-{q}"));
+            let o = s2s(&[
+                "export",
+                run.to_str().unwrap(),
+                "--format",
+                "ctranslate2",
+                "--quantization",
+                q,
+                "--out",
+                qdir.to_str().unwrap(),
+            ]);
+            assert!(o.status.success(), "{q}: {}", text(&o.stderr));
+            let got = python(script, &[qdir.to_str().unwrap(), test.to_str().unwrap(), compute]);
+            let same = got.lines().zip(&a).filter(|(x, y)| x == *y).count();
+            assert_eq!(got.lines().count(), a.len(), "{name} {q}");
+            eprintln!("{name} {q}: {same} of {} lines as ours", a.len());
+            // Wrong scales or a misread layout give nothing like ours.
+            assert!(same * 5 > a.len(), "{name} {q}: only {same} of {} lines as ours", a.len());
+        }
+    }
+    let out = tmp("ct2-int4").join("q");
+    let o = s2s(&["export", "no-run", "--format", "ctranslate2", "--quantization", "int4", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("--quantization") && text(&o.stderr).contains("int8_float16"), "{}", text(&o.stderr));
+}
+
+/// Every validation's scalars are TensorBoard events in RUN/tensorboard/, equal to
+/// metrics.csv's rows; a run killed inside a checkpoint (its row and events written, its
+/// checkpoint not) and resumed has each step once, read back by our reader and by
+/// tensorboard's own (where installed: the raw records and its accumulator).
+#[test]
+fn tensorboard_events_follow_the_metrics_through_a_resume() {
+    let run = tmp("tensorboard").join("run");
+    let args = crash_args(&run, "8");
+    let o = run_env(&args, &[("S2S_FAULT_ABORT_IN_CHECKPOINT", "6")]);
+    assert!(!o.status.success(), "the fault kills the run at step 6");
+    let before = s2s_train::tensorboard::scalars(&run).unwrap();
+    let steps = |s: &[(i64, String, f32)], tag: &str| -> Vec<i64> {
+        s.iter().filter(|(_, t, _)| t == tag).map(|(step, _, _)| *step).collect()
+    };
+    assert_eq!(steps(&before, "valid/bleu"), [2, 4, 6], "step 6 was validated before the kill");
+    let o = run_env(&args, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let after = s2s_train::tensorboard::scalars(&run).unwrap();
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let rows: Vec<Vec<f64>> =
+        metrics.lines().skip(1).map(|l| l.split(',').map(|f| f.parse().unwrap()).collect()).collect();
+    let tags = [
+        ("train/loss", 3),
+        ("valid/perplexity", 4),
+        ("valid/bleu", 5),
+        ("train/learning_rate", 6),
+        ("train/tokens_per_s", 7),
+    ];
+    for (tag, col) in tags {
+        let got: Vec<(i64, f32)> =
+            after.iter().filter(|(_, t, _)| t == tag).map(|(s, _, v)| (*s, *v)).collect();
+        let want: Vec<(i64, f32)> = rows.iter().map(|r| (r[0] as i64, r[col] as f32)).collect();
+        assert_eq!(got, want, "{tag}");
+    }
+    assert_eq!(steps(&after, "train/grad_norm"), [2, 4, 6, 8]);
+    assert!(after.iter().filter(|(_, t, _)| t == "train/grad_norm").all(|(_, _, v)| v.is_finite() && *v > 0.0));
+    // Steps 2 and 4 come from the first run, unchanged.
+    for (s, t, v) in before.iter().filter(|(s, _, _)| *s <= 4) {
+        assert!(after.iter().any(|(s2, t2, v2)| s2 == s && t2 == t && v2 == v), "{t} at {s}");
+    }
+    let Ok(()) = python_with(&["tensorboard"]).map_err(|why| eprintln!("skipped tensorboard's reader: {why}")) else {
+        return;
+    };
+    let script = r#"
+import sys, glob, json
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.compat.proto import event_pb2
+raw = {}
+for f in sorted(glob.glob(sys.argv[1] + "/*tfevents*")):
+    for record in RawEventFileLoader(f).Load():
+        e = event_pb2.Event.FromString(record)
+        for v in e.summary.value:
+            raw.setdefault(v.tag, []).append([e.step, v.simple_value])
+acc = event_accumulator.EventAccumulator(sys.argv[1])
+acc.Reload()
+accumulated = {t: [[s.step, s.value] for s in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+print(json.dumps({"raw": raw, "accumulated": accumulated}))
+"#;
+    let got: serde_json::Value =
+        serde_json::from_str(&python(script, &[run.join("tensorboard").to_str().unwrap()])).unwrap();
+    for source in ["raw", "accumulated"] {
+        for (tag, _) in tags.iter().chain(&[("train/grad_norm", 0)]) {
+            let want: Vec<(i64, f32)> = after.iter().filter(|(_, t, _)| t == tag).map(|(s, _, v)| (*s, *v)).collect();
+            let have: Vec<(i64, f32)> = got[source][tag]
+                .as_array()
+                .unwrap_or_else(|| panic!("{source}: no {tag}: {got}"))
+                .iter()
+                .map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap() as f32))
+                .collect();
+            assert_eq!(have, want, "{source} {tag}");
+        }
+    }
 }
