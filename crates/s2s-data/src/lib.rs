@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod corpus;
 pub mod error;
+pub mod external;
 pub mod filter;
 pub mod hash;
 pub mod line;
@@ -23,6 +24,7 @@ pub mod rng;
 mod shard;
 #[doc(hidden)]
 pub mod shared;
+pub mod spm;
 pub mod stats;
 pub mod stream;
 pub mod synth;
@@ -43,7 +45,7 @@ pub use prepare::{Manifest, Phase, PrepareConfig, Prepared, Preparer, Progress, 
 pub use prepared::PreparedDataset;
 pub use shard::ShardInfo;
 pub use stream::{EpochPlan, StreamBatcher};
-pub use tokenizer::{Level, Tokenizer, TokenizerConfig, Tokenizers};
+pub use tokenizer::{Level, Tokenizer, TokenizerConfig, TokenizerFiles, Tokenizers};
 pub use vocab::{BOS, EOS, PAD, SPECIALS, UNK, Vocab};
 
 use std::io::Write;

@@ -108,7 +108,7 @@ pub struct TokenizerArgs {
 
 impl TokenizerArgs {
     fn config(&self) -> TokenizerConfig {
-        TokenizerConfig { level: self.level, vocab_size: self.vocab_size, joint: !self.separate, min_freq: 1 }
+        TokenizerConfig { level: self.level, vocab_size: self.vocab_size, joint: !self.separate, min_freq: 1, ..Default::default() }
     }
 }
 
