@@ -1,9 +1,10 @@
 //! Tokenizers brought from files: a SentencePiece model segments as `spm_encode` does, and
 //! `tokenizer.json` files of each model kind load with their specials found by name.
 //!
-//! The fixture (`tests/fixtures/spm/`) is made by `scripts/make-spm-fixture.py` with the
-//! `sentencepiece` package: a Unigram model trained on the built-in pair, 1,012 lines, and the
-//! pieces SentencePiece gives each line.
+//! The fixtures (`tests/fixtures/spm/`) are made by `scripts/make-spm-fixture.py` with the
+//! `sentencepiece` package: two Unigram models trained on the built-in pair (`pair`: the
+//! defaults; `extras`: byte fallback, user-defined and control symbols), lines (1,012 for
+//! `pair`), and the pieces SentencePiece gives each line.
 
 use std::path::{Path, PathBuf};
 
@@ -26,32 +27,57 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn a_sentencepiece_model_segments_every_line_as_spm_encode_does() {
-    let sp = SentencePiece::from_file(&fixture("pair.model")).unwrap();
-    let tok = Tokenizer::from_file(&fixture("pair.model")).unwrap();
-    let (inputs, expected) = (lines("lines.txt"), lines("pieces.txt"));
+/// Segments `NAME-lines.txt` with `NAME.model` and checks every line's pieces against
+/// `NAME-pieces.txt`; returns the lines and how many pieces were unknown.
+fn segments_as_spm_encode(name: &str) -> (Vec<String>, usize) {
+    let model = fixture(&format!("{name}.model"));
+    let sp = SentencePiece::from_file(&model).unwrap();
+    let tok = Tokenizer::from_file(&model).unwrap();
+    let (inputs, expected) = (lines(&format!("{name}-lines.txt")), lines(&format!("{name}-pieces.txt")));
     assert_eq!(inputs.len(), expected.len());
-    assert!(inputs.len() >= 1000, "{} lines", inputs.len());
     let mut unknown = 0;
     for (i, (line, want)) in inputs.iter().zip(&expected).enumerate() {
         let want: Vec<&str> = want.split(' ').filter(|p| !p.is_empty()).collect();
         let got: Vec<(u32, String)> = sp.encode_pieces(line);
         let pieces: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
-        assert_eq!(pieces, want, "line {}: {line:?}", i + 1);
+        assert_eq!(pieces, want, "{name} line {}: {line:?}", i + 1);
         // Through the toolkit's ids: the same pieces, <unk> where SentencePiece's is unknown.
         let ids = tok.encode(line);
-        assert_eq!(ids.len(), want.len(), "line {}", i + 1);
+        assert_eq!(ids.len(), want.len(), "{name} line {}", i + 1);
         for (&id, w) in ids.iter().zip(&want) {
             if sp.piece_id(w).is_some() {
-                assert_eq!(tok.token(id), *w, "line {}", i + 1);
+                assert_eq!(tok.token(id), *w, "{name} line {}", i + 1);
             } else {
-                assert_eq!(id, UNK, "line {}: {w} is not a piece", i + 1);
+                assert_eq!(id, UNK, "{name} line {}: {w} is not a piece", i + 1);
                 unknown += 1;
             }
         }
     }
+    (inputs, unknown)
+}
+
+#[test]
+fn a_sentencepiece_model_segments_every_line_as_spm_encode_does() {
+    let (lines, unknown) = segments_as_spm_encode("pair");
+    assert!(lines.len() >= 1000, "{} lines", lines.len());
     assert!(unknown > 0, "the fixture's extra lines hold characters the model never saw");
+}
+
+/// User-defined symbols (always one piece), a control symbol (never matched in text), byte
+/// fallback (no unknown piece at all), `<pad>` at 3 and no character map.
+#[test]
+fn user_defined_control_and_byte_pieces_segment_as_spm_encode_does() {
+    let (lines, unknown) = segments_as_spm_encode("extras");
+    assert_eq!(unknown, 0, "byte fallback leaves nothing unknown");
+    let tok = Tokenizer::from_file(&fixture("extras.model")).unwrap();
+    let sp = SentencePiece::from_file(&fixture("extras.model")).unwrap();
+    assert_eq!(tok.vocab_size(), sp.len(), "its own <pad> is used");
+    // Every character comes back (as bytes where no piece has it); spaces are collapsed (and
+    // a `▁` in the text is one, as in SentencePiece and in our own normalisation).
+    for line in lines.iter().filter(|l| !l.contains('▁')) {
+        let spaced: Vec<&str> = line.split(' ').filter(|w| !w.is_empty()).collect();
+        assert_eq!(tok.decode(&tok.encode(line)), spaced.join(" "), "{line:?}");
+    }
 }
 
 #[test]
@@ -91,7 +117,7 @@ fn a_brought_tokenizer_is_saved_whole_and_reads_back_the_same() {
     let dir = dir.join("run");
     let back = Tokenizers::load(&dir).unwrap();
     assert!(back.src.same_as(&toks.src).unwrap());
-    for line in lines("lines.txt").iter().take(50) {
+    for line in lines("pair-lines.txt").iter().take(50) {
         assert_eq!(back.src.encode(line), toks.src.encode(line));
     }
     // A saved tokenizer file can be brought again as it is.

@@ -36,6 +36,8 @@ pub struct RunArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    tokenizer_files: crate::args::TokenizerFileArgs,
 }
 
 /// `s2s report`.
@@ -49,7 +51,9 @@ pub struct ReportArgs {
 pub fn run(c: ExperimentCommand) -> Result<()> {
     match c {
         ExperimentCommand::Run(a) => {
-            let exp = Experiment::load(&a.file)?;
+            let mut exp = Experiment::load(&a.file)?;
+            // The file's [tokenizer] keys were read by `load`; flags given replace them.
+            a.tokenizer_files.apply(&mut exp.tokenizer, |_, e| e.to_string())?;
             let root = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&exp.name));
             let (devices, name) = select_many(a.device, exp.max_devices())?;
             eprintln!(
