@@ -10,14 +10,14 @@ segments and what SentencePiece makes of them:
   pair-lines.txt      the first 250 lines of at most 120 characters (to keep the fixture
                       small) of each side of the test and validation splits, then lines that
                       exercise the normaliser (spaces, NFKC, unknown characters, specials as
-                      text): 1,012 lines
+                      text): 1,013 lines
   pair-pieces.txt     per line, `encode(line, out_type=str)` joined by spaces (what
                       `spm_encode` prints); an unknown piece is its surface text, as
                       SentencePiece prints it, so the ids follow: a piece's id, or <unk>'s for
                       a text the vocabulary lacks
   extras.model        byte fallback, user-defined and control symbols, <pad> at 3, the
                       identity normaliser (no character map: a 6 KB file)
-  extras-lines.txt, extras-pieces.txt   the same for 113 lines
+  extras-lines.txt, extras-pieces.txt   the same for 114 lines
 
 Usage: scripts/make-spm-fixture.py [--data DIR]   (DIR: `s2s data synth --out DIR`; without
 it the script runs `target/release/s2s data synth` into a temporary directory).
@@ -48,14 +48,18 @@ EXTRA = [
     "\u2581 dog \u2581\u2581",
     "a" * 40,
     "la ravin balet , le hrosk ridet ; 12345 67.5 % ?",
+    # Half-width kana with a sound mark: one rule for the pair, another for the first alone.
+    "\uff76\uff9e dog \uff8a\uff9f",
 ]
 
 
 def write(name, model_args, text, lines):
     """Trains OUT/NAME.model on `text` and writes NAME-lines.txt and NAME-pieces.txt."""
     prefix = os.path.join(OUT, name)
+    # The input by its bare name (the model records it), so that the same data give the same file.
+    os.chdir(os.path.dirname(text))
     spm.SentencePieceTrainer.train(
-        input=text, model_prefix=prefix, model_type="unigram", num_threads=1, minloglevel=2, **model_args
+        input=os.path.basename(text), model_prefix=prefix, model_type="unigram", num_threads=1, minloglevel=2, **model_args
     )
     os.remove(prefix + ".vocab")
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")

@@ -412,7 +412,10 @@ impl SentencePiece {
             .map(|(i, p)| match p.kind {
                 PieceType::Normal => (p.piece.clone(), f64::from(p.score)),
                 PieceType::UserDefined => {
-                    user_defined.push(p.piece.clone());
+                    // An empty one would match everywhere and consume nothing.
+                    if !p.piece.is_empty() {
+                        user_defined.push(p.piece.clone());
+                    }
                     (p.piece.clone(), f64::from(p.piece.len() as f32 * max_score - 0.1))
                 }
                 kind => {
@@ -667,6 +670,10 @@ mod tests {
         let bpe = SentencePiece::from_bytes(&model(&pieces(), &[(3, 2)])).unwrap_err();
         assert!(bpe.contains("BPE"), "{bpe}");
         assert!(SentencePiece::from_bytes(b"{\"model\": 1}").is_err());
+        let mut empty = pieces();
+        empty.push(("", 0.0, 4));
+        let sp = SentencePiece::from_bytes(&model(&empty, &[])).unwrap();
+        assert_eq!(sp.decode(&sp.encode("ab")), "ab", "an empty user-defined piece matches nothing");
         let bytes = model(&pieces(), &[]);
         for n in 0..bytes.len() {
             let _ = SentencePiece::from_bytes(&bytes[..n]);

@@ -3,7 +3,7 @@
 //!
 //! The fixtures (`tests/fixtures/spm/`) are made by `scripts/make-spm-fixture.py` with the
 //! `sentencepiece` package: two Unigram models trained on the built-in pair (`pair`: the
-//! defaults; `extras`: byte fallback, user-defined and control symbols), lines (1,012 for
+//! defaults; `extras`: byte fallback, user-defined and control symbols), lines (1,013 for
 //! `pair`), and the pieces SentencePiece gives each line.
 
 use std::path::{Path, PathBuf};
