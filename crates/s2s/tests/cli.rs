@@ -1857,4 +1857,12 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     *args.last_mut().unwrap() = junk.to_str().unwrap();
     let err = text(&s2s(&args).stderr);
     assert!(err.contains("--tokenizer") && err.contains("junk.model"), "{err}");
+    let exp = dir.join("exp.toml");
+    std::fs::write(&exp, "[data]\nsource = \"builtin\"\n[[model]]\nkind = \"lstm\"\n").unwrap();
+    let out = dir.join("exp-runs");
+    let (exp, out) = (exp.to_str().unwrap(), out.to_str().unwrap());
+    let o = s2s(&["experiment", "run", exp, "--out", out, "--tokenizer", junk.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert!(!o.status.success() && err.contains("--tokenizer") && err.contains("junk.model"), "{err}");
+    assert!(!dir.join("exp-runs").exists(), "nothing is written for a refused tokenizer");
 }
