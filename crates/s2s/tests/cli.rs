@@ -1833,6 +1833,27 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     let kept = std::fs::read_to_string(prepared.join("tokenizer/joint.json")).unwrap();
     assert!(kept.contains("\"sentencepiece\""));
 
+    // An experiment's [tokenizer] names one model per side: each run keeps both.
+    let extras = manifest_dir().join("../s2s-data/tests/fixtures/spm/extras.model");
+    let exp = dir.join("sides.toml");
+    std::fs::write(
+        &exp,
+        format!(
+            "[data]\nsource = \"builtin\"\npairs = 300\n[tokenizer]\nsrc_file = {:?}\ntgt_file = {:?}\n\
+             [train]\nbudget = {{ steps = 2 }}\nvalid_every = 2\nbatch = {{ max_tokens = 512 }}\n[decode]\nbeam = 2\n\
+             [[model]]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
+            fixture.to_str().unwrap(),
+            extras.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("sides");
+    let o = s2s(&["experiment", "run", exp.to_str().unwrap(), "--out", out.to_str().unwrap(), "--device", "cpu", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let side = |f: &str| std::fs::read_to_string(out.join("lstm/tokenizer").join(f)).unwrap();
+    assert!(side("src.json").contains("pair.model") && side("tgt.json").contains("extras.model"));
+    assert!(out.join("lstm/test/scores.json").exists());
+
     // Bad files: the flag, or the config's line, and the file are named.
     let junk = dir.join("junk.model");
     std::fs::write(&junk, "no model\n").unwrap();
