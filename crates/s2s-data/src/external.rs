@@ -31,9 +31,11 @@ pub const PAD_NAMES: &[&str] = &["<pad>", "[PAD]", "<PAD>", "<|pad|>"];
 /// Names an unknown token goes by.
 pub const UNK_NAMES: &[&str] = &["<unk>", "[UNK]", "<UNK>", "<|unk|>"];
 /// Names a beginning-of-sentence token goes by (BERT's `[CLS]` starts a sequence).
-pub const BOS_NAMES: &[&str] = &["<s>", "[BOS]", "<bos>", "<BOS>", "<|startoftext|>", "<|begin_of_text|>", "[CLS]"];
+pub const BOS_NAMES: &[&str] =
+    &["<s>", "[BOS]", "<bos>", "<BOS>", "<|startoftext|>", "<|begin_of_text|>", "[CLS]"];
 /// Names an end-of-sentence token goes by (BERT's `[SEP]` ends one).
-pub const EOS_NAMES: &[&str] = &["</s>", "[EOS]", "<eos>", "<EOS>", "<|endoftext|>", "<|end_of_text|>", "[SEP]"];
+pub const EOS_NAMES: &[&str] =
+    &["</s>", "[EOS]", "<eos>", "<EOS>", "<|endoftext|>", "<|end_of_text|>", "[SEP]"];
 
 /// No id: the padding token a vocabulary without one is given.
 const NONE: u32 = u32::MAX;
@@ -112,8 +114,8 @@ impl External {
         let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'{') {
             let text = String::from_utf8(bytes).map_err(|_| err(path, "not UTF-8 text"))?;
-            let value: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| err(path, format!("not a tokenizer.json: {e}")))?;
+            let value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| err(path, format!("not a tokenizer.json: {e}")))?;
             if value.get("model").is_none() {
                 return Err(err(path, "a JSON file without a `model`: not a Hugging Face tokenizer.json"));
             }
@@ -169,9 +171,9 @@ impl External {
                 Specials {
                     pad: id(t.pad_id).or_else(|| by_name(PAD_NAMES, &lookup)),
                     unk: model.unk_id(),
-                    bos: id(t.bos_id)
-                        .or_else(|| by_name(BOS_NAMES, &lookup))
-                        .ok_or_else(|| err(path, missing("beginning-of-sentence", BOS_NAMES, &hint("bos_id"))))?,
+                    bos: id(t.bos_id).or_else(|| by_name(BOS_NAMES, &lookup)).ok_or_else(|| {
+                        err(path, missing("beginning-of-sentence", BOS_NAMES, &hint("bos_id")))
+                    })?,
                     eos: id(t.eos_id)
                         .or_else(|| by_name(EOS_NAMES, &lookup))
                         .ok_or_else(|| err(path, missing("end-of-sentence", EOS_NAMES, &hint("eos_id"))))?,
@@ -241,7 +243,10 @@ impl External {
         let ext = match &self.kind {
             // Encoding a &str cannot fail for a tokenizer that loaded; an error would be a
             // bug there, so fall back to <unk> rather than panic on user input.
-            Kind::Json(t) => t.encode(text, false).map(|e| e.get_ids().to_vec()).unwrap_or_else(|_| vec![self.specials.unk]),
+            Kind::Json(t) => t
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_else(|_| vec![self.specials.unk]),
             Kind::Spm { model, .. } => model.encode(text),
         };
         ext.into_iter()
@@ -279,9 +284,7 @@ impl External {
     /// The saved form (module doc).
     pub fn to_json(&self) -> std::result::Result<String, String> {
         let (tokenizer, model) = match &self.kind {
-            Kind::Json(t) => {
-                (Some(serde_json::to_value(t.as_ref()).map_err(|e| e.to_string())?), None)
-            }
+            Kind::Json(t) => (Some(serde_json::to_value(t.as_ref()).map_err(|e| e.to_string())?), None),
             Kind::Spm { bytes, .. } => {
                 let mut hex = String::with_capacity(bytes.len() * 2);
                 for b in bytes {
@@ -309,7 +312,8 @@ impl External {
         let mut t = match (saved.format.as_str(), saved.tokenizer, saved.model) {
             ("tokenizer.json", Some(json), None) => Self::from_json(&source, json, Some(saved.specials)),
             ("sentencepiece", None, Some(hex)) => {
-                let bytes = from_hex(&hex).ok_or_else(|| corrupt("the model's bytes are not hexadecimal".into()))?;
+                let bytes =
+                    from_hex(&hex).ok_or_else(|| corrupt("the model's bytes are not hexadecimal".into()))?;
                 Self::from_spm(&source, bytes, Some(saved.specials))
             }
             (f, _, _) => return Err(corrupt(format!("an external tokenizer of unknown format `{f}`"))),

@@ -357,7 +357,12 @@ pub struct SentencePiece {
 
 impl std::fmt::Debug for SentencePiece {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SentencePiece({} pieces, normaliser {:?})", self.proto.pieces.len(), self.proto.normalizer.name)
+        write!(
+            f,
+            "SentencePiece({} pieces, normaliser {:?})",
+            self.proto.pieces.len(),
+            self.proto.normalizer.name
+        )
     }
 }
 
@@ -397,7 +402,10 @@ impl SentencePiece {
         let unks: Vec<usize> =
             (0..proto.pieces.len()).filter(|&i| proto.pieces[i].kind == PieceType::Unknown).collect();
         let &[unk] = unks.as_slice() else {
-            return Err(format!("the model has {} unknown pieces (<unk>); SentencePiece models have one", unks.len()));
+            return Err(format!(
+                "the model has {} unknown pieces (<unk>); SentencePiece models have one",
+                unks.len()
+            ));
         };
         let charsmap = Charsmap::parse(&proto.normalizer.precompiled_charsmap)?;
         let normal = proto.pieces.iter().filter(|p| p.kind == PieceType::Normal);

@@ -103,7 +103,15 @@ fn default_min_freq() -> usize {
 
 impl Default for TokenizerConfig {
     fn default() -> Self {
-        Self { level: Level::Bpe, vocab_size: 8000, joint: true, min_freq: 1, file: None, src_file: None, tgt_file: None }
+        Self {
+            level: Level::Bpe,
+            vocab_size: 8000,
+            joint: true,
+            min_freq: 1,
+            file: None,
+            src_file: None,
+            tgt_file: None,
+        }
     }
 }
 
@@ -340,7 +348,10 @@ impl Tokenizer {
                 serde_json::to_string(&VocabTokenizerFile { level: Level::Char, vocab: v.clone() })
             }
             Tokenizer::External(t) => {
-                return t.to_json().map_err(|message| DataError::Tokenizer { path: PathBuf::from("<serialising>"), message });
+                return t.to_json().map_err(|message| DataError::Tokenizer {
+                    path: PathBuf::from("<serialising>"),
+                    message,
+                });
             }
         }
         .map_err(|e| DataError::Tokenizer { path: PathBuf::from("<serialising>"), message: e.to_string() })
@@ -435,7 +446,8 @@ impl Tokenizers {
             }
             Some(TokenizerFiles::Separate(s, t)) => {
                 let src = Tokenizer::from_file(s)?;
-                let same = std::fs::canonicalize(s).ok().is_some_and(|c| std::fs::canonicalize(t).ok() == Some(c));
+                let same =
+                    std::fs::canonicalize(s).ok().is_some_and(|c| std::fs::canonicalize(t).ok() == Some(c));
                 if same {
                     Some(Self { src: src.clone(), tgt: src, joint: true })
                 } else {
@@ -520,7 +532,8 @@ mod tests {
     #[test]
     fn specials_are_ids_0_to_3_and_dropped_on_decode() {
         for level in [Level::Bpe, Level::Word, Level::Char] {
-            let cfg = TokenizerConfig { level, vocab_size: 100, joint: true, min_freq: 1, ..Default::default() };
+            let cfg =
+                TokenizerConfig { level, vocab_size: 100, joint: true, min_freq: 1, ..Default::default() };
             let t = Tokenizer::train(&cfg, &texts()).unwrap();
             for (i, s) in SPECIALS.iter().enumerate() {
                 assert_eq!(t.token(i as u32), *s, "{level:?}");
@@ -537,7 +550,8 @@ mod tests {
         let many: Vec<String> =
             (0..40).flat_map(|i| texts().into_iter().map(move |t| format!("{t} {i}"))).collect();
         for level in [Level::Bpe, Level::Word, Level::Char] {
-            let cfg = TokenizerConfig { level, vocab_size: 60, joint: true, min_freq: 2, ..Default::default() };
+            let cfg =
+                TokenizerConfig { level, vocab_size: 60, joint: true, min_freq: 2, ..Default::default() };
             let a = Tokenizer::train(&cfg, &many).unwrap();
             let b = Tokenizer::train_stream(&cfg, many.clone().into_iter()).unwrap();
             assert_eq!(a.to_json().unwrap(), b.to_json().unwrap(), "{level:?}");
@@ -546,7 +560,13 @@ mod tests {
 
     #[test]
     fn unknown_word_maps_to_unk() {
-        let cfg = TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1, ..Default::default() };
+        let cfg = TokenizerConfig {
+            level: Level::Word,
+            vocab_size: 0,
+            joint: true,
+            min_freq: 1,
+            ..Default::default()
+        };
         let t = Tokenizer::train(&cfg, &texts()).unwrap();
         assert_eq!(t.encode("A cat"), vec![t.encode("A")[0], crate::UNK]);
     }
@@ -555,7 +575,8 @@ mod tests {
     fn save_load_and_corruption() {
         let dir = std::env::temp_dir().join(format!("s2s-tok-{}", std::process::id()));
         for level in [Level::Bpe, Level::Word, Level::Char] {
-            let cfg = TokenizerConfig { level, vocab_size: 100, joint: false, min_freq: 1, ..Default::default() };
+            let cfg =
+                TokenizerConfig { level, vocab_size: 100, joint: false, min_freq: 1, ..Default::default() };
             let pairs: Vec<crate::Pair> =
                 texts().iter().map(|s| crate::Pair { src: s.to_string(), tgt: s.to_uppercase() }).collect();
             let toks = Tokenizers::train(&cfg, &pairs).unwrap();

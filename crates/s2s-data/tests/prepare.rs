@@ -49,7 +49,13 @@ fn synth(dir: &Path, n: usize) -> CorpusFiles {
 
 fn word(shard_examples: usize) -> PrepareConfig {
     PrepareConfig {
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1, ..Default::default() },
+        tokenizer: TokenizerConfig {
+            level: Level::Word,
+            vocab_size: 0,
+            joint: true,
+            min_freq: 1,
+            ..Default::default()
+        },
         shard_examples,
         ..PrepareConfig::default()
     }

@@ -132,7 +132,12 @@ fn a_brought_tokenizer_is_saved_whole_and_reads_back_the_same() {
 }
 
 /// A `tokenizer.json` with the given model and added tokens.
-fn tokenizer_json(model: serde_json::Value, specials: &[(&str, u32)], pre: &str, decoder: serde_json::Value) -> String {
+fn tokenizer_json(
+    model: serde_json::Value,
+    specials: &[(&str, u32)],
+    pre: &str,
+    decoder: serde_json::Value,
+) -> String {
     let added: Vec<serde_json::Value> = specials
         .iter()
         .map(|(t, id)| {
@@ -158,7 +163,8 @@ fn a_wordpiece_tokenizer_json_with_bert_specials_elsewhere() {
     let decoder = serde_json::json!({"type": "WordPiece", "prefix": "##", "cleanup": true});
     let dir = tmp("wordpiece");
     let path = dir.join("tokenizer.json");
-    std::fs::write(&path, tokenizer_json(model, &specials, r#"{"type": "BertPreTokenizer"}"#, decoder)).unwrap();
+    std::fs::write(&path, tokenizer_json(model, &specials, r#"{"type": "BertPreTokenizer"}"#, decoder))
+        .unwrap();
     let tok = Tokenizer::from_file(&path).unwrap();
     assert_eq!(tok.vocab_size(), 10);
     assert_eq!([0, 1, 2, 3].map(|i| tok.token(i)), ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]);
@@ -174,12 +180,25 @@ fn a_unigram_and_a_bpe_tokenizer_json() {
     let dir = tmp("unigram");
     let meta = r#"{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}"#;
     let decoder: serde_json::Value = serde_json::from_str(meta).unwrap();
-    let vocab = serde_json::json!([["<unk>", 0.0], ["▁the", -1.0], ["▁dog", -2.0], ["s", -3.0],
-        ["<s>", 0.0], ["</s>", 0.0], ["▁", -4.0], ["d", -5.0], ["o", -5.0], ["g", -5.0]]);
+    let vocab = serde_json::json!([
+        ["<unk>", 0.0],
+        ["▁the", -1.0],
+        ["▁dog", -2.0],
+        ["s", -3.0],
+        ["<s>", 0.0],
+        ["</s>", 0.0],
+        ["▁", -4.0],
+        ["d", -5.0],
+        ["o", -5.0],
+        ["g", -5.0]
+    ]);
     let model = serde_json::json!({"type": "Unigram", "unk_id": 0, "vocab": vocab, "byte_fallback": false});
     let path = dir.join("unigram.json");
-    std::fs::write(&path, tokenizer_json(model, &[("<unk>", 0), ("<s>", 4), ("</s>", 5)], meta, decoder.clone()))
-        .unwrap();
+    std::fs::write(
+        &path,
+        tokenizer_json(model, &[("<unk>", 0), ("<s>", 4), ("</s>", 5)], meta, decoder.clone()),
+    )
+    .unwrap();
     let tok = Tokenizer::from_file(&path).unwrap();
     assert_eq!(tok.vocab_size(), 11, "ten pieces and an added <pad>");
     let ids = tok.encode("the dogs");
@@ -191,7 +210,8 @@ fn a_unigram_and_a_bpe_tokenizer_json() {
         "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
         "byte_fallback": false, "vocab": vocab, "merges": [["▁", "a"]]});
     let path = dir.join("no-unk.json");
-    std::fs::write(&path, tokenizer_json(model, &[("<s>", 0), ("</s>", 1), ("<pad>", 2)], meta, decoder)).unwrap();
+    std::fs::write(&path, tokenizer_json(model, &[("<s>", 0), ("</s>", 1), ("<pad>", 2)], meta, decoder))
+        .unwrap();
     let e = Tokenizer::from_file(&path).unwrap_err().to_string();
     assert!(e.contains("no-unk.json") && e.contains("no unknown token") && e.contains("<unk>"), "{e}");
 }

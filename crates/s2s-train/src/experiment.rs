@@ -697,7 +697,10 @@ mod tests {
         let junk = dir.join("junk.model");
         std::fs::write(&junk, "not a model\n").unwrap();
         let text = |key: &str, path: &Path| {
-            format!("[train]\nbudget = {{ steps = 3 }}\n[tokenizer]\n{key} = {:?}\n[[model]]\nkind = \"lstm\"\n", path.display().to_string())
+            format!(
+                "[train]\nbudget = {{ steps = 3 }}\n[tokenizer]\n{key} = {:?}\n[[model]]\nkind = \"lstm\"\n",
+                path.display().to_string()
+            )
         };
         let err = load(&text("file", &dir.join("missing.model"))).unwrap_err().to_string();
         assert!(err.contains("grid.toml:4: [tokenizer]") && err.contains("missing.model"), "{err}");

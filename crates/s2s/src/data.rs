@@ -110,7 +110,13 @@ pub struct TokenizerArgs {
 
 impl TokenizerArgs {
     fn config(&self) -> TokenizerConfig {
-        TokenizerConfig { level: self.level, vocab_size: self.vocab_size, joint: !self.separate, min_freq: 1, ..Default::default() }
+        TokenizerConfig {
+            level: self.level,
+            vocab_size: self.vocab_size,
+            joint: !self.separate,
+            min_freq: 1,
+            ..Default::default()
+        }
     }
 }
 

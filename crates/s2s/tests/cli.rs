@@ -1796,11 +1796,30 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     let user = dir.join("user.model");
     std::fs::copy(&fixture, &user).unwrap();
     let cfg = dir.join("run.toml");
-    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"transformer\"\n").unwrap();
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"transformer\"\n")
+        .unwrap();
     let run = dir.join("run");
     let common = [
-        "train", "--config", cfg.to_str().unwrap(), "--emb", "16", "--heads", "2", "--ffn", "32", "--layers", "1",
-        "--steps", "4", "--valid-every", "2", "--max-tokens", "512", "--quiet", "--device", "cpu",
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--emb",
+        "16",
+        "--heads",
+        "2",
+        "--ffn",
+        "32",
+        "--layers",
+        "1",
+        "--steps",
+        "4",
+        "--valid-every",
+        "2",
+        "--max-tokens",
+        "512",
+        "--quiet",
+        "--device",
+        "cpu",
     ];
     let mut args = common.to_vec();
     args.extend(["--tokenizer", user.to_str().unwrap(), "--run", run.to_str().unwrap()]);
@@ -1824,8 +1843,16 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     let (src, tgt) = (data.join("train.src"), data.join("train.tgt"));
     let cache = dir.join("cache");
     let prep = [
-        "data", "prepare", "--src", src.to_str().unwrap(), "--tgt", tgt.to_str().unwrap(), "--cache",
-        cache.to_str().unwrap(), "--tokenizer", fixture.to_str().unwrap(),
+        "data",
+        "prepare",
+        "--src",
+        src.to_str().unwrap(),
+        "--tgt",
+        tgt.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--tokenizer",
+        fixture.to_str().unwrap(),
     ];
     let o = s2s(&prep);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -1848,7 +1875,16 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     )
     .unwrap();
     let out = dir.join("sides");
-    let o = s2s(&["experiment", "run", exp.to_str().unwrap(), "--out", out.to_str().unwrap(), "--device", "cpu", "--quiet"]);
+    let o = s2s(&[
+        "experiment",
+        "run",
+        exp.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--quiet",
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let side = |f: &str| std::fs::read_to_string(out.join("lstm/tokenizer").join(f)).unwrap();
     assert!(side("src.json").contains("pair.model") && side("tgt.json").contains("extras.model"));
@@ -1867,7 +1903,10 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     assert!(!bad_run.exists(), "nothing is written for a refused tokenizer");
     std::fs::write(
         &cfg,
-        format!("[data]\nsource = \"builtin\"\n\n[tokenizer]\nfile = {:?}\n\n[model]\nkind = \"transformer\"\n", junk.to_str().unwrap()),
+        format!(
+            "[data]\nsource = \"builtin\"\n\n[tokenizer]\nfile = {:?}\n\n[model]\nkind = \"transformer\"\n",
+            junk.to_str().unwrap()
+        ),
     )
     .unwrap();
     let mut args = common.to_vec();
