@@ -2,7 +2,9 @@
 //!
 //! Data flows one way: corpus files ([`corpus`]) → normalised pairs ([`normalize`]) →
 //! tokenizers ([`tokenizer`], [`vocab`]) → examples → token-budget batches ([`batch`]).
-//! [`synth`] generates the built-in language pair; [`stats`] describes a corpus.
+//! [`synth`] generates the built-in language pair; [`stats`] describes a corpus. A tokenizer
+//! can be brought instead of learned: a `tokenizer.json` or a SentencePiece model
+//! ([`external`], [`spm`]).
 //!
 //! For corpora larger than memory: [`mod@prepare`] learns the tokenizer on a sample, filters
 //! ([`filter`]) and encodes in parallel into memory-mapped shards once; [`PreparedDataset`]
