@@ -2,7 +2,9 @@
 //!
 //! Data flows one way: corpus files ([`corpus`]) → normalised pairs ([`normalize`]) →
 //! tokenizers ([`tokenizer`], [`vocab`]) → examples → token-budget batches ([`batch`]).
-//! [`synth`] generates the built-in language pair; [`stats`] describes a corpus.
+//! [`synth`] generates the built-in language pair; [`stats`] describes a corpus. A tokenizer
+//! can be brought instead of learned: a `tokenizer.json` or a SentencePiece model
+//! ([`external`], [`spm`]).
 //!
 //! For corpora larger than memory: [`mod@prepare`] learns the tokenizer on a sample, filters
 //! ([`filter`]) and encodes in parallel into memory-mapped shards once; [`PreparedDataset`]
@@ -12,6 +14,7 @@
 pub mod batch;
 pub mod corpus;
 pub mod error;
+pub mod external;
 pub mod filter;
 pub mod hash;
 pub mod line;
@@ -23,6 +26,7 @@ pub mod rng;
 mod shard;
 #[doc(hidden)]
 pub mod shared;
+pub mod spm;
 pub mod stats;
 pub mod stream;
 pub mod synth;
@@ -43,7 +47,7 @@ pub use prepare::{Manifest, Phase, PrepareConfig, Prepared, Preparer, Progress, 
 pub use prepared::PreparedDataset;
 pub use shard::ShardInfo;
 pub use stream::{EpochPlan, StreamBatcher};
-pub use tokenizer::{Level, Tokenizer, TokenizerConfig, Tokenizers};
+pub use tokenizer::{Level, Tokenizer, TokenizerConfig, TokenizerFiles, Tokenizers};
 pub use vocab::{BOS, EOS, PAD, SPECIALS, UNK, Vocab};
 
 use std::io::Write;

@@ -10,7 +10,8 @@
 //! ten million pairs).
 //!
 //! # Steps
-//! 1. **Tokenizer** (skipped when tokenizers are given, [`Preparer::tokenizers`]): count the
+//! 1. **Tokenizer** (skipped when tokenizers are given, [`Preparer::tokenizers`], or read from
+//!    the files [`crate::TokenizerConfig::file`] names, which then count as given): count the
 //!    lines, then stream the sampled pairs that the reading rules keep
 //!    ([`crate::read_verdict`]) into [`crate::Tokenizer::train_stream`] (one pass per side
 //!    for separate vocabularies) and save them under `tokenizer/`. A corpus with no more than
@@ -157,7 +158,7 @@ pub struct Preparer<'a> {
     files: &'a CorpusFiles,
     cfg: &'a PrepareConfig,
     cache: &'a Path,
-    given: Option<&'a Tokenizers>,
+    given: Option<std::borrow::Cow<'a, Tokenizers>>,
     threads: usize,
     chunk: usize,
     progress: Option<&'a mut ProgressFn<'a>>,
@@ -178,7 +179,7 @@ impl<'a> Preparer<'a> {
     /// Encodes with these tokenizers instead of learning new ones (a validation or test split
     /// encoded with the training split's tokenizers); they are part of the key.
     pub fn tokenizers(mut self, t: &'a Tokenizers) -> Self {
-        self.given = Some(t);
+        self.given = Some(std::borrow::Cow::Borrowed(t));
         self
     }
 
@@ -232,7 +233,15 @@ impl<'a> Preparer<'a> {
                 modified_ns: t.subsec_nanos(),
             });
         }
-        let given = match self.given {
+        let from_files;
+        let given = match &self.given {
+            Some(t) => Some(t.as_ref()),
+            None => {
+                from_files = Tokenizers::from_config(&self.cfg.tokenizer)?;
+                from_files.as_ref()
+            }
+        };
+        let given = match given {
             Some(t) => Some(format!(
                 "{:016x}",
                 xxh64(format!("{}\n{}\n{}", t.joint, t.src.to_json()?, t.tgt.to_json()?).as_bytes(), 0)
@@ -265,6 +274,9 @@ impl<'a> Preparer<'a> {
     pub fn run(mut self) -> Result<Prepared> {
         if self.cfg.shard_examples == 0 {
             return Err(DataError::Config("shard_examples must be at least 1".into()));
+        }
+        if self.given.is_none() {
+            self.given = Tokenizers::from_config(&self.cfg.tokenizer)?.map(std::borrow::Cow::Owned);
         }
         let id = self.identity()?;
         let dir = self.cache.join(&id.name);
@@ -357,8 +369,8 @@ impl<'a> Preparer<'a> {
     fn build(&mut self, tmp: &Path, dir: &Path, id: Identity) -> Result<(PreparedDataset, Timings)> {
         let mut timings = Timings::default();
         let t0 = Instant::now();
-        let (tokenizers, sample) = match self.given {
-            Some(t) => (t.clone(), 0),
+        let (tokenizers, sample) = match &self.given {
+            Some(t) => (t.as_ref().clone(), 0),
             None => {
                 let learned = self.learn(dir)?;
                 timings.tokenizer_s = t0.elapsed().as_secs_f64();

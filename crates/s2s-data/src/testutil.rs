@@ -48,7 +48,13 @@ pub(crate) fn synth_files(dir: &Path, n: usize, seed: u64) -> CorpusFiles {
 /// Word-level settings (fast to train) with small shards.
 pub(crate) fn word_config(shard_examples: usize) -> PrepareConfig {
     PrepareConfig {
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1 },
+        tokenizer: TokenizerConfig {
+            level: Level::Word,
+            vocab_size: 0,
+            joint: true,
+            min_freq: 1,
+            ..Default::default()
+        },
         shard_examples,
         ..PrepareConfig::default()
     }

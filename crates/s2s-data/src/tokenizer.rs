@@ -1,5 +1,7 @@
 //! Tokenizers at three levels — BPE subwords (the `tokenizers` crate), whitespace words and
-//! characters — behind one type, plus the source/target pair saved in a run directory.
+//! characters — behind one type, plus the source/target pair saved in a run directory. A
+//! tokenizer can also be brought from a file instead of learned ([`TokenizerConfig::file`]: a
+//! Hugging Face `tokenizer.json` or a SentencePiece `.model`, [`crate::external`]).
 //!
 //! Every level maps text to ids without specials ([`Tokenizer::encode`]) and back to plain text
 //! ([`Tokenizer::decode`], which drops specials). For text already normalised by
@@ -19,6 +21,7 @@ use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{AddedToken, TokenizerBuilder, TokenizerImpl};
 
 use crate::error::{DataError, Result};
+use crate::external::External;
 use crate::vocab::{SPECIALS, Vocab};
 
 /// Tokenisation granularity.
@@ -63,6 +66,26 @@ pub struct TokenizerConfig {
     /// Minimum count for a word/char/merge to enter the vocabulary.
     #[serde(default = "default_min_freq")]
     pub min_freq: usize,
+    /// A tokenizer for both sides read from this file instead of learned: a Hugging Face
+    /// `tokenizer.json` or a SentencePiece `.model` (`level`, `vocab_size`, `joint` and
+    /// `min_freq` are then unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// The source side's tokenizer file (with `tgt_file`; instead of `file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_file: Option<PathBuf>,
+    /// The target side's tokenizer file (with `src_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tgt_file: Option<PathBuf>,
+}
+
+/// The tokenizer files a [`TokenizerConfig`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerFiles<'a> {
+    /// One file for both sides (`file`).
+    Joint(&'a Path),
+    /// One per side (`src_file`, `tgt_file`).
+    Separate(&'a Path, &'a Path),
 }
 
 fn default_level() -> Level {
@@ -80,7 +103,47 @@ fn default_min_freq() -> usize {
 
 impl Default for TokenizerConfig {
     fn default() -> Self {
-        Self { level: Level::Bpe, vocab_size: 8000, joint: true, min_freq: 1 }
+        Self {
+            level: Level::Bpe,
+            vocab_size: 8000,
+            joint: true,
+            min_freq: 1,
+            file: None,
+            src_file: None,
+            tgt_file: None,
+        }
+    }
+}
+
+impl TokenizerConfig {
+    /// The tokenizer files it names, if any; `file` with `src_file`/`tgt_file`, or one of
+    /// those two alone, is refused (naming the keys).
+    pub fn files(&self) -> Result<Option<TokenizerFiles<'_>>> {
+        match (&self.file, &self.src_file, &self.tgt_file) {
+            (None, None, None) => Ok(None),
+            (Some(f), None, None) => Ok(Some(TokenizerFiles::Joint(f))),
+            (None, Some(s), Some(t)) => Ok(Some(TokenizerFiles::Separate(s, t))),
+            (Some(_), _, _) => Err(DataError::Config(
+                "a tokenizer `file` (--tokenizer) serves both sides: give it, or `src_file` and `tgt_file` (--src-tokenizer and --tgt-tokenizer), not both".into(),
+            )),
+            _ => Err(DataError::Config(
+                "`src_file` (--src-tokenizer) and `tgt_file` (--tgt-tokenizer) go together: give both, or one `file` (--tokenizer) for both sides".into(),
+            )),
+        }
+    }
+
+    /// Reads every tokenizer file it names, to refuse a bad one before anything runs; an error
+    /// comes with the key whose file it is (`file`, `src_file` or `tgt_file`; `None` when the
+    /// keys do not go together).
+    pub fn check_files(&self) -> std::result::Result<(), (Option<&'static str>, DataError)> {
+        let keys = [("file", &self.file), ("src_file", &self.src_file), ("tgt_file", &self.tgt_file)];
+        self.files().map_err(|e| (None, e))?;
+        for (key, path) in keys {
+            if let Some(p) = path {
+                Tokenizer::from_file(p).map_err(|e| (Some(key), e))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -95,11 +158,16 @@ pub enum Tokenizer {
     Word(Vocab),
     /// Characters.
     Char(Vocab),
+    /// Read from a user's `tokenizer.json` or SentencePiece `.model`.
+    External(Box<External>),
 }
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tokenizer({:?}, {} entries)", self.level(), self.vocab_size())
+        match self {
+            Tokenizer::External(t) => write!(f, "Tokenizer({t:?})"),
+            _ => write!(f, "Tokenizer({:?}, {} entries)", self.level(), self.vocab_size()),
+        }
     }
 }
 
@@ -166,10 +234,31 @@ impl Tokenizer {
         }
     }
 
-    /// The granularity.
+    /// Reads a tokenizer a user brings: a Hugging Face `tokenizer.json` or a SentencePiece
+    /// `.model` ([`crate::external`]), or a tokenizer file a run saved (`tokenizer/joint.json`).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let head = {
+            use std::io::Read;
+            let mut buf = Vec::new();
+            let f = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+            f.take(1 << 16).read_to_end(&mut buf).map_err(|e| DataError::io(path, e))?;
+            buf
+        };
+        // Our own saved files start `{"external"` or `{"level"`; a tokenizer.json `{"version"`.
+        let ours = |key: &str| {
+            let text = String::from_utf8_lossy(&head);
+            text.trim_start().strip_prefix('{').is_some_and(|t| t.trim_start().starts_with(key))
+        };
+        if ours("\"external\"") || ours("\"level\"") {
+            return Tokenizer::load(path);
+        }
+        Ok(Tokenizer::External(Box::new(External::from_file(path)?)))
+    }
+
+    /// The granularity (BPE for a subword tokenizer read from a file).
     pub fn level(&self) -> Level {
         match self {
-            Tokenizer::Bpe(_) => Level::Bpe,
+            Tokenizer::Bpe(_) | Tokenizer::External(_) => Level::Bpe,
             Tokenizer::Word(_) => Level::Word,
             Tokenizer::Char(_) => Level::Char,
         }
@@ -180,6 +269,7 @@ impl Tokenizer {
         match self {
             Tokenizer::Bpe(t) => t.get_vocab_size(true),
             Tokenizer::Word(v) | Tokenizer::Char(v) => v.len(),
+            Tokenizer::External(t) => t.vocab_size(),
         }
     }
 
@@ -203,6 +293,7 @@ impl Tokenizer {
                 let mut buf = [0u8; 4];
                 text.chars().map(|c| v.id(c.encode_utf8(&mut buf))).collect()
             }
+            Tokenizer::External(t) => t.encode(text),
         }
     }
 
@@ -216,6 +307,7 @@ impl Tokenizer {
             }
             Tokenizer::Word(v) => keep.map(|i| v.token(i)).collect::<Vec<_>>().join(" "),
             Tokenizer::Char(v) => keep.map(|i| v.token(i)).collect(),
+            Tokenizer::External(t) => t.decode(ids),
         }
     }
 
@@ -224,6 +316,7 @@ impl Tokenizer {
         match self {
             Tokenizer::Bpe(t) => t.id_to_token(id).unwrap_or_else(|| SPECIALS[1].to_string()),
             Tokenizer::Word(v) | Tokenizer::Char(v) => v.token(id).to_string(),
+            Tokenizer::External(t) => t.token(id),
         }
     }
 
@@ -254,6 +347,12 @@ impl Tokenizer {
             Tokenizer::Char(v) => {
                 serde_json::to_string(&VocabTokenizerFile { level: Level::Char, vocab: v.clone() })
             }
+            Tokenizer::External(t) => {
+                return t.to_json().map_err(|message| DataError::Tokenizer {
+                    path: PathBuf::from("<serialising>"),
+                    message,
+                });
+            }
         }
         .map_err(|e| DataError::Tokenizer { path: PathBuf::from("<serialising>"), message: e.to_string() })
     }
@@ -264,7 +363,10 @@ impl Tokenizer {
         let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
         let corrupt = |message: String| DataError::Corrupt { path: path.to_path_buf(), message };
         let text = String::from_utf8(bytes).map_err(|_| corrupt("not UTF-8 text".into()))?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        if let Some(ext) = value.get_mut("external") {
+            return Ok(Tokenizer::External(Box::new(External::from_saved(path, ext.take())?)));
+        }
         if value.get("model").is_some() {
             let t: Bpe = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
             if (0..SPECIALS.len() as u32).any(|i| t.id_to_token(i).as_deref() != Some(SPECIALS[i as usize])) {
@@ -332,6 +434,29 @@ pub struct Tokenizers {
 }
 
 impl Tokenizers {
+    /// The tokenizers read from the files `cfg` names ([`TokenizerConfig::files`]), or `None`
+    /// when it names none (they are to be learned). One file serves both sides (joint); two
+    /// files that are one (the same path) are one too.
+    pub fn from_config(cfg: &TokenizerConfig) -> Result<Option<Self>> {
+        Ok(match cfg.files()? {
+            None => None,
+            Some(TokenizerFiles::Joint(f)) => {
+                let t = Tokenizer::from_file(f)?;
+                Some(Self { src: t.clone(), tgt: t, joint: true })
+            }
+            Some(TokenizerFiles::Separate(s, t)) => {
+                let src = Tokenizer::from_file(s)?;
+                let same =
+                    std::fs::canonicalize(s).ok().is_some_and(|c| std::fs::canonicalize(t).ok() == Some(c));
+                if same {
+                    Some(Self { src: src.clone(), tgt: src, joint: true })
+                } else {
+                    Some(Self { src, tgt: Tokenizer::from_file(t)?, joint: false })
+                }
+            }
+        })
+    }
+
     /// Trains on the training pairs' source and target text.
     pub fn train(cfg: &TokenizerConfig, pairs: &[crate::Pair]) -> Result<Self> {
         if cfg.joint {
@@ -380,7 +505,7 @@ mod tests {
     }
 
     fn round_trip(level: Level) {
-        let cfg = TokenizerConfig { level, vocab_size: 200, joint: true, min_freq: 1 };
+        let cfg = TokenizerConfig { level, vocab_size: 200, joint: true, min_freq: 1, ..Default::default() };
         let t = Tokenizer::train(&cfg, &texts()).unwrap();
         for s in texts() {
             let ids = t.encode(s);
@@ -407,7 +532,8 @@ mod tests {
     #[test]
     fn specials_are_ids_0_to_3_and_dropped_on_decode() {
         for level in [Level::Bpe, Level::Word, Level::Char] {
-            let cfg = TokenizerConfig { level, vocab_size: 100, joint: true, min_freq: 1 };
+            let cfg =
+                TokenizerConfig { level, vocab_size: 100, joint: true, min_freq: 1, ..Default::default() };
             let t = Tokenizer::train(&cfg, &texts()).unwrap();
             for (i, s) in SPECIALS.iter().enumerate() {
                 assert_eq!(t.token(i as u32), *s, "{level:?}");
@@ -424,7 +550,8 @@ mod tests {
         let many: Vec<String> =
             (0..40).flat_map(|i| texts().into_iter().map(move |t| format!("{t} {i}"))).collect();
         for level in [Level::Bpe, Level::Word, Level::Char] {
-            let cfg = TokenizerConfig { level, vocab_size: 60, joint: true, min_freq: 2 };
+            let cfg =
+                TokenizerConfig { level, vocab_size: 60, joint: true, min_freq: 2, ..Default::default() };
             let a = Tokenizer::train(&cfg, &many).unwrap();
             let b = Tokenizer::train_stream(&cfg, many.clone().into_iter()).unwrap();
             assert_eq!(a.to_json().unwrap(), b.to_json().unwrap(), "{level:?}");
@@ -433,7 +560,13 @@ mod tests {
 
     #[test]
     fn unknown_word_maps_to_unk() {
-        let cfg = TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1 };
+        let cfg = TokenizerConfig {
+            level: Level::Word,
+            vocab_size: 0,
+            joint: true,
+            min_freq: 1,
+            ..Default::default()
+        };
         let t = Tokenizer::train(&cfg, &texts()).unwrap();
         assert_eq!(t.encode("A cat"), vec![t.encode("A")[0], crate::UNK]);
     }
@@ -442,7 +575,8 @@ mod tests {
     fn save_load_and_corruption() {
         let dir = std::env::temp_dir().join(format!("s2s-tok-{}", std::process::id()));
         for level in [Level::Bpe, Level::Word, Level::Char] {
-            let cfg = TokenizerConfig { level, vocab_size: 100, joint: false, min_freq: 1 };
+            let cfg =
+                TokenizerConfig { level, vocab_size: 100, joint: false, min_freq: 1, ..Default::default() };
             let pairs: Vec<crate::Pair> =
                 texts().iter().map(|s| crate::Pair { src: s.to_string(), tgt: s.to_uppercase() }).collect();
             let toks = Tokenizers::train(&cfg, &pairs).unwrap();

@@ -49,7 +49,13 @@ fn synth(dir: &Path, n: usize) -> CorpusFiles {
 
 fn word(shard_examples: usize) -> PrepareConfig {
     PrepareConfig {
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1 },
+        tokenizer: TokenizerConfig {
+            level: Level::Word,
+            vocab_size: 0,
+            joint: true,
+            min_freq: 1,
+            ..Default::default()
+        },
         shard_examples,
         ..PrepareConfig::default()
     }
@@ -113,7 +119,7 @@ fn a_small_corpus_learns_the_tokenizer_an_in_memory_run_learns() {
     for (level, joint) in
         [(Level::Word, true), (Level::Word, false), (Level::Bpe, false), (Level::Char, true)]
     {
-        let tokenizer = TokenizerConfig { level, vocab_size: 50, joint, min_freq: 1 };
+        let tokenizer = TokenizerConfig { level, vocab_size: 50, joint, min_freq: 1, ..Default::default() };
         let cfg = PrepareConfig { tokenizer, ..word(100) };
         let data = prepare(&files, &cfg, &cache(&s)).unwrap().dataset;
         let mem = Tokenizers::train(&cfg.tokenizer, &pairs).unwrap();

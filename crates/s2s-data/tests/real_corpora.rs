@@ -43,6 +43,7 @@ fn multi30k_round_trip_every_level() {
             vocab_size: if level == Level::Bpe { 8000 } else { 0 },
             joint: true,
             min_freq: 1,
+            ..Default::default()
         };
         let tok = Tokenizers::train(&cfg, &c.pairs).unwrap();
         let mut checked = 0;

@@ -12,6 +12,7 @@ pub mod bleu;
 #[cfg(feature = "burn")]
 pub mod config;
 pub mod corpus;
+pub mod spm;
 #[cfg(feature = "burn")]
 pub mod studio;
 pub mod tokenizer;
@@ -22,6 +23,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("corpus", corpus::check),
     ("tokenizer", tokenizer::check),
     ("bleu", bleu::check),
+    ("spm", spm::check),
     #[cfg(feature = "burn")]
     ("config", config::check),
     #[cfg(feature = "burn")]

@@ -93,7 +93,8 @@ fn app() -> Router {
     let device = Device::flex();
     let pairs: Vec<Pair> =
         PAIRS.iter().map(|(s, t)| Pair { src: s.to_string(), tgt: t.to_string() }).collect();
-    let cfg = TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1 };
+    let cfg =
+        TokenizerConfig { level: Level::Word, vocab_size: 0, joint: true, min_freq: 1, ..Default::default() };
     let tok = Tokenizers::train(&cfg, &pairs).expect("tokenizers of three pairs");
     let (_, spec) =
         s2s_models::testing::tiny_specs(0.0).into_iter().find(|(k, _)| *k == "lstm").expect("a tiny lstm");

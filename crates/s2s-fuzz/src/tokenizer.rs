@@ -26,6 +26,7 @@ pub fn check(data: &[u8]) {
         vocab_size: if level == Level::Bpe { 200 } else { 0 },
         joint: true,
         min_freq: 1,
+        ..Default::default()
     };
     let tok = Tokenizer::train(&cfg, &lines).expect("training on non-empty normalised lines");
     let size = tok.vocab_size() as u32;

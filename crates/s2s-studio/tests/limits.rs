@@ -37,7 +37,7 @@ const PAIRS: [(&str, &str); 4] = [
 fn model(name: &str, level: Level, device: &Device) -> Loaded {
     let pairs: Vec<Pair> =
         PAIRS.iter().map(|(s, t)| Pair { src: s.to_string(), tgt: t.to_string() }).collect();
-    let cfg = TokenizerConfig { level, vocab_size: 0, joint: true, min_freq: 1 };
+    let cfg = TokenizerConfig { level, vocab_size: 0, joint: true, min_freq: 1, ..Default::default() };
     let tok = Tokenizers::train(&cfg, &pairs).unwrap();
     let (_, spec) = s2s_models::testing::tiny_specs(0.0).into_iter().find(|(k, _)| *k == "lstm").unwrap();
     device.seed(7);

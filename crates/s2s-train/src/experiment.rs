@@ -8,7 +8,7 @@
 //! [data]                             # as in a run config (built-in pair or files)
 //! source = "builtin"
 //! [tokenizer]
-//! level = "word"
+//! level = "word"                   # or file = "spm.model": a SentencePiece model or a tokenizer.json
 //! [train]                            # shared by every model; `seed` comes from `seeds`
 //! budget = { minutes = 3 }
 //! [decode]                           # test-set decoding: beam = 1 is greedy
@@ -383,6 +383,9 @@ impl Experiment {
             let e = format!("alpha must be a finite number of 0 or more, got {}", file.decode.alpha);
             return Err(at.bad_at(&[("[decode]", 0)], Some("alpha"), "[decode]", e));
         }
+        file.tokenizer
+            .check_files()
+            .map_err(|(key, e)| at.bad_at(&[("[tokenizer]", 0)], key, "[tokenizer]", e.to_string()))?;
         let models = at.models(&file.models, &shared_train)?;
         if let Some(b) = &file.baseline
             && !models.iter().any(|(n, _, _)| n == b)
@@ -727,6 +730,28 @@ mod tests {
         assert!(err.to_string().contains("grid.toml:5: [[model]] #1 (lstm) train"), "{err}");
         assert_eq!(super::key_line("[a]\nx = 1\n[b]\nx = 2\n", "[b]", 0, "x"), Some(4));
         assert_eq!(super::key_line("[a]\nxy = 1\n", "[a]", 0, "x"), None);
+    }
+
+    /// A tokenizer file that is missing, or no tokenizer, is refused at its `[tokenizer]` line,
+    /// naming the file; so are keys that do not go together.
+    #[test]
+    fn a_bad_tokenizer_file_names_its_line() {
+        let dir = std::env::temp_dir().join(format!("s2s-exp-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.model");
+        std::fs::write(&junk, "not a model\n").unwrap();
+        let text = |key: &str, path: &Path| {
+            format!(
+                "[train]\nbudget = {{ steps = 3 }}\n[tokenizer]\n{key} = {:?}\n[[model]]\nkind = \"lstm\"\n",
+                path.display().to_string()
+            )
+        };
+        let err = load(&text("file", &dir.join("missing.model"))).unwrap_err().to_string();
+        assert!(err.contains("grid.toml:4: [tokenizer]") && err.contains("missing.model"), "{err}");
+        let err = load(&text("file", &junk)).unwrap_err().to_string();
+        assert!(err.contains("grid.toml:4: [tokenizer]") && err.contains("junk.model"), "{err}");
+        let err = load(&text("src_file", &junk)).unwrap_err().to_string();
+        assert!(err.contains("grid.toml: [tokenizer]") && err.contains("tgt_file"), "{err}");
     }
 
     /// A name that is no file name is refused at the line that set it: a model's `name` (in a

@@ -111,6 +111,7 @@ fn captured_run(
             vocab_size: 0,
             joint: false,
             min_freq: 1,
+            ..Default::default()
         },
         model,
         train: s2s_train::TrainSpec {

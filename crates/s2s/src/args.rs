@@ -83,3 +83,47 @@ pub fn mass(s: &str) -> Result<f64, String> {
     let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
     if x > 0.0 && x <= 1.0 { Ok(x) } else { Err("must be in (0, 1]".into()) }
 }
+
+/// A tokenizer brought from a file instead of learned (`train`, `experiment run`, `data
+/// prepare`): the flags replace the `[tokenizer]` table's `file`, `src_file` and `tgt_file`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TokenizerFileArgs {
+    /// Tokenizer for both sides read from FILE instead of learned: a Hugging Face
+    /// tokenizer.json (BPE, Unigram, WordPiece) or a SentencePiece .model; saved into the run.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["src_tokenizer", "tgt_tokenizer"])]
+    pub tokenizer: Option<PathBuf>,
+    /// The source side's tokenizer file (with --tgt-tokenizer).
+    #[arg(long, value_name = "FILE", requires = "tgt_tokenizer")]
+    pub src_tokenizer: Option<PathBuf>,
+    /// The target side's tokenizer file (with --src-tokenizer).
+    #[arg(long, value_name = "FILE", requires = "src_tokenizer")]
+    pub tgt_tokenizer: Option<PathBuf>,
+}
+
+impl TokenizerFileArgs {
+    /// Puts the files given into `cfg` (when any is) and reads every file `cfg` then names; an
+    /// error names the flag, or else the key (`[tokenizer] file`, …) as `key` reports it.
+    pub fn apply(
+        &self,
+        cfg: &mut s2s_data::TokenizerConfig,
+        key: impl Fn(&str, &s2s_data::DataError) -> String,
+    ) -> Result<()> {
+        let given = self.tokenizer.is_some() || self.src_tokenizer.is_some();
+        if given {
+            cfg.file = self.tokenizer.clone();
+            cfg.src_file = self.src_tokenizer.clone();
+            cfg.tgt_file = self.tgt_tokenizer.clone();
+        }
+        let Err((k, e)) = cfg.check_files() else { return Ok(()) };
+        let k = k.unwrap_or("file");
+        if given {
+            let flag = match k {
+                "src_file" => "--src-tokenizer",
+                "tgt_file" => "--tgt-tokenizer",
+                _ => "--tokenizer",
+            };
+            bail!("{flag}: {e}");
+        }
+        bail!("{}", key(k, &e))
+    }
+}

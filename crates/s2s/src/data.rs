@@ -55,6 +55,8 @@ pub struct PrepareArgs {
     corpus: CorpusArgs,
     #[command(flatten)]
     tokenizer: TokenizerArgs,
+    #[command(flatten)]
+    tokenizer_files: crate::args::TokenizerFileArgs,
     /// Pairs the tokenizer learns from: a larger corpus is sampled down to this many (0: all).
     #[arg(long, default_value_t = PrepareConfig::default().sample_pairs)]
     sample_pairs: usize,
@@ -108,7 +110,13 @@ pub struct TokenizerArgs {
 
 impl TokenizerArgs {
     fn config(&self) -> TokenizerConfig {
-        TokenizerConfig { level: self.level, vocab_size: self.vocab_size, joint: !self.separate, min_freq: 1 }
+        TokenizerConfig {
+            level: self.level,
+            vocab_size: self.vocab_size,
+            joint: !self.separate,
+            min_freq: 1,
+            ..Default::default()
+        }
     }
 }
 
@@ -121,7 +129,8 @@ pub struct StatsArgs {
     /// statistics computed when it was prepared.
     #[arg(long, conflicts_with_all = ["src", "tgt", "tsv", "tokenizer"])]
     prepared: Option<PathBuf>,
-    /// Use a run's saved tokenizers (RUN_DIR/tokenizer) instead of training new ones.
+    /// Use a run's saved tokenizers (RUN_DIR/tokenizer), or a tokenizer file for both sides
+    /// (a tokenizer.json or a SentencePiece .model), instead of training new ones.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     // How to learn the tokenizer when no --tokenizer is given.
@@ -193,9 +202,11 @@ fn prepare(a: PrepareArgs) -> Result<()> {
             drop_copies: a.drop_copies,
         }
     };
+    let mut tokenizer = a.tokenizer.config();
+    a.tokenizer_files.apply(&mut tokenizer, |_, e| e.to_string())?;
     let cfg = PrepareConfig {
         read: ReadOptions { max_words: a.max_words },
-        tokenizer: a.tokenizer.config(),
+        tokenizer,
         sample_pairs: a.sample_pairs,
         filter,
         ..PrepareConfig::default()
@@ -261,6 +272,10 @@ fn stats(a: StatsArgs) -> Result<()> {
         }
     };
     let tok = match &a.tokenizer {
+        Some(file) if file.is_file() => {
+            let t = s2s_data::Tokenizer::from_file(file).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?;
+            Tokenizers { src: t.clone(), tgt: t, joint: true }
+        }
         Some(dir) => Tokenizers::load(&dir.join("tokenizer"))?,
         None => Tokenizers::train(&a.learn.config(), &pairs)?,
     };

@@ -53,6 +53,8 @@ pub struct RunOneArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    tokenizer_files: crate::args::TokenizerFileArgs,
 }
 
 /// `s2s experiment run`.
@@ -74,6 +76,8 @@ pub struct RunArgs {
     quiet: bool,
     #[command(flatten)]
     slurm: SlurmArgs,
+    #[command(flatten)]
+    tokenizer_files: crate::args::TokenizerFileArgs,
 }
 
 /// `s2s report`.
@@ -88,7 +92,9 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
     match c {
         ExperimentCommand::Run(a) if a.slurm.slurm => submit(a),
         ExperimentCommand::Run(a) => {
-            let exp = Experiment::load(&a.file)?;
+            let mut exp = Experiment::load(&a.file)?;
+            // The file's [tokenizer] keys were read by `load`; flags given replace them.
+            a.tokenizer_files.apply(&mut exp.tokenizer, |_, e| e.to_string())?;
             let root = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&exp.name));
             let (devices, name) = select_many(a.device, exp.max_devices())?;
             eprintln!(
@@ -106,7 +112,8 @@ pub fn run(c: ExperimentCommand) -> Result<()> {
             Ok(())
         }
         ExperimentCommand::RunOne(a) => {
-            let exp = Experiment::load(&a.file)?;
+            let mut exp = Experiment::load(&a.file)?;
+            a.tokenizer_files.apply(&mut exp.tokenizer, |_, e| e.to_string())?;
             let (devices, name) = select_many(a.device, exp.max_devices())?;
             let out = train_one(&exp, &a.out, &a.run, &devices, &name, !a.quiet)?;
             if out.is_some_and(|o| o.train.interrupted) {
@@ -164,7 +171,9 @@ fn submit(a: RunArgs) -> Result<()> {
     if !a.slurm.dry_run {
         slurm::check_sbatch()?;
     }
-    let exp = Experiment::load(&a.file)?;
+    let mut exp = Experiment::load(&a.file)?;
+    // Checked here, before anything is submitted; each task is given the same files.
+    a.tokenizer_files.apply(&mut exp.tokenizer, |_, e| e.to_string())?;
     let root = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&exp.name));
     let device = match (a.device, a.slurm.gpus) {
         (DeviceChoice::Cpu, Some(_)) => bail!("--gpus with --device cpu: drop one of them"),
@@ -224,6 +233,14 @@ fn submit(a: RunArgs) -> Result<()> {
     .collect();
     // A log file is no terminal: no progress bars, as with --quiet.
     task_command.push("--quiet".into());
+    // Tokenizer files given as flags travel to each task, as absolute paths.
+    let t = &a.tokenizer_files;
+    for (flag, path) in [("--tokenizer", &t.tokenizer), ("--src-tokenizer", &t.src_tokenizer), ("--tgt-tokenizer", &t.tgt_tokenizer)] {
+        if let Some(p) = path {
+            task_command.push(flag.into());
+            task_command.push(slurm::absolute_file(p)?.display().to_string());
+        }
+    }
     eprintln!(
         "experiment {}: {} of {} runs to submit into {} · device: {device}",
         exp.name,

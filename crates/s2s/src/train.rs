@@ -54,6 +54,8 @@ pub struct TrainArgs {
     /// Vocabulary size (BPE size; cap for word/char).
     #[arg(long)]
     vocab_size: Option<usize>,
+    #[command(flatten)]
+    tokenizer_files: args::TokenizerFileArgs,
     /// Embedding size (the Transformer's d_model).
     #[arg(long, value_parser = args::at_least_one)]
     emb: Option<usize>,
@@ -148,6 +150,13 @@ fn config(a: &TrainArgs) -> Result<RunConfig> {
     if let Some(v) = a.vocab_size {
         cfg.tokenizer.vocab_size = v;
     }
+    a.tokenizer_files.apply(&mut cfg.tokenizer, |key, e| match (&a.config, text.as_deref()) {
+        (Some(path), Some(text)) => match s2s_train::experiment::key_line(text, "[tokenizer]", 0, key) {
+            Some(line) => format!("{}:{line}: [tokenizer]: {e}", path.display()),
+            None => format!("{}: [tokenizer]: {e}", path.display()),
+        },
+        _ => e.to_string(),
+    })?;
     apply_model_flags(a, &mut cfg.model)?;
     if !matches!(cfg.model, ModelSpec::Transformer(_)) && (a.heads.is_some() || a.ffn.is_some()) {
         bail!("--heads and --ffn are for --model transformer");

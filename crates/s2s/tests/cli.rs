@@ -2431,3 +2431,145 @@ print(json.dumps({"raw": raw, "accumulated": accumulated}))
         }
     }
 }
+
+/// A SentencePiece model brought with `--tokenizer` (the fixture of s2s-data's
+/// `tokenizer_files` test, trained by the `sentencepiece` package on the built-in pair): a tiny
+/// model trains with it, the run keeps it, and `translate` needs nothing else; `data prepare`
+/// takes it too; a bad tokenizer file is refused naming the flag, or the config's line.
+#[test]
+fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
+    let fixture = manifest_dir().join("../s2s-data/tests/fixtures/spm/pair.model");
+    let dir = tmp("spm-train");
+    let user = dir.join("user.model");
+    std::fs::copy(&fixture, &user).unwrap();
+    let cfg = dir.join("run.toml");
+    std::fs::write(&cfg, "[data]\nsource = \"builtin\"\npairs = 300\n\n[model]\nkind = \"transformer\"\n")
+        .unwrap();
+    let run = dir.join("run");
+    let common = [
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--emb",
+        "16",
+        "--heads",
+        "2",
+        "--ffn",
+        "32",
+        "--layers",
+        "1",
+        "--steps",
+        "4",
+        "--valid-every",
+        "2",
+        "--max-tokens",
+        "512",
+        "--quiet",
+        "--device",
+        "cpu",
+    ];
+    let mut args = common.to_vec();
+    args.extend(["--tokenizer", user.to_str().unwrap(), "--run", run.to_str().unwrap()]);
+    let o = s2s(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let saved = std::fs::read_to_string(run.join("tokenizer/joint.json")).unwrap();
+    assert!(saved.contains("\"sentencepiece\"") && saved.contains("user.model"), "{}", &saved[..200]);
+    let manifest = std::fs::read_to_string(run.join("run.json")).unwrap();
+    assert!(manifest.contains("user.model"), "run.json records the file");
+    std::fs::remove_file(&user).unwrap();
+    let o = s2s_stdin(
+        &["translate", "--model", run.to_str().unwrap(), "--device", "cpu"],
+        "the queen dances .\nthe big dog sees a cat .\n",
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).lines().count(), 2, "{}", text(&o.stdout));
+
+    // `data prepare` with the same model: its dataset holds it.
+    let data = dir.join("pair");
+    assert!(s2s(&["data", "synth", "--pairs", "200", "--out", data.to_str().unwrap()]).status.success());
+    let (src, tgt) = (data.join("train.src"), data.join("train.tgt"));
+    let cache = dir.join("cache");
+    let prep = [
+        "data",
+        "prepare",
+        "--src",
+        src.to_str().unwrap(),
+        "--tgt",
+        tgt.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--tokenizer",
+        fixture.to_str().unwrap(),
+    ];
+    let o = s2s(&prep);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let prepared = PathBuf::from(text(&o.stdout).lines().next().unwrap().trim());
+    let kept = std::fs::read_to_string(prepared.join("tokenizer/joint.json")).unwrap();
+    assert!(kept.contains("\"sentencepiece\""));
+
+    // An experiment's [tokenizer] names one model per side: each run keeps both.
+    let extras = manifest_dir().join("../s2s-data/tests/fixtures/spm/extras.model");
+    let exp = dir.join("sides.toml");
+    std::fs::write(
+        &exp,
+        format!(
+            "[data]\nsource = \"builtin\"\npairs = 300\n[tokenizer]\nsrc_file = {:?}\ntgt_file = {:?}\n\
+             [train]\nbudget = {{ steps = 2 }}\nvalid_every = 2\nbatch = {{ max_tokens = 512 }}\n[decode]\nbeam = 2\n\
+             [[model]]\nkind = \"lstm\"\nemb = 8\nhidden = 8\n",
+            fixture.to_str().unwrap(),
+            extras.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("sides");
+    let o = s2s(&[
+        "experiment",
+        "run",
+        exp.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let side = |f: &str| std::fs::read_to_string(out.join("lstm/tokenizer").join(f)).unwrap();
+    assert!(side("src.json").contains("pair.model") && side("tgt.json").contains("extras.model"));
+    assert!(out.join("lstm/test/scores.json").exists());
+
+    // Bad files: the flag, or the config's line, and the file are named.
+    let junk = dir.join("junk.model");
+    std::fs::write(&junk, "no model\n").unwrap();
+    let mut args = common.to_vec();
+    let bad_run = dir.join("bad-run");
+    args.extend(["--src-tokenizer", junk.to_str().unwrap(), "--tgt-tokenizer", fixture.to_str().unwrap()]);
+    args.extend(["--run", bad_run.to_str().unwrap()]);
+    let o = s2s(&args);
+    let err = text(&o.stderr);
+    assert!(!o.status.success() && err.contains("--src-tokenizer") && err.contains("junk.model"), "{err}");
+    assert!(!bad_run.exists(), "nothing is written for a refused tokenizer");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[data]\nsource = \"builtin\"\n\n[tokenizer]\nfile = {:?}\n\n[model]\nkind = \"transformer\"\n",
+            junk.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut args = common.to_vec();
+    args.extend(["--run", bad_run.to_str().unwrap()]);
+    let err = text(&s2s(&args).stderr);
+    assert!(err.contains("run.toml:5: [tokenizer]") && err.contains("junk.model"), "{err}");
+    let mut args = prep.to_vec();
+    *args.last_mut().unwrap() = junk.to_str().unwrap();
+    let err = text(&s2s(&args).stderr);
+    assert!(err.contains("--tokenizer") && err.contains("junk.model"), "{err}");
+    let exp = dir.join("exp.toml");
+    std::fs::write(&exp, "[data]\nsource = \"builtin\"\n[[model]]\nkind = \"lstm\"\n").unwrap();
+    let out = dir.join("exp-runs");
+    let (exp, out) = (exp.to_str().unwrap(), out.to_str().unwrap());
+    let o = s2s(&["experiment", "run", exp, "--out", out, "--tokenizer", junk.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert!(!o.status.success() && err.contains("--tokenizer") && err.contains("junk.model"), "{err}");
+    assert!(!dir.join("exp-runs").exists(), "nothing is written for a refused tokenizer");
+}

@@ -65,6 +65,7 @@ pub fn long_config(model: ModelSpec, steps: u64, valid_every: u64) -> RunConfig 
             vocab_size: 0,
             joint: false,
             min_freq: 1,
+            ..Default::default()
         },
         model,
         train: TrainSpec {

@@ -12,7 +12,13 @@ use s2s_train::run::{DataSpec, RunConfig};
 pub fn small_run(model: ModelSpec, train: TrainSpec) -> RunConfig {
     RunConfig {
         data: DataSpec::Builtin { pairs: 400, seed: 3, max_tokens: 12 },
-        tokenizer: TokenizerConfig { level: Level::Word, vocab_size: 0, joint: false, min_freq: 1 },
+        tokenizer: TokenizerConfig {
+            level: Level::Word,
+            vocab_size: 0,
+            joint: false,
+            min_freq: 1,
+            ..Default::default()
+        },
         model,
         train,
     }
