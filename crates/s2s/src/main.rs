@@ -10,6 +10,7 @@ mod course;
 mod data;
 mod experiment;
 mod out;
+mod quantize;
 #[cfg(unix)]
 mod runtime_dir;
 mod score;
@@ -51,6 +52,8 @@ enum Command {
     /// Experiments: train and compare several models (reports with tables and plots).
     #[command(subcommand)]
     Experiment(experiment::ExperimentCommand),
+    /// Write a run's checkpoint with int8 weights into checkpoints/int8/ (about a quarter of the bytes).
+    Quantize(quantize::QuantizeArgs),
     /// Regenerate an experiment's report (results.csv/json, report.md, report.html, plots/).
     Report(experiment::ReportArgs),
     /// Score hypotheses against references with sacreBLEU-identical BLEU and chrF.
@@ -146,6 +149,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Course(c) => course::run(c),
         Command::Data(c) => data::run(c),
         Command::Experiment(c) => experiment::run(c),
+        Command::Quantize(a) => quantize::run(a),
         Command::Report(a) => experiment::report(a),
         Command::Score(a) => score::run(a),
         Command::Studio(a) => studio::run(a),
