@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # f32 against int8 decoding (`--quantize int8`) of every run of an experiment, on its test split:
-# sacreBLEU's BLEU and chrF side by side, and how many test sentences' outputs changed.
+# sacreBLEU's BLEU and chrF side by side, how many test sentences' outputs changed, and the same
+# from an int8 checkpoint (`s2s quantize RUN --to int8`, written into each run) with its size.
 #   scripts/int8-quality.sh RUNS_DIR [--beam K] [--bin target/release/s2s]
 # RUNS_DIR is an experiment's output (runs/quickstart) or one run directory; each run is
 # decoded from its best checkpoint with the experiment's default search (beam 5, α 0.6) on
@@ -22,8 +23,8 @@ while [ $# -gt 0 ]; do
 done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if [ -f "$runs/run.json" ]; then list=("$runs"); else list=(); for d in "$runs"/*/; do [ -f "$d/run.json" ] && list+=("${d%/}"); done; fi
-echo "| model | BLEU f32 | BLEU int8 | Δ | chrF f32 | chrF int8 | outputs changed |"
-echo "|---|---|---|---|---|---|---|"
+echo "| model | BLEU f32 | BLEU int8 | Δ | chrF f32 | chrF int8 | outputs changed | int8 checkpoint: BLEU, bytes of f32 |"
+echo "|---|---|---|---|---|---|---|---|"
 for run in "${list[@]}"; do
   name=$(basename "$run")
   s=${src:-$run/data/test.src}; r=${ref:-$run/data/test.tgt}
@@ -31,15 +32,22 @@ for run in "${list[@]}"; do
     "$bin" translate --model "$run" --device cpu --beam "$beam" --quantize "$q" < "$s" > "$tmp/$name.$q" 2> "$tmp/$name.$q.err" \
       || { cat "$tmp/$name.$q.err" >&2; exit 1; }
   done
-  python3 - "$r" "$tmp/$name.none" "$tmp/$name.int8" "$name" <<'PY'
-import sys, sacrebleu
-ref, f, q, name = sys.argv[1:]
+  "$bin" quantize "$run" --to int8 > /dev/null 2> "$tmp/$name.q.err" || { cat "$tmp/$name.q.err" >&2; exit 1; }
+  "$bin" translate --model "$run" --checkpoint int8 --device cpu --beam "$beam" < "$s" > "$tmp/$name.ckpt" 2> "$tmp/$name.ckpt.err" \
+    || { cat "$tmp/$name.ckpt.err" >&2; exit 1; }
+  python3 - "$r" "$tmp/$name.none" "$tmp/$name.int8" "$name" "$tmp/$name.ckpt" "$run/checkpoints/int8/quantized.json" <<'PY'
+import json, sys, sacrebleu
+ref, f, q, name, ck, rec = sys.argv[1:]
 refs = [open(ref, encoding="utf-8").read().splitlines()]
 hf = open(f, encoding="utf-8").read().splitlines()
 hq = open(q, encoding="utf-8").read().splitlines()
-bf, bq = sacrebleu.corpus_bleu(hf, refs).score, sacrebleu.corpus_bleu(hq, refs).score
+bf, bq = sacrebleu.corpus_bleu(hf, refs, force=True).score, sacrebleu.corpus_bleu(hq, refs, force=True).score
 cf, cq = sacrebleu.corpus_chrf(hf, refs).score, sacrebleu.corpus_chrf(hq, refs).score
 changed = sum(a != b for a, b in zip(hf, hq))
-print(f"| {name} | {bf:.2f} | {bq:.2f} | {bq - bf:+.2f} | {cf:.2f} | {cq:.2f} | {changed} of {len(hf)} |")
+hc = open(ck, encoding="utf-8").read().splitlines()
+bc = sacrebleu.corpus_bleu(hc, refs, force=True).score
+r = json.load(open(rec))
+size = 100 * r["int8_bytes"] / r["f32_bytes"]
+print(f"| {name} | {bf:.2f} | {bq:.2f} | {bq - bf:+.2f} | {cf:.2f} | {cq:.2f} | {changed} of {len(hf)} | {bc:.2f}, {size:.0f} % |")
 PY
 done
