@@ -46,15 +46,20 @@ const AVX2_ROWS: usize = 4;
 #[repr(C, align(64))]
 struct Line([i8; 64]);
 
-/// `1.5 · 2²³`: `(y + R) − R` is `y` rounded to the nearest integer, ties to even, for
-/// `|y| < 2²²` — one addition and one subtraction that vectorise on every instruction set
+/// `1.5 · 2²³`: `y + R` rounds `y` to the nearest integer, ties to even, for `|y| < 2²²`, which
+/// its low mantissa bits then hold — an addition that vectorises on every instruction set
 /// (`f32::round` is a library call on the baseline build).
 const ROUND: f32 = 12_582_912.0;
 
-/// `x · inv` rounded to the nearest integer (ties to even) as int8, saturating.
+/// `ROUND`'s bits: `(y + ROUND)`'s bits minus these are `y` rounded, as an integer.
+const ROUND_BITS: i32 = 0x4B40_0000;
+
+/// `x · inv` rounded to the nearest integer (ties to even) as int8, for `|x · inv| ≤ 127.5`
+/// (what [`quantize`] asks): read off the bits of `x · inv + 1.5·2²³`, integer operations that
+/// vectorise (a float-to-int8 conversion does not, well).
 #[inline(always)]
 fn to_int8(x: f32, inv: f32) -> i8 {
-    ((x * inv + ROUND) - ROUND) as i8
+    ((x * inv + ROUND).to_bits() as i32).wrapping_sub(ROUND_BITS) as i8
 }
 
 /// The scale of values whose largest magnitude is `max`, and the factor that quantizes them.
@@ -63,13 +68,18 @@ fn scales(max: f32) -> (f32, f32) {
 }
 
 /// Quantizes `v` (a column of `W`) with one scale: `s = max|v| / 127`, `q = round(v · 127 /
-/// max)`, ties to even (0 and scale 0 where `v` is all zeros; a non-finite `max` gives the
-/// signs, scale 1).
+/// max)`, ties to even (0 and scale 0 where `v` is all zeros or subnormal; a non-finite `max`
+/// gives the signs, scale 1).
 pub fn quantize(v: impl Iterator<Item = f32> + Clone, out: &mut [i8]) -> f32 {
     let max = v.clone().fold(0f32, |m, x| m.max(x.abs()));
-    if max == 0.0 || !max.is_finite() {
-        out.iter_mut().zip(v).for_each(|(o, x)| *o = if max == 0.0 { 0 } else { x.signum() as i8 });
-        return if max == 0.0 { 0.0 } else { 1.0 };
+    if !max.is_finite() {
+        out.iter_mut().zip(v).for_each(|(o, x)| *o = x.signum() as i8);
+        return 1.0;
+    }
+    if !(127.0 / max).is_finite() {
+        // All zeros, or so small (subnormal) that `127 / max` overflows: zeros.
+        out.iter_mut().for_each(|o| *o = 0);
+        return 0.0;
     }
     let (scale, inv) = scales(max);
     for (o, x) in out.iter_mut().zip(v) {
@@ -82,7 +92,7 @@ pub fn quantize(v: impl Iterator<Item = f32> + Clone, out: &mut [i8]) -> f32 {
 #[inline(always)]
 fn quantize_slice(v: &[f32], out: &mut [i8]) -> f32 {
     let max = crate::cpu::fastmath::lane_fold_map(v, 0.0, f32::abs, f32::max);
-    if max == 0.0 || !max.is_finite() {
+    if !(max.is_finite() && (127.0 / max).is_finite()) {
         return quantize(v.iter().copied(), out);
     }
     let (scale, inv) = scales(max);
@@ -242,52 +252,51 @@ impl PackedI8 {
         self.product_quantized(&qa, base, kernel())
     }
 
-    /// [`PackedI8::product`] from rows already quantized, through `kernel`.
+    /// [`PackedI8::product`] from rows already quantized, through `kernel`. Each register
+    /// block's sums are scaled into `C` as soon as they are done, while in L1 (no int32
+    /// matrix of their own), and `C` is written once, never zero-filled first.
     fn product_quantized(&self, qa: &QuantRows, base: Option<&[f32]>, kernel: Kernel) -> Vec<f32> {
         let (m, n) = (qa.m, self.n);
         if let Some(b) = base {
             assert!(b.len() == n || b.len() == m * n, "PackedI8: base is neither [1, n] nor [m, n]");
         }
-        let mut c = vec![0f32; m * n];
+        let mut c: Vec<f32> = Vec::with_capacity(m * n);
         let out = Out(c.as_mut_ptr());
-        self.par_panels(kernel, |p0, p1, kernel| crate::cpu::fastmath::wide(|| {
-            let mut acc = vec![0i32; MC.min(m.max(1)) * (p1 - p0) * NR];
-            for r0 in (0..m).step_by(MC) {
-                let rows = MC.min(m - r0);
-                self.block_i32(qa, r0..r0 + rows, p0..p1, kernel, &mut acc);
-                let width = (p1 - p0) * NR;
-                let c0 = p0 * NR;
-                let cols = (p1 * NR).min(n) - c0;
-                for r in 0..rows {
-                    let row = r0 + r;
-                    let base_row = base.map(|b| if b.len() == n { b } else { &b[row * n..(row + 1) * n] });
+        self.par_panels(kernel, |p0, p1, kernel| {
+            let out = &out;
+            let mut sink = |r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]| {
+                let cols = w.min(n - c0);
+                for i in 0..nr {
+                    let row = r0 + i;
+                    let base_row = base.map(|b| if b.len() == n { &b[c0..c0 + cols] } else { &b[row * n + c0..row * n + c0 + cols] });
                     // SAFETY: each panel range writes only its own columns `c0..c0 + cols` of
-                    // row `row` of the `[m, n]` output, which outlives the loop.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(row * n + c0), cols) };
-                    epilogue(
-                        &acc[r * width..r * width + cols],
-                        qa.scale[row],
-                        &self.scale[c0..c0 + cols],
-                        base_row.map(|b| &b[c0..c0 + cols]),
-                        dst,
-                    );
+                    // row `row` of the `[m, n]` output, whose capacity outlives the loop.
+                    unsafe {
+                        epilogue(&acc[i * w..i * w + cols], qa.scale[row], &self.scale[c0..c0 + cols], base_row, out.ptr().add(row * n + c0))
+                    };
                 }
+            };
+            for r0 in (0..m).step_by(MC) {
+                self.block_i32(qa, r0..(r0 + MC).min(m), p0..p1, kernel, &mut sink);
             }
-        }));
+        });
+        // SAFETY: the panel ranges cover every column and the row blocks every row, so all
+        // `m·n` elements were written.
+        unsafe { c.set_len(m * n) };
         c
     }
 
     /// The int32 sums `Σ_i qa_ri q_ij`, `[m, n]`, through `kernel` (what the tests compare).
     pub fn product_i32(&self, qa: &QuantRows, kernel: Kernel) -> Vec<i32> {
         let (m, n) = (qa.m, self.n);
-        let panels = self.panels();
-        let width = panels * NR;
-        let mut acc = vec![0i32; m * width];
-        self.block_i32(qa, 0..m, 0..panels, kernel, &mut acc);
         let mut out = vec![0i32; m * n];
-        for r in 0..m {
-            out[r * n..(r + 1) * n].copy_from_slice(&acc[r * width..r * width + n]);
-        }
+        let mut sink = |r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]| {
+            let cols = w.min(n - c0);
+            for i in 0..nr {
+                out[(r0 + i) * n + c0..(r0 + i) * n + c0 + cols].copy_from_slice(&acc[i * w..i * w + cols]);
+            }
+        };
+        self.block_i32(qa, 0..m, 0..self.panels(), kernel, &mut sink);
         out
     }
 
@@ -300,32 +309,32 @@ impl PackedI8 {
         let blocks = rayon::current_num_threads().min(panels.div_ceil(VNNI_PANELS)).max(1);
         let per = panels.div_ceil(blocks).div_ceil(VNNI_PANELS) * VNNI_PANELS;
         let starts: Vec<usize> = (0..panels).step_by(per).collect();
-        starts.par_iter().for_each(|&p0| f(p0, (p0 + per).min(panels), kernel));
+        starts.par_iter().for_each(|&p0| crate::cpu::fastmath::wide(|| f(p0, (p0 + per).min(panels), kernel)));
     }
 
-    /// The int32 sums of rows `rows` against panels `panels` into `acc`
-    /// (`[rows.len(), panels.len()·NR]`, row-major).
-    fn block_i32(
+    /// The int32 sums of rows `rows` against panels `panels`, handed to `sink` a register
+    /// block at a time: `sink(r0, rows, c0, width, sums)` for rows `r0..r0 + rows` and columns
+    /// `c0..c0 + width` (whole panels: past `n` in the last), `sums` `[rows, width]` row-major.
+    fn block_i32<S: FnMut(usize, usize, usize, usize, &[i32])>(
         &self,
         qa: &QuantRows,
         rows: std::ops::Range<usize>,
         panels: std::ops::Range<usize>,
         kernel: Kernel,
-        acc: &mut [i32],
+        sink: &mut S,
     ) {
         assert_eq!(qa.kp, self.groups * 4, "PackedI8: A's k differs from W's");
-        let width = panels.len() * NR;
-        assert!(acc.len() >= rows.len() * width);
+        assert!(rows.end <= qa.m && panels.end <= self.panels(), "PackedI8: block out of range");
         #[allow(unreachable_patterns)]
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `kernel_for` offers VNNI only where the CPU has it; the bounds are the
-            // callers' (asserted above).
-            Kernel::Vnni => unsafe { x86::vnni(self, qa, rows, panels, acc) },
+            // SAFETY: `kernel_for` offers VNNI only where the CPU has it; the bounds are
+            // asserted above.
+            Kernel::Vnni => unsafe { x86::vnni(self, qa, rows, panels, sink) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, AVX2.
-            Kernel::Avx2 => unsafe { x86::avx2(self, qa, rows, panels, acc) },
-            _ => portable(self, qa, rows, panels, acc),
+            Kernel::Avx2 => unsafe { x86::avx2(self, qa, rows, panels, sink) },
+            _ => portable(self, qa, rows, panels, sink),
         }
     }
 
@@ -335,18 +344,23 @@ impl PackedI8 {
     }
 }
 
-/// `C = acc · (s_row · s_j) (+ base_j)`, in f32, the same in every kernel.
+/// `C = acc · (s_row · s_j) (+ base_j)`, in f32, the same in every kernel, written to `c`.
+///
+/// # Safety
+/// `c` has room for `acc.len()` values.
 #[inline(always)]
-fn epilogue(acc: &[i32], s_row: f32, s_col: &[f32], base: Option<&[f32]>, c: &mut [f32]) {
+unsafe fn epilogue(acc: &[i32], s_row: f32, s_col: &[f32], base: Option<&[f32]>, c: *mut f32) {
     match base {
         Some(b) => {
-            for (((c, &a), &s), &b) in c.iter_mut().zip(acc).zip(s_col).zip(b) {
-                *c = a as f32 * (s_row * s) + b;
+            for (j, ((&a, &s), &b)) in acc.iter().zip(s_col).zip(b).enumerate() {
+                // SAFETY: `j < acc.len()`.
+                unsafe { c.add(j).write(a as f32 * (s_row * s) + b) };
             }
         }
         None => {
-            for ((c, &a), &s) in c.iter_mut().zip(acc).zip(s_col) {
-                *c = a as f32 * (s_row * s);
+            for (j, (&a, &s)) in acc.iter().zip(s_col).enumerate() {
+                // SAFETY: as above.
+                unsafe { c.add(j).write(a as f32 * (s_row * s)) };
             }
         }
     }
@@ -409,18 +423,17 @@ impl Out {
     }
 }
 
-/// The portable kernel: scalar loops over the packed lines.
-fn portable(
+/// The portable kernel: scalar loops over the packed lines, a row and a panel at a time.
+fn portable<S: FnMut(usize, usize, usize, usize, &[i32])>(
     w: &PackedI8,
     qa: &QuantRows,
     rows: std::ops::Range<usize>,
     panels: std::ops::Range<usize>,
-    acc: &mut [i32],
+    sink: &mut S,
 ) {
-    let width = panels.len() * NR;
-    for (ri, r) in rows.enumerate() {
-        let a = qa.row(r);
-        for (pi, p) in panels.clone().enumerate() {
+    for p in panels {
+        for r in rows.clone() {
+            let a = qa.row(r);
             let mut sums = [0i32; NR];
             for (g, line) in w.panel(p).iter().enumerate() {
                 for (c, s) in sums.iter_mut().enumerate() {
@@ -429,7 +442,7 @@ fn portable(
                     }
                 }
             }
-            acc[ri * width + pi * NR..ri * width + (pi + 1) * NR].copy_from_slice(&sums);
+            sink(r, 1, p * NR, NR, &sums);
         }
     }
 }
@@ -447,35 +460,39 @@ mod x86 {
         unsafe { (a.add(4 * g) as *const i32).read_unaligned() }
     }
 
-    /// VNNI over rows × panels (see the module doc).
+    /// VNNI over rows × panels (see the module doc), each block handed to `sink`.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and VNNI; `acc` holds `[rows, panels·NR]`.
+    /// The CPU has AVX-512 F, BW and VNNI; `rows` and `panels` are within `qa` and `w`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn vnni(w: &PackedI8, qa: &QuantRows, rows: Range<usize>, panels: Range<usize>, acc: &mut [i32]) {
-        let width = panels.len() * NR;
+    pub(super) unsafe fn vnni<S: FnMut(usize, usize, usize, usize, &[i32])>(
+        w: &PackedI8,
+        qa: &QuantRows,
+        rows: Range<usize>,
+        panels: Range<usize>,
+        sink: &mut S,
+    ) {
         let mut p = panels.start;
         while p < panels.end {
             let np = VNNI_PANELS.min(panels.end - p);
             let mut r = rows.start;
             while r < rows.end {
                 let nr = VNNI_ROWS.min(rows.end - r);
-                let out = &mut acc[(r - rows.start) * width + (p - panels.start) * NR..];
                 // SAFETY: as the function's.
                 unsafe {
                     match (nr, np) {
-                        (6, 4) => vnni_block::<6, 4>(w, qa, r, p, out, width),
-                        (5, 4) => vnni_block::<5, 4>(w, qa, r, p, out, width),
-                        (4, 4) => vnni_block::<4, 4>(w, qa, r, p, out, width),
-                        (3, 4) => vnni_block::<3, 4>(w, qa, r, p, out, width),
-                        (2, 4) => vnni_block::<2, 4>(w, qa, r, p, out, width),
-                        (1, 4) => vnni_block::<1, 4>(w, qa, r, p, out, width),
-                        (6, _) => vnni_block::<6, 1>(w, qa, r, p, out, width),
-                        (5, _) => vnni_block::<5, 1>(w, qa, r, p, out, width),
-                        (4, _) => vnni_block::<4, 1>(w, qa, r, p, out, width),
-                        (3, _) => vnni_block::<3, 1>(w, qa, r, p, out, width),
-                        (2, _) => vnni_block::<2, 1>(w, qa, r, p, out, width),
-                        _ => vnni_block::<1, 1>(w, qa, r, p, out, width),
+                        (6, 4) => vnni_block::<6, 4, S>(w, qa, r, p, sink),
+                        (5, 4) => vnni_block::<5, 4, S>(w, qa, r, p, sink),
+                        (4, 4) => vnni_block::<4, 4, S>(w, qa, r, p, sink),
+                        (3, 4) => vnni_block::<3, 4, S>(w, qa, r, p, sink),
+                        (2, 4) => vnni_block::<2, 4, S>(w, qa, r, p, sink),
+                        (1, 4) => vnni_block::<1, 4, S>(w, qa, r, p, sink),
+                        (6, _) => vnni_block::<6, 1, S>(w, qa, r, p, sink),
+                        (5, _) => vnni_block::<5, 1, S>(w, qa, r, p, sink),
+                        (4, _) => vnni_block::<4, 1, S>(w, qa, r, p, sink),
+                        (3, _) => vnni_block::<3, 1, S>(w, qa, r, p, sink),
+                        (2, _) => vnni_block::<2, 1, S>(w, qa, r, p, sink),
+                        _ => vnni_block::<1, 1, S>(w, qa, r, p, sink),
                     }
                 }
                 r += nr;
@@ -484,15 +501,14 @@ mod x86 {
         }
     }
 
-    /// `R` rows from `r0` × `P` panels from `p0`, written at `out` (row stride `width`).
+    /// `R` rows from `r0` × `P` panels from `p0`, handed to `sink`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni_block<const R: usize, const P: usize>(
+    unsafe fn vnni_block<const R: usize, const P: usize, S: FnMut(usize, usize, usize, usize, &[i32])>(
         w: &PackedI8,
         qa: &QuantRows,
         r0: usize,
         p0: usize,
-        out: &mut [i32],
-        width: usize,
+        sink: &mut S,
     ) {
         let groups = w.groups;
         let mut acc = [[_mm512_setzero_si512(); P]; R];
@@ -500,19 +516,20 @@ mod x86 {
         let b: [*const Line; P] = std::array::from_fn(|j| w.panel(p0 + j).as_ptr());
         let flip = 0x8080_8080u32 as i32;
         for g in 0..groups {
-            // SAFETY: `g < groups`: within each panel's lines and each row's bytes.
             let mut bv = [_mm512_setzero_si512(); P];
             for j in 0..P {
+                // SAFETY: `g < groups`: within each panel's lines.
                 bv[j] = unsafe { _mm512_load_si512(b[j].add(g) as *const _) };
             }
             for i in 0..R {
-                // SAFETY: as above.
+                // SAFETY: `g < groups`: within each row's bytes.
                 let av = _mm512_set1_epi32(unsafe { word(a[i], g) } ^ flip);
                 for j in 0..P {
                     acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
                 }
             }
         }
+        let mut out = [0i32; VNNI_ROWS * VNNI_PANELS * NR];
         for j in 0..P {
             // `Σ (q + 128) w − 128 Σ w`.
             // SAFETY: `col_sum` holds whole panels.
@@ -521,31 +538,36 @@ mod x86 {
             });
             for i in 0..R {
                 let v = _mm512_sub_epi32(acc[i][j], fix);
-                // SAFETY: `out` holds `R` rows of `width ≥ P·NR` from here.
-                unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(i * width + j * NR) as *mut _, v) };
+                // SAFETY: `out` holds `R` rows of `P·NR`.
+                unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(i * P * NR + j * NR) as *mut _, v) };
             }
         }
+        sink(r0, R, p0 * NR, P * NR, &out[..R * P * NR]);
     }
 
-    /// AVX2 over rows × panels (see the module doc).
+    /// AVX2 over rows × panels (see the module doc), each block handed to `sink`.
     ///
     /// # Safety
-    /// The CPU has AVX2; `acc` holds `[rows, panels·NR]`.
+    /// The CPU has AVX2; `rows` and `panels` are within `qa` and `w`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn avx2(w: &PackedI8, qa: &QuantRows, rows: Range<usize>, panels: Range<usize>, acc: &mut [i32]) {
-        let width = panels.len() * NR;
-        for p in panels.clone() {
+    pub(super) unsafe fn avx2<S: FnMut(usize, usize, usize, usize, &[i32])>(
+        w: &PackedI8,
+        qa: &QuantRows,
+        rows: Range<usize>,
+        panels: Range<usize>,
+        sink: &mut S,
+    ) {
+        for p in panels {
             let mut r = rows.start;
             while r < rows.end {
                 let nr = AVX2_ROWS.min(rows.end - r);
-                let out = &mut acc[(r - rows.start) * width + (p - panels.start) * NR..];
                 // SAFETY: as the function's.
                 unsafe {
                     match nr {
-                        4 => avx2_block::<4>(w, qa, r, p, out, width),
-                        3 => avx2_block::<3>(w, qa, r, p, out, width),
-                        2 => avx2_block::<2>(w, qa, r, p, out, width),
-                        _ => avx2_block::<1>(w, qa, r, p, out, width),
+                        4 => avx2_block::<4, S>(w, qa, r, p, sink),
+                        3 => avx2_block::<3, S>(w, qa, r, p, sink),
+                        2 => avx2_block::<2, S>(w, qa, r, p, sink),
+                        _ => avx2_block::<1, S>(w, qa, r, p, sink),
                     }
                 }
                 r += nr;
@@ -553,25 +575,24 @@ mod x86 {
         }
     }
 
-    /// `R` rows from `r0` × panel `p`, written at `out` (row stride `width`).
+    /// `R` rows from `r0` × panel `p`, handed to `sink`.
     #[target_feature(enable = "avx2")]
-    unsafe fn avx2_block<const R: usize>(
+    unsafe fn avx2_block<const R: usize, S: FnMut(usize, usize, usize, usize, &[i32])>(
         w: &PackedI8,
         qa: &QuantRows,
         r0: usize,
         p: usize,
-        out: &mut [i32],
-        width: usize,
+        sink: &mut S,
     ) {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         let a: [*const i8; R] = std::array::from_fn(|i| qa.row(r0 + i).as_ptr());
         let b = w.panel(p).as_ptr() as *const __m256i;
         for g in 0..w.groups {
-            // SAFETY: `g < groups`: within the panel's lines and each row's bytes.
+            // SAFETY: `g < groups`: within the panel's lines.
             let (b0, b1) = unsafe { (_mm256_load_si256(b.add(2 * g)), _mm256_load_si256(b.add(2 * g + 1))) };
             for i in 0..R {
-                // SAFETY: as above.
+                // SAFETY: `g < groups`: within each row's bytes.
                 let av = _mm256_set1_epi32(unsafe { word(a[i], g) });
                 let abs = _mm256_abs_epi8(av);
                 let p0 = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(b0, av));
@@ -580,12 +601,14 @@ mod x86 {
                 acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(p1, ones));
             }
         }
+        let mut out = [0i32; AVX2_ROWS * NR];
         for i in 0..R {
             for h in 0..2 {
-                // SAFETY: `out` holds `R` rows of `width ≥ NR` from here.
-                unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(i * width + 8 * h) as *mut _, acc[i][h]) };
+                // SAFETY: `out` holds `R` rows of `NR`.
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(i * NR + 8 * h) as *mut _, acc[i][h]) };
             }
         }
+        sink(r0, R, p * NR, NR, &out[..R * NR]);
     }
 }
 
@@ -611,7 +634,8 @@ pub fn reference_product(a: &[f32], m: usize, k: usize, w: &[f32], n: usize, bas
     let mut c = vec![0f32; m * n];
     for r in 0..m {
         let b = base.map(|b| if b.len() == n { b } else { &b[r * n..(r + 1) * n] });
-        epilogue(&acc[r * n..(r + 1) * n], qa.scale[r], &scale, b, &mut c[r * n..(r + 1) * n]);
+        // SAFETY: row `r` of `c` holds `n` values.
+        unsafe { epilogue(&acc[r * n..(r + 1) * n], qa.scale[r], &scale, b, c[r * n..].as_mut_ptr()) };
     }
     c
 }
