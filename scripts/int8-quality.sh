@@ -5,7 +5,8 @@
 #   scripts/int8-quality.sh RUNS_DIR [--beam K] [--bin target/release/s2s]
 # RUNS_DIR is an experiment's output (runs/quickstart) or one run directory; each run is
 # decoded from its best checkpoint with the experiment's default search (beam 5, α 0.6) on
-# the CPU, the test split in RUN/data/test.{src,tgt} (the built-in pair) or --src/--ref.
+# the CPU, the test split in RUN/data/test.{src,tgt} (the built-in pair), else the one its
+# run.json names, or --src/--ref.
 # Prints a markdown table (scripts/doc-run.sh int8-quality --doc LABEL -- scripts/int8-quality.sh …
 # writes it into docs/benchmarks.md).
 set -euo pipefail
@@ -28,6 +29,11 @@ echo "|---|---|---|---|---|---|---|---|"
 for run in "${list[@]}"; do
   name=$(basename "$run")
   s=${src:-$run/data/test.src}; r=${ref:-$run/data/test.tgt}
+  if [ -z "$src" ] && [ ! -f "$s" ]; then
+    # A corpus of files: the test split run.json names (relative paths from the project root).
+    s=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["data"]["test"]["src"])' "$run/run.json")
+    r=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["data"]["test"]["tgt"])' "$run/run.json")
+  fi
   for q in none int8; do
     "$bin" translate --model "$run" --device cpu --beam "$beam" --quantize "$q" < "$s" > "$tmp/$name.$q" 2> "$tmp/$name.$q.err" \
       || { cat "$tmp/$name.$q.err" >&2; exit 1; }
