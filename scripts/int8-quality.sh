@@ -2,8 +2,8 @@
 # f32 against int8 decoding (`--quantize int8`) of every run of an experiment, on its test split:
 # sacreBLEU's BLEU and chrF side by side, how many test sentences' outputs changed, and the same
 # from an int8 checkpoint (`s2s quantize RUN --to int8`, written into each run) with its size.
-#   scripts/int8-quality.sh RUNS_DIR [--beam K] [--bin target/release/s2s]
-# RUNS_DIR is an experiment's output (runs/quickstart) or one run directory; each run is
+#   scripts/int8-quality.sh RUNS_DIR... [--beam K] [--bin target/release/s2s]
+# Each RUNS_DIR is an experiment's output (runs/quickstart) or one run directory; each run is
 # decoded from its best checkpoint with the experiment's default search (beam 5, α 0.6) on
 # the CPU, the test split in RUN/data/test.{src,tgt} (the built-in pair), else the one its
 # run.json names, or --src/--ref.
@@ -11,23 +11,23 @@
 # writes it into docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${1:?usage: scripts/int8-quality.sh RUNS_DIR [--beam K] [--bin PATH] [--src F --ref F]}; shift
-beam=5; bin=target/release/s2s; src=; ref=
+[ $# -gt 0 ] || { echo "usage: scripts/int8-quality.sh RUNS_DIR... [--beam K] [--bin PATH] [--src F --ref F]" >&2; exit 2; }
+beam=5; bin=target/release/s2s; src=; ref=; list=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --beam) beam=$2; shift 2;;
     --bin) bin=$2; shift 2;;
     --src) src=$2; shift 2;;
     --ref) ref=$2; shift 2;;
-    *) echo "unknown option $1" >&2; exit 2;;
+    -*) echo "unknown option $1" >&2; exit 2;;
+    *) if [ -f "$1/run.json" ]; then list+=("$1"); else for d in "$1"/*/; do [ -f "$d/run.json" ] && list+=("${d%/}"); done; fi; shift;;
   esac
 done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if [ -f "$runs/run.json" ]; then list=("$runs"); else list=(); for d in "$runs"/*/; do [ -f "$d/run.json" ] && list+=("${d%/}"); done; fi
 echo "| model | BLEU f32 | BLEU int8 | Δ | chrF f32 | chrF int8 | outputs changed | int8 checkpoint: BLEU, bytes of f32 |"
 echo "|---|---|---|---|---|---|---|---|"
 for run in "${list[@]}"; do
-  name=$(basename "$run")
+  name="$(basename "$(dirname "$run")")/$(basename "$run")"
   s=${src:-$run/data/test.src}; r=${ref:-$run/data/test.tgt}
   if [ -z "$src" ] && [ ! -f "$s" ]; then
     # A corpus of files: the test split run.json names (relative paths from the project root).
