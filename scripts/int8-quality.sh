@@ -27,7 +27,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "| model | BLEU f32 | BLEU int8 | Δ | chrF f32 | chrF int8 | outputs changed | int8 checkpoint: BLEU, bytes of f32 |"
 echo "|---|---|---|---|---|---|---|---|"
 for run in "${list[@]}"; do
-  name="$(basename "$(dirname "$run")")/$(basename "$run")"
+  name="$(basename "$(dirname "$run")")/$(basename "$run")"; key=${name//\//-}
   s=${src:-$run/data/test.src}; r=${ref:-$run/data/test.tgt}
   if [ -z "$src" ] && [ ! -f "$s" ]; then
     # A corpus of files: the test split run.json names (relative paths from the project root).
@@ -35,13 +35,13 @@ for run in "${list[@]}"; do
     r=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["data"]["test"]["tgt"])' "$run/run.json")
   fi
   for q in none int8; do
-    "$bin" translate --model "$run" --device cpu --beam "$beam" --quantize "$q" < "$s" > "$tmp/$name.$q" 2> "$tmp/$name.$q.err" \
-      || { cat "$tmp/$name.$q.err" >&2; exit 1; }
+    "$bin" translate --model "$run" --device cpu --beam "$beam" --quantize "$q" < "$s" > "$tmp/$key.$q" 2> "$tmp/$key.$q.err" \
+      || { cat "$tmp/$key.$q.err" >&2; exit 1; }
   done
-  "$bin" quantize "$run" --to int8 > /dev/null 2> "$tmp/$name.q.err" || { cat "$tmp/$name.q.err" >&2; exit 1; }
-  "$bin" translate --model "$run" --checkpoint int8 --device cpu --beam "$beam" < "$s" > "$tmp/$name.ckpt" 2> "$tmp/$name.ckpt.err" \
-    || { cat "$tmp/$name.ckpt.err" >&2; exit 1; }
-  python3 - "$r" "$tmp/$name.none" "$tmp/$name.int8" "$name" "$tmp/$name.ckpt" "$run/checkpoints/int8/quantized.json" <<'PY'
+  "$bin" quantize "$run" --to int8 > /dev/null 2> "$tmp/$key.q.err" || { cat "$tmp/$key.q.err" >&2; exit 1; }
+  "$bin" translate --model "$run" --checkpoint int8 --device cpu --beam "$beam" < "$s" > "$tmp/$key.ckpt" 2> "$tmp/$key.ckpt.err" \
+    || { cat "$tmp/$key.ckpt.err" >&2; exit 1; }
+  python3 - "$r" "$tmp/$key.none" "$tmp/$key.int8" "$name" "$tmp/$key.ckpt" "$run/checkpoints/int8/quantized.json" <<'PY'
 import json, sys, sacrebleu
 ref, f, q, name, ck, rec = sys.argv[1:]
 refs = [open(ref, encoding="utf-8").read().splitlines()]
