@@ -1890,3 +1890,26 @@ fn experiment_tests_with_int8_products() {
     let o = s2s(&["experiment", "run", bad.to_str().unwrap(), "--out", dir.join("bad").to_str().unwrap()]);
     assert!(!o.status.success() && text(&o.stderr).contains("quantize"), "{}", text(&o.stderr));
 }
+
+/// `s2s bench --quantize int8` times the decoding passes with int8 products and says so in its
+/// JSON (its training stays f32: the same loss as without the flag); int8 on a GPU is refused.
+#[test]
+fn bench_decodes_with_int8_products() {
+    let shapes = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/bench/launch-bound.json");
+    let run = |q: &str| {
+        let o = s2s(&[
+            "bench", "--device", "cpu", "--models", "transformer", "--shapes", shapes, "--steps", "1", "--quantize", q,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{q}: {}", text(&o.stderr));
+        (serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap(), text(&o.stderr))
+    };
+    let (f32_run, _) = run("none");
+    let (int8_run, err) = run("int8");
+    assert_eq!((f32_run["quantize"].as_str(), int8_run["quantize"].as_str()), (Some("none"), Some("int8")));
+    assert!(err.contains("decoding products: int8 ("), "{err}");
+    assert_eq!(f32_run["train_loss"], int8_run["train_loss"], "training stays f32");
+    assert!(int8_run["beam5_sentences_per_s"].as_f64().unwrap() > 0.0);
+    let o = s2s(&["bench", "--device", "wgpu", "--models", "transformer", "--steps", "1", "--quantize", "int8"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("CPU only"), "{}", text(&o.stderr));
+}
