@@ -15,7 +15,9 @@ from pathlib import Path
 key, header = sys.argv[1:3]
 path = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 begin, end = f"<!-- {key} -->", f"<!-- end {key} -->"
-block = f"{begin}\n{header}\n\n{sys.stdin.read().strip()}\n{end}"
+body = sys.stdin.read().strip()
+# A table follows its header line directly (a Markdown table may end a paragraph).
+block = f"{begin}\n{header}\n{body}\n{end}" if body.startswith("|") else f"{begin}\n{header}\n\n{body}\n{end}"
 text = path.read_text()
 pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
 if pattern.search(text):

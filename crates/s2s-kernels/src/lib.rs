@@ -69,6 +69,15 @@ pub mod bench {
     pub use crate::lstm::cpu::lstm_layer;
 }
 
+/// int8 quantization as the decoding products use it (`--quantize int8`; `gemm::int8`): what
+/// an int8 checkpoint stores and the product it runs.
+pub mod quantize {
+    pub use crate::gemm::int8::{
+        Kernel, PackedI8, QuantRows, dequantize_matrix, kernel, kernel_for, quantize_matrix, reference_product,
+    };
+    pub use crate::mode::{Quantize, quantize, set_quantize, with_quantize};
+}
+
 #[doc(hidden)]
 pub mod testing;
 

@@ -135,6 +135,85 @@ pub fn with_half_products<T>(on: bool, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// The weights' precision in decoding products on the CPU (`--quantize`, `[decode] quantize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quantize {
+    /// f32 weights and products (the default): nothing changes.
+    #[default]
+    None,
+    /// int8 weights (one scale per output unit, quantized once), inputs quantized per row at
+    /// each product, int32 sums (`gemm::int8`); everything else f32.
+    Int8,
+}
+
+/// A `--quantize` value that is neither `none` nor `int8`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown quantization '{0}': use 'none' or 'int8'")]
+pub struct UnknownQuantize(pub String);
+
+impl std::str::FromStr for Quantize {
+    type Err = UnknownQuantize;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "f32" => Ok(Quantize::None),
+            "int8" => Ok(Quantize::Int8),
+            _ => Err(UnknownQuantize(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Quantize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Quantize::None => "none",
+            Quantize::Int8 => "int8",
+        })
+    }
+}
+
+impl Quantize {
+    /// The name of the int8 kernel this CPU runs (`avx512-vnni`, `avx2`, `portable`), for the
+    /// device line; `None` for f32.
+    pub fn kernel_name(self) -> Option<&'static str> {
+        (self == Quantize::Int8).then(|| crate::gemm::int8::kernel().name())
+    }
+}
+
+/// 0: none, 1: int8 (the process-wide choice).
+static QUANTIZE: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    static QUANTIZE_OVERRIDE: Cell<Option<Quantize>> = const { Cell::new(None) };
+}
+
+/// Chooses the decoding products' precision for the whole process (every thread without an
+/// override): what `s2s translate --quantize` and the studio call once at start.
+pub fn set_quantize(q: Quantize) {
+    QUANTIZE.store(u8::from(q == Quantize::Int8), Ordering::Relaxed);
+}
+
+/// The decoding products' precision in force on this thread.
+pub fn quantize() -> Quantize {
+    if let Some(q) = QUANTIZE_OVERRIDE.with(Cell::get) {
+        return q;
+    }
+    if QUANTIZE.load(Ordering::Relaxed) == 1 { Quantize::Int8 } else { Quantize::None }
+}
+
+/// Runs `f` with `q` in force on this thread (the experiment's test-set decoding, tests), then
+/// restores what was there (also when `f` panics).
+pub fn with_quantize<T>(q: Quantize, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Quantize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUANTIZE_OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(QUANTIZE_OVERRIDE.with(|o| o.replace(Some(q))));
+    f()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -106,7 +106,8 @@ pub const CAT_MIN_ROWS: usize = 1024;
 /// packed between steps (a concatenation would be a new weight every step).
 pub fn linears<const N: usize>(x: Tensor<3>, layers: [&Linear; N]) -> ([Tensor<3>; N], Option<Tensor<3>>) {
     let [b, t, _] = x.dims();
-    if b * t <= CAT_MIN_ROWS || N == 0 {
+    // int8 decoding quantizes each weight once: a side-by-side weight would be new every call.
+    if b * t <= CAT_MIN_ROWS || N == 0 || int8_products(&x) {
         return (layers.map(|l| linear(l, x.clone())), None);
     }
     let d = layers[0].weight.dims()[1];
@@ -118,6 +119,12 @@ pub fn linears<const N: usize>(x: Tensor<3>, layers: [&Linear; N]) -> ([Tensor<3
     // The side-by-side weight is new at every call: nothing to keep packed.
     let y = matmul_rows_fresh(x, w) + bias.unsqueeze::<3>(); // [B, T, N·d]
     (std::array::from_fn(|i| y.clone().narrow(2, i * d, d)), Some(y))
+}
+
+/// Whether `x`'s products by weights take int8 weights: `--quantize int8` in force on this
+/// thread ([`mode::quantize`]), while decoding (no autodiff) on the CPU.
+fn int8_products<const D: usize>(x: &Tensor<D>) -> bool {
+    mode::quantize() == mode::Quantize::Int8 && route(&x.device()) == Route::Cpu && !x.is_autodiff()
 }
 
 /// `base + x W` (`base` `[rows, d_out]` or `[1, d_out]`): while decoding on the CPU the
@@ -232,7 +239,8 @@ pub fn fast_lstm_step(
 /// `[batch, time, hidden]`, final `h`, `c`). On the CPU one kernel for the whole layer (its own
 /// backward), on a GPU one step kernel a step. `None` where no kernel runs (`--kernels
 /// reference`, burn's fusion, an empty sequence): the caller runs the step in a loop
-/// (`run_steps` in the models' `rnn.rs`).
+/// (`run_steps` in the models' `rnn.rs`); and while decoding with int8 products, whose steps
+/// take the int8 `h W_h`.
 pub fn fast_lstm_layer(
     xw: Tensor<3>,
     w_hidden: Tensor<2>,
@@ -242,7 +250,8 @@ pub fn fast_lstm_layer(
     dense: usize,
     reverse: bool,
 ) -> Option<(Tensor<3>, Tensor<2>, Tensor<2>)> {
-    if xw.dims()[1] == 0 {
+    // int8 decoding: the steps' `h W_h` go through the int8 products (`run_steps`' steps).
+    if xw.dims()[1] == 0 || int8_products(&xw) {
         return None;
     }
     match route(&xw.device()) {

@@ -263,6 +263,9 @@ pub struct BenchResult {
     /// Mixed precision: the loss scale after the timed steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,
+    /// The decoding products' weights, `none` (f32) or `int8` (`--quantize`).
+    #[serde(default)]
+    pub quantize: String,
     /// Greedy decoding sentences per second.
     pub decode_sentences_per_s: f64,
     /// Beam-5 decoding sentences per second.

@@ -144,14 +144,15 @@ impl Checkpoints {
         }
         let dir = self.root.join(name);
         let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..";
-        if plain && dir.join("model.bpk").is_file() {
+        let has_model = |d: &Path| d.join("model.bpk").is_file() || d.join(crate::quantized::FILE).is_file();
+        if plain && has_model(&dir) {
             return Ok(dir);
         }
         let mut have = vec!["best".to_string(), "last".to_string()];
         if let Ok(entries) = std::fs::read_dir(&self.root) {
             let mut names: Vec<String> = entries
                 .filter_map(|e| e.ok())
-                .filter(|e| e.path().join("model.bpk").is_file())
+                .filter(|e| has_model(&e.path()))
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| !n.starts_with('.'))
                 .collect();

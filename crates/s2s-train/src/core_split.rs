@@ -86,7 +86,9 @@ impl CoreSplit {
         }
         // A part that finishes first helps the others' large products (`Crew`).
         let crew = &s2s_kernels::Crew::new(n);
-        let work = &|i| crew.part(|| work(i));
+        // The parts' threads decode with this thread's products (`with_quantize` here).
+        let quantize = s2s_kernels::quantize::quantize();
+        let work = &|i| s2s_kernels::quantize::with_quantize(quantize, || crew.part(|| work(i)));
         std::thread::scope(|s| {
             let others: Vec<_> = self.pools[1..]
                 .iter()

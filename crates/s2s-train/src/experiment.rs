@@ -15,6 +15,7 @@
 //! beam = 5
 //! alpha = 0.6
 //! average_last = 1                   # N > 1: test the average of the last N checkpoints
+//! quantize = "none"                  # "int8": test with int8 products (CPU)
 //! [[model]]
 //! kind = "luong"
 //! score = ["dot", "general"]         # → models luong-dot and luong-general
@@ -54,11 +55,20 @@ pub struct DecodeSpec {
     /// Test the average of each model's last N checkpoints instead of its best (1: the best);
     /// each model then keeps at least N checkpoints (`keep_last` is raised to N).
     pub average_last: usize,
+    /// The test decoding's products: `none` (f32) or `int8` (int8 weights, as `s2s translate
+    /// --quantize int8`; the CPU only). Validation while training stays f32.
+    pub quantize: s2s_kernels::quantize::Quantize,
 }
 
 impl Default for DecodeSpec {
     fn default() -> Self {
-        Self { beam: 5, alpha: 0.6, penalty: LengthPenalty::Gnmt, average_last: 1 }
+        Self {
+            beam: 5,
+            alpha: 0.6,
+            penalty: LengthPenalty::Gnmt,
+            average_last: 1,
+            quantize: s2s_kernels::quantize::Quantize::None,
+        }
     }
 }
 
@@ -610,7 +620,15 @@ fn train_entry(
     let search = exp.decode.search(&cfg.train);
     let n = (cfg.train.devices as usize).min(devices.len());
     let tested = crate::pipeline::Tested::average_last(exp.decode.average_last);
-    run_and_test(cfg, dir, &devices[..n], device_name, progress, &search, tested, &|m| eprintln!("  {m}"))
+    let quantize = exp.decode.quantize;
+    if quantize == s2s_kernels::quantize::Quantize::Int8 && !devices.iter().all(s2s_kernels::ops::is_cpu) {
+        return Err(TrainError::Config(
+            "[decode] quantize = \"int8\" decodes on the CPU only: run the experiment with --device cpu".into(),
+        ));
+    }
+    crate::pipeline::with_test_quantize(quantize, || {
+        run_and_test(cfg, dir, &devices[..n], device_name, progress, &search, tested, &|m| eprintln!("  {m}"))
+    })
 }
 
 /// Regenerates the experiment's report under `root`; returns its files.

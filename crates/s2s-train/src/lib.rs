@@ -39,6 +39,7 @@ pub mod loss;
 pub mod metrics;
 pub mod pipeline;
 pub mod precision;
+pub mod quantized;
 pub mod run;
 pub mod schedule;
 pub mod step;

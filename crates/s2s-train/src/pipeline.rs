@@ -45,6 +45,24 @@ impl Tested {
     }
 }
 
+thread_local! {
+    static TEST_QUANTIZE: std::cell::Cell<s2s_kernels::quantize::Quantize> =
+        const { std::cell::Cell::new(s2s_kernels::quantize::Quantize::None) };
+}
+
+/// Runs `f` (a [`run_and_test`]) with its test decoding's products `q` (an experiment's
+/// `[decode] quantize`); training and its validations stay f32.
+pub fn with_test_quantize<T>(q: s2s_kernels::quantize::Quantize, f: impl FnOnce() -> T) -> T {
+    struct Restore(s2s_kernels::quantize::Quantize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TEST_QUANTIZE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(TEST_QUANTIZE.with(|c| c.replace(q)));
+    f()
+}
+
 /// Trains `cfg` into `run_dir` on `devices` (as many as `cfg.train.devices`; the first also
 /// evaluates) and evaluates the checkpoint `tested` names with `search`. `log` receives progress
 /// lines. The run directory is locked for the whole of it ([`DirLock`]): another process
@@ -139,7 +157,10 @@ fn test_scores(
             let model =
                 load_model(&cfg.model, &prepared.tokenizers, &dir, &device.clone().autodiff())?.valid();
             let tok = &prepared.tokenizers;
-            Some(evaluate_test(run_dir, &model, &cfg.model, tok, test, cfg.train.batch, search, device)?)
+            let q = TEST_QUANTIZE.with(std::cell::Cell::get);
+            Some(s2s_kernels::quantize::with_quantize(q, || {
+                evaluate_test(run_dir, &model, &cfg.model, tok, test, cfg.train.batch, search, device)
+            })?)
         }
         None => None,
     };

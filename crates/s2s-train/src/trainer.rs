@@ -121,7 +121,8 @@ pub fn build_model(
     Ok(spec.init_for(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device)?)
 }
 
-/// Loads a checkpoint's model weights into a model built from `spec`.
+/// Loads a checkpoint's model weights into a model built from `spec` (an int8 checkpoint's
+/// dequantised: [`crate::quantized`]).
 pub fn load_model(
     spec: &ModelSpec,
     tok: &Tokenizers,
@@ -131,6 +132,10 @@ pub fn load_model(
     // Every parameter comes from the checkpoint (a missing one is a validation error), so
     // none is drawn first.
     let model = spec.init_lazy(tok.src.vocab_size(), tok.tgt.vocab_size(), tok.joint, device)?;
+    if dir.join(crate::quantized::FILE).is_file() {
+        // An int8 checkpoint (`s2s quantize`), dequantised into the f32 model.
+        return crate::quantized::load_into(model, dir, device);
+    }
     Checkpoints::verify(dir, "model.bpk")?;
     let path = dir.join("model.bpk");
     model.try_load_file(&path).map_err(|e| checkpoint_error(dir, path, e))

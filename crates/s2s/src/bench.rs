@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// scaling; eager GPU steps), compared with PyTorch's autocast (scripts/torch_precision.py).
     #[arg(long, default_value = "f32")]
     precision: s2s_train::precision::Precision,
+    /// Weights of the decoding passes' products: none (f32) or int8 (as `s2s translate
+    /// --quantize int8`; the CPU only). Training stays f32.
+    #[arg(long, default_value = "none", value_name = "none|int8")]
+    quantize: s2s_kernels::quantize::Quantize,
     /// Training only: no decoding passes (their figures 0), e.g. to profile the training step.
     #[arg(long, conflicts_with = "no_train")]
     no_decode: bool,
@@ -93,6 +97,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let (device, device_name) = select(a.device);
     eprintln!("device: {device_name}");
+    let quantize = s2s_train::quantized::choose(Some(a.quantize), false, &device)?;
+    if let Some(kernel) = quantize.kernel_name() {
+        eprintln!("decoding products: int8 ({kernel})");
+    }
     if a.launch_probe {
         return launch_probe(&device, &device_name, &a);
     }
@@ -107,7 +115,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     for n in names {
         let spec = cfg.models[&n].spec()?;
-        let r = bench(
+        let mut r = s2s_kernels::quantize::with_quantize(quantize, || bench(
             &n,
             &spec,
             cfg.batch,
@@ -121,7 +129,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 core_split: a.core_split,
             },
             jobs(&a),
-        )?;
+        ))?;
+        r.quantize = quantize.to_string();
         if a.json {
             outln!("{}", serde_json::to_string(&r)?)?;
         } else {

@@ -12,6 +12,7 @@ mod experiment;
 mod export;
 mod forced;
 mod out;
+mod quantize;
 #[cfg(unix)]
 mod runtime_dir;
 mod score;
@@ -56,6 +57,8 @@ enum Command {
     Experiment(experiment::ExperimentCommand),
     /// Export a run's checkpoint as safetensors or as a CTranslate2 model directory.
     Export(export::ExportArgs),
+    /// Write a run's checkpoint with int8 weights into checkpoints/int8/ (about a quarter of the bytes).
+    Quantize(quantize::QuantizeArgs),
     /// Regenerate an experiment's report (results.csv/json, report.md, report.html, plots/).
     Report(experiment::ReportArgs),
     /// Score hypotheses against references with sacreBLEU-identical BLEU and chrF.
@@ -152,6 +155,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Data(c) => data::run(c),
         Command::Experiment(c) => experiment::run(c),
         Command::Export(a) => export::run(a),
+        Command::Quantize(a) => quantize::run(a),
         Command::Report(a) => experiment::report(a),
         Command::Score(a) => score::run(a),
         Command::Studio(a) => studio::run(a),

@@ -64,6 +64,10 @@ pub struct StudioArgs {
     /// Device: cpu (default: one sentence at a time decodes fastest there), wgpu or auto.
     #[arg(long, default_value = "cpu")]
     device: DeviceChoice,
+    /// Weights of the decoding products: none (f32) or int8 (as `s2s translate --quantize`;
+    /// the CPU only). Default: int8 with `--checkpoint int8` (`s2s quantize`), else none.
+    #[arg(long, value_name = "none|int8")]
+    quantize: Option<s2s_kernels::quantize::Quantize>,
 }
 
 /// Loads the models and serves until Ctrl-C.
@@ -83,6 +87,12 @@ pub fn run(a: StudioArgs) -> Result<()> {
     let listener = s2s_studio::bind(&opts)?;
     let (device, name) = select(a.device);
     eprintln!("device: {name}");
+    let int8_checkpoint = a.checkpoint == s2s_train::quantized::NAME;
+    let quantize = s2s_train::quantized::choose(a.quantize, int8_checkpoint, &device)?;
+    if let Some(kernel) = quantize.kernel_name() {
+        eprintln!("products: int8 ({kernel})");
+    }
+    s2s_kernels::quantize::set_quantize(quantize);
     let studio = s2s_studio::open(&a.paths, &a.checkpoint, device, name, |m| eprintln!("{m}"))?;
     opts.limits.check_memory(&studio, opts.workers, s2s_decode::MemoryLimit::from_env()?)?;
     s2s_studio::serve(studio, listener, &opts, |addr| {

@@ -79,6 +79,11 @@ pub struct TranslateArgs {
     /// pick another token where two are nearly tied.
     #[arg(long, default_value = "f32")]
     precision: Precision,
+    /// Weights of the decoding products: none (f32), or int8 (each weight quantized once, one
+    /// scale per output unit; inputs per row; int32 sums; the CPU only). Default: int8 for an
+    /// int8 checkpoint (`s2s quantize`), else none.
+    #[arg(long, value_name = "none|int8")]
+    quantize: Option<s2s_kernels::quantize::Quantize>,
     /// Sample each next token instead of searching (--temperature, --top-k, --top-p, --seed);
     /// reproducible for a seed, whatever the batch size.
     #[arg(long, conflicts_with_all = ["nbest", "beam"])]
@@ -176,6 +181,14 @@ impl Translator {
         let prefixes = a.prefix.as_deref().map(|p| read_lines("--prefix", p)).transpose()?;
         let nbest = a.rescore.as_deref().map(|p| read_lines("--rescore", p)).transpose()?;
         let limit = manifest.config.train.max_output;
+        let int8_checkpoint = a.runs.iter().any(|r| {
+            Checkpoints::new(r).named(&a.checkpoint).is_ok_and(|d| s2s_train::quantized::is_int8(&d))
+        });
+        let quantize = s2s_train::quantized::choose(a.quantize, int8_checkpoint, &device)?;
+        if let Some(kernel) = quantize.kernel_name() {
+            eprintln!("products: int8 ({kernel})");
+        }
+        s2s_kernels::quantize::set_quantize(quantize);
         Ok(Self {
             models,
             tok,

@@ -2573,3 +2573,132 @@ fn a_sentencepiece_model_given_with_tokenizer_trains_and_translates() {
     assert!(!o.status.success() && err.contains("--tokenizer") && err.contains("junk.model"), "{err}");
     assert!(!dir.join("exp-runs").exists(), "nothing is written for a refused tokenizer");
 }
+
+/// `--quantize`: `none` changes nothing (the n-best lists and their scores as without the
+/// flag), `int8` runs every model kind's products in int8 (the device line says so; the scores
+/// move); `s2s quantize RUN --to int8` writes a checkpoint of under a third of the bytes that
+/// translates (int8 by default) and whose damage is refused, naming the file.
+#[test]
+fn int8_decoding_and_checkpoints_for_every_model_kind() {
+    let input = "the cat sees a dog\na big house\nthe river is long and the bridge is old\n";
+    for kind in ["lstm", "bahdanau", "luong", "transformer"] {
+        let run = tiny_run(&format!("int8-{kind}"), kind, "3");
+        let r = run.to_str().unwrap();
+        let translate = |extra: &[&str]| {
+            let mut args = vec!["translate", "--model", r, "--device", "cpu", "--beam", "3", "--nbest", "3"];
+            args.extend(extra);
+            let o = s2s_stdin(&args, input);
+            assert!(o.status.success(), "{kind} {extra:?}: {}", text(&o.stderr));
+            (text(&o.stdout), text(&o.stderr))
+        };
+        let (plain, _) = translate(&[]);
+        let (none, _) = translate(&["--quantize", "none"]);
+        assert_eq!(plain, none, "{kind}: --quantize none changed the output");
+        let (int8, err) = translate(&["--quantize", "int8"]);
+        assert!(err.contains("products: int8 ("), "{kind}: {err}");
+        assert_eq!(int8.lines().count(), plain.lines().count(), "{kind}");
+        assert_ne!(int8, plain, "{kind}: int8 products left every score as it was");
+
+        let o = s2s(&["quantize", r, "--to", "int8"]);
+        assert!(o.status.success(), "{kind}: {}", text(&o.stderr));
+        let dir = run.join("checkpoints/int8");
+        assert_eq!(text(&o.stdout).trim(), dir.to_str().unwrap());
+        let best: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(run.join("checkpoints/best.json")).unwrap(),
+        )
+        .unwrap();
+        let f32_bytes = std::fs::metadata(run.join("checkpoints").join(best["dir"].as_str().unwrap()).join("model.bpk"))
+            .unwrap()
+            .len();
+        let q8 = dir.join("model.q8");
+        let int8_bytes = std::fs::metadata(&q8).unwrap().len();
+        // Tiny widths (16) pay a 4-byte scale per 16 values; wide models reach under 30 %.
+        assert!(int8_bytes * 100 < f32_bytes * 34, "{kind}: {int8_bytes} bytes against {f32_bytes}");
+        let (from_int8, err) = translate(&["--checkpoint", "int8"]);
+        assert!(err.contains("products: int8 ("), "{kind}: {err}");
+        assert_eq!(from_int8.lines().count(), plain.lines().count(), "{kind}");
+        let (_, err) = translate(&["--checkpoint", "int8", "--quantize", "none"]);
+        assert!(!err.contains("products: int8"), "{kind}: {err}");
+
+        let good = std::fs::read(&q8).unwrap();
+        let mut bad = good.clone();
+        bad[good.len() / 3] ^= 0x10;
+        std::fs::write(&q8, &bad).unwrap();
+        let o = s2s_stdin(&["translate", "--model", r, "--device", "cpu", "--checkpoint", "int8"], input);
+        let err = text(&o.stderr);
+        assert!(!o.status.success() && err.contains("model.q8") && err.contains("damaged"), "{kind}: {err}");
+        std::fs::write(&q8, &good).unwrap();
+    }
+    let run = tiny_run("int8-refusals", "lstm", "1");
+    let o = s2s(&["quantize", run.to_str().unwrap(), "--to", "int4"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("--to int8"), "{}", text(&o.stderr));
+    let o = s2s_stdin(&["translate", "--model", run.to_str().unwrap(), "--quantize", "int4"], "a\n");
+    assert!(!o.status.success() && text(&o.stderr).contains("none"), "{}", text(&o.stderr));
+}
+
+/// An experiment's `[decode] quantize = "int8"` tests with int8 products (training and its
+/// validations stay f32, so the checkpoints are those of an f32 experiment); an unknown value
+/// is refused naming the key.
+#[test]
+fn experiment_tests_with_int8_products() {
+    let dir = tmp("experiment-int8");
+    let body = "[data]\nsource = \"builtin\"\npairs = 300\n[tokenizer]\nlevel = \"word\"\n\
+         [train]\nbudget = { steps = 3 }\nvalid_every = 3\nbatch = { max_tokens = 512 }\n\
+         [decode]\nbeam = 2\nQUANT\n\
+         [[model]]\nkind = \"transformer\"\nd_model = 16\nheads = 2\nffn = 32\nenc_layers = 1\ndec_layers = 1\n";
+    let mut scores = Vec::new();
+    let mut models = Vec::new();
+    for q in ["none", "int8"] {
+        let file = dir.join(format!("{q}.toml"));
+        std::fs::write(&file, body.replace("QUANT", &format!("quantize = \"{q}\""))).unwrap();
+        let out = dir.join(format!("runs-{q}"));
+        let o = s2s(&[
+            "experiment",
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "{q}: {}", text(&o.stderr));
+        scores.push(std::fs::read_to_string(out.join("transformer/test/scores.json")).unwrap());
+        // Training's losses and validations (not the wall clock).
+        let metrics = std::fs::read_to_string(out.join("transformer/metrics.csv")).unwrap();
+        let cols: Vec<String> = metrics
+            .lines()
+            .map(|l| l.split(',').enumerate().filter(|(i, _)| [0, 3, 4, 5].contains(i)).map(|(_, c)| c).collect())
+            .collect();
+        models.push(cols);
+    }
+    assert!(models[0] == models[1], "training differs: {:?} against {:?}", models[0], models[1]);
+    assert_ne!(scores[0], scores[1], "the int8 test decoding scored as the f32 one");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, body.replace("QUANT", "quantize = \"int4\"")).unwrap();
+    let o = s2s(&["experiment", "run", bad.to_str().unwrap(), "--out", dir.join("bad").to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o.stderr).contains("quantize"), "{}", text(&o.stderr));
+}
+
+/// `s2s bench --quantize int8` times the decoding passes with int8 products and says so in its
+/// JSON (its training stays f32: the same loss as without the flag); int8 on a GPU is refused.
+#[test]
+fn bench_decodes_with_int8_products() {
+    let shapes = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/bench/launch-bound.json");
+    let run = |q: &str| {
+        let o = s2s(&[
+            "bench", "--device", "cpu", "--models", "transformer", "--shapes", shapes, "--steps", "1", "--quantize", q,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{q}: {}", text(&o.stderr));
+        (serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap(), text(&o.stderr))
+    };
+    let (f32_run, _) = run("none");
+    let (int8_run, err) = run("int8");
+    assert_eq!((f32_run["quantize"].as_str(), int8_run["quantize"].as_str()), (Some("none"), Some("int8")));
+    assert!(err.contains("decoding products: int8 ("), "{err}");
+    assert_eq!(f32_run["train_loss"], int8_run["train_loss"], "training stays f32");
+    assert!(int8_run["beam5_sentences_per_s"].as_f64().unwrap() > 0.0);
+    let o = s2s(&["bench", "--device", "wgpu", "--models", "transformer", "--steps", "1", "--quantize", "int8"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("CPU only"), "{}", text(&o.stderr));
+}

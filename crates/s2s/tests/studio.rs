@@ -466,3 +466,33 @@ fn encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// `--quantize int8` serves int8 products: the same request scores otherwise than on an f32
+/// studio, each answer still a translation with its probabilities; `--quantize int4` is refused.
+#[test]
+fn the_studio_serves_int8_products() {
+    let score = |extra: &[&str]| {
+        let studio = start(extra);
+        let info = info(&studio.addr);
+        let (src, reference) = example(&info, 6);
+        let (status, a) = post(&studio.addr, &json!({ "text": src, "reference": reference, "beam": 2, "alpha": 0.6 }));
+        assert_eq!(status, 200, "{a}");
+        a["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert!(!strings(&r["translation"]["tokens"]).is_empty());
+                r["translation"]["score"].as_f64().unwrap()
+            })
+            .collect::<Vec<f64>>()
+    };
+    let (f32_scores, int8_scores) = (score(&[]), score(&["--quantize", "int8"]));
+    assert_eq!(f32_scores.len(), int8_scores.len());
+    assert_ne!(f32_scores, int8_scores, "int8 products scored as f32 ones");
+    let o = Command::new(env!("CARGO_BIN_EXE_s2s"))
+        .args(["studio", experiment().to_str().unwrap(), "--port", "0", "--quantize", "int4"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o.stderr).contains("int8"), "{}", text(&o.stderr));
+}

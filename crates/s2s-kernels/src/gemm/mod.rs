@@ -12,6 +12,7 @@ pub(crate) mod reference;
 
 pub(crate) mod deferred_grad;
 pub mod flex;
+pub mod int8;
 pub mod packed;
 pub mod probe;
 pub(crate) mod small;

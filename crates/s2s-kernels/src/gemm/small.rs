@@ -52,6 +52,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use crate::cpu::flex_data::f32s;
 use crate::gemm::deferred_grad::Part;
 use crate::gemm::flex::{gemm_into, matmul_2d, strided};
+use crate::gemm::int8::PackedI8;
 use crate::gemm::packed::{PackedB, SendPtr, transpose};
 use crate::own_backward::WithBackward;
 
@@ -87,7 +88,9 @@ impl SmallMatmul for Flex {
             return matmul_2d(&x, &w);
         }
         let x = f32s(&x);
-        let out = if reuse {
+        let out = if reuse && int8() {
+            packed_i8(&w).product(&x, m, k, None)
+        } else if reuse {
             packed(&w).product(&x, m, k, None)
         } else {
             let (w, rs, cs) = strided(&w);
@@ -105,9 +108,18 @@ impl SmallMatmul for Flex {
             base.layout().shape().dims::<2>()[1] == n && (rows == 1 || rows == m),
             "add_small_matmul: base shape"
         );
-        let out = packed(&w).product(&f32s(&x), m, k, Some(&f32s(&base)));
+        let out = if int8() {
+            packed_i8(&w).product(&f32s(&x), m, k, Some(&f32s(&base)))
+        } else {
+            packed(&w).product(&f32s(&x), m, k, Some(&f32s(&base)))
+        };
         FlexTensor::from_data(TensorData::new(out, [m, n]))
     }
+}
+
+/// Whether this thread's decoding products take int8 weights ([`crate::mode::quantize`]).
+fn int8() -> bool {
+    crate::mode::quantize() == crate::mode::Quantize::Int8
 }
 
 /// `base + x W` composed from the backend's own product and a broadcast add: what the
@@ -296,6 +308,34 @@ fn packed(w: &FlexTensor) -> Arc<PackedB> {
         let (t, _) = cache.0.remove(0);
         let [k, n] = t.layout().shape().dims::<2>();
         cache.1 -= 4 * k * n;
+    }
+    p
+}
+
+/// int8 weights kept for decoding (`--quantize int8`), least recently used first, and their
+/// size in bytes: [`packed`]'s cache for [`PackedI8`], each weight quantized and packed once.
+static PACKED_I8: Mutex<(Vec<(FlexTensor, Arc<PackedI8>)>, usize)> = Mutex::new((Vec::new(), 0));
+
+/// `w` quantized to int8 per column and packed ([`PackedI8`]), from the cache when the same
+/// tensor was before (the same rules as [`packed`]).
+fn packed_i8(w: &FlexTensor) -> Arc<PackedI8> {
+    let storage = w.data_arc();
+    let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &storage) && a.layout() == w.layout();
+    let mut cache = PACKED_I8.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = cache.0.iter().position(|(t, _)| same(t)) {
+        let entry = cache.0.remove(i);
+        let p = entry.1.clone();
+        cache.0.push(entry);
+        return p;
+    }
+    let [k, n] = w.layout().shape().dims::<2>();
+    let (data, rs, cs) = strided(w);
+    let p = Arc::new(PackedI8::new(k, n, |r, c| data[r * rs + c * cs]));
+    cache.1 += p.bytes();
+    cache.0.push((w.clone(), p.clone()));
+    while cache.1 > PACKED_BYTES && cache.0.len() > 1 {
+        let (_, old) = cache.0.remove(0);
+        cache.1 -= old.bytes();
     }
     p
 }
