@@ -2357,6 +2357,128 @@ for line in open(src, encoding="utf-8").read().splitlines():
     assert!(text(&o.stderr).contains("--quantization") && text(&o.stderr).contains("int8_float16"), "{}", text(&o.stderr));
 }
 
+/// The quickstart's Transformer (pre-norm, its own source embedding, the target embedding tied
+/// to the output projection), trained as `s2s experiment run experiments/quickstart.toml --only
+/// transformer` trains it but for a few hundred steps instead of 1,000, then exported:
+/// CTranslate2's greedy search gives our greedy output (`translate --beam 1`) on every line of
+/// the quickstart's test split. With the file's word vocabularies (300 steps: test BLEU 46, one
+/// output at the length limit) and with its `[tokenizer]` set to BPE, 200 subwords a side (the
+/// word vocabularies are 143 and 229 words; 1.6 pieces a word; 500 steps: BLEU 38, 21 outputs
+/// at the limit). The sources are segmented by the run's saved tokenizer (its pieces are what
+/// CTranslate2 reads); CTranslate2's output pieces are read back as ids through the exported
+/// target vocabulary and detokenized by the run's target tokenizer (its ids, not our text
+/// re-encoded: a model may emit a segmentation that encoding its text would not give). Where
+/// the `ctranslate2` package is installed.
+#[test]
+fn ctranslate2_decodes_the_quickstart_transformer_as_we_do() {
+    if let Err(why) = python_with(&["ctranslate2"]) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // One line of space-separated pieces in, the output's ids out (the end token left out, as
+    // CTranslate2 does by default); each line's length limit ours, ⌊1.5 · (pieces + </s>)⌋ + 10.
+    let script = r#"
+import sys, os, json, ctranslate2
+model, pieces = sys.argv[1:3]
+tr = ctranslate2.Translator(model, device="cpu", compute_type="float32", intra_threads=2)
+vocab = json.load(open(os.path.join(model, "target_vocabulary.json"), encoding="utf-8"))
+ids = {t: i for i, t in enumerate(vocab)}
+for line in open(pieces, encoding="utf-8").read().splitlines():
+    tokens = line.split(" ")
+    limit = int(1.5 * (len(tokens) + 1)) + 10
+    r = tr.translate_batch([tokens], beam_size=1, max_decoding_length=limit)
+    print(" ".join(str(ids[t]) for t in r[0].hypotheses[0]))
+"#;
+    let quickstart =
+        std::fs::read_to_string(manifest_dir().join("../../experiments/quickstart.toml")).unwrap();
+    let edits: [(&str, &str, &[(&str, &str)]); 2] = [
+        ("word", "300", &[]),
+        ("bpe", "500", &[("level = \"word\"", "level = \"bpe\""), ("vocab_size = 0", "vocab_size = 200")]),
+    ];
+    for (level, steps, tokenizer) in edits {
+        let dir = tmp(&format!("ct2-quickstart-{level}"));
+        // The training as the file sets it, but for the step budget; the experiment's own test
+        // decoding greedy, which is cheaper than its beam of 5.
+        let mut file = quickstart.clone();
+        let budget = format!("budget = {{ steps = {steps} }}");
+        for &(from, to) in [("budget = { steps = 1000 }", budget.as_str()), ("\nbeam = 5\n", "\nbeam = 1\n")]
+            .iter()
+            .chain(tokenizer.iter())
+        {
+            assert!(file.contains(from), "experiments/quickstart.toml has no `{}`", from.trim());
+            file = file.replacen(from, to, 1);
+        }
+        let cfg = dir.join("quickstart.toml");
+        std::fs::write(&cfg, file).unwrap();
+        let root = dir.join("runs");
+        let o = s2s(&[
+            "experiment",
+            "run",
+            cfg.to_str().unwrap(),
+            "--only",
+            "transformer",
+            "--out",
+            root.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "{level}: {}", text(&o.stderr));
+        let run = root.join("transformer");
+        let input = std::fs::read_to_string(run.join("data/test.src")).unwrap();
+        let args = ["translate", "--model", run.to_str().unwrap(), "--beam", "1", "--device", "cpu"];
+        let ours = s2s_stdin(&args, &input);
+        assert!(ours.status.success(), "{level}: {}", text(&ours.stderr));
+        let ours = text(&ours.stdout);
+        let out = dir.join("ct2");
+        let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
+        let o = s2s(&["export", run_s, "--format", "ctranslate2", "--out", out_s]);
+        assert!(o.status.success(), "{level}: {}", text(&o.stderr));
+        assert!(out.join("source_vocabulary.json").exists() && out.join("target_vocabulary.json").exists());
+
+        let tok = s2s_data::Tokenizers::load(&run.join("tokenizer")).unwrap();
+        let sources: Vec<Vec<String>> = input
+            .lines()
+            .map(|l| tok.src.encode(&s2s_data::normalize(l)).into_iter().map(|i| tok.src.token(i)).collect())
+            .collect();
+        let readable = sources.iter().flatten().all(|p| !p.is_empty() && !p.contains(' '));
+        assert!(readable, "{level}: a piece CTranslate2 cannot read");
+        assert!(sources.iter().all(|s| !s.is_empty()), "{level}: an empty source");
+        let words: usize = input.split_whitespace().count();
+        let pieces: usize = sources.iter().map(Vec::len).sum();
+        if level == "bpe" {
+            assert!(pieces > words, "{level}: {pieces} pieces for {words} words: the words are not split");
+        } else {
+            assert_eq!(pieces, words, "{level}");
+        }
+        let file = dir.join("test.pieces");
+        std::fs::write(&file, sources.iter().map(|s| s.join(" ") + "\n").collect::<String>()).unwrap();
+        let theirs = python(script, &[out.to_str().unwrap(), file.to_str().unwrap()]);
+        let theirs: Vec<Vec<u32>> =
+            theirs.lines().map(|l| l.split_whitespace().map(|i| i.parse().unwrap()).collect()).collect();
+        let ours: Vec<&str> = ours.lines().collect();
+        assert_eq!((ours.len(), theirs.len()), (sources.len(), sources.len()), "{level}");
+        let limit = |n: usize| (1.5 * (n + 1) as f64).floor() as usize + 10;
+        let at_limit = (0..ours.len()).filter(|&i| theirs[i].len() == limit(sources[i].len())).count();
+        eprintln!("{level}: {pieces} source pieces for {words} words; {at_limit} outputs at the limit");
+        let differ: Vec<usize> = (0..ours.len()).filter(|&i| tok.tgt.decode(&theirs[i]) != ours[i]).collect();
+        if let Some(&i) = differ.first() {
+            let pieces: Vec<String> = theirs[i].iter().map(|&t| tok.tgt.token(t)).collect();
+            panic!(
+                "{level}: {} of {} lines differ; first: line {}\n source: {}\n ours: {}\n ct2:  {}\n \
+                 ct2 pieces: {}",
+                differ.len(),
+                ours.len(),
+                i + 1,
+                sources[i].join(" "),
+                ours[i],
+                tok.tgt.decode(&theirs[i]),
+                pieces.join(" ")
+            );
+        }
+    }
+}
+
 /// Every validation's scalars are TensorBoard events in RUN/tensorboard/, equal to
 /// metrics.csv's rows; a run killed inside a checkpoint (its row and events written, its
 /// checkpoint not) and resumed has each step once, read back by our reader and by
