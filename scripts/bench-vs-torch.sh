@@ -9,7 +9,9 @@
 # the range of the per-round ratios (shared VMs drift 10-30 % between runs).
 # PyTorch runs on the CPU with 2 threads unless TORCH_DEVICE=cuda.
 # --ct2 also runs ../shared/bench/ct2_ref.py (the same Transformer in CTranslate2, the decoding
-# anchor) in every round and prints our Transformer's greedy and beam-5 ratios to it.
+# anchor) in every round at float32 and at int8 (its users' deployment precision on a CPU), and
+# ours again with `--quantize int8` (decoding only), and prints our f32 Transformer's greedy and
+# beam-5 ratios to its float32, and our int8's to its int8.
 # --shapes FILE: other shapes in models.json's format (experiments/bench/multi30k-4k.json, …) for
 # both sides: PyTorch's references run from a temporary copy whose models.json is FILE.
 # --precision P runs both sides at precision P: ours with `s2s bench --precision P`, PyTorch
@@ -87,10 +89,12 @@ tmp=$(mktemp -d); refs=$(mktemp -d)
 trap 'rm -rf "$tmp" "$refs"' EXIT
 keep=${from:-${KEEP_JSON:-$tmp}}; mkdir -p "$keep"
 ours=$keep/ours.jsonl; theirs=$keep/torch.jsonl; replayed=$keep/ours-captured.jsonl; anchor=$keep/ct2.jsonl
+anchor8=$keep/ct2-int8.jsonl; ours8=$keep/ours-int8.jsonl
 based=$keep/base.jsonl; errs=$keep/torch.stderr
 ours_busy=$keep/ours-busy.jsonl; theirs_busy=$keep/torch-busy.jsonl
 if [ -z "$from" ]; then
   : > "$ours"; : > "$theirs"; : > "$replayed"; : > "$anchor"; : > "$based"; : > "$ours_busy"; : > "$theirs_busy"
+  : > "$anchor8"; : > "$ours8"
   # When, at what commit, how many rounds and by what command this run measured: --from and
   # --doc read it back.
   echo "$(date -u +%F) $(measured_commit) $rounds $args" > "$keep/measured"
@@ -152,14 +156,22 @@ for _ in $(seq "$rounds"); do
     fi
     if [ "$ct2" = 1 ] && [ "$m" = transformer ]; then
       bounded python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 2>> "$errs" >> "$anchor" || echo "ct2_ref.py failed: see $errs" >&2
+      bounded "$bin" bench --device "$device" --models "$m" "${ours_shapes[@]}" --quantize int8 --no-train --json >> "$ours8" \
+        || echo "s2s bench --quantize int8 failed on $m" >&2
+      bounded python3 "$refs/ct2_ref.py" --threads "${TORCH_THREADS:-2}" --rounds 1 --compute-type int8 2>> "$errs" >> "$anchor8" \
+        || echo "ct2_ref.py --compute-type int8 failed: see $errs" >&2
     fi
   done
 done
-python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" "$ours_busy" "$theirs_busy" <<'PY' | tee "$tmp/tables.md"
+python3 - "$ours" "$theirs" "$based" "$anchor" "$replayed" "$ours_busy" "$theirs_busy" "$anchor8" "$ours8" <<'PY' | tee "$tmp/tables.md"
 import json, statistics, sys
 def load(path):
     runs = {}
-    for d in map(json.loads, open(path)):
+    try:
+        lines = open(path).readlines()
+    except FileNotFoundError:   # a run kept before this file existed (--from)
+        lines = []
+    for d in map(json.loads, lines):
         runs.setdefault(d["model"], []).append(d)
     return runs
 ours, torch, base, replayed = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3]), load(sys.argv[5])
@@ -214,16 +226,22 @@ if ours_busy:
     q, tb, tq = ours.get(m, []), torch_busy.get(m, []), torch.get(m, [])
     print(f"| {m} | {kept(b, q, 'train_tokens_per_s')} | {kept(tb, tq, 'train_tokens_per_s')} | {ratio(b, tb, 'train_tokens_per_s')} "
           f"| {kept(b, q, 'decode_sentences_per_s')} | {kept(tb, tq, 'decode_sentences_per_s')} | {ratio(b, tb, 'decode_sentences_per_s')} |")
-ct2 = load(sys.argv[4]).get("transformer", [])
-if ct2:
-  print(f"\nCTranslate2 ({ct2[0]['engine']}), the same Transformer, same rounds:\n")
+def anchor_table(ct2, rows, title):
+  print(f"\n{title}\n")
   print("| build | greedy sent/s ours | CTranslate2 | ratio | beam-5 sent/s ours | CTranslate2 | ratio |")
   print("|---|---|---|---|---|---|---|")
-  for label, runs in [("this", ours), ("base", base)]:
-    o = runs.get("transformer", [])
+  for label, o in rows:
     if o:
       print(f"| {label} | {med(o, 'decode_sentences_per_s'):.1f} | {med(ct2, 'decode_sentences_per_s'):.1f} | {ratio(o, ct2, 'decode_sentences_per_s')} "
             f"| {med(o, 'beam5_sentences_per_s'):.1f} | {med(ct2, 'beam5_sentences_per_s'):.1f} | {ratio(o, ct2, 'beam5_sentences_per_s')} |")
+ct2 = load(sys.argv[4]).get("transformer", [])
+if ct2:
+  anchor_table(ct2, [("this, f32", ours.get("transformer", [])), ("base, f32", base.get("transformer", []))],
+               f"CTranslate2 ({ct2[0]['engine']}) at float32, the same Transformer, same rounds:")
+ct2_8 = load(sys.argv[8]).get("transformer", [])
+if ct2_8:
+  anchor_table(ct2_8, [("this, int8", load(sys.argv[9]).get("transformer", []))],
+               f"CTranslate2 ({ct2_8[0]['engine']}) at int8 against ours at int8 (`--quantize int8`), same rounds:")
 PY
 [ -n "$doc" ] || exit 0
 # The block's key names what it measured; its header says when, on what, and how.
