@@ -102,6 +102,39 @@ fn quantize_slice(v: &[f32], out: &mut [i8]) -> f32 {
     scale
 }
 
+/// [`quantize_slice`] of each of the `scale.len()` rows of `a` (stride `lda`) into `data`
+/// (stride `kp`), compiled for the widest instruction set `S2S_CPU_ISA` allows. Its own
+/// `#[target_feature]` functions rather than [`crate::cpu::fastmath::wide`]: a closure the
+/// compiler does not inline there runs as baseline (SSE2) code, which this loop did.
+fn quantize_rows(a: &[f32], k: usize, lda: usize, kp: usize, data: &mut [i8], scale: &mut [f32]) {
+    #[inline(always)]
+    fn body(a: &[f32], k: usize, lda: usize, kp: usize, data: &mut [i8], scale: &mut [f32]) {
+        for (r, s) in scale.iter_mut().enumerate() {
+            *s = quantize_slice(&a[r * lda..r * lda + k], &mut data[r * kp..r * kp + k]);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+        unsafe fn v4(a: &[f32], k: usize, lda: usize, kp: usize, data: &mut [i8], scale: &mut [f32]) {
+            body(a, k, lda, kp, data, scale)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn v3(a: &[f32], k: usize, lda: usize, kp: usize, data: &mut [i8], scale: &mut [f32]) {
+            body(a, k, lda, kp, data, scale)
+        }
+        use crate::cpu::fastmath::{Isa, isa};
+        match isa() {
+            // SAFETY: `isa` answers at most what the CPU has.
+            Isa::Avx512 => return unsafe { v4(a, k, lda, kp, data, scale) },
+            // SAFETY: as above.
+            Isa::Avx2 => return unsafe { v3(a, k, lda, kp, data, scale) },
+            Isa::Baseline => {}
+        }
+    }
+    body(a, k, lda, kp, data, scale)
+}
+
 /// The rows of `A` (`[m, k]`) quantized, each with its scale, `k` padded with zeros to a
 /// multiple of 4.
 #[derive(Debug, Clone)]
@@ -119,12 +152,7 @@ impl QuantRows {
         let kp = k.div_ceil(4) * 4;
         let mut data = vec![0i8; m * kp];
         let mut scale = vec![0f32; m];
-        crate::cpu::fastmath::wide(|| {
-            for r in 0..m {
-                let row = &a[r * lda..r * lda + k];
-                scale[r] = quantize_slice(row, &mut data[r * kp..r * kp + k]);
-            }
-        });
+        quantize_rows(a, k, lda, kp, &mut data, &mut scale);
         Self { m, kp, data, scale }
     }
 
@@ -263,19 +291,7 @@ impl PackedI8 {
         let mut c: Vec<f32> = Vec::with_capacity(m * n);
         let out = Out(c.as_mut_ptr());
         self.par_panels(kernel, |p0, p1, kernel| {
-            let out = &out;
-            let mut sink = |r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]| {
-                let cols = w.min(n - c0);
-                for i in 0..nr {
-                    let row = r0 + i;
-                    let base_row = base.map(|b| if b.len() == n { &b[c0..c0 + cols] } else { &b[row * n + c0..row * n + c0 + cols] });
-                    // SAFETY: each panel range writes only its own columns `c0..c0 + cols` of
-                    // row `row` of the `[m, n]` output, whose capacity outlives the loop.
-                    unsafe {
-                        epilogue(&acc[i * w..i * w + cols], qa.scale[row], &self.scale[c0..c0 + cols], base_row, out.ptr().add(row * n + c0))
-                    };
-                }
-            };
+            let mut sink = ToF32 { out: &out, n, base, s_row: &qa.scale, s_col: &self.scale };
             for r0 in (0..m).step_by(MC) {
                 self.block_i32(qa, r0..(r0 + MC).min(m), p0..p1, kernel, &mut sink);
             }
@@ -290,13 +306,7 @@ impl PackedI8 {
     pub fn product_i32(&self, qa: &QuantRows, kernel: Kernel) -> Vec<i32> {
         let (m, n) = (qa.m, self.n);
         let mut out = vec![0i32; m * n];
-        let mut sink = |r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]| {
-            let cols = w.min(n - c0);
-            for i in 0..nr {
-                out[(r0 + i) * n + c0..(r0 + i) * n + c0 + cols].copy_from_slice(&acc[i * w..i * w + cols]);
-            }
-        };
-        self.block_i32(qa, 0..m, 0..self.panels(), kernel, &mut sink);
+        self.block_i32(qa, 0..m, 0..self.panels(), kernel, &mut ToI32 { out: &mut out, n });
         out
     }
 
@@ -313,9 +323,8 @@ impl PackedI8 {
     }
 
     /// The int32 sums of rows `rows` against panels `panels`, handed to `sink` a register
-    /// block at a time: `sink(r0, rows, c0, width, sums)` for rows `r0..r0 + rows` and columns
-    /// `c0..c0 + width` (whole panels: past `n` in the last), `sums` `[rows, width]` row-major.
-    fn block_i32<S: FnMut(usize, usize, usize, usize, &[i32])>(
+    /// block at a time ([`Sink::put`]).
+    fn block_i32<S: Sink>(
         &self,
         qa: &QuantRows,
         rows: std::ops::Range<usize>,
@@ -341,6 +350,64 @@ impl PackedI8 {
     /// Panel `p`'s lines.
     fn panel(&self, p: usize) -> &[Line] {
         &self.data[p * self.groups..(p + 1) * self.groups]
+    }
+}
+
+/// Where a kernel's register blocks of int32 sums go: `put(r0, rows, c0, width, sums)` for
+/// rows `r0..r0 + rows` and columns `c0..c0 + width` (whole panels: past `n` in the last),
+/// `sums` `[rows, width]` row-major. `put` is `#[inline(always)]` so that it is compiled into
+/// each kernel with the kernel's instruction set (a closure here was not inlined, and its
+/// epilogue ran as baseline SSE2 code beside the AVX2 kernel).
+trait Sink {
+    fn put(&mut self, r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]);
+}
+
+/// The product's sink: each block scaled into the f32 output ([`epilogue`]).
+struct ToF32<'a> {
+    out: &'a Out,
+    n: usize,
+    base: Option<&'a [f32]>,
+    s_row: &'a [f32],
+    s_col: &'a [f32],
+}
+
+impl Sink for ToF32<'_> {
+    #[inline(always)]
+    fn put(&mut self, r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]) {
+        let n = self.n;
+        let cols = w.min(n - c0);
+        for i in 0..nr {
+            let row = r0 + i;
+            let base_row =
+                self.base.map(|b| if b.len() == n { &b[c0..c0 + cols] } else { &b[row * n + c0..row * n + c0 + cols] });
+            // SAFETY: each panel range writes only its own columns `c0..c0 + cols` of row
+            // `row` of the `[m, n]` output, whose capacity outlives the products.
+            unsafe {
+                epilogue(
+                    &acc[i * w..i * w + cols],
+                    self.s_row[row],
+                    &self.s_col[c0..c0 + cols],
+                    base_row,
+                    self.out.ptr().add(row * n + c0),
+                )
+            };
+        }
+    }
+}
+
+/// The tests' sink: the int32 sums themselves, `[m, n]`.
+struct ToI32<'a> {
+    out: &'a mut [i32],
+    n: usize,
+}
+
+impl Sink for ToI32<'_> {
+    #[inline(always)]
+    fn put(&mut self, r0: usize, nr: usize, c0: usize, w: usize, acc: &[i32]) {
+        let (n, cols) = (self.n, w.min(self.n - c0));
+        for i in 0..nr {
+            self.out[(r0 + i) * n + c0..(r0 + i) * n + c0 + cols].copy_from_slice(&acc[i * w..i * w + cols]);
+        }
     }
 }
 
@@ -424,7 +491,7 @@ impl Out {
 }
 
 /// The portable kernel: scalar loops over the packed lines, a row and a panel at a time.
-fn portable<S: FnMut(usize, usize, usize, usize, &[i32])>(
+fn portable<S: Sink>(
     w: &PackedI8,
     qa: &QuantRows,
     rows: std::ops::Range<usize>,
@@ -442,14 +509,14 @@ fn portable<S: FnMut(usize, usize, usize, usize, &[i32])>(
                     }
                 }
             }
-            sink(r, 1, p * NR, NR, &sums);
+            sink.put(r, 1, p * NR, NR, &sums);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{AVX2_ROWS, Line, NR, PackedI8, QuantRows, VNNI_PANELS, VNNI_ROWS};
+    use super::{AVX2_ROWS, Line, NR, PackedI8, QuantRows, Sink, VNNI_PANELS, VNNI_ROWS};
     use std::arch::x86_64::*;
     use std::ops::Range;
 
@@ -465,7 +532,7 @@ mod x86 {
     /// # Safety
     /// The CPU has AVX-512 F, BW and VNNI; `rows` and `panels` are within `qa` and `w`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn vnni<S: FnMut(usize, usize, usize, usize, &[i32])>(
+    pub(super) unsafe fn vnni<S: Sink>(
         w: &PackedI8,
         qa: &QuantRows,
         rows: Range<usize>,
@@ -503,7 +570,7 @@ mod x86 {
 
     /// `R` rows from `r0` × `P` panels from `p0`, handed to `sink`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni_block<const R: usize, const P: usize, S: FnMut(usize, usize, usize, usize, &[i32])>(
+    unsafe fn vnni_block<const R: usize, const P: usize, S: Sink>(
         w: &PackedI8,
         qa: &QuantRows,
         r0: usize,
@@ -542,7 +609,7 @@ mod x86 {
                 unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(i * P * NR + j * NR) as *mut _, v) };
             }
         }
-        sink(r0, R, p0 * NR, P * NR, &out[..R * P * NR]);
+        sink.put(r0, R, p0 * NR, P * NR, &out[..R * P * NR]);
     }
 
     /// AVX2 over rows × panels (see the module doc), each block handed to `sink`.
@@ -550,7 +617,7 @@ mod x86 {
     /// # Safety
     /// The CPU has AVX2; `rows` and `panels` are within `qa` and `w`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn avx2<S: FnMut(usize, usize, usize, usize, &[i32])>(
+    pub(super) unsafe fn avx2<S: Sink>(
         w: &PackedI8,
         qa: &QuantRows,
         rows: Range<usize>,
@@ -577,7 +644,7 @@ mod x86 {
 
     /// `R` rows from `r0` × panel `p`, handed to `sink`.
     #[target_feature(enable = "avx2")]
-    unsafe fn avx2_block<const R: usize, S: FnMut(usize, usize, usize, usize, &[i32])>(
+    unsafe fn avx2_block<const R: usize, S: Sink>(
         w: &PackedI8,
         qa: &QuantRows,
         r0: usize,
@@ -608,7 +675,7 @@ mod x86 {
                 unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(i * NR + 8 * h) as *mut _, acc[i][h]) };
             }
         }
-        sink(r0, R, p * NR, NR, &out[..R * NR]);
+        sink.put(r0, R, p * NR, NR, &out[..R * NR]);
     }
 }
 
