@@ -470,9 +470,27 @@ impl Tokenizers {
         }
     }
 
-    /// Saves into `dir` (created): `joint.json`, or `src.json` and `tgt.json`.
+    /// Saves into `dir`: `joint.json`, or `src.json` and `tgt.json`. A `dir` that does not
+    /// exist yet appears whole or not at all: the files are written into a sibling
+    /// `.NAME.partial` folder (one a killed save left is replaced), which is then renamed to
+    /// `dir`, so that a process killed while saving never leaves a `dir` without its files
+    /// (which a resumed run would take for the saved tokenizers).
     pub fn save(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
+        if dir.is_dir() {
+            return self.save_files(dir);
+        }
+        let name =
+            dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "tokenizer".into());
+        let partial = dir.with_file_name(format!(".{name}.partial"));
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial).map_err(|e| DataError::io(&partial, e))?;
+        }
+        crate::create_dir_all(&partial)?;
+        self.save_files(&partial)?;
+        std::fs::rename(&partial, dir).map_err(|e| DataError::io(dir, e))
+    }
+
+    fn save_files(&self, dir: &Path) -> Result<()> {
         if self.joint {
             self.src.save(&dir.join("joint.json"))
         } else {
@@ -569,6 +587,34 @@ mod tests {
         };
         let t = Tokenizer::train(&cfg, &texts()).unwrap();
         assert_eq!(t.encode("A cat"), vec![t.encode("A")[0], crate::UNK]);
+    }
+
+    /// A new tokenizer folder appears whole: written aside, then renamed; what a killed save
+    /// left aside (a half-written file) is replaced, not merged in.
+    #[test]
+    fn a_new_folder_is_renamed_into_place_whole() {
+        let root = std::env::temp_dir().join(format!("s2s-tok-partial-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("tokenizer");
+        let partial = root.join(".tokenizer.partial");
+        std::fs::create_dir_all(&partial).unwrap();
+        std::fs::write(partial.join("src.json"), "{ half").unwrap();
+        let cfg = TokenizerConfig { level: Level::Word, joint: true, min_freq: 1, ..Default::default() };
+        let pairs: Vec<crate::Pair> =
+            texts().iter().map(|s| crate::Pair { src: s.to_string(), tgt: s.to_string() }).collect();
+        let toks = Tokenizers::train(&cfg, &pairs).unwrap();
+        toks.save(&dir).unwrap();
+        assert!(!partial.exists(), "the folder written aside was renamed");
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["joint.json"], "only what this save wrote");
+        assert!(Tokenizers::load(&dir).unwrap().joint);
+        // Saving into a folder that exists writes into it, as before.
+        toks.save(&dir).unwrap();
+        assert!(Tokenizers::load(&dir).is_ok());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
