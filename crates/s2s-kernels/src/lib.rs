@@ -73,7 +73,8 @@ pub mod bench {
 /// an int8 checkpoint stores and the product it runs.
 pub mod quantize {
     pub use crate::gemm::int8::{
-        Kernel, PackedI8, QuantRows, dequantize_matrix, kernel, kernel_for, quantize_matrix, reference_product,
+        Kernel, PackedI8, QuantRows, dequantize_matrix, kernel, kernel_for, quantize_matrix,
+        reference_product,
     };
     pub use crate::mode::{Quantize, quantize, set_quantize, with_quantize};
 }

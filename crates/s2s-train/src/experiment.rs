@@ -623,7 +623,8 @@ fn train_entry(
     let quantize = exp.decode.quantize;
     if quantize == s2s_kernels::quantize::Quantize::Int8 && !devices.iter().all(s2s_kernels::ops::is_cpu) {
         return Err(TrainError::Config(
-            "[decode] quantize = \"int8\" decodes on the CPU only: run the experiment with --device cpu".into(),
+            "[decode] quantize = \"int8\" decodes on the CPU only: run the experiment with --device cpu"
+                .into(),
         ));
     }
     crate::pipeline::with_test_quantize(quantize, || {

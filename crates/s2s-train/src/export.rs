@@ -114,7 +114,8 @@ pub fn write_safetensors(model: &Model, path: &Path, metadata: &[(&str, String)]
             .map_err(|e| TrainError::Config(format!("{}: tensor {}: {e}", path.display(), t.name)))?;
         views.push((t.name.clone(), view));
     }
-    let mut info: HashMap<String, String> = metadata.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let mut info: HashMap<String, String> =
+        metadata.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     info.insert("format".into(), "pt".into());
     let file = safetensors::tensor::serialize(views, Some(info))
         .map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?;
@@ -298,7 +299,8 @@ pub fn write_ctranslate2(
         std::fs::write(&path, text).map_err(|e| TrainError::io(&path, e))
     };
     write_json("config.json", &config)?;
-    let vocab = |t: &s2s_data::Tokenizer| -> Vec<String> { (0..t.vocab_size() as u32).map(|i| t.token(i)).collect() };
+    let vocab =
+        |t: &s2s_data::Tokenizer| -> Vec<String> { (0..t.vocab_size() as u32).map(|i| t.token(i)).collect() };
     let (src, tgt) = (vocab(&tok.src), vocab(&tok.tgt));
     if src == tgt {
         write_json("shared_vocabulary.json", &serde_json::json!(src))?;
@@ -339,12 +341,14 @@ fn ct2_variables(
         vars.insert(format!("{to}/bias"), Var::floats(vec![b.len()], &b));
         Ok(())
     };
-    let linear = |vars: &mut BTreeMap<String, Var>, to: &str, from: &str| stack(vars, to, &[from.to_string()]);
+    let linear =
+        |vars: &mut BTreeMap<String, Var>, to: &str, from: &str| stack(vars, to, &[from.to_string()]);
     let norm = |vars: &mut BTreeMap<String, Var>, to: &str, from: &str| -> Result<(), TrainError> {
         copy(vars, format!("{to}/gamma"), &format!("{from}.weight"))?;
         copy(vars, format!("{to}/beta"), &format!("{from}.bias"))
     };
-    let heads = i16::try_from(t.heads).map_err(|_| TrainError::Config("too many heads for CTranslate2".into()))?;
+    let heads =
+        i16::try_from(t.heads).map_err(|_| TrainError::Config("too many heads for CTranslate2".into()))?;
     let d = t.d_model;
     let qkv = |p: &str| ["query", "key", "value"].map(|x| format!("{p}.{x}"));
     for side in ["encoder", "decoder"] {
@@ -356,7 +360,12 @@ fn ct2_variables(
             norm(&mut vars, &format!("{side}/layer_norm"), &format!("{side}_norm"))?;
         }
     }
-    for (k, v) in [("alibi", 0), ("alibi_use_positive_positions", 0), ("scale_alibi", 0), ("start_from_zero_embedding", 0)] {
+    for (k, v) in [
+        ("alibi", 0),
+        ("alibi_use_positive_positions", 0),
+        ("scale_alibi", 0),
+        ("start_from_zero_embedding", 0),
+    ] {
         vars.insert(format!("decoder/{k}"), Var::int8(v));
     }
     vars.insert("decoder/alignment_heads".into(), Var::int16(1));
@@ -365,7 +374,8 @@ fn ct2_variables(
     vars.insert("encoder/multi_query_attention".into(), Var::int8(0));
     let pe = position_table(CT2_POSITIONS, d, t.positions);
     vars.insert("decoder/position_encodings/encodings".into(), Var::floats(vec![CT2_POSITIONS, d], &pe));
-    aliases.insert("encoder/position_encodings/encodings".into(), "decoder/position_encodings/encodings".into());
+    aliases
+        .insert("encoder/position_encodings/encodings".into(), "decoder/position_encodings/encodings".into());
     copy(&mut vars, "decoder/embeddings/weight".into(), "tgt_embed.weight")?;
     if named.contains_key("src_embed.weight") {
         copy(&mut vars, "encoder/embeddings_0/weight".into(), "src_embed.weight")?;
@@ -385,8 +395,16 @@ fn ct2_variables(
     for i in 0..t.enc_layers {
         let (to, from) = (format!("encoder/layer_{i}"), format!("encoder.{i}"));
         stack(&mut vars, &format!("{to}/self_attention/linear_0"), &qkv(&format!("{from}.self_attention")))?;
-        linear(&mut vars, &format!("{to}/self_attention/linear_1"), &format!("{from}.self_attention.output"))?;
-        norm(&mut vars, &format!("{to}/self_attention/layer_norm"), &format!("{from}.attention_residual.norm"))?;
+        linear(
+            &mut vars,
+            &format!("{to}/self_attention/linear_1"),
+            &format!("{from}.self_attention.output"),
+        )?;
+        norm(
+            &mut vars,
+            &format!("{to}/self_attention/layer_norm"),
+            &format!("{from}.attention_residual.norm"),
+        )?;
         unscaled(&mut vars, &format!("{to}/self_attention"));
         linear(&mut vars, &format!("{to}/ffn/linear_0"), &format!("{from}.ffn.inner"))?;
         linear(&mut vars, &format!("{to}/ffn/linear_1"), &format!("{from}.ffn.outer"))?;
@@ -395,12 +413,20 @@ fn ct2_variables(
     for i in 0..t.dec_layers {
         let (to, from) = (format!("decoder/layer_{i}"), format!("decoder.{i}"));
         stack(&mut vars, &format!("{to}/self_attention/linear_0"), &qkv(&format!("{from}.self_attention")))?;
-        linear(&mut vars, &format!("{to}/self_attention/linear_1"), &format!("{from}.self_attention.output"))?;
+        linear(
+            &mut vars,
+            &format!("{to}/self_attention/linear_1"),
+            &format!("{from}.self_attention.output"),
+        )?;
         norm(&mut vars, &format!("{to}/self_attention/layer_norm"), &format!("{from}.self_residual.norm"))?;
         unscaled(&mut vars, &format!("{to}/self_attention"));
         let cross = format!("{from}.cross_attention");
         linear(&mut vars, &format!("{to}/attention/linear_0"), &format!("{cross}.query"))?;
-        stack(&mut vars, &format!("{to}/attention/linear_1"), &[format!("{cross}.key"), format!("{cross}.value")])?;
+        stack(
+            &mut vars,
+            &format!("{to}/attention/linear_1"),
+            &[format!("{cross}.key"), format!("{cross}.value")],
+        )?;
         linear(&mut vars, &format!("{to}/attention/linear_2"), &format!("{cross}.output"))?;
         norm(&mut vars, &format!("{to}/attention/layer_norm"), &format!("{from}.cross_residual.norm"))?;
         unscaled(&mut vars, &format!("{to}/attention"));
@@ -421,14 +447,18 @@ fn quantize(vars: BTreeMap<String, Var>, q: Quantization) -> BTreeMap<String, Va
             out.insert(name, v);
             continue;
         }
-        let quantizable = name.ends_with("/weight") && (name.contains("/linear_") || name.contains("/embeddings") || name.contains("/projection"));
+        let quantizable = name.ends_with("/weight")
+            && (name.contains("/linear_") || name.contains("/embeddings") || name.contains("/projection"));
         if !quantizable {
             out.insert(name, v.cast(q.others()));
             continue;
         }
         let values = v.values();
         match q {
-            Quantization::Int8 | Quantization::Int8Float32 | Quantization::Int8Float16 | Quantization::Int8Bfloat16 => {
+            Quantization::Int8
+            | Quantization::Int8Float32
+            | Quantization::Int8Float16
+            | Quantization::Int8Bfloat16 => {
                 let cols = v.shape[1..].iter().product::<usize>().max(1);
                 let mut scales = Vec::with_capacity(v.shape[0]);
                 let mut bytes = Vec::with_capacity(values.len());
@@ -450,7 +480,10 @@ fn quantize(vars: BTreeMap<String, Var>, q: Quantization) -> BTreeMap<String, Va
                 let scale = 1024.0 / amax;
                 let bytes = values
                     .iter()
-                    .flat_map(|&x| ((x * scale).round_ties_even().clamp(i16::MIN as f32, i16::MAX as f32) as i16).to_le_bytes())
+                    .flat_map(|&x| {
+                        ((x * scale).round_ties_even().clamp(i16::MIN as f32, i16::MAX as f32) as i16)
+                            .to_le_bytes()
+                    })
                     .collect();
                 out.insert(name.clone(), Var { shape: v.shape.clone(), dtype: Dtype::I16, bytes });
                 out.insert(format!("{name}_scale"), Var::floats(vec![], &[scale]));
@@ -509,7 +542,10 @@ mod tests {
     #[test]
     fn int8_rows_and_the_header() {
         let mut vars = BTreeMap::new();
-        vars.insert("decoder/projection/weight".to_string(), Var::floats(vec![2, 3], &[0.5, -1.0, 0.25, 0.0, 0.0, 0.0]));
+        vars.insert(
+            "decoder/projection/weight".to_string(),
+            Var::floats(vec![2, 3], &[0.5, -1.0, 0.25, 0.0, 0.0, 0.0]),
+        );
         vars.insert("decoder/projection/bias".to_string(), Var::floats(vec![2], &[0.5, 1.0]));
         let q = quantize(vars, Quantization::Int8Float16);
         let w = &q["decoder/projection/weight"];

@@ -100,7 +100,11 @@ pub fn quantize_checkpoint(
 /// The decoding products' precision for a command: `asked` (`--quantize`), else int8 for an
 /// int8 checkpoint and none for an f32 one. int8 products run on the CPU only: asked for on a
 /// GPU it is an error; an int8 checkpoint decoded on a GPU runs its dequantised weights in f32.
-pub fn choose(asked: Option<Quantize>, int8_checkpoint: bool, device: &Device) -> Result<Quantize, TrainError> {
+pub fn choose(
+    asked: Option<Quantize>,
+    int8_checkpoint: bool,
+    device: &Device,
+) -> Result<Quantize, TrainError> {
     let cpu = s2s_kernels::ops::is_cpu(device);
     match asked {
         Some(Quantize::Int8) if !cpu => Err(TrainError::Config(
@@ -228,7 +232,8 @@ impl Reader<'_> {
             dims.push(usize::try_from(u64::from_le_bytes(self.take(8)?.try_into().ok()?)).ok()?);
         }
         let len = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
-        let f32s = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+        let f32s =
+            |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
         let values = match (kind, rank) {
             (0, _) => f32s(self.take(len.checked_mul(4)?)?),
             (1 | 2, 2) => {
@@ -267,7 +272,8 @@ impl<I: Iterator<Item = (Vec<usize>, Vec<f32>)>> ModuleMapper for Fill<I> {
                 Param::initialized(id, Tensor::from_data(TensorData::new(values, dims), &self.device))
             }
             Some((dims, _)) => {
-                self.error = Some(format!("parameter {} is {dims:?} where the model has {shape:?}", self.index));
+                self.error =
+                    Some(format!("parameter {} is {dims:?} where the model has {shape:?}", self.index));
                 param
             }
             None => {
@@ -318,10 +324,9 @@ mod tests {
         let state = TrainerState { step: 7, ..TrainerState::start(TrainSpec::default().schedule.start()) };
         ckpts
             .save(&state, true, |dir| {
-                m.clone().save_file(dir.join("model.bpk")).map_err(|e| TrainError::Checkpoint {
-                    path: dir.to_path_buf(),
-                    message: e.to_string(),
-                })
+                m.clone()
+                    .save_file(dir.join("model.bpk"))
+                    .map_err(|e| TrainError::Checkpoint { path: dir.to_path_buf(), message: e.to_string() })
             })
             .unwrap();
         let (dir, record) = quantize_checkpoint(&run, &spec, &tok, "best").unwrap();

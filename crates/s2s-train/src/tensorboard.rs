@@ -101,14 +101,17 @@ impl EventWriter {
                     && e.step as u64 <= step
                 {
                     for (tag, v) in values {
-                        kept.retain(|k| !(k.step == e.step && matches!(&k.what, What::Scalars(t) if t[0].0 == tag)));
+                        kept.retain(|k| {
+                            !(k.step == e.step && matches!(&k.what, What::Scalars(t) if t[0].0 == tag))
+                        });
                         kept.push(Event { what: What::Scalars(vec![(tag, v)]), ..e });
                     }
                 }
             }
         }
         let wall = now();
-        let mut bytes = record(&Event { wall_time: wall, step: 0, what: What::FileVersion("brain.Event:2".into()) });
+        let mut bytes =
+            record(&Event { wall_time: wall, step: 0, what: What::FileVersion("brain.Event:2".into()) });
         for e in &kept {
             bytes.extend(record(e));
         }
@@ -139,7 +142,11 @@ impl EventWriter {
     /// worst, which [`read`] and the next [`EventWriter::open`] leave out).
     pub fn scalars(&mut self, step: u64, scalars: &[(&str, f64)]) -> std::io::Result<()> {
         let values = scalars.iter().map(|&(t, v)| (t.to_string(), v as f32)).collect();
-        self.file.write_all(&record(&Event { wall_time: now(), step: step as i64, what: What::Scalars(values) }))
+        self.file.write_all(&record(&Event {
+            wall_time: now(),
+            step: step as i64,
+            what: What::Scalars(values),
+        }))
     }
 }
 
@@ -353,7 +360,10 @@ mod tests {
         let events = read(&path).unwrap();
         assert_eq!(events[0].what, What::FileVersion("brain.Event:2".into()));
         assert_eq!(events[2].step, 20);
-        assert_eq!(events[2].what, What::Scalars(vec![("train/loss".into(), 2.0), ("valid/bleu".into(), 1.5)]));
+        assert_eq!(
+            events[2].what,
+            What::Scalars(vec![("train/loss".into(), 2.0), ("valid/bleu".into(), 1.5)])
+        );
         // A torn append.
         let mut bytes = std::fs::read(&path).unwrap();
         let whole = bytes.len();
@@ -378,7 +388,13 @@ mod tests {
         let steps: Vec<(i64, &str)> = got.iter().map(|(s, t, _)| (*s, t.as_str())).collect();
         assert_eq!(
             steps,
-            [(10, "train/loss"), (10, "valid/bleu"), (20, "train/loss"), (20, "valid/bleu"), (30, "train/loss")]
+            [
+                (10, "train/loss"),
+                (10, "valid/bleu"),
+                (20, "train/loss"),
+                (20, "valid/bleu"),
+                (30, "train/loss")
+            ]
         );
         assert_eq!(got[4].2, 7.0);
         let _ = std::fs::remove_dir_all(&run);

@@ -26,11 +26,11 @@ use crate::error::TrainError;
 use crate::evaluate::{Search, detokenize, nll, translate};
 use crate::interrupt::Faults;
 use crate::metrics::{self, MetricsRow};
-use crate::tensorboard::{self, EventWriter};
 use crate::precision::{LossScaler, Precision};
 use crate::step::{
     self, DeviceBatch, Outcome, Seeded, Spread, StepError, StepFaults, StepOptions, StepSettings, Update,
 };
+use crate::tensorboard::{self, EventWriter};
 use s2s_kernels::ops::{FusedAdam, GradientNorm};
 
 /// The data of a training run, already tokenised.

@@ -115,21 +115,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     for n in names {
         let spec = cfg.models[&n].spec()?;
-        let mut r = s2s_kernels::quantize::with_quantize(quantize, || bench(
-            &n,
-            &spec,
-            cfg.batch,
-            a.steps,
-            &device,
-            &device_name,
-            StepMode {
-                settings: cfg.train.settings(),
-                precision: a.precision,
-                capture: a.capture == Capture::On,
-                core_split: a.core_split,
-            },
-            jobs(&a),
-        ))?;
+        let mut r = s2s_kernels::quantize::with_quantize(quantize, || {
+            bench(
+                &n,
+                &spec,
+                cfg.batch,
+                a.steps,
+                &device,
+                &device_name,
+                StepMode {
+                    settings: cfg.train.settings(),
+                    precision: a.precision,
+                    capture: a.capture == Capture::On,
+                    core_split: a.core_split,
+                },
+                jobs(&a),
+            )
+        })?;
         r.quantize = quantize.to_string();
         if a.json {
             outln!("{}", serde_json::to_string(&r)?)?;

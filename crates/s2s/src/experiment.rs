@@ -235,7 +235,11 @@ fn submit(a: RunArgs) -> Result<()> {
     task_command.push("--quiet".into());
     // Tokenizer files given as flags travel to each task, as absolute paths.
     let t = &a.tokenizer_files;
-    for (flag, path) in [("--tokenizer", &t.tokenizer), ("--src-tokenizer", &t.src_tokenizer), ("--tgt-tokenizer", &t.tgt_tokenizer)] {
+    for (flag, path) in [
+        ("--tokenizer", &t.tokenizer),
+        ("--src-tokenizer", &t.src_tokenizer),
+        ("--tgt-tokenizer", &t.tgt_tokenizer),
+    ] {
         if let Some(p) = path {
             task_command.push(flag.into());
             task_command.push(slurm::absolute_file(p)?.display().to_string());

@@ -84,7 +84,8 @@ pub fn run(a: ExportArgs) -> Result<()> {
                 "checkpoint": dir.file_name().map(|n| n.to_string_lossy().into_owned()),
             });
             let text = serde_json::to_string_pretty(&config)? + "\n";
-            let meta = [("s2s_kind", export::kind_name(spec).to_string()), ("s2s_config", config.to_string())];
+            let meta =
+                [("s2s_kind", export::kind_name(spec).to_string()), ("s2s_config", config.to_string())];
             export::write_safetensors(&model, &a.out.join("model.safetensors"), &meta)?;
             let path = a.out.join("config.json");
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -122,7 +123,8 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
         let p = e?.path();
         if p.is_file() {
             let dest = to.join(p.file_name().expect("a file has a name"));
-            std::fs::copy(&p, &dest).with_context(|| format!("copying {} to {}", p.display(), dest.display()))?;
+            std::fs::copy(&p, &dest)
+                .with_context(|| format!("copying {} to {}", p.display(), dest.display()))?;
         }
     }
     Ok(())

@@ -18,7 +18,9 @@ fn shared(rel: &str) -> Option<PathBuf> {
 fn every_help_describes_a_real_command() {
     let top = s2s(&["--help"]);
     assert!(top.status.success());
-    for sub in [&["train"][..], &["translate"], &["score"], &["export"], &["data", "synth"], &["data", "stats"]] {
+    for sub in
+        [&["train"][..], &["translate"], &["score"], &["export"], &["data", "synth"], &["data", "stats"]]
+    {
         let mut args = sub.to_vec();
         args.push("--help");
         let o = s2s(&args);
@@ -2141,7 +2143,8 @@ fn python(script: &str, args: &[&str]) -> String {
 /// The Python block after `<!-- NAME -->` in docs/usage.md.
 fn docs_python(name: &str) -> String {
     let docs = std::fs::read_to_string(manifest_dir().join("../../docs/usage.md")).unwrap();
-    let at = docs.find(&format!("<!-- {name} -->")).unwrap_or_else(|| panic!("docs/usage.md has no {name} block"));
+    let at =
+        docs.find(&format!("<!-- {name} -->")).unwrap_or_else(|| panic!("docs/usage.md has no {name} block"));
     let rest = &docs[at..];
     let start = rest.find("```python\n").unwrap() + "```python\n".len();
     let end = rest[start..].find("```").unwrap();
@@ -2160,7 +2163,10 @@ fn safetensors_shapes(path: &std::path::Path) -> (Vec<(String, Vec<usize>)>, ser
             continue;
         }
         assert_eq!(t["dtype"], "F32", "{name}");
-        out.push((name.clone(), t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()));
+        out.push((
+            name.clone(),
+            t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect(),
+        ));
     }
     (out, header["__metadata__"].clone())
 }
@@ -2180,7 +2186,14 @@ fn export_writes_safetensors_of_every_kind() {
     for kind in ["lstm", "bahdanau", "luong", "transformer"] {
         let run = tiny_run(&format!("export-{kind}"), kind, "1");
         let out = run.parent().unwrap().join("safetensors");
-        let o = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", out.to_str().unwrap()]);
+        let o = s2s(&[
+            "export",
+            run.to_str().unwrap(),
+            "--format",
+            "safetensors",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{kind}: {}", text(&o.stderr));
         let (shapes, meta) = safetensors_shapes(&out.join("model.safetensors"));
         assert_eq!(meta["s2s_kind"], kind);
@@ -2221,18 +2234,39 @@ fn export_writes_safetensors_of_every_kind() {
         }
         if kind != "transformer" {
             let ct2 = run.parent().unwrap().join("ct2");
-            let o = s2s(&["export", run.to_str().unwrap(), "--format", "ctranslate2", "--out", ct2.to_str().unwrap()]);
+            let o = s2s(&[
+                "export",
+                run.to_str().unwrap(),
+                "--format",
+                "ctranslate2",
+                "--out",
+                ct2.to_str().unwrap(),
+            ]);
             assert!(!o.status.success());
             let err = text(&o.stderr);
             assert!(err.contains("CTranslate2 holds Transformers only") && err.contains(kind), "{err}");
             assert!(err.contains("--format safetensors"), "{err}");
             assert!(!ct2.exists(), "nothing is written");
         }
-        let again = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", out.to_str().unwrap()]);
+        let again = s2s(&[
+            "export",
+            run.to_str().unwrap(),
+            "--format",
+            "safetensors",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(!again.status.success());
         assert!(text(&again.stderr).contains("is not empty"), "{}", text(&again.stderr));
         let file = out.join("config.json");
-        let o = s2s(&["export", run.to_str().unwrap(), "--format", "safetensors", "--out", file.to_str().unwrap()]);
+        let o = s2s(&[
+            "export",
+            run.to_str().unwrap(),
+            "--format",
+            "safetensors",
+            "--out",
+            file.to_str().unwrap(),
+        ]);
         assert!(!o.status.success());
         assert!(text(&o.stderr).contains("a file, not a directory"), "{}", text(&o.stderr));
     }
@@ -2297,17 +2331,32 @@ for line in open(src, encoding="utf-8").read().splitlines():
 "#;
     let variants = [
         ("ct2-pre", "pre_norm = true", "joint = true", "400"),
-        ("ct2-post", "pre_norm = false\ntie_output = false\nshare_embeddings = false", "joint = false", "200"),
+        (
+            "ct2-post",
+            "pre_norm = false\ntie_output = false\nshare_embeddings = false",
+            "joint = false",
+            "200",
+        ),
     ];
     for (name, model, tokenizer, steps) in variants {
         let run = small_transformer(name, model, tokenizer, steps);
         let test = run.join("data/test.src");
         let input = std::fs::read_to_string(&test).unwrap();
-        let ours = s2s_stdin(&["translate", "--model", run.to_str().unwrap(), "--beam", "1", "--device", "cpu"], &input);
+        let ours = s2s_stdin(
+            &["translate", "--model", run.to_str().unwrap(), "--beam", "1", "--device", "cpu"],
+            &input,
+        );
         assert!(ours.status.success(), "{}", text(&ours.stderr));
         let ours = text(&ours.stdout);
         let out = run.parent().unwrap().join("ct2");
-        let o = s2s(&["export", run.to_str().unwrap(), "--format", "ctranslate2", "--out", out.to_str().unwrap()]);
+        let o = s2s(&[
+            "export",
+            run.to_str().unwrap(),
+            "--format",
+            "ctranslate2",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{}", text(&o.stderr));
         let vocabularies = if tokenizer == "joint = true" {
             vec!["shared_vocabulary.json"]
@@ -2330,7 +2379,9 @@ for line in open(src, encoding="utf-8").read().splitlines():
             a[differ[0]],
             b[differ[0]]
         );
-        for (q, compute) in [("int8", "int8"), ("int8_float16", "int8_float32"), ("float16", "float32"), ("int16", "float32")] {
+        for (q, compute) in
+            [("int8", "int8"), ("int8_float16", "int8_float32"), ("float16", "float32"), ("int16", "float32")]
+        {
             let qdir = run.parent().unwrap().join(format!("ct2-{q}"));
             let o = s2s(&[
                 "export",
@@ -2352,9 +2403,22 @@ for line in open(src, encoding="utf-8").read().splitlines():
         }
     }
     let out = tmp("ct2-int4").join("q");
-    let o = s2s(&["export", "no-run", "--format", "ctranslate2", "--quantization", "int4", "--out", out.to_str().unwrap()]);
+    let o = s2s(&[
+        "export",
+        "no-run",
+        "--format",
+        "ctranslate2",
+        "--quantization",
+        "int4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("--quantization") && text(&o.stderr).contains("int8_float16"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--quantization") && text(&o.stderr).contains("int8_float16"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 /// The quickstart's Transformer (pre-norm, its own source embedding, the target embedding tied
@@ -2514,12 +2578,16 @@ fn tensorboard_events_follow_the_metrics_through_a_resume() {
         assert_eq!(got, want, "{tag}");
     }
     assert_eq!(steps(&after, "train/grad_norm"), [2, 4, 6, 8]);
-    assert!(after.iter().filter(|(_, t, _)| t == "train/grad_norm").all(|(_, _, v)| v.is_finite() && *v > 0.0));
+    assert!(
+        after.iter().filter(|(_, t, _)| t == "train/grad_norm").all(|(_, _, v)| v.is_finite() && *v > 0.0)
+    );
     // Steps 2 and 4 come from the first run, unchanged.
     for (s, t, v) in before.iter().filter(|(s, _, _)| *s <= 4) {
         assert!(after.iter().any(|(s2, t2, v2)| s2 == s && t2 == t && v2 == v), "{t} at {s}");
     }
-    let Ok(()) = python_with(&["tensorboard"]).map_err(|why| eprintln!("skipped tensorboard's reader: {why}")) else {
+    let Ok(()) =
+        python_with(&["tensorboard"]).map_err(|why| eprintln!("skipped tensorboard's reader: {why}"))
+    else {
         return;
     };
     let script = r#"
@@ -2542,7 +2610,8 @@ print(json.dumps({"raw": raw, "accumulated": accumulated}))
         serde_json::from_str(&python(script, &[run.join("tensorboard").to_str().unwrap()])).unwrap();
     for source in ["raw", "accumulated"] {
         for (tag, _) in tags.iter().chain(&[("train/grad_norm", 0)]) {
-            let want: Vec<(i64, f32)> = after.iter().filter(|(_, t, _)| t == tag).map(|(s, _, v)| (*s, *v)).collect();
+            let want: Vec<(i64, f32)> =
+                after.iter().filter(|(_, t, _)| t == tag).map(|(s, _, v)| (*s, *v)).collect();
             let have: Vec<(i64, f32)> = got[source][tag]
                 .as_array()
                 .unwrap_or_else(|| panic!("{source}: no {tag}: {got}"))
@@ -2725,13 +2794,13 @@ fn int8_decoding_and_checkpoints_for_every_model_kind() {
         assert!(o.status.success(), "{kind}: {}", text(&o.stderr));
         let dir = run.join("checkpoints/int8");
         assert_eq!(text(&o.stdout).trim(), dir.to_str().unwrap());
-        let best: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(run.join("checkpoints/best.json")).unwrap(),
-        )
-        .unwrap();
-        let f32_bytes = std::fs::metadata(run.join("checkpoints").join(best["dir"].as_str().unwrap()).join("model.bpk"))
-            .unwrap()
-            .len();
+        let best: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("checkpoints/best.json")).unwrap())
+                .unwrap();
+        let f32_bytes =
+            std::fs::metadata(run.join("checkpoints").join(best["dir"].as_str().unwrap()).join("model.bpk"))
+                .unwrap()
+                .len();
         let q8 = dir.join("model.q8");
         let int8_bytes = std::fs::metadata(&q8).unwrap().len();
         // Tiny widths (16) pay a 4-byte scale per 16 values; wide models reach under 30 %.
@@ -2790,7 +2859,9 @@ fn experiment_tests_with_int8_products() {
         let metrics = std::fs::read_to_string(out.join("transformer/metrics.csv")).unwrap();
         let cols: Vec<String> = metrics
             .lines()
-            .map(|l| l.split(',').enumerate().filter(|(i, _)| [0, 3, 4, 5].contains(i)).map(|(_, c)| c).collect())
+            .map(|l| {
+                l.split(',').enumerate().filter(|(i, _)| [0, 3, 4, 5].contains(i)).map(|(_, c)| c).collect()
+            })
             .collect();
         models.push(cols);
     }
@@ -2809,7 +2880,17 @@ fn bench_decodes_with_int8_products() {
     let shapes = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/bench/launch-bound.json");
     let run = |q: &str| {
         let o = s2s(&[
-            "bench", "--device", "cpu", "--models", "transformer", "--shapes", shapes, "--steps", "1", "--quantize", q,
+            "bench",
+            "--device",
+            "cpu",
+            "--models",
+            "transformer",
+            "--shapes",
+            shapes,
+            "--steps",
+            "1",
+            "--quantize",
+            q,
             "--json",
         ]);
         assert!(o.status.success(), "{q}: {}", text(&o.stderr));
@@ -2821,6 +2902,7 @@ fn bench_decodes_with_int8_products() {
     assert!(err.contains("decoding products: int8 ("), "{err}");
     assert_eq!(f32_run["train_loss"], int8_run["train_loss"], "training stays f32");
     assert!(int8_run["beam5_sentences_per_s"].as_f64().unwrap() > 0.0);
-    let o = s2s(&["bench", "--device", "wgpu", "--models", "transformer", "--steps", "1", "--quantize", "int8"]);
+    let o =
+        s2s(&["bench", "--device", "wgpu", "--models", "transformer", "--steps", "1", "--quantize", "int8"]);
     assert!(!o.status.success() && text(&o.stderr).contains("CPU only"), "{}", text(&o.stderr));
 }

@@ -475,7 +475,8 @@ fn the_studio_serves_int8_products() {
         let studio = start(extra);
         let info = info(&studio.addr);
         let (src, reference) = example(&info, 6);
-        let (status, a) = post(&studio.addr, &json!({ "text": src, "reference": reference, "beam": 2, "alpha": 0.6 }));
+        let (status, a) =
+            post(&studio.addr, &json!({ "text": src, "reference": reference, "beam": 2, "alpha": 0.6 }));
         assert_eq!(status, 200, "{a}");
         a["results"]
             .as_array()

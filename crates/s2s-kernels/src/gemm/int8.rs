@@ -210,7 +210,14 @@ pub fn quantize_matrix(v: &[f32], rows: usize, cols: usize, per_column: bool) ->
 }
 
 /// [`quantize_matrix`]'s values back in f32 (`q · s`) into `out`.
-pub fn dequantize_matrix(q: &[i8], scale: &[f32], rows: usize, cols: usize, per_column: bool, out: &mut [f32]) {
+pub fn dequantize_matrix(
+    q: &[i8],
+    scale: &[f32],
+    rows: usize,
+    cols: usize,
+    per_column: bool,
+    out: &mut [f32],
+) {
     for r in 0..rows {
         for c in 0..cols {
             let s = if per_column { scale[c] } else { scale[r] };
@@ -319,7 +326,9 @@ impl PackedI8 {
         let blocks = rayon::current_num_threads().min(panels.div_ceil(VNNI_PANELS)).max(1);
         let per = panels.div_ceil(blocks).div_ceil(VNNI_PANELS) * VNNI_PANELS;
         let starts: Vec<usize> = (0..panels).step_by(per).collect();
-        starts.par_iter().for_each(|&p0| crate::cpu::fastmath::wide(|| f(p0, (p0 + per).min(panels), kernel)));
+        starts
+            .par_iter()
+            .for_each(|&p0| crate::cpu::fastmath::wide(|| f(p0, (p0 + per).min(panels), kernel)));
     }
 
     /// The int32 sums of rows `rows` against panels `panels`, handed to `sink` a register
@@ -378,8 +387,9 @@ impl Sink for ToF32<'_> {
         let cols = w.min(n - c0);
         for i in 0..nr {
             let row = r0 + i;
-            let base_row =
-                self.base.map(|b| if b.len() == n { &b[c0..c0 + cols] } else { &b[row * n + c0..row * n + c0 + cols] });
+            let base_row = self.base.map(|b| {
+                if b.len() == n { &b[c0..c0 + cols] } else { &b[row * n + c0..row * n + c0 + cols] }
+            });
             // SAFETY: each panel range writes only its own columns `c0..c0 + cols` of row
             // `row` of the `[m, n]` output, whose capacity outlives the products.
             unsafe {
@@ -694,7 +704,14 @@ pub fn reference_i32(qa: &QuantRows, q: &[i8], k: usize, n: usize) -> Vec<i32> {
 
 /// The reference product: `A W (+ base)` dequantised from [`reference_i32`] (`w`: `[k, n]`
 /// row-major f32), what [`PackedI8::product`] returns to the bit.
-pub fn reference_product(a: &[f32], m: usize, k: usize, w: &[f32], n: usize, base: Option<&[f32]>) -> Vec<f32> {
+pub fn reference_product(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    n: usize,
+    base: Option<&[f32]>,
+) -> Vec<f32> {
     let (q, scale) = quantize_columns(k, n, |i, j| w[i * n + j]);
     let qa = QuantRows::new(a, m, k, k);
     let acc = reference_i32(&qa, &q, k, n);
@@ -725,7 +742,8 @@ mod tests {
     fn every_kernel_equals_the_plain_int32_sums() {
         let kernels = kernel_for();
         eprintln!("int8 kernels: {kernels:?}");
-        for &(m, k, n) in &[(1, 3, 5), (7, 300, 37), (13, 512, 64), (64, 257, 16), (5, 1, 17), (9, 96, 130), (320, 64, 80)]
+        for &(m, k, n) in
+            &[(1, 3, 5), (7, 300, 37), (13, 512, 64), (64, 257, 16), (5, 1, 17), (9, 96, 130), (320, 64, 80)]
         {
             for extreme in [false, true] {
                 let (a, w) = if extreme {
