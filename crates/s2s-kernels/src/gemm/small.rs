@@ -277,67 +277,66 @@ fn split_columns(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, b_rs: usize
     out
 }
 
-/// Packed weights kept for decoding, least recently used first, and their size in bytes.
-static PACKED: Mutex<(Vec<(FlexTensor, Arc<PackedB>)>, usize)> = Mutex::new((Vec::new(), 0));
+/// Weights kept packed for decoding, least recently used first, each with its size in bytes,
+/// and the bytes they hold in all.
+type Kept<P> = Mutex<(Vec<(FlexTensor, Arc<P>, usize)>, usize)>;
 
-/// At most this many bytes of packed weights are kept (the largest, a `[512, 8000]` output
-/// layer, takes 16 MiB).
+/// f32 packed weights ([`packed`]).
+static PACKED: Kept<PackedB> = Mutex::new((Vec::new(), 0));
+
+/// int8 weights (`--quantize int8`, [`packed_i8`]).
+static PACKED_I8: Kept<PackedI8> = Mutex::new((Vec::new(), 0));
+
+/// At most this many bytes of packed weights are kept in each cache (the largest, a
+/// `[512, 8000]` output layer, takes 16 MiB in f32).
 const PACKED_BYTES: usize = 128 << 20;
 
-/// `w` packed for [`PackedB`], from the cache when the same tensor — the same storage, read
-/// the same way — was packed before. An entry holds a handle on the weight's storage, so the
-/// storage can neither be freed and reused for other data nor written in place (burn copies
-/// storage it does not own alone) while the entry lives: a hit is always the same values.
-/// Decoding multiplies the same few weights at every step; the `gemm` crate re-packs the whole
-/// weight on every call, which took 16 % of greedy decoding time.
-fn packed(w: &FlexTensor) -> Arc<PackedB> {
+/// `w` made ready by `build` (the ready form and its bytes), from `cache` when the same tensor —
+/// the same storage, read the same way — was before. An entry holds a handle on the weight's
+/// storage, so the storage can neither be freed and reused for other data nor written in place
+/// (burn copies storage it does not own alone) while the entry lives: a hit is always the same
+/// values. The least recently used entries go past [`PACKED_BYTES`].
+fn kept<P>(cache: &Kept<P>, w: &FlexTensor, build: impl FnOnce() -> (P, usize)) -> Arc<P> {
     let storage = w.data_arc();
     let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &storage) && a.layout() == w.layout();
-    let mut cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = cache.0.iter().position(|(t, _)| same(t)) {
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = cache.0.iter().position(|(t, _, _)| same(t)) {
         let entry = cache.0.remove(i);
         let p = entry.1.clone();
         cache.0.push(entry);
         return p;
     }
-    let [k, n] = w.layout().shape().dims::<2>();
-    let p = Arc::new(pack(w));
-    cache.1 += 4 * k * n;
-    cache.0.push((w.clone(), p.clone()));
+    let (p, bytes) = build();
+    let p = Arc::new(p);
+    cache.1 += bytes;
+    cache.0.push((w.clone(), p.clone(), bytes));
     while cache.1 > PACKED_BYTES && cache.0.len() > 1 {
-        let (t, _) = cache.0.remove(0);
-        let [k, n] = t.layout().shape().dims::<2>();
-        cache.1 -= 4 * k * n;
+        let (_, _, old) = cache.0.remove(0);
+        cache.1 -= old;
     }
     p
 }
 
-/// int8 weights kept for decoding (`--quantize int8`), least recently used first, and their
-/// size in bytes: [`packed`]'s cache for [`PackedI8`], each weight quantized and packed once.
-static PACKED_I8: Mutex<(Vec<(FlexTensor, Arc<PackedI8>)>, usize)> = Mutex::new((Vec::new(), 0));
+/// `w` packed for [`PackedB`], kept ([`kept`]). Decoding multiplies the same few weights at
+/// every step; the `gemm` crate re-packs the whole weight on every call, which took 16 % of
+/// greedy decoding time.
+fn packed(w: &FlexTensor) -> Arc<PackedB> {
+    kept(&PACKED, w, || {
+        let [k, n] = w.layout().shape().dims::<2>();
+        (pack(w), 4 * k * n)
+    })
+}
 
-/// `w` quantized to int8 per column and packed ([`PackedI8`]), from the cache when the same
-/// tensor was before (the same rules as [`packed`]).
+/// `w` quantized to int8 per column and packed ([`PackedI8`]), kept ([`kept`]): each weight
+/// quantized and packed once.
 fn packed_i8(w: &FlexTensor) -> Arc<PackedI8> {
-    let storage = w.data_arc();
-    let same = |a: &FlexTensor| Arc::ptr_eq(&a.data_arc(), &storage) && a.layout() == w.layout();
-    let mut cache = PACKED_I8.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = cache.0.iter().position(|(t, _)| same(t)) {
-        let entry = cache.0.remove(i);
-        let p = entry.1.clone();
-        cache.0.push(entry);
-        return p;
-    }
-    let [k, n] = w.layout().shape().dims::<2>();
-    let (data, rs, cs) = strided(w);
-    let p = Arc::new(PackedI8::new(k, n, |r, c| data[r * rs + c * cs]));
-    cache.1 += p.bytes();
-    cache.0.push((w.clone(), p.clone()));
-    while cache.1 > PACKED_BYTES && cache.0.len() > 1 {
-        let (_, old) = cache.0.remove(0);
-        cache.1 -= old.bytes();
-    }
-    p
+    kept(&PACKED_I8, w, || {
+        let [k, n] = w.layout().shape().dims::<2>();
+        let (data, rs, cs) = strided(w);
+        let p = PackedI8::new(k, n, |r, c| data[r * rs + c * cs]);
+        let bytes = p.bytes();
+        (p, bytes)
+    })
 }
 
 /// `x W` as a node of this module's extension: on flex the kernels above (`reuse`: `W` is a
@@ -641,7 +640,7 @@ mod tests {
             }
         }
         let cache = PACKED.lock().unwrap_or_else(|e| e.into_inner());
-        let ours = cache.0.iter().filter(|(t, _)| t.layout().shape().dims::<2>() == [k, n]);
+        let ours = cache.0.iter().filter(|(t, _, _)| t.layout().shape().dims::<2>() == [k, n]);
         assert_eq!(ours.count(), 2, "one packed entry per view, none per step");
     }
 }
