@@ -73,7 +73,7 @@ pub fn greedy_chunked<M: Incremental>(
     capture_attention: bool,
     chunk: usize,
 ) -> Vec<Hypothesis> {
-    greedy_forced(model, src, limit, capture_attention, chunk, &[])
+    greedy_chunked_prefixed(model, src, limit, capture_attention, chunk, &[])
 }
 
 /// [`greedy`] whose output for row `r` starts with `prefixes[r]` (CTranslate2's
@@ -89,7 +89,7 @@ pub fn greedy_prefixed<M: Incremental>(
     prefixes: &[Vec<u32>],
 ) -> Vec<Hypothesis> {
     let chunk = if s2s_kernels::ops::is_cpu(&src.ids.device()) { 1 } else { GPU_CHUNK };
-    greedy_forced(model, src, limit, capture_attention, chunk, prefixes)
+    greedy_chunked_prefixed(model, src, limit, capture_attention, chunk, prefixes)
 }
 
 /// The step's `(id, log p)` pairs `[n, 2]` with the rows that have a `forced` token taking it
@@ -108,17 +108,6 @@ fn force_rows(logits: Tensor<2>, forced: &[Option<u32>], device: &burn::tensor::
 /// [`greedy_prefixed`] with `chunk` steps on the device between read-backs, as
 /// [`greedy_chunked`].
 pub fn greedy_chunked_prefixed<M: Incremental>(
-    model: &M,
-    src: &Source,
-    limit: MaxLength,
-    capture_attention: bool,
-    chunk: usize,
-    prefixes: &[Vec<u32>],
-) -> Vec<Hypothesis> {
-    greedy_forced(model, src, limit, capture_attention, chunk, prefixes)
-}
-
-fn greedy_forced<M: Incremental>(
     model: &M,
     src: &Source,
     limit: MaxLength,
