@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes the SentencePiece fixtures of crates/s2s-data/tests/fixtures/spm/.
 
-Trains two small Unigram models with the `sentencepiece` package on the built-in pair's
+Trains small Unigram and BPE models with the `sentencepiece` package on the built-in pair's
 training split (source and target text together), then writes the lines the Rust test
 segments and what SentencePiece makes of them:
 
@@ -18,6 +18,11 @@ segments and what SentencePiece makes of them:
   extras.model        byte fallback, user-defined and control symbols, <pad> at 3, the
                       identity normaliser (no character map: a 6 KB file)
   extras-lines.txt, extras-pieces.txt   the same for 114 lines
+  bpe.model           a BPE model of 300 pieces, the identity normaliser (the character map is
+                      the Unigram fixture's), so unknown characters stay unknown; bpe-pieces.txt
+                      segments the lines of pair-lines.txt
+  bpe-extras.model    BPE with byte fallback, user-defined and control symbols, <pad> at 3;
+                      bpe-extras-pieces.txt segments the lines of extras-lines.txt
 
 Usage: scripts/make-spm-fixture.py [--data DIR]   (DIR: `s2s data synth --out DIR`; without
 it the script runs `target/release/s2s data synth` into a temporary directory).
@@ -53,20 +58,25 @@ EXTRA = [
 ]
 
 
-def write(name, model_args, text, lines):
-    """Trains OUT/NAME.model on `text` and writes NAME-lines.txt and NAME-pieces.txt."""
+def write(name, model_args, text, lines, model_type="unigram", lines_of=None):
+    """Trains OUT/NAME.model on `text` and writes NAME-lines.txt (or reuses LINES_OF-lines.txt)
+    and NAME-pieces.txt."""
     prefix = os.path.join(OUT, name)
     # The input by its bare name (the model records it), so that the same data give the same file.
     os.chdir(os.path.dirname(text))
     spm.SentencePieceTrainer.train(
-        input=os.path.basename(text), model_prefix=prefix, model_type="unigram", num_threads=1, minloglevel=2, **model_args
+        input=os.path.basename(text), model_prefix=prefix, model_type=model_type, num_threads=1, minloglevel=2, **model_args
     )
     os.remove(prefix + ".vocab")
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
     for line in lines:
         assert "\n" not in line and "\r" not in line
-    with open(prefix + "-lines.txt", "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(line + "\n" for line in lines))
+    if lines_of is None:
+        with open(prefix + "-lines.txt", "w", encoding="utf-8", newline="\n") as f:
+            f.write("".join(line + "\n" for line in lines))
+    else:
+        with open(os.path.join(OUT, lines_of + "-lines.txt"), encoding="utf-8") as f:
+            assert f.read() == "".join(line + "\n" for line in lines), lines_of
     with open(prefix + "-pieces.txt", "w", encoding="utf-8", newline="\n") as f:
         for line in lines:
             pieces = sp.encode(line, out_type=str)
@@ -100,20 +110,20 @@ def main():
         os.makedirs(OUT, exist_ok=True)
         # 256 pieces: the most this pair's small vocabulary allows.
         write("pair", {"vocab_size": 256}, text, lines + EXTRA)
-        write(
-            "extras",
-            {
-                "vocab_size": 400,
-                "hard_vocab_limit": False,
-                "byte_fallback": True,
-                "user_defined_symbols": ["<sep>", "dogs", "queen"],
-                "control_symbols": ["<mask>"],
-                "pad_id": 3,
-                "normalization_rule_name": "identity",
-            },
-            text,
-            lines[:100] + EXTRA + ["the dogs sing <sep> queens <mask> dogsdogs queenqueen"],
-        )
+        extras = {
+            "vocab_size": 400,
+            "hard_vocab_limit": False,
+            "byte_fallback": True,
+            "user_defined_symbols": ["<sep>", "dogs", "queen"],
+            "control_symbols": ["<mask>"],
+            "pad_id": 3,
+            "normalization_rule_name": "identity",
+        }
+        extra_lines = lines[:100] + EXTRA + ["the dogs sing <sep> queens <mask> dogsdogs queenqueen"]
+        write("extras", extras, text, extra_lines)
+        bpe = {"vocab_size": 300, "hard_vocab_limit": False, "normalization_rule_name": "identity"}
+        write("bpe", bpe, text, lines + EXTRA, model_type="bpe", lines_of="pair")
+        write("bpe-extras", extras, text, extra_lines, model_type="bpe", lines_of="extras")
 
 
 if __name__ == "__main__":

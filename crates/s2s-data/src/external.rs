@@ -1,5 +1,5 @@
 //! Tokenizers a user brings instead of learning one: a Hugging Face `tokenizer.json` (BPE,
-//! Unigram, WordPiece or WordLevel) or a SentencePiece `.model` (Unigram, [`crate::spm`]).
+//! Unigram, WordPiece or WordLevel) or a SentencePiece `.model` (Unigram or BPE, [`crate::spm`]).
 //!
 //! **Specials.** Inside the toolkit `<pad> <unk> <s> </s>` are ids 0–3 ([`crate::vocab`]):
 //! the batcher, the models and the searches rely on it. A brought tokenizer keeps its own ids

@@ -1,28 +1,38 @@
 //! SentencePiece `.model` files: a reader of the protobuf fields that segmentation needs, and
-//! the segmentation itself, as `spm_encode` does it for a Unigram model.
+//! the segmentation itself, as `spm_encode` does it for a Unigram or a BPE model.
 //!
 //! A `.model` file is a serialised `ModelProto` (sentencepiece_model.proto). Read here: the
 //! pieces (text, score, type), `trainer_spec`'s model type, byte fallback, whitespace placement
 //! and special-token ids and names, and `normalizer_spec` (its precompiled character map and
 //! the three whitespace flags). Everything else is skipped, as protobuf allows.
 //!
-//! Encoding follows SentencePiece's `Normalizer::Normalize` and Unigram Viterbi search:
+//! Encoding follows SentencePiece's `Normalizer::Normalize` and its Unigram Viterbi search or
+//! BPE merges:
 //! 1. **Normalise**: at each position, a user-defined piece that starts there is kept as it is;
 //!    else the longest rule of the precompiled character map that matches is applied; else the
 //!    character is kept. Leading whitespace is dropped, runs of spaces collapse to one, trailing
 //!    ones are dropped (`remove_extra_whitespaces`), `▁` is put in front
 //!    (`add_dummy_prefix`) and every space becomes `▁` (`escape_whitespaces`).
-//! 2. **Segment**: the best-scoring segmentation of the normalised text into normal and
-//!    user-defined pieces (the `tokenizers` crate's Unigram search, a port of SentencePiece's);
-//!    a user-defined piece scores `bytes · max_score − 0.1` as in SentencePiece, so it always
-//!    wins; control, unknown, unused and byte pieces are never matched in text. A character no
-//!    piece covers is unknown, a run of them one `<unk>`, or, with `byte_fallback`, its UTF-8
-//!    bytes as `<0xXX>` pieces.
+//! 2. **Segment** (Unigram): the best-scoring segmentation of the normalised text into normal
+//!    and user-defined pieces (the `tokenizers` crate's Unigram search, a port of
+//!    SentencePiece's); a user-defined piece scores `bytes · max_score − 0.1` as in
+//!    SentencePiece, so it always wins; control, unknown, unused and byte pieces are never
+//!    matched in text.
+//!
+//!    **Segment** (BPE, `bpe_model.cc`): the text is cut into characters (a user-defined piece
+//!    that starts at a position is one symbol, never merged); then, as long as some pair of
+//!    neighbouring symbols spells a normal, user-defined or unused piece, the pair whose piece
+//!    scores highest (the leftmost among equals) becomes one symbol. A symbol that ends as an
+//!    unused piece is split back into the two it was merged from.
+//!
+//!    Either way a character no piece covers is unknown, a run of them one `<unk>`, or, with
+//!    `byte_fallback`, its UTF-8 bytes as `<0xXX>` pieces.
 //!
 //! Decoding concatenates the pieces (byte pieces as bytes, control and unknown ones dropped),
 //! turns `▁` back into spaces and drops the dummy prefix's.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
 
 use tokenizers::Model;
@@ -341,15 +351,23 @@ impl Charsmap {
     }
 }
 
-/// A SentencePiece Unigram model ready to encode and decode.
+/// How a model cuts normalised text into pieces.
+#[derive(Clone)]
+enum Search {
+    /// The search over normal and user-defined pieces; other pieces hold names no text has.
+    Unigram(Box<Unigram>),
+    /// Normal, user-defined and unused pieces by their text: the pieces a merge may make.
+    Bpe(HashMap<String, u32>),
+}
+
+/// A SentencePiece Unigram or BPE model ready to encode and decode.
 #[derive(Clone)]
 pub struct SentencePiece {
     proto: ModelProto,
     charsmap: Option<Charsmap>,
     /// User-defined pieces, longest first (they pass through normalisation unchanged).
     user_defined: Vec<String>,
-    /// The search over normal and user-defined pieces; other pieces hold names no text has.
-    unigram: Unigram,
+    search: Search,
     /// `<0xXX>` → id, for byte fallback.
     bytes: HashMap<u8, u32>,
     unk: u32,
@@ -385,15 +403,14 @@ impl SentencePiece {
             return Err("the model has no pieces: not a SentencePiece model".into());
         }
         let kind = match proto.trainer.model_type {
-            1 => None,
-            2 => Some("BPE"),
+            1 | 2 => None,
             3 => Some("word"),
             4 => Some("char"),
             _ => Some("an unknown"),
         };
         if let Some(kind) = kind {
             return Err(format!(
-                "a SentencePiece {kind} model: only Unigram models (spm_train's default) are read; train a Unigram model or convert it to a tokenizer.json"
+                "a SentencePiece {kind} model: only Unigram (spm_train's default) and BPE models are read; train one of those or convert it to a tokenizer.json"
             ));
         }
         if proto.trainer.treat_whitespace_as_suffix {
@@ -439,10 +456,22 @@ impl SentencePiece {
             })
             .collect();
         user_defined.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        let mut unigram = Unigram::from(vocab, Some(unk), false).map_err(|e| e.to_string())?;
-        // SentencePiece's unknown score is the lowest normal piece's minus 10.
-        unigram.min_score = f64::from(if min_score == f32::MAX { 0.0 } else { min_score });
-        Ok(Self { proto, charsmap, user_defined, unigram, bytes, unk: unk as u32 })
+        let search = if proto.trainer.model_type == 2 {
+            let mergeable =
+                |k: PieceType| matches!(k, PieceType::Normal | PieceType::UserDefined | PieceType::Unused);
+            let mut pieces = HashMap::new();
+            for (i, p) in proto.pieces.iter().enumerate().filter(|(_, p)| mergeable(p.kind)) {
+                // The first of two pieces with one text wins (SentencePiece refuses such files).
+                pieces.entry(p.piece.clone()).or_insert(i as u32);
+            }
+            Search::Bpe(pieces)
+        } else {
+            let mut unigram = Unigram::from(vocab, Some(unk), false).map_err(|e| e.to_string())?;
+            // SentencePiece's unknown score is the lowest normal piece's minus 10.
+            unigram.min_score = f64::from(if min_score == f32::MAX { 0.0 } else { min_score });
+            Search::Unigram(Box::new(unigram))
+        };
+        Ok(Self { proto, charsmap, user_defined, search, bytes, unk: unk as u32 })
     }
 
     /// The parsed model.
@@ -536,22 +565,148 @@ impl SentencePiece {
         if normalized.is_empty() {
             return Vec::new();
         }
-        // The search cannot fail with an unknown piece present; an error would be a bug there,
-        // so fall back to one unknown piece rather than panic on user input.
-        let tokens = self.unigram.tokenize(&normalized).unwrap_or_default();
+        let tokens: Vec<(u32, String)> = match &self.search {
+            // The search cannot fail with an unknown piece present; an error would be a bug
+            // there, so fall back to one unknown piece rather than panic on user input.
+            Search::Unigram(u) => {
+                u.tokenize(&normalized).unwrap_or_default().into_iter().map(|t| (t.id, t.value)).collect()
+            }
+            Search::Bpe(pieces) => self.bpe(pieces, &normalized),
+        };
         if tokens.is_empty() {
             return vec![(self.unk, normalized)];
         }
-        let mut out = Vec::with_capacity(tokens.len());
-        for t in tokens {
-            if t.id == self.unk && self.proto.trainer.byte_fallback {
-                let ids: Option<Vec<u32>> = t.value.bytes().map(|b| self.bytes.get(&b).copied()).collect();
+        let mut out: Vec<(u32, String)> = Vec::with_capacity(tokens.len());
+        for (id, value) in tokens {
+            if id == self.unk && self.proto.trainer.byte_fallback {
+                let ids: Option<Vec<u32>> = value.bytes().map(|b| self.bytes.get(&b).copied()).collect();
                 if let Some(ids) = ids {
                     out.extend(ids.into_iter().map(|id| (id, self.proto.pieces[id as usize].piece.clone())));
                     continue;
                 }
             }
-            out.push((t.id, t.value));
+            // A run of unknown characters is one unknown piece, as SentencePiece prints it.
+            match out.last_mut() {
+                Some((last, text)) if id == self.unk && *last == self.unk => text.push_str(&value),
+                _ => out.push((id, value)),
+            }
+        }
+        out
+    }
+
+    /// SentencePiece's BPE segmentation of normalised text (`bpe_model.cc`, `Model::Encode`):
+    /// pieces with their ids, `unk` for a symbol no piece spells.
+    fn bpe(&self, pieces: &HashMap<String, u32>, text: &str) -> Vec<(u32, String)> {
+        /// A symbol: `text[start..end]`, its neighbours in the list, and whether it may merge.
+        struct Symbol {
+            start: usize,
+            end: usize,
+            prev: Option<usize>,
+            next: Option<usize>,
+            frozen: bool,
+        }
+        /// Two neighbouring symbols whose concatenation is a piece of this score and length.
+        struct Pair {
+            score: f32,
+            left: usize,
+            right: usize,
+            len: usize,
+        }
+        impl PartialEq for Pair {
+            fn eq(&self, o: &Self) -> bool {
+                self.cmp(o) == Ordering::Equal
+            }
+        }
+        impl Eq for Pair {}
+        impl PartialOrd for Pair {
+            fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+                Some(self.cmp(o))
+            }
+        }
+        impl Ord for Pair {
+            /// The highest score first; among equal scores the leftmost.
+            fn cmp(&self, o: &Self) -> Ordering {
+                self.score.total_cmp(&o.score).then(o.left.cmp(&self.left))
+            }
+        }
+        let mut symbols = Vec::new();
+        let mut pos = 0;
+        while pos < text.len() {
+            let rest = &text[pos..];
+            let (len, frozen) = match self.user_defined.iter().find(|u| rest.starts_with(u.as_str())) {
+                Some(u) => (u.len(), true),
+                None => (rest.chars().next().map_or(1, char::len_utf8), false),
+            };
+            let i = symbols.len();
+            symbols.push(Symbol {
+                start: pos,
+                end: pos + len,
+                prev: i.checked_sub(1),
+                next: (pos + len < text.len()).then_some(i + 1),
+                frozen,
+            });
+            pos += len;
+        }
+        // Unused pieces a merge made: piece → the two texts it was made of.
+        let mut unmerge: HashMap<&str, (&str, &str)> = HashMap::new();
+        let mut agenda = BinaryHeap::new();
+        let mut offer =
+            |symbols: &[Symbol], agenda: &mut BinaryHeap<Pair>, l: Option<usize>, r: Option<usize>| {
+                let (Some(l), Some(r)) = (l, r) else { return };
+                let (a, b) = (&symbols[l], &symbols[r]);
+                if a.frozen || b.frozen {
+                    return;
+                }
+                let piece = &text[a.start..b.end];
+                let Some(&id) = pieces.get(piece) else { return };
+                let p = &self.proto.pieces[id as usize];
+                if p.kind == PieceType::Unused {
+                    unmerge.insert(piece, (&text[a.start..a.end], &text[b.start..b.end]));
+                }
+                agenda.push(Pair { score: p.score, left: l, right: r, len: piece.len() });
+            };
+        for i in 1..symbols.len() {
+            offer(&symbols, &mut agenda, Some(i - 1), Some(i));
+        }
+        while let Some(top) = agenda.pop() {
+            let (l, r) = (&symbols[top.left], &symbols[top.right]);
+            // Stale: one side has merged with something else since the pair was offered.
+            if l.start == l.end || r.start == r.end || l.next != Some(top.right) || r.end - l.start != top.len
+            {
+                continue;
+            }
+            let (end, next) = (r.end, r.next);
+            symbols[top.left].end = end;
+            symbols[top.left].next = next;
+            if let Some(n) = next {
+                symbols[n].prev = Some(top.left);
+            }
+            symbols[top.right].end = symbols[top.right].start;
+            let prev = symbols[top.left].prev;
+            offer(&symbols, &mut agenda, prev, Some(top.left));
+            offer(&symbols, &mut agenda, Some(top.left), next);
+        }
+        let mut out = Vec::new();
+        fn emit<'t>(
+            w: &'t str,
+            pieces: &HashMap<String, u32>,
+            unmerge: &HashMap<&'t str, (&'t str, &'t str)>,
+            unk: u32,
+            out: &mut Vec<(u32, String)>,
+        ) {
+            match (pieces.get(w), unmerge.get(w)) {
+                (Some(_), Some(&(a, b))) => {
+                    emit(a, pieces, unmerge, unk, out);
+                    emit(b, pieces, unmerge, unk, out);
+                }
+                (Some(&id), None) => out.push((id, w.to_string())),
+                (None, _) => out.push((unk, w.to_string())),
+            }
+        }
+        let mut at = (!symbols.is_empty()).then_some(0);
+        while let Some(i) = at {
+            emit(&text[symbols[i].start..symbols[i].end], pieces, &unmerge, self.unk, &mut out);
+            at = symbols[i].next;
         }
         out
     }
@@ -675,8 +830,8 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_encode_and_never_panics_on_garbage() {
-        let bpe = SentencePiece::from_bytes(&model(&pieces(), &[(3, 2)])).unwrap_err();
-        assert!(bpe.contains("BPE"), "{bpe}");
+        let word = SentencePiece::from_bytes(&model(&pieces(), &[(3, 3)])).unwrap_err();
+        assert!(word.contains("word model"), "{word}");
         assert!(SentencePiece::from_bytes(b"{\"model\": 1}").is_err());
         let mut empty = pieces();
         empty.push(("", 0.0, 4));
@@ -686,5 +841,35 @@ mod tests {
         for n in 0..bytes.len() {
             let _ = SentencePiece::from_bytes(&bytes[..n]);
         }
+    }
+
+    #[test]
+    fn bpe_merges_the_best_pair_first_the_leftmost_among_equals_and_splits_unused_pieces() {
+        let base = [
+            ("<unk>", 0.0, 2),
+            ("<s>", 0.0, 3),
+            ("▁", -1.0, 1),
+            ("x", -2.0, 1),
+            ("y", -2.0, 1),
+            ("z", -2.0, 1),
+        ];
+        let bpe = |extra: &[(&'static str, f32, u64)]| {
+            let p: Vec<_> = base.iter().chain(extra).copied().collect();
+            SentencePiece::from_bytes(&model(&p, &[(3, 2)])).unwrap()
+        };
+        let pieces =
+            |sp: &SentencePiece, t: &str| sp.encode_pieces(t).into_iter().map(|(_, p)| p).collect::<Vec<_>>();
+        let equal = bpe(&[("xy", -1.0, 1), ("yz", -1.0, 1)]);
+        assert_eq!(pieces(&equal, "xyz"), ["▁", "xy", "z"]);
+        let better = bpe(&[("xy", -1.0, 1), ("yz", -0.5, 1)]);
+        assert_eq!(pieces(&better, "xyz"), ["▁", "x", "yz"]);
+        // An unused piece is merged through, then split back where nothing bigger took it.
+        assert_eq!(pieces(&bpe(&[("xy", -0.5, 5), ("▁xy", -0.6, 1)]), "xy"), ["▁xy"]);
+        assert_eq!(pieces(&bpe(&[("xy", -0.5, 5)]), "xy"), ["▁", "x", "y"]);
+        // A run of unknown characters is one unknown piece; a control piece is never made.
+        assert_eq!(pieces(&equal, "qq xy"), ["▁", "qq", "▁", "xy"]);
+        assert_eq!(equal.encode("qq xy"), [2, 0, 2, 6]);
+        assert_eq!(pieces(&bpe(&[("<s", -0.1, 1)]), "<s>"), ["▁", "<s", ">"]);
+        assert_eq!(equal.decode(&equal.encode("xyz  xy")), "xyz xy");
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! The fixtures (`tests/fixtures/spm/`) are made by `scripts/make-spm-fixture.py` with the
 //! `sentencepiece` package: two Unigram models trained on the built-in pair (`pair`: the
-//! defaults; `extras`: byte fallback, user-defined and control symbols), lines (1,013 for
-//! `pair`), and the pieces SentencePiece gives each line.
+//! defaults; `extras`: byte fallback, user-defined and control symbols) and two BPE models
+//! (`bpe`, `bpe-extras`), lines (1,013 for `pair` and `bpe`), and the pieces SentencePiece gives
+//! each line.
 
 use std::path::{Path, PathBuf};
 
@@ -27,13 +28,13 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-/// Segments `NAME-lines.txt` with `NAME.model` and checks every line's pieces against
+/// Segments `LINES-lines.txt` with `NAME.model` and checks every line's pieces against
 /// `NAME-pieces.txt`; returns the lines and how many pieces were unknown.
-fn segments_as_spm_encode(name: &str) -> (Vec<String>, usize) {
+fn segments_as_spm_encode(name: &str, lines_of: &str) -> (Vec<String>, usize) {
     let model = fixture(&format!("{name}.model"));
     let sp = SentencePiece::from_file(&model).unwrap();
     let tok = Tokenizer::from_file(&model).unwrap();
-    let (inputs, expected) = (lines(&format!("{name}-lines.txt")), lines(&format!("{name}-pieces.txt")));
+    let (inputs, expected) = (lines(&format!("{lines_of}-lines.txt")), lines(&format!("{name}-pieces.txt")));
     assert_eq!(inputs.len(), expected.len());
     let mut unknown = 0;
     for (i, (line, want)) in inputs.iter().zip(&expected).enumerate() {
@@ -58,7 +59,7 @@ fn segments_as_spm_encode(name: &str) -> (Vec<String>, usize) {
 
 #[test]
 fn a_sentencepiece_model_segments_every_line_as_spm_encode_does() {
-    let (lines, unknown) = segments_as_spm_encode("pair");
+    let (lines, unknown) = segments_as_spm_encode("pair", "pair");
     assert!(lines.len() >= 1000, "{} lines", lines.len());
     assert!(unknown > 0, "the fixture's extra lines hold characters the model never saw");
 }
@@ -67,13 +68,46 @@ fn a_sentencepiece_model_segments_every_line_as_spm_encode_does() {
 /// fallback (no unknown piece at all), `<pad>` at 3 and no character map.
 #[test]
 fn user_defined_control_and_byte_pieces_segment_as_spm_encode_does() {
-    let (lines, unknown) = segments_as_spm_encode("extras");
+    let (lines, unknown) = segments_as_spm_encode("extras", "extras");
     assert_eq!(unknown, 0, "byte fallback leaves nothing unknown");
     let tok = Tokenizer::from_file(&fixture("extras.model")).unwrap();
     let sp = SentencePiece::from_file(&fixture("extras.model")).unwrap();
     assert_eq!(tok.vocab_size(), sp.len(), "its own <pad> is used");
     // Every character comes back (as bytes where no piece has it); spaces are collapsed (and
     // a `▁` in the text is one, as in SentencePiece and in our own normalisation).
+    for line in lines.iter().filter(|l| !l.contains('▁')) {
+        let spaced: Vec<&str> = line.split(' ').filter(|w| !w.is_empty()).collect();
+        assert_eq!(tok.decode(&tok.encode(line)), spaced.join(" "), "{line:?}");
+    }
+}
+
+/// A BPE model: merges by score, not the Unigram search; unknown characters stay unknown (no
+/// byte fallback, and the identity normaliser keeps the full-width and other odd characters).
+#[test]
+fn a_sentencepiece_bpe_model_segments_every_line_as_spm_encode_does() {
+    let (lines, unknown) = segments_as_spm_encode("bpe", "pair");
+    assert!(lines.len() >= 1000, "{} lines", lines.len());
+    assert!(unknown > 0, "the fixture's extra lines hold characters the model never saw");
+    // Not what the Unigram model of the same text makes of it: the merges are tested.
+    let (bpe, uni) = (
+        SentencePiece::from_file(&fixture("bpe.model")).unwrap(),
+        SentencePiece::from_file(&fixture("pair.model")).unwrap(),
+    );
+    assert_eq!(bpe.proto().trainer.model_type, 2);
+    let differ = lines.iter().filter(|l| {
+        let pieces = |sp: &SentencePiece| sp.encode_pieces(l).into_iter().map(|(_, p)| p).collect::<Vec<_>>();
+        pieces(&bpe) != pieces(&uni)
+    });
+    assert!(differ.count() > 100);
+}
+
+/// BPE with user-defined symbols (never merged with their neighbours), a control symbol and
+/// byte fallback.
+#[test]
+fn bpe_with_user_defined_control_and_byte_pieces_segments_as_spm_encode_does() {
+    let (lines, unknown) = segments_as_spm_encode("bpe-extras", "extras");
+    assert_eq!(unknown, 0, "byte fallback leaves nothing unknown");
+    let tok = Tokenizer::from_file(&fixture("bpe-extras.model")).unwrap();
     for line in lines.iter().filter(|l| !l.contains('▁')) {
         let spaced: Vec<&str> = line.split(' ').filter(|w| !w.is_empty()).collect();
         assert_eq!(tok.decode(&tok.encode(line)), spaced.join(" "), "{line:?}");
