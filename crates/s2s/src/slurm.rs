@@ -237,8 +237,8 @@ pub fn task_script(plan: &Plan, a: &SlurmArgs) -> String {
         s += &format!("exec >>{}/slurm/\"$name\".log 2>&1\n", sh(&root));
     }
     s += "echo \"== slurm job ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} on $(hostname) at $(date -u +%FT%TZ)\"\n";
-    s += "# As many threads as CPUs granted: a local run with the same RAYON_NUM_THREADS writes the\n\
-          # same bytes (the weights do not depend on the count; an RNN's perplexity, in its last digits, does).\n";
+    s += "# As many threads as CPUs granted (the results do not depend on the count: a local run\n\
+          # with any RAYON_NUM_THREADS writes the same bytes).\n";
     s += "export RAYON_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n";
     let cmd: Vec<String> =
         plan.task_command.iter().map(|w| if w == "$name" { "\"$name\"".into() } else { sh(w) }).collect();

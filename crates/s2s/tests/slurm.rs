@@ -202,8 +202,8 @@ fn slurm_dry_run_prints_the_scripts_and_needs_no_slurm() {
 
 /// The quickstart grid at 40 steps through Slurm, one task per run on one CPU each; cancelled
 /// (`s2s experiment cancel`) once a run has validated, then resubmitted: every run's metrics and
-/// test hypotheses equal those of the same grid trained here (`experiment run`, one thread), to
-/// the byte. A third submission finds nothing to do.
+/// test hypotheses equal those of the same grid trained here (`experiment run`, two threads:
+/// the thread count changes no byte), to the byte. A third submission finds nothing to do.
 #[test]
 fn slurm_grid_equals_the_local_grid_after_a_cancel() {
     if !slurm_or_skip() {
@@ -223,7 +223,7 @@ fn slurm_grid_equals_the_local_grid_after_a_cancel() {
             "cpu",
             "--quiet",
         ],
-        &[("RAYON_NUM_THREADS", "1")],
+        &[("RAYON_NUM_THREADS", "2")],
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let cluster = dir.join("cluster");

@@ -29,7 +29,9 @@
 //! - **Threads.** The hidden units are cut into one group per thread, each holding all four
 //!   gates of a contiguous range of units, so a step is one product per thread (`gemm` runs a
 //!   64-row product at single-thread speed); the threads run in lockstep, each waiting only
-//!   for the buffers it reads and multiplying its own state first ([`crate::lstm::lockstep`]). Both
+//!   for the buffers it reads ([`crate::lstm::lockstep`]) and gathering them (its own first)
+//!   into the whole state, which it multiplies in one product for its own columns: a sum of
+//!   per-group products would round by where the groups are cut, so by the thread count. Both
 //!   directions double-buffer what crosses threads (`h` forward, `∂gates` backward). The
 //!   groups are static: sharing a step's units in chunks that the threads take as they go cut
 //!   the waits but made the gate pass slower on short rows, and sharing only the products gave
@@ -250,50 +252,32 @@ fn unit_groups(hidden: usize, threads: usize) -> Vec<Range<usize>> {
     (0..g).map(|i| i * hidden / g..(i + 1) * hidden / g).collect()
 }
 
-/// `W_h` packed for group `i`'s forward pass: `[j]` multiplies the state of group `j` (rows
-/// `U_j` of `W_h`) into the four gates of group `i` (columns `g·hidden + u`, `g` ∈ 0..4, `u` ∈
-/// `U_i`), so group `i`'s gates are `Σ_j h[:, U_j] · packed[j]`, laid out `[i f g o]` over
-/// `U_i`. Each lockstep worker packs its own group's as it starts, instead of a fork onto
-/// rayon's pool (whose threads had to be woken) before the workers start.
-fn pack_forward(w: &[f32], h: usize, groups: &[Range<usize>], i: usize) -> Vec<PackedB> {
-    let ui = &groups[i];
+/// `W_h` packed for group `i`'s forward pass: the whole state (`hidden` rows, in unit order)
+/// into the four gates of group `i` (columns `g·hidden + u`, `g` ∈ 0..4, `u` ∈ `U_i`), laid
+/// out `[i f g o]` over `U_i`: group `i`'s gates are `h · packed`, one product over every unit
+/// of `h`, so each gate sums in the order it does with one group, whatever the groups (a sum
+/// of per-group products would round by where the groups are cut, i.e. by the thread count).
+/// Each lockstep worker packs its own group's as it starts, instead of a fork onto rayon's
+/// pool (whose threads had to be woken) before the workers start.
+fn pack_forward(w: &[f32], h: usize, ui: &Range<usize>) -> PackedB {
     let n = ui.len();
-    groups
-        .iter()
-        .map(|uj| {
-            PackedB::from_rows(uj.len(), 4 * n, |r, row| {
-                let src = &w[(uj.start + r) * 4 * h..(uj.start + r + 1) * 4 * h];
-                for (g, dst) in row.chunks_exact_mut(n).enumerate() {
-                    dst.copy_from_slice(&src[g * h + ui.start..g * h + ui.end]);
-                }
-            })
-        })
-        .collect()
+    PackedB::from_rows(h, 4 * n, |r, row| {
+        let src = &w[r * 4 * h..(r + 1) * 4 * h];
+        for (g, dst) in row.chunks_exact_mut(n).enumerate() {
+            dst.copy_from_slice(&src[g * h + ui.start..g * h + ui.end]);
+        }
+    })
 }
 
-/// `W_hᵀ` packed for group `i`'s backward pass: `[j]` multiplies group `j`'s gate gradients
-/// (`[batch, 4·|U_j|]`, laid out as [`pack_forward`]) into `∂h[:, U_i]`.
-fn pack_backward(w: &[f32], h: usize, groups: &[Range<usize>], i: usize) -> Vec<PackedB> {
-    let ui = &groups[i];
-    groups
-        .iter()
-        .map(|uj| {
-            let (n, m) = (uj.len(), ui.len());
-            // Row `r` of the packed matrix is column `(r / n)·hidden + U_j[r % n]` of `W_h`: a
-            // block of rows is a run of columns (cut where a gate ends), read along each of
-            // `W_h`'s rows `U_i` and written down the block's columns.
-            PackedB::from_row_blocks(4 * n, m, |rows, block| {
-                let mut r = rows.start;
-                while r < rows.end {
-                    let run = (n - r % n).min(rows.end - r);
-                    let col = (r / n) * h + uj.start + r % n;
-                    let at = (r - rows.start) * m;
-                    transpose(&w[ui.start * 4 * h..], 4 * h, col, m, run, &mut block[at..], m);
-                    r += run;
-                }
-            })
-        })
-        .collect()
+/// `W_hᵀ` packed for group `i`'s backward pass: every gate gradient (`4·hidden` rows, `[i f g
+/// o]` over all units, as `∂gates` is laid out) into `∂h[:, U_i]`, one product (see
+/// [`pack_forward`]). Row `r` of the packed matrix is column `r` of `W_h`, read along `W_h`'s
+/// rows `U_i`.
+fn pack_backward(w: &[f32], h: usize, ui: &Range<usize>) -> PackedB {
+    let m = ui.len();
+    PackedB::from_row_blocks(4 * h, m, |rows, block| {
+        transpose(&w[ui.start * 4 * h..], 4 * h, rows.start, m, rows.len(), block, m);
+    })
 }
 
 /// Copies a group's `[rows, |U|]` block into columns `U` of a `[rows, hidden]` matrix (what
@@ -457,7 +441,8 @@ struct ForwardGroup {
     s_c: Unzeroed,
 }
 
-/// Runs the layer: per step and group of units one product `h_{t−1} W_h[:, gates of U]`
+/// Runs the layer: per step and group of units one product `h_{t−1} W_h[:, gates of U]` (the
+/// whole `h_{t−1}`)
 /// ([`PackedB`], `W_h` packed once per call) and the fused gate math on the rows with a real
 /// token (padded rows keep their state and output 0); each group runs on a thread of its own
 /// for the whole layer, and takes the other groups' `h_{t−1}` as they are published
@@ -536,12 +521,14 @@ unsafe fn forward_worker(l: &Layer, f: &ForwardBuffers, w: &[f32], i: usize, pro
     // SAFETY: only worker `i` touches group `i`'s state.
     let g = unsafe { f.states[i].get_mut() };
     let n = g.units.len();
-    let packed = pack_forward(w, l.hidden, &f.groups, i);
+    let packed = pack_forward(w, l.hidden, &f.groups[i]);
     let zeros = vec![0f32; 4 * n];
+    // The whole `h_{t−1}`, gathered from the groups' buffers (with one group, its own).
+    let mut state = vec![0f32; if f.groups.len() > 1 { b_n * l.hidden } else { 0 }];
     for (s, &t) in f.steps.iter().enumerate() {
         let (cur, next) = (s % 2, (s + 1) % 2);
         // SAFETY: worker `i` in its step `s` (this function's contract).
-        unsafe { forward_product(&packed, &f.h_bufs, b_n, g, i, s, progress) };
+        unsafe { forward_product(&packed, &f.h_bufs, &f.groups, b_n, g, &mut state, i, s, progress) };
         let h_prev = unsafe { f.h_bufs[i][cur].get() };
         // SAFETY: the other workers read it in step `s − 1`, done before their writes of
         // that step, which this worker waited for; they read it again only after this
@@ -559,35 +546,45 @@ unsafe fn forward_worker(l: &Layer, f: &ForwardBuffers, w: &[f32], i: usize, pro
     stream_fence();
 }
 
-/// Group `i`'s pre-activation gates of step `s` without `x W_x`, `Σ_j h_{t−1}[:, U_j] ·
-/// packed[j]`, into `g.gates`: its own state first, then each other group's as published.
+/// Group `i`'s pre-activation gates of step `s` without `x W_x`, `h_{t−1} · packed`, into
+/// `g.gates`: every group's state gathered into `state` (its own first, then each other
+/// group's as published), then one product over all of it, as with one group.
 ///
 /// # Safety
 /// Called by worker `i` of [`forward_worker`]'s [`lockstep::run`] in its step `s`, before
 /// it writes `h_bufs[i][(s + 1) % 2]`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn forward_product(
-    packed: &[PackedB],
+    packed: &PackedB,
     h_bufs: &[[Slot<Vec<f32>>; 2]],
+    groups: &[Range<usize>],
     b_n: usize,
     g: &mut ForwardGroup,
+    state: &mut [f32],
     i: usize,
     s: usize,
     progress: &Progress,
 ) {
     let (cur, n) = (s % 2, g.units.len());
-    // The product with this worker's own state first (it wrote it), then, as each
-    // other worker's is published, with theirs.
-    for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
-        if first > 0 && s > 0 {
+    if groups.len() == 1 {
+        // SAFETY: this worker's own buffer, written by it in step `s − 1`.
+        let h = unsafe { h_bufs[0][cur].get() };
+        step_product(packed, h, b_n, &mut g.gates, 4 * n, false, 1);
+        return;
+    }
+    // Every group's state (this worker's own first: it wrote it), each as it is published,
+    // into the whole `h_{t−1}`; then one product over it.
+    for j in std::iter::once(i).chain(progress.others(i)) {
+        if j != i && s > 0 {
             progress.wait_published(j, s - 1);
         }
-        let p = &packed[j];
         // SAFETY: worker `j` wrote `h_bufs[j][cur]` in step `s − 1` and writes it next
         // in step `s + 1`, after waiting for this worker's step `s` (`lstm::lockstep`).
         let h = unsafe { h_bufs[j][cur].get() };
-        step_product(p, h, b_n, &mut g.gates, 4 * n, first > 0, packed.len());
+        scatter(state, packed.k(), &groups[j], h);
     }
+    step_product(packed, state, b_n, &mut g.gates, 4 * n, false, groups.len());
 }
 
 /// `C (+)= A · packed` for a step of a layer cut into `groups` groups. Alone (one group: a
@@ -709,9 +706,8 @@ struct BackwardGroup<'a> {
 
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from `grad = ∂[outputs | h_T | c_T]`: back through the steps in
 /// reverse order — per step each group (a thread of its own, [`crate::lstm::lockstep`]) runs its
-/// units' gate math, then `∂h_{t−1}[:, U] = Σ_j ∂gates[:, gates of U_j] W_hᵀ[.., U]` with
-/// `W_hᵀ` packed once, taking the other groups' `∂gates` as they are published
-/// ([`crate::lstm::lockstep`]) —
+/// units' gate math, then `∂h_{t−1}[:, U] = ∂gates W_hᵀ[.., U]` over every group's `∂gates`
+/// (gathered as they are published, [`crate::lstm::lockstep`]), with `W_hᵀ` packed once —
 /// and `∂W_h = Σ_t h_{t−1}ᵀ ∂gates_t` as one product over every step.
 fn layer_backward(l: &Layer, s: Saved, grad: &FlexTensor) -> [FlexTensor; 4] {
     let w = f32s(&l.w);
@@ -789,7 +785,9 @@ unsafe fn backward_worker(
     // SAFETY: only worker `i` touches group `i`'s state.
     let g = unsafe { bb.states[i].get_mut() };
     let n = g.units.len();
-    let packed = pack_backward(w, l.hidden, &bb.groups, i);
+    let packed = pack_backward(w, l.hidden, &bb.groups[i]);
+    // Every group's `∂gates` of a step, gathered (with one group, its own).
+    let mut all = vec![0f32; if bb.groups.len() > 1 { b_n * 4 * l.hidden } else { 0 }];
     for (s, &t) in bb.steps.iter().enumerate() {
         {
             // SAFETY: the other workers read it in step `s − 2`, done before their writes
@@ -802,7 +800,7 @@ unsafe fn backward_worker(
         }
         progress.publish(i, s);
         // SAFETY: worker `i` in its step `s`, published (this function's contract).
-        unsafe { backward_product(&packed, &bb.step, b_n, g, i, s, progress) };
+        unsafe { backward_product(&packed, &bb.step, &bb.groups, b_n, g, &mut all, i, s, progress) };
         for b in (0..b_n).filter(|&b| l.real(b, t)) {
             g.dh[b * n..(b + 1) * n].copy_from_slice(&g.dh_prev[b * n..(b + 1) * n]);
         }
@@ -854,34 +852,50 @@ unsafe fn backward_rows(
     }
 }
 
-/// Group `i`'s `∂h_{t−1}[:, U_i]` of step `s` into `g.dh_prev`, `Σ_j ∂gates_j · packed[j]`:
-/// its own `∂gates` first, then each other group's as published.
+/// Group `i`'s `∂h_{t−1}[:, U_i]` of step `s` into `g.dh_prev`, `∂gates · packed` over every
+/// group's `∂gates` (its own first, then each other group's as published, gathered into the
+/// one-group layout `[i f g o]` over all units): one product, as with one group.
 ///
 /// # Safety
 /// Called by worker `i` of [`backward_worker`]'s [`lockstep::run`] in its step `s`, after
 /// publishing it.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn backward_product(
-    packed: &[PackedB],
+    packed: &PackedB,
     step: &[[Slot<Vec<f32>>; 2]],
+    groups: &[Range<usize>],
     b_n: usize,
     g: &mut BackwardGroup<'_>,
+    all: &mut [f32],
     i: usize,
     s: usize,
     progress: &Progress,
 ) {
     let n = g.units.len();
-    // This worker's own gate gradients first, then each other worker's as published.
-    for (first, j) in std::iter::once(i).chain(progress.others(i)).enumerate() {
-        if first > 0 {
+    if groups.len() == 1 {
+        // SAFETY: this worker's own buffer of step `s`.
+        let dg = unsafe { step[0][s % 2].get() };
+        step_product(packed, dg, b_n, &mut g.dh_prev, n, false, 1);
+        return;
+    }
+    let h = packed.k() / 4;
+    for j in std::iter::once(i).chain(progress.others(i)) {
+        if j != i {
             progress.wait_published(j, s);
         }
-        let p = &packed[j];
         // SAFETY: worker `j` wrote `[s % 2]` in step `s` and writes it next in step
         // `s + 2`, after waiting for this worker's step `s + 1` (`lstm::lockstep`).
         let dg = unsafe { step[j][s % 2].get() };
-        step_product(p, dg, b_n, &mut g.dh_prev, n, first > 0, packed.len());
+        let uj = &groups[j];
+        let nj = uj.len();
+        for (row, src) in all.chunks_exact_mut(4 * h).zip(dg.chunks_exact(4 * nj)) {
+            for (gate, part) in src.chunks_exact(nj).enumerate() {
+                row[gate * h + uj.start..gate * h + uj.end].copy_from_slice(part);
+            }
+        }
     }
+    step_product(packed, all, b_n, &mut g.dh_prev, n, false, groups.len());
 }
 
 /// `[∂xw, ∂W_h, ∂h0, ∂c0]` from what the workers left: `∂gates` with the steps no row reaches
@@ -1233,9 +1247,9 @@ mod tests {
     }
 
     /// The packed `W_h` of both passes holds what [`pack_forward`] and [`pack_backward`] say,
-    /// read back by multiplying with the identity (exact): 83 units in 3 groups, so a gate
-    /// block (27–28 rows of the backward packing) is cut by the packing's blocks of
-    /// [`crate::gemm::packed::PACK_ROWS`] rows and the panels end narrow.
+    /// read back by multiplying with the identity (exact): 83 units in 3 groups, so the panels
+    /// end narrow and the backward packing's `4·hidden` rows are cut by the packing's blocks of
+    /// [`crate::gemm::packed::PACK_ROWS`] rows.
     #[test]
     fn packed_recurrent_weights_hold_their_definitions() {
         let h = 83;
@@ -1249,23 +1263,60 @@ mod tests {
             p.matmul(&eye, k, k, &mut c, n, false);
             c
         };
-        let fwd: Vec<_> = (0..groups.len()).map(|i| pack_forward(&w, h, &groups, i)).collect();
-        let bwd: Vec<_> = (0..groups.len()).map(|i| pack_backward(&w, h, &groups, i)).collect();
         let at = |row: usize, col: usize| w[row * 4 * h + col];
-        for (i, ui) in groups.iter().enumerate() {
-            for (j, uj) in groups.iter().enumerate() {
-                let (m, n) = (ui.len(), uj.len());
-                // Forward `[i][j]`: `[|U_j|, 4·|U_i|]`, `(r, g·|U_i| + u)` = `W_h[U_j[r], g·h + U_i[u]]`.
-                let f = unpack(&fwd[i][j], 4 * m);
-                // Backward `[i][j]`: `[4·|U_j|, |U_i|]`, `(g·|U_j| + u, c)` = `W_h[U_i[c], g·h + U_j[u]]`.
-                let b = unpack(&bwd[i][j], m);
-                for g in 0..4 {
-                    for r in 0..n {
-                        for u in 0..m {
-                            assert_eq!(f[r * 4 * m + g * m + u], at(uj.start + r, g * h + ui.start + u));
-                            assert_eq!(b[(g * n + r) * m + u], at(ui.start + u, g * h + uj.start + r));
-                        }
+        for ui in &groups {
+            let m = ui.len();
+            // Forward: `[hidden, 4·|U_i|]`, `(r, g·|U_i| + u)` = `W_h[r, g·h + U_i[u]]`.
+            let f = unpack(&pack_forward(&w, h, ui), 4 * m);
+            // Backward: `[4·hidden, |U_i|]`, `(g·h + r, u)` = `W_h[U_i[u], g·h + r]`.
+            let b = unpack(&pack_backward(&w, h, ui), m);
+            for g in 0..4 {
+                for r in 0..h {
+                    for u in 0..m {
+                        assert_eq!(f[r * 4 * m + g * m + u], at(r, g * h + ui.start + u));
+                        assert_eq!(b[(g * h + r) * m + u], at(ui.start + u, g * h + r));
                     }
+                }
+            }
+        }
+    }
+
+    /// A layer gives the same bits, forward and backward, both directions, with padded rows,
+    /// whatever the number of threads (groups of units) it runs on: each gate and each `∂h`
+    /// is one product over every unit, summed in the order one group sums it. (Per-group
+    /// products summed moved results in their 7th–8th digit between 1 and 2 threads.)
+    #[test]
+    fn a_layer_has_the_same_bits_whatever_the_thread_count() {
+        let d = Device::flex().autodiff();
+        d.seed(5);
+        let (b, t, h) = (9, 7, 40);
+        let xw = Tensor::<3>::random([b, t, 4 * h], Distribution::Normal(0.0, 1.0), &d);
+        let w = Tensor::<2>::random([h, 4 * h], Distribution::Normal(0.0, 0.3), &d);
+        let h0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
+        let c0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
+        let probe = Tensor::<3>::random([b, t, h], Distribution::Normal(0.0, 1.0), &d);
+        // Rows end 0–2 steps early; the first 5 steps are real in every row.
+        let keep: Vec<f32> = (0..b * t).map(|i| if i % t < t - (i / t) % 3 { 1.0 } else { 0.0 }).collect();
+        let keep = Tensor::<2>::from_data(TensorData::new(keep, [b, t]), &d);
+        let bits = |t: Tensor<3>| t.into_data().iter::<f32>().map(f32::to_bits).collect::<Vec<_>>();
+        let run = |reverse: bool| {
+            let (xw, w) = (xw.clone().require_grad(), w.clone().require_grad());
+            let (h0, c0) = (h0.clone().require_grad(), c0.clone().require_grad());
+            let (out, h_t, c_t) =
+                lstm_layer(xw.clone(), w.clone(), h0.clone(), c0.clone(), keep.clone(), t - 2, reverse);
+            let loss = (out.clone() * probe.clone()).sum() + (h_t.clone() * c_t.clone()).sum();
+            let grads = loss.backward();
+            let g2 = |x: &Tensor<2>| bits(x.grad(&grads).expect("a gradient").unsqueeze::<3>());
+            [bits(out.inner()), bits(xw.grad(&grads).expect("∂xw")), g2(&w), g2(&h0), g2(&c0)]
+        };
+        let pool = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+        for reverse in [false, true] {
+            let one = pool(1).install(|| run(reverse));
+            for n in [2, 3, 5] {
+                assert_eq!(unit_groups(h, n).len(), n);
+                let many = pool(n).install(|| run(reverse));
+                for (k, (a, b)) in one.iter().zip(&many).enumerate() {
+                    assert!(a == b, "reverse {reverse}, {n} threads: output {k} differs from one thread's");
                 }
             }
         }

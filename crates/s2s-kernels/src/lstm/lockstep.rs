@@ -9,9 +9,7 @@
 //! waits for another's just before it reads it ([`Progress::wait_published`]). With a
 //! barrier per step instead, both threads waited for the slower one every step (a median of
 //! ~170–300 thousand TSC cycles a step per thread on the 2-core VM, whose two vCPUs' speed
-//! differs from step to step; with these waits, 0–16). A worker that multiplies its own
-//! state first (as the LSTM layer's do) no longer stalls the others when its vCPU runs late
-//! in one step.
+//! differs from step to step; with these waits, 0–16).
 //!
 //! Waiting for publications is enough when each worker's buffer is doubled (step `s` writes
 //! `[s % 2]`) and every worker waits for every buffer it reads: a worker rewrites the buffer
