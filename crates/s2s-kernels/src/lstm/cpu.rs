@@ -1283,42 +1283,76 @@ mod tests {
 
     /// A layer gives the same bits, forward and backward, both directions, with padded rows,
     /// whatever the number of threads (groups of units) it runs on: each gate and each `∂h`
-    /// is one product over every unit, summed in the order one group sums it. (Per-group
-    /// products summed moved results in their 7th–8th digit between 1 and 2 threads.)
+    /// is one product over every unit, summed in the order one group sums it (a sum of
+    /// per-group products would round by where the groups are cut).
     #[test]
     fn a_layer_has_the_same_bits_whatever_the_thread_count() {
-        let d = Device::flex().autodiff();
-        d.seed(5);
-        let (b, t, h) = (9, 7, 40);
-        let xw = Tensor::<3>::random([b, t, 4 * h], Distribution::Normal(0.0, 1.0), &d);
-        let w = Tensor::<2>::random([h, 4 * h], Distribution::Normal(0.0, 0.3), &d);
-        let h0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
-        let c0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
-        let probe = Tensor::<3>::random([b, t, h], Distribution::Normal(0.0, 1.0), &d);
-        // Rows end 0–2 steps early; the first 5 steps are real in every row.
-        let keep: Vec<f32> = (0..b * t).map(|i| if i % t < t - (i / t) % 3 { 1.0 } else { 0.0 }).collect();
-        let keep = Tensor::<2>::from_data(TensorData::new(keep, [b, t]), &d);
-        let bits = |t: Tensor<3>| t.into_data().iter::<f32>().map(f32::to_bits).collect::<Vec<_>>();
-        let run = |reverse: bool| {
-            let (xw, w) = (xw.clone().require_grad(), w.clone().require_grad());
-            let (h0, c0) = (h0.clone().require_grad(), c0.clone().require_grad());
-            let (out, h_t, c_t) =
-                lstm_layer(xw.clone(), w.clone(), h0.clone(), c0.clone(), keep.clone(), t - 2, reverse);
-            let loss = (out.clone() * probe.clone()).sum() + (h_t.clone() * c_t.clone()).sum();
-            let grads = loss.backward();
-            let g2 = |x: &Tensor<2>| bits(x.grad(&grads).expect("a gradient").unsqueeze::<3>());
-            [bits(out.inner()), bits(xw.grad(&grads).expect("∂xw")), g2(&w), g2(&h0), g2(&c0)]
-        };
+        let h = 40;
+        let case = LayerCase::new(5, [9, 7, h], 2);
         let pool = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
         for reverse in [false, true] {
-            let one = pool(1).install(|| run(reverse));
+            let one = pool(1).install(|| case.bits(reverse));
             for n in [2, 3, 5] {
                 assert_eq!(unit_groups(h, n).len(), n);
-                let many = pool(n).install(|| run(reverse));
+                let many = pool(n).install(|| case.bits(reverse));
                 for (k, (a, b)) in one.iter().zip(&many).enumerate() {
                     assert!(a == b, "reverse {reverse}, {n} threads: output {k} differs from one thread's");
                 }
             }
+        }
+    }
+
+    /// A layer's operands, random from `seed`, for the tests that compare its bits run one way
+    /// and another.
+    struct LayerCase {
+        xw: Tensor<3>,
+        w: Tensor<2>,
+        h0: Tensor<2>,
+        c0: Tensor<2>,
+        probe: Tensor<3>,
+        keep: Tensor<2>,
+        dense: usize,
+    }
+
+    impl LayerCase {
+        /// `[batch, time, hidden]`; row `b` ends `b % (short + 1)` steps early, and the first
+        /// `time − short` steps are real in every row.
+        fn new(seed: u64, [b, t, h]: [usize; 3], short: usize) -> Self {
+            let d = Device::flex().autodiff();
+            d.seed(seed);
+            let normal = |std: f64| Distribution::Normal(0.0, std);
+            let keep: Vec<f32> =
+                (0..b * t).map(|i| if i % t < t - (i / t) % (short + 1) { 1.0 } else { 0.0 }).collect();
+            Self {
+                xw: Tensor::random([b, t, 4 * h], normal(1.0), &d),
+                w: Tensor::random([h, 4 * h], normal(2.0 / (h as f64).sqrt()), &d),
+                h0: Tensor::random([b, h], normal(1.0), &d),
+                c0: Tensor::random([b, h], normal(1.0), &d),
+                probe: Tensor::random([b, t, h], normal(1.0), &d),
+                keep: Tensor::from_data(TensorData::new(keep, [b, t]), &d),
+                dense: t - short,
+            }
+        }
+
+        /// The bits of the layer's outputs and of the gradients of `Σ outputs · probe + Σ h_T ·
+        /// c_T` with respect to `xw`, `W_h`, `h0` and `c0`.
+        fn bits(&self, reverse: bool) -> [Vec<u32>; 5] {
+            let bits = |t: Tensor<3>| t.into_data().iter::<f32>().map(f32::to_bits).collect::<Vec<_>>();
+            let (xw, w) = (self.xw.clone().require_grad(), self.w.clone().require_grad());
+            let (h0, c0) = (self.h0.clone().require_grad(), self.c0.clone().require_grad());
+            let (out, h_t, c_t) = lstm_layer(
+                xw.clone(),
+                w.clone(),
+                h0.clone(),
+                c0.clone(),
+                self.keep.clone(),
+                self.dense,
+                reverse,
+            );
+            let loss = (out.clone() * self.probe.clone()).sum() + (h_t * c_t).sum();
+            let grads = loss.backward();
+            let g2 = |x: &Tensor<2>| bits(x.grad(&grads).expect("a gradient").unsqueeze::<3>());
+            [bits(out.inner()), bits(xw.grad(&grads).expect("∂xw")), g2(&w), g2(&h0), g2(&c0)]
         }
     }
 
@@ -1390,29 +1424,12 @@ mod tests {
     #[test]
     fn a_layer_helped_by_the_crew_has_the_bits_of_one_alone() {
         use crate::cpu::crew::{Crew, HELPED};
-        let d = Device::flex().autodiff();
-        d.seed(3);
-        let (b, t, h) = (24, 12, 160);
-        let xw = Tensor::<3>::random([b, t, 4 * h], Distribution::Normal(0.0, 1.0), &d);
-        let w = Tensor::<2>::random([h, 4 * h], Distribution::Normal(0.0, 0.1), &d);
-        let h0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
-        let c0 = Tensor::<2>::random([b, h], Distribution::Normal(0.0, 1.0), &d);
-        let probe = Tensor::<3>::random([b, t, h], Distribution::Normal(0.0, 1.0), &d);
-        let keep = Tensor::<2>::ones([b, t], &d);
-        let bits = |t: Tensor<3>| t.into_data().iter::<f32>().map(f32::to_bits).collect::<Vec<_>>();
-        let run = |reverse: bool| {
-            let (xw, w) = (xw.clone().require_grad(), w.clone().require_grad());
-            let (out, _, _) =
-                lstm_layer(xw.clone(), w.clone(), h0.clone(), c0.clone(), keep.clone(), t, reverse);
-            let grads = (out.clone() * probe.clone()).sum().backward();
-            let dw = w.grad(&grads).expect("∂W_h").unsqueeze::<3>();
-            [bits(out.inner()), bits(xw.grad(&grads).expect("∂xw")), bits(dw)]
-        };
+        let case = LayerCase::new(3, [24, 12, 160], 0);
         // One thread for the part, as in a split step: the layer runs as one group.
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         for reverse in [false, true] {
-            let alone = one.install(|| run(reverse));
+            let alone = one.install(|| case.bits(reverse));
             for attempt in 0.. {
                 let crew = Crew::new(2);
                 let (helped, pieces) = std::thread::scope(|s| {
@@ -1426,7 +1443,7 @@ mod tests {
                             while crate::cpu::crew::idle() == 0 {
                                 std::thread::yield_now();
                             }
-                            run(reverse)
+                            case.bits(reverse)
                         })
                     });
                     (bits, helper.join().unwrap())
