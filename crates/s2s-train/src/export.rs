@@ -392,34 +392,29 @@ fn ct2_variables(
             vars.insert(format!("{at}/queries_scale"), Var::floats(vec![], &[1.0]));
         }
     };
+    // A layer's self-attention (Q, K, V fused; its norm is `{from}.{residual}.norm`), and its
+    // feed-forward block: the same in the encoder and the decoder.
+    let self_attention =
+        |vars: &mut BTreeMap<String, Var>, to: &str, from: &str, residual: &str| -> Result<(), TrainError> {
+            stack(vars, &format!("{to}/self_attention/linear_0"), &qkv(&format!("{from}.self_attention")))?;
+            linear(vars, &format!("{to}/self_attention/linear_1"), &format!("{from}.self_attention.output"))?;
+            norm(vars, &format!("{to}/self_attention/layer_norm"), &format!("{from}.{residual}.norm"))?;
+            unscaled(vars, &format!("{to}/self_attention"));
+            Ok(())
+        };
+    let ffn = |vars: &mut BTreeMap<String, Var>, to: &str, from: &str| -> Result<(), TrainError> {
+        linear(vars, &format!("{to}/ffn/linear_0"), &format!("{from}.ffn.inner"))?;
+        linear(vars, &format!("{to}/ffn/linear_1"), &format!("{from}.ffn.outer"))?;
+        norm(vars, &format!("{to}/ffn/layer_norm"), &format!("{from}.ffn_residual.norm"))
+    };
     for i in 0..t.enc_layers {
         let (to, from) = (format!("encoder/layer_{i}"), format!("encoder.{i}"));
-        stack(&mut vars, &format!("{to}/self_attention/linear_0"), &qkv(&format!("{from}.self_attention")))?;
-        linear(
-            &mut vars,
-            &format!("{to}/self_attention/linear_1"),
-            &format!("{from}.self_attention.output"),
-        )?;
-        norm(
-            &mut vars,
-            &format!("{to}/self_attention/layer_norm"),
-            &format!("{from}.attention_residual.norm"),
-        )?;
-        unscaled(&mut vars, &format!("{to}/self_attention"));
-        linear(&mut vars, &format!("{to}/ffn/linear_0"), &format!("{from}.ffn.inner"))?;
-        linear(&mut vars, &format!("{to}/ffn/linear_1"), &format!("{from}.ffn.outer"))?;
-        norm(&mut vars, &format!("{to}/ffn/layer_norm"), &format!("{from}.ffn_residual.norm"))?;
+        self_attention(&mut vars, &to, &from, "attention_residual")?;
+        ffn(&mut vars, &to, &from)?;
     }
     for i in 0..t.dec_layers {
         let (to, from) = (format!("decoder/layer_{i}"), format!("decoder.{i}"));
-        stack(&mut vars, &format!("{to}/self_attention/linear_0"), &qkv(&format!("{from}.self_attention")))?;
-        linear(
-            &mut vars,
-            &format!("{to}/self_attention/linear_1"),
-            &format!("{from}.self_attention.output"),
-        )?;
-        norm(&mut vars, &format!("{to}/self_attention/layer_norm"), &format!("{from}.self_residual.norm"))?;
-        unscaled(&mut vars, &format!("{to}/self_attention"));
+        self_attention(&mut vars, &to, &from, "self_residual")?;
         let cross = format!("{from}.cross_attention");
         linear(&mut vars, &format!("{to}/attention/linear_0"), &format!("{cross}.query"))?;
         stack(
@@ -430,9 +425,7 @@ fn ct2_variables(
         linear(&mut vars, &format!("{to}/attention/linear_2"), &format!("{cross}.output"))?;
         norm(&mut vars, &format!("{to}/attention/layer_norm"), &format!("{from}.cross_residual.norm"))?;
         unscaled(&mut vars, &format!("{to}/attention"));
-        linear(&mut vars, &format!("{to}/ffn/linear_0"), &format!("{from}.ffn.inner"))?;
-        linear(&mut vars, &format!("{to}/ffn/linear_1"), &format!("{from}.ffn.outer"))?;
-        norm(&mut vars, &format!("{to}/ffn/layer_norm"), &format!("{from}.ffn_residual.norm"))?;
+        ffn(&mut vars, &to, &from)?;
     }
     Ok((vars, aliases))
 }
